@@ -1,0 +1,19 @@
+#pragma once
+// Subcommand registration: each apps/genesis/<command>.cpp adds its CLI11 subcommand and
+// the function that runs it; main() parses, then runs the one selected.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace genesis::cli {
+
+using CommandFn = std::function<int()>;
+
+// Associates `sub` with the function that runs it.
+void register_command(CLI::App* sub, CommandFn run);
+// Runs the parsed subcommand; returns its exit code.
+int run_selected(CLI::App& app);
+
+void add_ops_command(CLI::App& app);
+
+}  // namespace genesis::cli

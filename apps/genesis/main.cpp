@@ -1,0 +1,29 @@
+// genesis: the command-line front end. Parses flags, calls libgenesis, prints results to
+// stdout and messages to stderr. Exit codes: 0 ok, 1 runtime error, 2 usage/recipe error.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "apps/genesis/commands.h"
+#include "libgenesis/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"genesis: a C++/CUDA deep-learning training toolkit driven by TOML recipes"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(GENESIS_VERSION_STRING));
+  genesis::cli::add_ops_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    return genesis::cli::run_selected(app);
+  } catch (const genesis::UsageError& e) {
+    std::cerr << "genesis: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "genesis: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,77 @@
+#include "libgenesis/autograd/node.h"
+
+#include <atomic>
+
+#include "libgenesis/autograd/grad_mode.h"
+#include "libgenesis/core/error.h"
+#include "libgenesis/ops/elementwise.h"
+#include "libgenesis/ops/factory.h"
+
+namespace genesis {
+
+namespace {
+std::atomic<uint64_t> g_next_sequence_nr{0};
+thread_local bool t_grad_enabled = true;
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+
+Node::Node(std::string name, uint32_t num_outputs)
+    : name_(std::move(name)), num_outputs_(num_outputs), sequence_nr_(g_next_sequence_nr++) {}
+
+// Destroying the head of a long chain would recurse once per node through the
+// shared_ptrs in next_edges. Instead, nodes about to die are parked on a thread-local
+// list and released one at a time by the outermost destructor.
+Node::~Node() {
+  thread_local std::vector<std::shared_ptr<Node>> pending;
+  thread_local bool draining = false;
+  for (Edge& e : next_edges) {
+    if (e.node && e.node.use_count() == 1) pending.push_back(std::move(e.node));
+  }
+  next_edges.clear();
+  if (draining) return;
+  draining = true;
+  while (!pending.empty()) {
+    std::shared_ptr<Node> n = std::move(pending.back());
+    pending.pop_back();
+    n.reset();  // may push that node's children
+  }
+  draining = false;
+}
+
+TensorList FunctionNode::apply(TensorList&& grad_outputs) {
+  GENESIS_CHECK(fn_ != nullptr, AutogradError, "backward through '", name(),
+                "' a second time: its saved tensors were freed; call backward(grad, /*retain_graph=*/true) the first time");
+  for (size_t i = 0; i < outputs_.size() && i < grad_outputs.size(); ++i) {
+    if (!grad_outputs[i].defined())
+      grad_outputs[i] = zeros(outputs_[i].shape, {.dtype = outputs_[i].dtype, .device = outputs_[i].device});
+  }
+  return fn_(grad_outputs);
+}
+
+TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
+  Tensor leaf(leaf_);
+  Tensor g = std::move(grad_outputs[0]);
+  if (!g.defined()) return {};
+  AutogradMeta& meta = leaf_->autograd_meta();
+  for (const GradHook& hook : meta.hooks) {
+    Tensor replaced = hook(g);
+    if (replaced.defined()) g = std::move(replaced);
+  }
+  GENESIS_CHECK(g.shape() == leaf.shape(), AutogradError, "gradient of shape ", g.shape(), " for a leaf of shape ",
+                leaf.shape());
+  if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
+  if (!meta.grad.defined()) {
+    // Steal the incoming gradient when nothing else references it; copy it otherwise, so two
+    // leaves never share one .grad buffer.
+    bool unique = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous();
+    meta.grad = unique ? g : g.clone();
+  } else {
+    add_(meta.grad, g);
+  }
+  for (const PostAccumulateHook& hook : meta.post_accumulate_hooks) hook(leaf);
+  return {};
+}
+
+}  // namespace genesis

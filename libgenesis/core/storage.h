@@ -1,0 +1,32 @@
+#pragma once
+// A reference-counted block of device memory. Tensors (and their views) share one.
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "libgenesis/core/device.h"
+
+namespace genesis {
+
+class Storage {
+ public:
+  // Allocates nbytes on `device` through allocator_for(device).
+  Storage(size_t nbytes, Device device);
+  // Wraps memory owned elsewhere (a memory map, a host buffer); `release` runs on destruction.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> release);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_ = 0;
+  Device device_;
+  std::function<void(void*)> release_;
+};
+
+}  // namespace genesis

@@ -1,0 +1,72 @@
+#include "libgenesis/core/tensor.h"
+
+#include "libgenesis/core/error.h"
+
+namespace genesis {
+
+TensorImpl::TensorImpl(std::shared_ptr<Storage> s, Shape sh, Strides st, int64_t off, DType dt)
+    : storage(std::move(s)), shape(std::move(sh)), strides(std::move(st)), offset(off), dtype(dt) {
+  GENESIS_CHECK(static_cast<int64_t>(shape.size()) <= kMaxTensorDims, ShapeError, "tensor of ", shape.size(),
+                " dimensions: at most ", kMaxTensorDims, " are supported");
+}
+
+TensorImpl::~TensorImpl() = default;
+
+AutogradMeta& TensorImpl::autograd_meta() {
+  if (!autograd) autograd = std::make_unique<AutogradMeta>();
+  return *autograd;
+}
+
+TensorImpl& Tensor::impl() const {
+  GENESIS_CHECK(impl_ != nullptr, ValueError, "use of an undefined (default-constructed) Tensor");
+  return *impl_;
+}
+
+int64_t Tensor::size(int64_t axis) const { return shape()[normalize_axis(axis, dim(), "size")]; }
+int64_t Tensor::stride(int64_t axis) const { return strides()[normalize_axis(axis, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t d = dim() - 1; d >= 0; --d) {
+    if (shape()[d] == 1) continue;
+    if (strides()[d] != expected) return false;
+    expected *= shape()[d];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  return static_cast<char*>(storage()->data()) + offset() * static_cast<int64_t>(element_size());
+}
+
+double Tensor::item() const {
+  GENESIS_CHECK(numel() == 1, ValueError, "item(): the tensor has ", numel(), " elements (shape ", shape(),
+                "); item() needs exactly one");
+  Tensor host = to(kCPU).to(DType::f64).contiguous();
+  return *host.data<double>();
+}
+
+template <class T> std::vector<T> Tensor::to_vector() const {
+  Tensor host = to(kCPU).to(dtype_of<T>()).contiguous();
+  const T* p = host.data<T>();
+  return std::vector<T>(p, p + host.numel());
+}
+#define GENESIS_INSTANTIATE_TO_VECTOR(name, type, str) template std::vector<type> Tensor::to_vector<type>() const;
+GENESIS_FORALL_DTYPES(GENESIS_INSTANTIATE_TO_VECTOR)
+#undef GENESIS_INSTANTIATE_TO_VECTOR
+
+Tensor empty(const Shape& shape, TensorOptions options) {
+  for (int64_t d : shape)
+    GENESIS_CHECK(d >= 0, ShapeError, "empty: negative dimension in shape ", shape);
+  size_t nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(options.dtype);
+  auto storage = std::make_shared<Storage>(nbytes, options.device);
+  Tensor t(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0, options.dtype));
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset) {
+  return Tensor(std::make_shared<TensorImpl>(base.storage(), std::move(shape), std::move(strides), offset, base.dtype()));
+}
+
+}  // namespace genesis

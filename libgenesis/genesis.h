@@ -1,0 +1,18 @@
+#pragma once
+// Umbrella header: the public API of libgenesis.
+#include "libgenesis/autograd/engine.h"
+#include "libgenesis/autograd/grad_mode.h"
+#include "libgenesis/core/device.h"
+#include "libgenesis/core/dtype.h"
+#include "libgenesis/core/error.h"
+#include "libgenesis/core/generator.h"
+#include "libgenesis/core/tensor.h"
+#include "libgenesis/ops/elementwise.h"
+#include "libgenesis/ops/conv.h"
+#include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/index.h"
+#include "libgenesis/ops/linalg.h"
+#include "libgenesis/ops/loss.h"
+#include "libgenesis/ops/nn.h"
+#include "libgenesis/ops/op_table.h"
+#include "libgenesis/ops/reduce.h"

@@ -1,0 +1,289 @@
+// Elementwise ops: forward dispatch and backward formulas side by side.
+#include "libgenesis/ops/elementwise.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/elementwise.h"
+#include "libgenesis/autograd/record.h"
+#include "libgenesis/ops/dispatch.h"
+#include "libgenesis/ops/factory.h"
+#if GENESIS_WITH_CUDA
+#include "kernels/cuda/elementwise.h"
+#endif
+
+namespace genesis {
+
+using kernels::BinaryOp;
+using kernels::ElementwiseParams;
+using kernels::UnaryOp;
+
+namespace {
+
+// Ops that map integers to integers keep the input dtype; the rest compute in floating point.
+bool keeps_integer_dtype(UnaryOp op) {
+  return op == UnaryOp::neg || op == UnaryOp::abs || op == UnaryOp::relu || op == UnaryOp::sign ||
+         op == UnaryOp::clamp;
+}
+
+Tensor unary_forward(UnaryOp op, const Tensor& x_in, ElementwiseParams p) {
+  Tensor x = x_in;
+  if (!is_floating(x.dtype()) && !keeps_integer_dtype(op)) x = x.to(float_result_type(x.dtype()));
+  if (x.dtype() == DType::boolean) x = x.to(DType::i64);
+  Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  int nd = static_cast<int>(x.dim());
+  if (x.device().is_cpu()) {
+    kernels::cpu::unary(op, x.dtype(), nd, x.shape().data(), x.data_ptr(), x.strides().data(), y.data_ptr(), p);
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::unary(op, x.dtype(), nd, x.shape().data(), x.data_ptr(), x.strides().data(),
+                                         y.data_ptr(), p, cuda::current_stream()));
+  }
+  return y;
+}
+
+// grad_x = grad_y * op'(x), one fused pass over contiguous operands.
+Tensor unary_backward(UnaryOp op, const Tensor& x_in, const Tensor& g_in, ElementwiseParams p) {
+  Tensor x = x_in.contiguous();
+  Tensor g = g_in.to(x.dtype()).contiguous();
+  Tensor gx = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  if (x.device().is_cpu()) {
+    kernels::cpu::unary_backward(op, x.dtype(), x.numel(), x.data_ptr(), g.data_ptr(), gx.data_ptr(), p);
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::unary_backward(op, x.dtype(), x.numel(), x.data_ptr(), g.data_ptr(), gx.data_ptr(),
+                                                  p, cuda::current_stream()));
+  }
+  return gx;
+}
+
+Tensor unary(const char* name, UnaryOp op, const Tensor& x, ElementwiseParams p = {}) {
+  detail::check_defined(name, x, "input");
+  Tensor y;
+  {
+    NoGradGuard forward_only;
+    y = unary_forward(op, x, p);
+  }
+  if (is_floating(y.dtype()) && needs_grad({x})) {
+    record(name, {x}, {y}, [op, p, xs = saved(x)](const TensorList& g) {
+      return TensorList{unary_backward(op, xs.to(g[0].dtype()), g[0], p)};
+    });
+  }
+  return y;
+}
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+#define GENESIS_BINARY_NAME(name) \
+  case BinaryOp::name: return #name;
+    GENESIS_FORALL_BINARY_OPS(GENESIS_BINARY_NAME)
+#undef GENESIS_BINARY_NAME
+  }
+  return "binary";
+}
+
+// Broadcasts, promotes and runs the kernel. No autograd.
+Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
+  const char* name = binary_name(op);
+  detail::check_defined(name, a_in, "a");
+  detail::check_defined(name, b_in, "b");
+  detail::check_same_device(name, {a_in, b_in});
+  DType compute = promote_types(a_in.dtype(), b_in.dtype());
+  if (op == BinaryOp::div || op == BinaryOp::pow) {
+    if (op == BinaryOp::div || compute == DType::boolean) compute = float_result_type(compute);
+  }
+  if (compute == DType::boolean && (op == BinaryOp::sub)) compute = DType::i64;
+  Shape shape = broadcast_shapes(a_in.shape(), b_in.shape(), name);
+  Tensor a = a_in.to(compute).expand(shape);
+  Tensor b = b_in.to(compute).expand(shape);
+  DType out_dtype = kernels::is_comparison(op) ? DType::boolean : compute;
+  Tensor out = empty(shape, {.dtype = out_dtype, .device = a.device()});
+  int nd = static_cast<int>(shape.size());
+  if (a.device().is_cpu()) {
+    kernels::cpu::binary(op, compute, nd, shape.data(), a.data_ptr(), a.strides().data(), b.data_ptr(),
+                         b.strides().data(), out.data_ptr());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::binary(op, compute, nd, shape.data(), a.data_ptr(), a.strides().data(),
+                                          b.data_ptr(), b.strides().data(), out.data_ptr(), cuda::current_stream()));
+  }
+  return out;
+}
+
+// Gradients of a binary op w.r.t. its (promoted, broadcast) operands.
+TensorList binary_backward(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& g) {
+  switch (op) {
+    case BinaryOp::add: return {g, g};
+    case BinaryOp::sub: return {g, neg(g)};
+    case BinaryOp::mul: return {mul(g, b), mul(g, a)};
+    case BinaryOp::div: return {div(g, b), neg(mul(g, div(out, b)))};
+    case BinaryOp::pow: {
+      Tensor ga = mul(g, mul(b, pow(a, sub(b, 1.0))));
+      // d/db a^b = a^b log a; defined as 0 where a == 0 (PyTorch's convention).
+      Tensor gb = mul(g, where(eq(a, 0.0), zeros_like(out), mul(out, log(a))));
+      return {ga, gb};
+    }
+    case BinaryOp::maximum:
+    case BinaryOp::minimum: {
+      // Ties split the gradient evenly between both inputs.
+      Tensor a_wins = op == BinaryOp::maximum ? gt(a, b) : lt(a, b);
+      Tensor tie = eq(a, b);
+      Tensor half = mul(g, 0.5);
+      Tensor ga = where(a_wins, g, where(tie, half, zeros_like(g)));
+      Tensor gb = where(a_wins, zeros_like(g), where(tie, half, g));
+      return {ga, gb};
+    }
+    default: return {Tensor(), Tensor()};
+  }
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  Tensor out;
+  {
+    NoGradGuard forward_only;
+    out = binary_forward(op, a, b);
+  }
+  if (is_floating(out.dtype()) && needs_grad({a, b})) {
+    record(binary_name(op), {a, b}, {out},
+           [op, as = saved(a), bs = saved(b), os = saved(out)](const TensorList& g) {
+             DType dt = os.dtype();
+             TensorList grads = binary_backward(op, as.to(dt), bs.to(dt), os, g[0]);
+             return TensorList{sum_to(grads[0], as.shape()).to(as.dtype()), sum_to(grads[1], bs.shape()).to(bs.dtype())};
+           });
+  }
+  return out;
+}
+
+double nan_if_absent(std::optional<double> v) { return v ? *v : std::numeric_limits<double>::quiet_NaN(); }
+
+}  // namespace
+
+Tensor neg(const Tensor& x) { return unary("neg", UnaryOp::neg, x); }
+Tensor abs(const Tensor& x) { return unary("abs", UnaryOp::abs, x); }
+Tensor exp(const Tensor& x) { return unary("exp", UnaryOp::exp, x); }
+Tensor log(const Tensor& x) { return unary("log", UnaryOp::log, x); }
+Tensor log1p(const Tensor& x) { return unary("log1p", UnaryOp::log1p, x); }
+Tensor sqrt(const Tensor& x) { return unary("sqrt", UnaryOp::sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary("rsqrt", UnaryOp::rsqrt, x); }
+Tensor sin(const Tensor& x) { return unary("sin", UnaryOp::sin, x); }
+Tensor cos(const Tensor& x) { return unary("cos", UnaryOp::cos, x); }
+Tensor tanh(const Tensor& x) { return unary("tanh", UnaryOp::tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary("sigmoid", UnaryOp::sigmoid, x); }
+Tensor relu(const Tensor& x) { return unary("relu", UnaryOp::relu, x); }
+Tensor gelu(const Tensor& x, GeluApproximation approximate) {
+  return approximate == GeluApproximation::tanh ? unary("gelu_tanh", UnaryOp::gelu_tanh, x)
+                                                : unary("gelu", UnaryOp::gelu_erf, x);
+}
+Tensor silu(const Tensor& x) { return unary("silu", UnaryOp::silu, x); }
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  GENESIS_CHECK(beta > 0.0, ValueError, "softplus: beta must be positive (got ", beta, ")");
+  return unary("softplus", UnaryOp::softplus, x, {beta, threshold});
+}
+Tensor pow(const Tensor& x, double exponent) { return unary("pow_scalar", UnaryOp::pow_scalar, x, {exponent, 0.0}); }
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  return unary("clamp", UnaryOp::clamp, x, {nan_if_absent(min), nan_if_absent(max)});
+}
+Tensor sign(const Tensor& x) { return unary("sign", UnaryOp::sign, x); }
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::pow, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::ge, a, b); }
+
+Tensor wrap_scalar(const Tensor& x, double value) {
+  DType dt = x.dtype();
+  bool whole = std::isfinite(value) && value == std::floor(value);
+  if (!is_floating(dt) && !whole) dt = DType::f32;
+  if (dt == DType::boolean && value != 0.0 && value != 1.0) dt = DType::i64;
+  return scalar_tensor(value, {.dtype = dt, .device = x.device()});
+}
+
+Tensor add(const Tensor& a, double b) { return add(a, wrap_scalar(a, b)); }
+Tensor sub(const Tensor& a, double b) { return sub(a, wrap_scalar(a, b)); }
+Tensor sub(double a, const Tensor& b) { return sub(wrap_scalar(b, a), b); }
+Tensor mul(const Tensor& a, double b) { return mul(a, wrap_scalar(a, b)); }
+Tensor div(const Tensor& a, double b) { return div(a, wrap_scalar(a, b)); }
+Tensor div(double a, const Tensor& b) { return div(wrap_scalar(b, a), b); }
+Tensor pow(double a, const Tensor& b) { return pow(wrap_scalar(b, a), b); }
+Tensor maximum(const Tensor& a, double b) { return maximum(a, wrap_scalar(a, b)); }
+Tensor minimum(const Tensor& a, double b) { return minimum(a, wrap_scalar(a, b)); }
+Tensor eq(const Tensor& a, double b) { return eq(a, wrap_scalar(a, b)); }
+Tensor ne(const Tensor& a, double b) { return ne(a, wrap_scalar(a, b)); }
+Tensor lt(const Tensor& a, double b) { return lt(a, wrap_scalar(a, b)); }
+Tensor le(const Tensor& a, double b) { return le(a, wrap_scalar(a, b)); }
+Tensor gt(const Tensor& a, double b) { return gt(a, wrap_scalar(a, b)); }
+Tensor ge(const Tensor& a, double b) { return ge(a, wrap_scalar(a, b)); }
+
+Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
+  detail::check_defined("where", cond, "cond");
+  detail::check_same_device("where", {cond, a_in, b_in});
+  GENESIS_CHECK(cond.dtype() == DType::boolean, DTypeError, "where: cond must be bool, got ", dtype_name(cond.dtype()));
+  DType dt = promote_types(a_in.dtype(), b_in.dtype());
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a_in.shape(), "where"), b_in.shape(), "where");
+  Tensor c, a, b;
+  {
+    NoGradGuard forward_only;
+    c = cond.expand(shape);
+    a = a_in.to(dt).expand(shape);
+    b = b_in.to(dt).expand(shape);
+  }
+  Tensor out = empty(shape, {.dtype = dt, .device = a.device()});
+  int nd = static_cast<int>(shape.size());
+  if (out.device().is_cpu()) {
+    kernels::cpu::where(dt, nd, shape.data(), static_cast<const bool*>(c.data_ptr()), c.strides().data(), a.data_ptr(),
+                        a.strides().data(), b.data_ptr(), b.strides().data(), out.data_ptr());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::where(dt, nd, shape.data(), static_cast<const bool*>(c.data_ptr()),
+                                         c.strides().data(), a.data_ptr(), a.strides().data(), b.data_ptr(),
+                                         b.strides().data(), out.data_ptr(), cuda::current_stream()));
+  }
+  if (is_floating(dt) && needs_grad({a_in, b_in})) {
+    record("where", {a_in, b_in}, {out},
+           [cs = saved(cond), a_shape = a_in.shape(), b_shape = b_in.shape(),
+            adt = a_in.dtype(), bdt = b_in.dtype()](const TensorList& g) {
+             Tensor zero = zeros_like(g[0]);
+             return TensorList{sum_to(where(cs, g[0], zero), a_shape).to(adt),
+                               sum_to(where(cs, zero, g[0]), b_shape).to(bdt)};
+           });
+  }
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, double b) { return where(cond, a, wrap_scalar(a, b)); }
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  GENESIS_CHECK(mask.dtype() == DType::boolean, DTypeError, "masked_fill: mask must be bool, got ",
+                dtype_name(mask.dtype()));
+  Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
+  GENESIS_CHECK(shape == x.shape(), ShapeError, "masked_fill: mask of shape ", mask.shape(),
+                " does not broadcast to the input's shape ", x.shape());
+  return where(mask, scalar_tensor(value, {.dtype = x.dtype(), .device = x.device()}), x);
+}
+
+Tensor& add_(Tensor& dst, const Tensor& src) {
+  detail::check_inplace("add_", dst);
+  detail::check_same_device("add_", {dst, src});
+  Tensor s = src.to(dst.dtype()).expand(dst.shape());
+  if (!dst.is_contiguous() || s.shares_storage(dst)) {
+    dst.copy_(binary_forward(BinaryOp::add, dst, s));
+    return dst;
+  }
+  int nd = static_cast<int>(dst.dim());
+  if (dst.device().is_cpu()) {
+    kernels::cpu::binary(BinaryOp::add, dst.dtype(), nd, dst.shape().data(), dst.data_ptr(), dst.strides().data(),
+                         s.data_ptr(), s.strides().data(), dst.data_ptr());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::binary(BinaryOp::add, dst.dtype(), nd, dst.shape().data(), dst.data_ptr(),
+                                          dst.strides().data(), s.data_ptr(), s.strides().data(), dst.data_ptr(),
+                                          cuda::current_stream()));
+  }
+  return dst;
+}
+
+}  // namespace genesis

@@ -1,0 +1,47 @@
+#pragma once
+// Reductions over any set of axes (empty axes = all), with keepdim. Floating results
+// accumulate in f32 for f16/bf16 (f64 for f64); integer sums and prods give i64.
+#include <vector>
+
+#include "libgenesis/core/tensor.h"
+
+namespace genesis {
+
+using Axes = std::vector<int64_t>;
+
+Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+Tensor prod(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+
+struct ValuesIndices {
+  Tensor values;
+  Tensor indices;  // i64
+};
+// Over one axis; ties pick the first index; the gradient flows to that index.
+ValuesIndices max(const Tensor& x, int64_t axis, bool keepdim = false);
+ValuesIndices min(const Tensor& x, int64_t axis, bool keepdim = false);
+// Over all elements; the gradient is shared evenly between tied maxima (as in PyTorch).
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdim = false);
+
+Tensor var(const Tensor& x, const Axes& axes = {}, bool unbiased = true, bool keepdim = false);
+Tensor std(const Tensor& x, const Axes& axes = {}, bool unbiased = true, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim = false);
+// p-norm over axes (p = 2 by default; p = inf gives the max-abs norm).
+Tensor norm(const Tensor& x, double p = 2.0, const Axes& axes = {}, bool keepdim = false);
+
+namespace detail {
+// Sorted, de-duplicated, normalized axes; all axes when `axes` is empty.
+Axes reduction_axes(const Axes& axes, int64_t ndim, const char* op);
+// Shape after reducing `axes` (kept as 1 with keepdim).
+Shape reduced_shape(const Shape& shape, const Axes& axes, bool keepdim);
+// Moves `axes` last and makes the result contiguous: returns [outer, inner] as a 2-D tensor
+// with inner = product of the reduced dimensions.
+Tensor as_rows(const Tensor& x, const Axes& axes);
+// Re-inserts reduced axes as size 1 so a keepdim=false result broadcasts against the input.
+Tensor unsqueeze_reduced(const Tensor& t, const Shape& input_shape, const Axes& axes, bool keepdim);
+}  // namespace detail
+
+}  // namespace genesis

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs the Debian packages genesis needs to build and test. Idempotent: installs only
+# what is missing, says what it installs, works as root or through sudo.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  catch2                 # tests (Catch2 v2)
+  libopenblas-dev        # CPU GEMM
+  libomp-dev             # OpenMP for CPU kernels (g++ uses libgomp; clang builds use this)
+  libtomlplusplus-dev    # recipes
+  libcli11-dev           # CLI
+  nlohmann-json3-dev     # JSON output, checkpoints metadata
+  libpcre2-dev           # tokenizer pre-tokenization
+  zlib1g-dev             # gzip'd datasets
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+else
+  echo "setup: missing packages (${missing[*]}) and neither root nor sudo is available" >&2
+  exit 1
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"

@@ -1,0 +1,149 @@
+// Core: dtypes and half-precision rounding, shapes, views that alias, factories, RNG, print.
+#include <cmath>
+#include <cstring>
+
+#include "tests/testing.h"
+
+using namespace genesis;
+
+TEST_CASE("f16 and bf16 round to nearest even", "[cpu][core]") {
+  // 1 + 2^-11 is halfway between two f16 values: ties to even (1.0).
+  CHECK(float(float16(1.0f + std::ldexp(1.0f, -11))) == 1.0f);
+  // 1 + 3 * 2^-11 is halfway: ties to even (1 + 2^-9).
+  CHECK(float(float16(1.0f + 3 * std::ldexp(1.0f, -11))) == 1.0f + std::ldexp(1.0f, -9));
+  CHECK(float(float16(65504.0f)) == 65504.0f);
+  CHECK(std::isinf(float(float16(65520.0f))));
+  CHECK(float(float16(std::ldexp(1.0f, -24))) == std::ldexp(1.0f, -24));  // smallest subnormal
+  CHECK(float(float16(std::ldexp(1.0f, -26))) == 0.0f);
+  CHECK(std::isnan(float(float16(NAN))));
+  CHECK(float(bfloat16(1.0f + std::ldexp(1.0f, -8))) == 1.0f);  // tie to even
+  CHECK(float(bfloat16(1.0f + 3 * std::ldexp(1.0f, -8))) == 1.0f + std::ldexp(1.0f, -6));
+  CHECK(std::isnan(float(bfloat16(NAN))));
+  // Every f16 bit pattern survives a round trip through float.
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    float16 h = float16::from_bits(static_cast<uint16_t>(b));
+    float f = h;
+    if (std::isnan(f)) continue;
+    REQUIRE(float16(f).bits == h.bits);
+  }
+}
+
+TEST_CASE("dtype promotion and casts", "[cpu][core]") {
+  CHECK(promote_types(DType::i32, DType::f16) == DType::f16);
+  CHECK(promote_types(DType::f16, DType::bf16) == DType::f32);
+  CHECK(promote_types(DType::i32, DType::i64) == DType::i64);
+  CHECK(promote_types(DType::boolean, DType::i32) == DType::i32);
+  CHECK(promote_types(DType::f32, DType::f64) == DType::f64);
+  Tensor x = tensor({-1.7, -0.5, 0.0, 0.5, 2.5, 3.9});
+  CHECK(x.to(DType::i32).to_vector<int32_t>() == std::vector<int32_t>{-1, 0, 0, 0, 2, 3});  // truncation
+  CHECK(x.to(DType::boolean).to_vector<bool>() == std::vector<bool>{true, true, false, true, true, true});
+  Tensor h = tensor({1.0 / 3.0}).to(DType::bf16);
+  CHECK(h.item() == double(float(bfloat16(1.0f / 3.0f))));
+  CHECK(parse_dtype("bfloat16") == DType::bf16);
+  CHECK(!parse_dtype("f8").has_value());
+}
+
+TEST_CASE("views share storage and alias writes", "[cpu][core]") {
+  Tensor x = arange(0, 24, 1, {.dtype = DType::f32}).reshape({2, 3, 4});
+  Tensor t = x.transpose(0, 2);
+  CHECK(t.shape() == Shape{4, 3, 2});
+  CHECK(t.shares_storage(x));
+  CHECK(!t.is_contiguous());
+  CHECK(t.select(0, 1).select(0, 2).select(0, 1).item() == x.select(0, 1).select(0, 2).select(0, 1).item());
+  {
+    NoGradGuard g;
+    t.select(0, 3).select(0, 0).select(0, 1).fill_(-5.0);
+  }
+  CHECK(x.select(0, 1).select(0, 0).select(0, 3).item() == -5.0);
+  Tensor s = x.slice(2, 1, 4, 2);  // columns 1 and 3
+  CHECK(s.shape() == Shape{2, 3, 2});
+  CHECK(s.to_vector<float>()[1] == 3.0f);
+  Tensor e = tensor({1, 2, 3}).unsqueeze(0).expand({4, 3});
+  CHECK(e.stride(0) == 0);
+  CHECK(e.to_vector<float>() == std::vector<float>{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3});
+  CHECK(x.flatten().shape() == Shape{24});
+  CHECK(x.flatten(1).shape() == Shape{2, 12});
+  CHECK(x.unsqueeze(-1).shape() == Shape{2, 3, 4, 1});
+  CHECK(x.unsqueeze(-1).squeeze().shape() == Shape{2, 3, 4});
+  CHECK(x.narrow(1, 1, 2).shape() == Shape{2, 2, 4});
+  CHECK(x.permute({2, 0, 1}).contiguous().is_contiguous());
+  // view of a non-contiguous tensor fails with a clear error; reshape copies.
+  CHECK_THROWS_AS(t.view({24}), ShapeError);
+  Tensor r = t.reshape({24});
+  CHECK(!r.shares_storage(x));
+  // view that splits a contiguous chunk of a non-contiguous tensor works.
+  Tensor sliced = arange(0, 48, 1).reshape({4, 12}).slice(0, 0, 4, 2);  // rows 0, 2
+  Tensor v = sliced.view({2, 3, 4});
+  CHECK(v.shares_storage(sliced));
+  CHECK(v.select(0, 1).select(0, 0).select(0, 0).item() == 24.0);
+}
+
+TEST_CASE("factories", "[cpu][core]") {
+  CHECK(zeros({2, 3}).to_vector<float>() == std::vector<float>(6, 0.0f));
+  CHECK(full({2}, 7.5, {.dtype = DType::f64}).to_vector<double>() == std::vector<double>{7.5, 7.5});
+  CHECK(arange(5).to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(arange(1.0, 2.0, 0.25).to_vector<float>() == std::vector<float>{1.0f, 1.25f, 1.5f, 1.75f});
+  CHECK(linspace(0.0, 1.0, 5, {.dtype = DType::f64}).to_vector<double>() == std::vector<double>{0, 0.25, 0.5, 0.75, 1});
+  CHECK(eye(2, 3).to_vector<float>() == std::vector<float>{1, 0, 0, 0, 1, 0});
+  std::vector<int32_t> host{4, 5, 6};
+  Tensor h = from_vector(host, {3, 1});
+  CHECK(h.dtype() == DType::i32);
+  CHECK(h.shape() == Shape{3, 1});
+  CHECK(scalar_tensor(3.0).dim() == 0);
+  CHECK(scalar_tensor(3.0).item() == 3.0);
+  CHECK_THROWS_AS(tensor({1, 2, 3}, {2, 2}), ShapeError);
+  CHECK_THROWS_AS(zeros({2}).item(), ValueError);
+}
+
+TEST_CASE("Philox RNG is reproducible and state is saveable", "[cpu][core]") {
+  Generator g(1234);
+  Tensor a = randn({1001}, {}, &g);
+  GeneratorState saved = g.state();
+  Tensor b = rand({77}, {.dtype = DType::f64}, &g);
+  Generator g2(1234);
+  CHECK(randn({1001}, {}, &g2).to_vector<float>() == a.to_vector<float>());
+  g2.set_state(saved);
+  CHECK(rand({77}, {.dtype = DType::f64}, &g2).to_vector<double>() == b.to_vector<double>());
+  // Moments of a large normal sample.
+  Tensor big = randn({200000}, {.dtype = DType::f64}, &g);
+  CHECK(std::fabs(mean(big).item()) < 0.01);
+  CHECK(std::fabs(mean(mul(big, big)).item() - 1.0) < 0.02);
+  Tensor u = rand({100000}, {.dtype = DType::f64}, &g);
+  auto uv = u.to_vector<double>();
+  for (double v : uv) REQUIRE((v >= 0.0 && v < 1.0));
+  Tensor ri = randint(-3, 4, {10000}, {.dtype = DType::i64}, &g);
+  auto rv = ri.to_vector<int64_t>();
+  std::set<int64_t> seen(rv.begin(), rv.end());
+  CHECK(seen == std::set<int64_t>{-3, -2, -1, 0, 1, 2, 3});
+  Tensor bern = bernoulli({100000}, 0.3, {.dtype = DType::f64}, &g);
+  CHECK(std::fabs(mean(bern).item() - 0.3) < 0.01);
+  CHECK(bernoulli({10}, 0.0, {}, &g).to_vector<float>() == std::vector<float>(10, 0.0f));
+  CHECK_THROWS_AS(randint(3, 3, {2}), ValueError);
+}
+
+TEST_CASE("tensors print readably", "[cpu][core]") {
+  Tensor x = tensor({1, 2.5, -3, 4}, {2, 2});
+  std::string s = x.str();
+  CHECK(s.find("[[ 1.0000,  2.5000],") != std::string::npos);
+  CHECK(s.find("shape=[2, 2], dtype=f32") != std::string::npos);
+  std::string big = zeros({100, 100}).str();
+  CHECK(big.find("...") != std::string::npos);
+  CHECK(big.size() < 2000);
+}
+
+TEST_CASE("bad input raises genesis errors", "[cpu][core]") {
+  CHECK_THROWS_AS(Device::parse("tpu"), UsageError);
+  CHECK(Device::parse("cuda:1").index == 1);
+  CHECK_THROWS_AS(zeros({2, 3}).reshape({4, 2}), ShapeError);
+  CHECK_THROWS_AS(zeros({2, 3}).permute({0, 0}), ShapeError);
+  CHECK_THROWS_AS(zeros({2, 3}).select(1, 3), IndexError);
+  CHECK_THROWS_AS(zeros({2, 3}).transpose(0, 2), IndexError);
+  CHECK_THROWS_AS(zeros({2, 3}).expand({3, 3}), ShapeError);
+  CHECK_THROWS_AS(add(zeros({2, 3}), zeros({4})), ShapeError);
+  CHECK_THROWS_AS(Tensor().shape(), ValueError);
+  try {
+    add(zeros({2, 3}), zeros({4}));
+  } catch (const ShapeError& e) {
+    CHECK(std::string(e.what()).find("add: shapes [2, 3] and [4]") != std::string::npos);
+  }
+}

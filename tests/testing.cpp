@@ -1,0 +1,119 @@
+#include "tests/testing.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#if GENESIS_WITH_CUDA
+#include "libgenesis/cuda/runtime.h"
+#endif
+
+namespace genesis::testing {
+
+Tensor rand_leaf(const Shape& shape, double lo, double hi) {
+  Tensor t = uniform_like(empty(shape, {.dtype = DType::f64}), lo, hi);
+  t.requires_grad_(true);
+  return t;
+}
+
+Tensor rand_values(const Shape& shape, DType dtype, double lo, double hi) {
+  if (is_floating(dtype)) return uniform_like(empty(shape, {.dtype = dtype}), lo, hi);
+  return uniform_like(empty(shape, {.dtype = DType::f64}), lo, hi).to(dtype);
+}
+
+void gradcheck(const Fn& f, const TensorList& inputs, GradcheckOptions options) {
+  for (const Tensor& in : inputs) {
+    REQUIRE(in.dtype() == DType::f64);
+    REQUIRE(in.is_leaf());
+    REQUIRE(in.is_contiguous());
+  }
+  Tensor y0 = f(inputs);
+  REQUIRE(y0.dtype() == DType::f64);
+  Tensor w = uniform_like(y0.detach(), 0.5, 1.5);
+  auto objective = [&]() {
+    NoGradGuard no_grad;
+    return sum(mul(f(inputs), w)).item();
+  };
+  for (Tensor in : inputs) in.set_grad(Tensor());
+  Tensor loss = sum(mul(y0, w));
+  loss.backward();
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& in = inputs[k];
+    if (!in.requires_grad()) continue;
+    Tensor analytic = in.grad();
+    std::vector<double> ana = analytic.defined() ? analytic.to_vector<double>() : std::vector<double>(in.numel(), 0.0);
+    auto* data = in.data<double>();
+    for (int64_t i = 0; i < in.numel(); ++i) {
+      double orig = data[i];
+      data[i] = orig + options.eps;
+      double plus = objective();
+      data[i] = orig - options.eps;
+      double minus = objective();
+      data[i] = orig;
+      double numeric = (plus - minus) / (2 * options.eps);
+      double a = ana[static_cast<size_t>(i)];
+      INFO("input " << k << " (shape " << shape_str(in.shape()) << "), element " << i << ": analytic " << a
+                    << ", numeric " << numeric);
+      REQUIRE(std::fabs(a - numeric) <= options.atol + options.rtol * std::fabs(numeric));
+    }
+  }
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  if (a.shape() != b.shape()) return false;
+  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  for (size_t i = 0; i < va.size(); ++i) {
+    if (std::isnan(va[i]) || std::isnan(vb[i])) {
+      if (std::isnan(va[i]) != std::isnan(vb[i])) return false;
+      continue;
+    }
+    if (std::isinf(vb[i]) && va[i] == vb[i]) continue;
+    if (!(std::fabs(va[i] - vb[i]) <= atol + rtol * std::fabs(vb[i]))) return false;
+  }
+  return true;
+}
+
+void require_close(const Tensor& actual, const Tensor& expected, double rtol, double atol) {
+  INFO("actual shape " << shape_str(actual.shape()) << ", expected shape " << shape_str(expected.shape()));
+  REQUIRE(actual.shape() == expected.shape());
+  auto va = actual.to_vector<double>(), vb = expected.to_vector<double>();
+  for (size_t i = 0; i < va.size(); ++i) {
+    bool ok;
+    if (std::isnan(va[i]) || std::isnan(vb[i])) ok = std::isnan(va[i]) && std::isnan(vb[i]);
+    else if (std::isinf(vb[i])) ok = va[i] == vb[i];
+    else ok = std::fabs(va[i] - vb[i]) <= atol + rtol * std::fabs(vb[i]);
+    if (!ok) {
+      INFO("element " << i << ": actual " << va[i] << ", expected " << vb[i] << " (rtol " << rtol << ", atol " << atol
+                      << ")");
+      REQUIRE(ok);
+    }
+  }
+}
+
+std::set<std::string>& gradcheck_registry() {
+  static std::set<std::string> names;
+  return names;
+}
+
+std::set<std::string>& cuda_parity_registry() {
+  static std::set<std::string> names;
+  return names;
+}
+
+bool register_name(std::set<std::string>& registry, const char* name) {
+  registry.insert(name);
+  return true;
+}
+
+bool cuda_ready() {
+#if GENESIS_WITH_CUDA
+  if (cuda::is_available()) return true;
+  WARN("skipped: no CUDA device on this machine");
+  return false;
+#else
+  WARN("skipped: genesis was built without the CUDA backend");
+  return false;
+#endif
+}
+
+}  // namespace genesis::testing
