@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# CLI contract: results on stdout, one-line errors on stderr, exit codes 0 / 1 / 2.
+#   tests/cli/test_cli.sh PATH_TO_GENESIS
+set -u
+genesis=${1:?path to the genesis executable}
+failures=0
+check() {  # check NAME EXPECTED_RC ACTUAL_RC
+  if [ "$2" != "$3" ]; then
+    echo "FAIL: $1: exit code $3, expected $2"
+    failures=$((failures + 1))
+  else
+    echo "ok: $1"
+  fi
+}
+
+out=$("$genesis" ops --list 2>/dev/null); check "ops --list" 0 $?
+echo "$out" | grep -q "^matmul " || { echo "FAIL: ops --list does not list matmul"; failures=$((failures + 1)); }
+echo "$out" | tail -1 | grep -q "ops:" || { echo "FAIL: ops --list has no summary line"; failures=$((failures + 1)); }
+
+json=$("$genesis" ops --json 2>/dev/null); check "ops --json" 0 $?
+for field in '"name"' '"backward"' '"cpu"' '"cuda"' '"gradcheck"'; do
+  echo "$json" | grep -q "$field" || { echo "FAIL: ops --json lacks $field"; failures=$((failures + 1)); }
+done
+if command -v python3 >/dev/null; then
+  echo "$json" | python3 -c 'import json,sys; t=json.load(sys.stdin); assert all(o["gradcheck"] for o in t if o["backward"]); assert len(t) > 90' \
+    || { echo "FAIL: ops --json is not the expected JSON table"; failures=$((failures + 1)); }
+fi
+
+"$genesis" >/dev/null 2>&1; check "no subcommand is a usage error" 2 $?
+"$genesis" frobnicate >/dev/null 2>&1; check "unknown subcommand is a usage error" 2 $?
+"$genesis" ops --bogus-flag >/dev/null 2>&1; check "unknown flag is a usage error" 2 $?
+"$genesis" --help >/dev/null 2>&1; check "--help" 0 $?
+
+[ "$failures" -eq 0 ] && echo "cli: all checks passed" && exit 0
+echo "cli: $failures check(s) failed"
+exit 1
