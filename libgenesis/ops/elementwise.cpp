@@ -266,24 +266,37 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   return where(mask, scalar_tensor(value, {.dtype = x.dtype(), .device = x.device()}), x);
 }
 
-Tensor& add_(Tensor& dst, const Tensor& src) {
-  detail::check_inplace("add_", dst);
-  detail::check_same_device("add_", {dst, src});
-  Tensor s = src.to(dst.dtype()).expand(dst.shape());
+namespace {
+// dst = dst (op) src, in place; src broadcasts to dst and is cast to dst's dtype.
+Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& dst, const Tensor& src) {
+  detail::check_defined(name, dst, "self");
+  detail::check_defined(name, src, "other");
+  detail::check_inplace(name, dst);
+  detail::check_same_device(name, {dst, src});
+  Tensor s;
+  {
+    NoGradGuard forward_only;
+    s = src.to(dst.dtype()).expand(dst.shape());
+  }
   if (!dst.is_contiguous() || s.shares_storage(dst)) {
-    dst.copy_(binary_forward(BinaryOp::add, dst, s));
+    NoGradGuard forward_only;
+    dst.copy_(binary_forward(op, dst, s));
     return dst;
   }
   int nd = static_cast<int>(dst.dim());
   if (dst.device().is_cpu()) {
-    kernels::cpu::binary(BinaryOp::add, dst.dtype(), nd, dst.shape().data(), dst.data_ptr(), dst.strides().data(),
-                         s.data_ptr(), s.strides().data(), dst.data_ptr());
+    kernels::cpu::binary(op, dst.dtype(), nd, dst.shape().data(), dst.data_ptr(), dst.strides().data(), s.data_ptr(),
+                         s.strides().data(), dst.data_ptr());
   } else {
-    GENESIS_ON_CUDA(kernels::cuda::binary(BinaryOp::add, dst.dtype(), nd, dst.shape().data(), dst.data_ptr(),
-                                          dst.strides().data(), s.data_ptr(), s.strides().data(), dst.data_ptr(),
-                                          cuda::current_stream()));
+    GENESIS_ON_CUDA(kernels::cuda::binary(op, dst.dtype(), nd, dst.shape().data(), dst.data_ptr(), dst.strides().data(),
+                                          s.data_ptr(), s.strides().data(), dst.data_ptr(), cuda::current_stream()));
   }
   return dst;
 }
+}  // namespace
+
+Tensor& add_(Tensor& dst, const Tensor& src) { return binary_inplace("add_", BinaryOp::add, dst, src); }
+Tensor& mul_(Tensor& dst, const Tensor& src) { return binary_inplace("mul_", BinaryOp::mul, dst, src); }
+Tensor& mul_(Tensor& dst, double value) { return mul_(dst, wrap_scalar(dst, value)); }
 
 }  // namespace genesis

@@ -68,9 +68,11 @@ Tensor where(const Tensor& cond, const Tensor& a, double b);
 // x with `value` wherever mask (bool, broadcast to x) is true.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
-// In place: dst += src (src broadcast to dst). No autograd; used by gradient accumulation
-// and optimizers (under NoGradGuard).
+// In place: dst += src, dst *= src (src broadcast to dst and cast to its dtype). No
+// autograd; used by gradient accumulation, clipping and optimizers (under NoGradGuard).
 Tensor& add_(Tensor& dst, const Tensor& src);
+Tensor& mul_(Tensor& dst, const Tensor& src);
+Tensor& mul_(Tensor& dst, double value);
 
 // A 0-d tensor holding `value` in the dtype that `value` takes next to x (see above).
 Tensor wrap_scalar(const Tensor& x, double value);

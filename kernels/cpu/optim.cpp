@@ -1,0 +1,88 @@
+#include "kernels/cpu/optim.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/loops.h"
+
+namespace genesis::kernels::cpu {
+
+namespace {
+
+template <class T>
+void adam_typed(int64_t n, T* p, const T* g, T* m, T* v, T* v_max, const AdamStep& s) {
+  const T b1 = static_cast<T>(s.beta1), b2 = static_cast<T>(s.beta2), eps = static_cast<T>(s.eps);
+  const T step_size = static_cast<T>(s.lr / s.bias_correction1);
+  const T bc2_sqrt = static_cast<T>(std::sqrt(s.bias_correction2));
+  const T decay = static_cast<T>(1.0 - s.lr * s.weight_decay);
+  const T wd = static_cast<T>(s.weight_decay);
+  parallel_for(n, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      T grad = g[i];
+      T param = p[i];
+      if (s.decoupled) {
+        param *= decay;
+      } else {
+        grad += wd * param;
+      }
+      T mi = b1 * m[i] + (T(1) - b1) * grad;
+      T vi = b2 * v[i] + (T(1) - b2) * grad * grad;
+      m[i] = mi;
+      v[i] = vi;
+      T second = vi;
+      if (s.amsgrad) {
+        second = std::max(v_max[i], vi);
+        v_max[i] = second;
+      }
+      T denom = std::sqrt(second) / bc2_sqrt + eps;
+      p[i] = param - step_size * mi / denom;
+    }
+  });
+}
+
+template <class T>
+void sgd_typed(int64_t n, T* p, const T* g, T* buf, const SgdStep& s) {
+  const T lr = static_cast<T>(s.lr), mom = static_cast<T>(s.momentum), damp = static_cast<T>(1.0 - s.dampening);
+  const T wd = static_cast<T>(s.weight_decay);
+  parallel_for(n, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      T d = g[i] + wd * p[i];
+      if (s.momentum != 0.0) {
+        T b = s.first_step ? d : mom * buf[i] + damp * d;
+        buf[i] = b;
+        d = s.nesterov ? d + mom * b : b;
+      }
+      p[i] -= lr * d;
+    }
+  });
+}
+
+}  // namespace
+
+void adam_step(DType dtype, int64_t n, void* p, const void* g, void* m, void* v, void* v_max, const AdamStep& s) {
+  switch (dtype) {
+    case DType::f32:
+      adam_typed(n, static_cast<float*>(p), static_cast<const float*>(g), static_cast<float*>(m),
+                 static_cast<float*>(v), static_cast<float*>(v_max), s);
+      break;
+    case DType::f64:
+      adam_typed(n, static_cast<double*>(p), static_cast<const double*>(g), static_cast<double*>(m),
+                 static_cast<double*>(v), static_cast<double*>(v_max), s);
+      break;
+    default: throw_unsupported_dtype("adam_step (parameters must be f32 or f64)", dtype);
+  }
+}
+
+void sgd_step(DType dtype, int64_t n, void* p, const void* g, void* momentum_buffer, const SgdStep& s) {
+  switch (dtype) {
+    case DType::f32:
+      sgd_typed(n, static_cast<float*>(p), static_cast<const float*>(g), static_cast<float*>(momentum_buffer), s);
+      break;
+    case DType::f64:
+      sgd_typed(n, static_cast<double*>(p), static_cast<const double*>(g), static_cast<double*>(momentum_buffer), s);
+      break;
+    default: throw_unsupported_dtype("sgd_step (parameters must be f32 or f64)", dtype);
+  }
+}
+
+}  // namespace genesis::kernels::cpu

@@ -1,0 +1,88 @@
+#pragma once
+// Optimizers over parameter groups, updated in place under NoGradGuard with fused
+// kernels (kernels/cpu/optim.h). Update formulas follow PyTorch's SGD, Adam and AdamW.
+// State (per-parameter slots and the step count) is exported by name for checkpoints.
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "libgenesis/core/tensor.h"
+
+namespace genesis {
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+struct ParamGroup {
+  std::vector<NamedTensor> params;
+  double lr = 1e-3;            // current learning rate (schedulers write it every step)
+  double base_lr = 1e-3;       // the recipe's learning rate for this group
+  double weight_decay = 0.0;
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<ParamGroup> groups);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Applies one update to every parameter that has a gradient.
+  void step();
+  // Drops every gradient (set to undefined, like PyTorch's set_to_none=True).
+  void zero_grad();
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  int64_t step_count() const { return step_count_; }
+  virtual std::string_view name() const = 0;
+
+  // Per-parameter state as "<param name>.<slot>" tensors plus "<param name>.step" (i64,
+  // 0-d), like PyTorch's per-parameter state. load_state checks names and shapes and
+  // names any mismatch. The optimizer's own step count travels separately (trainer.json).
+  std::vector<NamedTensor> state() const;
+  void load_state(const std::vector<NamedTensor>& state, int64_t step_count);
+
+ protected:
+  struct ParamState {
+    std::vector<Tensor> slots;  // allocated on the parameter's first update
+    int64_t steps = 0;          // updates applied to this parameter (bias corrections use it)
+  };
+  // Slots this optimizer keeps per parameter (e.g. {"exp_avg", "exp_avg_sq"}).
+  virtual std::vector<std::string> slot_names() const = 0;
+  // Called with state.steps already counting this update.
+  virtual void update(ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state) = 0;
+
+ private:
+  std::vector<ParamGroup> groups_;
+  std::vector<ParamState> states_;  // states_[i] belongs to the i-th parameter in group order
+  int64_t step_count_ = 0;
+};
+
+struct SgdOptions {
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+};
+
+struct AdamOptions {
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  bool amsgrad = false;
+  bool decoupled_weight_decay = true;  // true: AdamW, false: Adam (L2 added to the gradient)
+};
+
+std::unique_ptr<Optimizer> make_sgd(std::vector<ParamGroup> groups, SgdOptions options = {});
+std::unique_ptr<Optimizer> make_adam(std::vector<ParamGroup> groups, AdamOptions options = {});
+
+// Scales all gradients so their global L2 norm is at most max_norm; returns the norm
+// before clipping as a 0-d tensor (no host synchronization). max_norm <= 0 only measures.
+Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// Clamps every gradient element to [-value, value].
+void clip_grad_value(const std::vector<Tensor>& params, double value);
+
+}  // namespace genesis
