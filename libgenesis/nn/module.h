@@ -1,0 +1,75 @@
+#pragma once
+// Module: named parameters, buffers and child modules, train/eval mode, and strict
+// state dicts whose names follow the PyTorch / Hugging Face convention ("0.weight",
+// "encoder.layers.3.bias").
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "libgenesis/core/tensor.h"
+#include "libgenesis/optim/optimizer.h"  // NamedTensor
+
+namespace genesis::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  // Short type name for printing ("Linear(784 -> 256)").
+  virtual std::string describe() const = 0;
+
+  // Recursive, in registration order, with dotted names.
+  std::vector<NamedTensor> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  std::vector<NamedTensor> named_buffers() const;
+  std::vector<std::pair<std::string, Module*>> named_modules() const;  // includes this module as ""
+  int64_t num_parameters() const;
+
+  // Parameters and buffers together.
+  std::vector<NamedTensor> state_dict() const;
+  // Copies values into the existing tensors (dtype cast, device move). Strict: every
+  // missing, unexpected or shape-mismatched name is reported in one error.
+  void load_state_dict(const std::vector<NamedTensor>& state);
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Moves/casts every parameter and buffer (parameters stay leaves that require grad).
+  // Call before building an optimizer: it replaces the tensors.
+  void to(Device device);
+  void to(DType dtype);
+
+  // A multi-line summary: one line per module with its parameter count.
+  std::string summary() const;
+
+ protected:
+  Tensor& register_parameter(std::string name, Tensor value);
+  Tensor& register_buffer(std::string name, Tensor value);
+  template <class M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    children_.emplace_back(std::move(name), module);
+    return module;
+  }
+
+ private:
+  void collect_parameters(const std::string& prefix, std::vector<NamedTensor>& out) const;
+  void collect_buffers(const std::string& prefix, std::vector<NamedTensor>& out) const;
+  template <class F>
+  void for_each_tensor(F&& f);
+
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+using ModulePtr = std::shared_ptr<Module>;
+
+}  // namespace genesis::nn
