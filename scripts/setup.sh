@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev     # JSON output, checkpoints metadata
   libpcre2-dev           # tokenizer pre-tokenization
   zlib1g-dev             # gzip'd datasets
+  dataset-fashion-mnist  # Fashion-MNIST IDX files (/usr/share/datasets/fashion-mnist)
 )
 
 missing=()

@@ -1,0 +1,77 @@
+#include "libgenesis/data/dataset.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "libgenesis/core/error.h"
+#include "libgenesis/data/idx.h"
+#include "libgenesis/data/permutation.h"
+
+namespace genesis::data {
+
+Dataset load_fashion_mnist(const std::string& dir, const std::string& split) {
+  GENESIS_CHECK(split == "train" || split == "test", UsageError, "fashion_mnist: unknown split '", split,
+                "' (valid: train, test)");
+  std::string prefix = split == "train" ? "train" : "t10k";
+  std::string images = dir + "/" + prefix + "-images-idx3-ubyte.gz";
+  std::string labels = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
+  for (const std::string& f : {images, labels}) {
+    GENESIS_CHECK(std::filesystem::exists(f), ValueError, "Fashion-MNIST file not found: ", f,
+                  " (install the Debian package dataset-fashion-mnist: scripts/setup.sh does, or set data.path)");
+  }
+  Tensor x = read_idx(images);
+  Tensor y = read_idx(labels);
+  GENESIS_CHECK(x.dim() == 3 && y.dim() == 1 && x.size(0) == y.size(0), ValueError, "fashion_mnist: images ",
+                x.shape(), " and labels ", y.shape(), " in ", dir, " do not match");
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] /= 255.0f;
+  return {x.view({x.size(0), 1, x.size(1), x.size(2)}), y};
+}
+
+Normalization compute_normalization(const Dataset& ds) {
+  const float* p = ds.inputs.data<float>();
+  int64_t n = ds.inputs.numel();
+  double sum = 0.0, sq = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    sum += p[i];
+    sq += static_cast<double>(p[i]) * p[i];
+  }
+  double mean = sum / static_cast<double>(n);
+  return {mean, std::sqrt(std::max(0.0, sq / static_cast<double>(n) - mean * mean))};
+}
+
+void normalize(Dataset& ds, Normalization n) {
+  GENESIS_CHECK(n.std > 0.0, ValueError, "normalize: standard deviation must be positive (got ", n.std, ")");
+  float* p = ds.inputs.data<float>();
+  auto mean = static_cast<float>(n.mean), inv = static_cast<float>(1.0 / n.std);
+  for (int64_t i = 0; i < ds.inputs.numel(); ++i) p[i] = (p[i] - mean) * inv;
+}
+
+Dataset take(const Dataset& ds, const std::vector<int64_t>& indices) {
+  Shape xs = ds.inputs.shape();
+  xs[0] = static_cast<int64_t>(indices.size());
+  Dataset out{empty(xs, {.dtype = ds.inputs.dtype()}), empty({xs[0]}, {.dtype = DType::i64})};
+  size_t row = static_cast<size_t>(ds.inputs.numel() / std::max<int64_t>(1, ds.size())) * ds.inputs.element_size();
+  const char* src = static_cast<const char*>(ds.inputs.data_ptr());
+  char* dst = static_cast<char*>(out.inputs.data_ptr());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    GENESIS_CHECK(indices[i] >= 0 && indices[i] < ds.size(), IndexError, "take: index ", indices[i],
+                  " out of range for a dataset of ", ds.size());
+    std::memcpy(dst + i * row, src + static_cast<size_t>(indices[i]) * row, row);
+    out.targets.data<int64_t>()[i] = ds.targets.data<int64_t>()[indices[i]];
+  }
+  return out;
+}
+
+std::pair<Dataset, Dataset> split_validation(const Dataset& ds, double fraction, uint64_t seed) {
+  GENESIS_CHECK(fraction >= 0.0 && fraction < 1.0, UsageError, "validation fraction must be in [0, 1) (got ",
+                fraction, ")");
+  auto n_val = static_cast<int64_t>(std::llround(fraction * static_cast<double>(ds.size())));
+  if (n_val == 0) return {ds, Dataset{}};
+  std::vector<int64_t> perm = permutation(ds.size(), seed, /*stream=*/0xDA7A);
+  std::vector<int64_t> train(perm.begin(), perm.end() - n_val), val(perm.end() - n_val, perm.end());
+  return {take(ds, train), take(ds, val)};
+}
+
+}  // namespace genesis::data

@@ -1,0 +1,72 @@
+#pragma once
+// Batches over an in-memory Dataset: a seeded shuffle per epoch, optional background
+// prefetch, and a cursor (epoch, batch) that checkpoints save so a resumed run sees the
+// same batches as an uninterrupted one.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "libgenesis/data/dataset.h"
+
+namespace genesis::data {
+
+struct Batch {
+  Tensor inputs;
+  Tensor targets;
+  int64_t epoch = 0;
+  int64_t index = 0;  // batch index within the epoch
+};
+
+struct LoaderCursor {
+  int64_t epoch = 0;
+  int64_t batch = 0;  // next batch within the epoch
+  friend bool operator==(const LoaderCursor&, const LoaderCursor&) = default;
+};
+
+struct LoaderOptions {
+  int64_t batch_size = 64;
+  bool shuffle = true;
+  bool drop_last = false;  // drop a final partial batch
+  uint64_t seed = 0;
+  int prefetch = 2;  // batches prepared ahead by a background thread; 0 = none
+};
+
+class DataLoader {
+ public:
+  DataLoader(Dataset dataset, LoaderOptions options);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // The next batch; rolls over into the next epoch (reshuffled) at the end of one.
+  Batch next();
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  int64_t dataset_size() const { return dataset_.size(); }
+  // Position of the batch the next call to next() returns.
+  LoaderCursor cursor() const { return cursor_; }
+  void seek(LoaderCursor cursor);
+
+ private:
+  Batch make_batch(LoaderCursor at) const;
+  LoaderCursor advance(LoaderCursor c) const;
+  void start_worker();
+  void stop_worker();
+
+  Dataset dataset_;
+  LoaderOptions options_;
+  int64_t batches_per_epoch_;
+  LoaderCursor cursor_;  // what next() returns next
+
+  // Background prefetch: the worker produces batches from worker_cursor_ into queue_.
+  std::thread worker_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  LoaderCursor worker_cursor_;
+  bool stop_ = false;
+  std::exception_ptr worker_error_;
+};
+
+}  // namespace genesis::data
