@@ -1,0 +1,82 @@
+#include "libgenesis/train/run_log.h"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "libgenesis/core/error.h"
+
+namespace genesis::train {
+
+std::string format_duration(double s) {
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof(buf), "%dh%02dm", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s / 60), static_cast<int>(s) % 60);
+  else std::snprintf(buf, sizeof(buf), "%.1fs", s);
+  return buf;
+}
+
+RunLog::RunLog(const std::string& metrics_path, bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {
+  metrics_ = std::fopen(metrics_path.c_str(), "a");
+  GENESIS_CHECK(metrics_ != nullptr, Error, "cannot open ", metrics_path, " for writing");
+}
+
+RunLog::~RunLog() {
+  end_progress_line();
+  if (metrics_) std::fclose(metrics_);
+}
+
+void RunLog::end_progress_line() {
+  if (progress_open_) std::fputc('\n', stderr);
+  progress_open_ = false;
+}
+
+void RunLog::step(const StepRecord& r) {
+  nlohmann::json j{{"step", r.step},       {"epoch", r.epoch},         {"loss", r.loss},
+                   {"lr", r.lr},           {"grad_norm", r.grad_norm}, {"samples_per_s", r.samples_per_s},
+                   {"elapsed_s", r.elapsed_s}};
+  std::fprintf(metrics_, "%s\n", j.dump().c_str());
+  std::fflush(metrics_);
+  if (quiet_) return;
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "step %6lld/%lld | epoch %6.2f | loss %.4f | lr %.3e | norm %7.4f | %8.0f samples/s | %s | eta %s",
+                static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.epoch, r.loss, r.lr,
+                r.grad_norm, r.samples_per_s, format_duration(r.elapsed_s).c_str(), format_duration(r.eta_s).c_str());
+  if (tty_) {
+    // A progress bar that redraws in place.
+    constexpr int kWidth = 24;
+    double frac = r.total_steps > 0 ? static_cast<double>(r.step) / static_cast<double>(r.total_steps) : 0.0;
+    int filled = static_cast<int>(frac * kWidth);
+    std::string bar(static_cast<size_t>(filled), '#');
+    bar.resize(kWidth, '.');
+    std::fprintf(stderr, "\r[%s] %3.0f%% %s\x1b[K", bar.c_str(), frac * 100.0, line);
+    progress_open_ = true;
+  } else {
+    std::fprintf(stderr, "%s\n", line);
+  }
+  std::fflush(stderr);
+}
+
+void RunLog::eval(int64_t step, const std::map<std::string, double>& metrics) {
+  nlohmann::json values(metrics);
+  std::fprintf(metrics_, "%s\n", nlohmann::json{{"step", step}, {"eval", values}}.dump().c_str());
+  std::fflush(metrics_);
+  if (quiet_) return;
+  end_progress_line();
+  std::string line = "eval  step " + std::to_string(step);
+  for (const auto& [k, v] : metrics) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), " | %s %.4f", k.c_str(), v);
+    line += buf;
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void RunLog::note(const std::string& message) {
+  if (quiet_) return;
+  end_progress_line();
+  std::fprintf(stderr, "%s\n", message.c_str());
+}
+
+}  // namespace genesis::train

@@ -1,0 +1,50 @@
+#pragma once
+// What a run reports while it trains: one fixed-format line per logged step on stderr (a
+// live progress bar instead when stderr is a terminal), the same fields as one JSON object
+// per line in metrics.jsonl, and summary.json at the end.
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace genesis::train {
+
+struct StepRecord {
+  int64_t step = 0;        // optimizer steps done
+  int64_t total_steps = 0;
+  double epoch = 0.0;      // fractional epochs done
+  double loss = 0.0;
+  double lr = 0.0;
+  double grad_norm = 0.0;
+  double samples_per_s = 0.0;
+  double elapsed_s = 0.0;
+  double eta_s = 0.0;
+};
+
+class RunLog {
+ public:
+  // metrics_path: metrics.jsonl (appended to, so resumed runs continue the file).
+  // quiet: no terminal output (metrics.jsonl is still written).
+  RunLog(const std::string& metrics_path, bool quiet);
+  ~RunLog();
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
+
+  void step(const StepRecord& r);
+  // An evaluation result: a line on stderr and {"step": .., "eval": {...}} in metrics.jsonl.
+  void eval(int64_t step, const std::map<std::string, double>& metrics);
+  // A free-form note on stderr (rank 0 only; suppressed when quiet).
+  void note(const std::string& message);
+
+ private:
+  void end_progress_line();
+  std::FILE* metrics_ = nullptr;
+  bool quiet_;
+  bool tty_;
+  bool progress_open_ = false;
+};
+
+// Formats seconds as "1h02m", "3m05s" or "12.3s".
+std::string format_duration(double seconds);
+
+}  // namespace genesis::train

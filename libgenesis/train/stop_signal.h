@@ -1,0 +1,18 @@
+#pragma once
+// Clean stop on Ctrl-C / SIGTERM: the first signal asks the training loop to finish the
+// current step, write a checkpoint and exit (code 130); a second one terminates at once.
+
+namespace genesis::train {
+
+class StopSignal {
+ public:
+  StopSignal();   // installs the handlers
+  ~StopSignal();  // restores the previous ones
+  StopSignal(const StopSignal&) = delete;
+  StopSignal& operator=(const StopSignal&) = delete;
+  bool requested() const;
+  // For tests: behave as if a signal had arrived.
+  static void simulate();
+};
+
+}  // namespace genesis::train
