@@ -2,6 +2,7 @@
 // Neural-network functions: softmax family, normalization, embedding, dropout, one_hot.
 // Half-precision inputs compute in f32 internally.
 #include <optional>
+#include <string_view>
 
 #include "libgenesis/core/generator.h"
 #include "libgenesis/core/tensor.h"
@@ -23,5 +24,13 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);
 // [..., num_classes] i64 tensor of zeros and ones; num_classes < 0 means max(index) + 1.
 Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+
+namespace detail {
+// Throws IndexError naming `op` unless every value of the CPU index tensor `index` other
+// than `ignore` lies in [0, bound); the message calls them `what` and the bound `bound_name`
+// ("target value 7 is out of range for 5 classes"). Returns how many values were not ignored.
+int64_t check_index_values(std::string_view op, const Tensor& index, int64_t bound, std::optional<int64_t> ignore,
+                           std::string_view what, std::string_view bound_name);
+}  // namespace detail
 
 }  // namespace genesis

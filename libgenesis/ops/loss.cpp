@@ -1,0 +1,267 @@
+// Losses: fused CPU kernels for the class-index losses (cross_entropy, nll_loss), and
+// elementwise compositions with explicit backward formulas for the regression and binary
+// losses (which therefore run on any device the elementwise ops support).
+#include "libgenesis/ops/loss.h"
+
+#include "kernels/cpu/loss.h"
+#include "libgenesis/autograd/record.h"
+#include "libgenesis/ops/dispatch.h"
+#include "libgenesis/ops/elementwise.h"
+#include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/nn.h"
+#include "libgenesis/ops/reduce.h"
+
+namespace genesis {
+
+namespace {
+
+using kernels::cpu::ClassRows;
+
+constexpr const char* kBce = "binary_cross_entropy_with_logits";
+
+DType acc_dtype(DType dtype) {
+  return dtype == DType::f64 ? DType::f64 : DType::f32;
+}
+// The elementwise losses compute half inputs in f32 and round the result once.
+DType compute_dtype(DType dtype) {
+  return is_half(dtype) ? DType::f32 : dtype;
+}
+
+// Checks input [N, C, d...] against class-index target [N, d...]; returns the row layout.
+ClassRows class_rows(const char* name, const Tensor& input, const Tensor& target, const char* input_name) {
+  detail::require_cpu(name, {input, target});
+  detail::check_floating(name, input);
+  GENESIS_CHECK(is_integral(target.dtype()), DTypeError, name, ": target must hold class indices (i32 or i64), got ",
+                dtype_name(target.dtype()));
+  GENESIS_CHECK(input.dim() >= 2, ShapeError, name, ": ", input_name, " must be [N, C] or [N, C, d...], got shape ",
+                input.shape());
+  Shape expected = input.shape();
+  expected.erase(expected.begin() + 1);
+  GENESIS_CHECK(target.shape() == expected, ShapeError, name, ": target of shape ", target.shape(), " does not match ",
+                input_name, " of shape ", input.shape(), " (expected ", expected, ")");
+  return {input.size(0), input.size(1), numel_of(Shape(input.shape().begin() + 2, input.shape().end()))};
+}
+
+// Per-row losses (accumulator dtype) reduced as requested, in `dtype`. Mean divides by the
+// number of non-ignored rows, so an all-ignored batch gives NaN (as in PyTorch).
+Tensor reduce_rows(const Tensor& rows, Reduction reduction, int64_t count, const Shape& none_shape, DType dtype) {
+  switch (reduction) {
+    case Reduction::none:
+      return rows.view(none_shape).to(dtype);
+    case Reduction::sum:
+      return sum(rows).to(dtype);
+    case Reduction::mean:
+      break;
+  }
+  return div(sum(rows), static_cast<double>(count)).to(dtype);
+}
+
+// How the incoming gradient maps onto rows: per row for none, one scalar otherwise.
+struct RowGrad {
+  int64_t stride;
+  double scale;
+};
+RowGrad row_grad(Reduction reduction, int64_t count) {
+  return {reduction == Reduction::none ? 1 : 0, reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0};
+}
+
+// Single-sample form: [C] input with a 0-d target runs as a batch of one.
+template <class F>
+Tensor as_batch_of_one(const Tensor& input, const Tensor& target, Reduction reduction, F&& loss_fn) {
+  Tensor loss = loss_fn(input.unsqueeze(0), target.unsqueeze(0));
+  return reduction == Reduction::none ? loss.squeeze(0) : loss;
+}
+
+void check_pair(const char* name, const Tensor& input, const Tensor& target, const char* input_name) {
+  detail::check_defined(name, input, input_name);
+  detail::check_defined(name, target, "target");
+  detail::check_same_device(name, {input, target});
+  detail::check_floating(name, input);
+  GENESIS_CHECK(target.dtype() == input.dtype(), DTypeError, name, ": target has dtype ", dtype_name(target.dtype()),
+                " but ", input_name, " has ", dtype_name(input.dtype()));
+  GENESIS_CHECK(target.shape() == input.shape(), ShapeError, name, ": target of shape ", target.shape(),
+                " does not match ", input_name, " of shape ", input.shape());
+}
+
+Tensor reduce_elements(const Tensor& loss, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::none:
+      return loss;
+    case Reduction::sum:
+      return sum(loss);
+    case Reduction::mean:
+      break;
+  }
+  return mean(loss);
+}
+
+// d(reduced loss)/d(elementwise loss), broadcastable against the elementwise loss.
+Tensor reduction_grad(const Tensor& g, Reduction reduction, int64_t numel, DType compute) {
+  Tensor gc = g.to(compute);
+  return reduction == Reduction::mean ? div(gc, static_cast<double>(numel)) : gc;
+}
+
+// log(1 + exp(-x)) without overflow.
+Tensor softplus_of_neg(const Tensor& x) {
+  return add(log1p(exp(neg(abs(x)))), relu(neg(x)));
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
+  detail::check_defined("cross_entropy", logits, "logits");
+  detail::check_defined("cross_entropy", target, "target");
+  if (logits.dim() == 1 && target.dim() == 0) {
+    return as_batch_of_one(logits, target, options.reduction,
+                           [&](const Tensor& x, const Tensor& t) { return cross_entropy(x, t, options); });
+  }
+  ClassRows s = class_rows("cross_entropy", logits, target, "logits");
+  GENESIS_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing < 1.0, ValueError,
+                "cross_entropy: label_smoothing must be in [0, 1) (got ", options.label_smoothing, ")");
+  Tensor tc = target.contiguous();
+  const int64_t count =
+      detail::check_index_values("cross_entropy", tc, s.classes, options.ignore_index, "target value", "classes");
+  const DType dt = logits.dtype();
+  Tensor row_loss = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt)});
+  Tensor lse = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt)});
+  Tensor xc, loss;
+  {
+    NoGradGuard forward_only;
+    xc = logits.contiguous();
+    kernels::cpu::cross_entropy(dt, tc.dtype(), s, xc.data_ptr(), tc.data_ptr(), options.ignore_index,
+                                options.label_smoothing, row_loss.data_ptr(), lse.data_ptr());
+    loss = reduce_rows(row_loss, options.reduction, count, target.shape(), dt);
+  }
+  if (needs_grad({logits})) {
+    record("cross_entropy", {logits}, {loss},
+           [s, options, count, xs = saved(xc), ts = saved(tc), lses = saved(lse)](const TensorList& g) {
+             Tensor gl = g[0].to(xs.dtype()).contiguous();
+             RowGrad rg = row_grad(options.reduction, count);
+             Tensor gx = empty_like(xs);
+             kernels::cpu::cross_entropy_backward(xs.dtype(), ts.dtype(), s, xs.data_ptr(), ts.data_ptr(),
+                                                  lses.data_ptr(), options.ignore_index, options.label_smoothing,
+                                                  gl.data_ptr(), rg.stride, rg.scale, gx.data_ptr());
+             return TensorList{gx};
+           });
+  }
+  return loss;
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  detail::check_defined("nll_loss", log_probs, "log_probs");
+  detail::check_defined("nll_loss", target, "target");
+  if (log_probs.dim() == 1 && target.dim() == 0) {
+    return as_batch_of_one(log_probs, target, reduction,
+                           [&](const Tensor& x, const Tensor& t) { return nll_loss(x, t, reduction, ignore_index); });
+  }
+  ClassRows s = class_rows("nll_loss", log_probs, target, "log_probs");
+  Tensor tc = target.contiguous();
+  const int64_t count = detail::check_index_values("nll_loss", tc, s.classes, ignore_index, "target value", "classes");
+  const DType dt = log_probs.dtype();
+  Tensor row_loss = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt)});
+  Tensor loss;
+  {
+    NoGradGuard forward_only;
+    Tensor xc = log_probs.contiguous();
+    kernels::cpu::nll_loss(dt, tc.dtype(), s, xc.data_ptr(), tc.data_ptr(), ignore_index, row_loss.data_ptr());
+    loss = reduce_rows(row_loss, reduction, count, target.shape(), dt);
+  }
+  if (needs_grad({log_probs})) {
+    record("nll_loss", {log_probs}, {loss},
+           [s, reduction, ignore_index, count, dt, shape = log_probs.shape(), ts = saved(tc)](const TensorList& g) {
+             Tensor gl = g[0].to(dt).contiguous();
+             RowGrad rg = row_grad(reduction, count);
+             Tensor gx = empty(shape, {.dtype = dt});
+             kernels::cpu::nll_loss_backward(dt, ts.dtype(), s, ts.data_ptr(), ignore_index, gl.data_ptr(), rg.stride,
+                                             rg.scale, gx.data_ptr());
+             return TensorList{gx};
+           });
+  }
+  return loss;
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_pair("mse_loss", input, target, "input");
+  const DType compute = compute_dtype(input.dtype());
+  Tensor loss;
+  {
+    NoGradGuard forward_only;
+    Tensor diff = sub(input.to(compute), target.to(compute));
+    loss = reduce_elements(mul(diff, diff), reduction).to(input.dtype());
+  }
+  if (needs_grad({input, target})) {
+    record("mse_loss", {input, target}, {loss},
+           [reduction, compute, xs = saved(input), ts = saved(target)](const TensorList& g) {
+             Tensor diff = sub(xs.to(compute), ts.to(compute));
+             Tensor gx = mul(mul(diff, 2.0), reduction_grad(g[0], reduction, xs.numel(), compute));
+             return TensorList{gx.to(xs.dtype()), neg(gx).to(ts.dtype())};
+           });
+  }
+  return loss;
+}
+
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_pair("l1_loss", input, target, "input");
+  const DType compute = compute_dtype(input.dtype());
+  Tensor loss;
+  {
+    NoGradGuard forward_only;
+    loss = reduce_elements(abs(sub(input.to(compute), target.to(compute))), reduction).to(input.dtype());
+  }
+  if (needs_grad({input, target})) {
+    // sign(0) = 0: equal elements get a zero subgradient, as in PyTorch.
+    record("l1_loss", {input, target}, {loss},
+           [reduction, compute, xs = saved(input), ts = saved(target)](const TensorList& g) {
+             Tensor direction = sign(sub(xs.to(compute), ts.to(compute)));
+             Tensor gx = mul(direction, reduction_grad(g[0], reduction, xs.numel(), compute));
+             return TensorList{gx.to(xs.dtype()), neg(gx).to(ts.dtype())};
+           });
+  }
+  return loss;
+}
+
+// loss = (1 - t) * x + (1 + (pos_weight - 1) * t) * log(1 + exp(-x)), PyTorch's stable form.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction,
+                                        const Tensor& pos_weight) {
+  check_pair(kBce, logits, target, "logits");
+  if (pos_weight.defined()) {
+    detail::check_same_device(kBce, {logits, pos_weight});
+    GENESIS_CHECK(pos_weight.dtype() == logits.dtype(), DTypeError, kBce, ": pos_weight has dtype ",
+                  dtype_name(pos_weight.dtype()), " but logits has ", dtype_name(logits.dtype()));
+    GENESIS_CHECK(broadcast_shapes(logits.shape(), pos_weight.shape(), kBce) == logits.shape(), ShapeError, kBce,
+                  ": pos_weight of shape ", pos_weight.shape(), " does not broadcast to logits of shape ",
+                  logits.shape());
+  }
+  const DType compute = compute_dtype(logits.dtype());
+  Tensor loss;
+  {
+    NoGradGuard forward_only;
+    Tensor x = logits.to(compute), t = target.to(compute);
+    Tensor sp = softplus_of_neg(x);
+    if (pos_weight.defined()) sp = mul(add(mul(sub(pos_weight.to(compute), 1.0), t), 1.0), sp);
+    loss = reduce_elements(add(mul(sub(1.0, t), x), sp), reduction).to(logits.dtype());
+  }
+  if (needs_grad({logits, target, pos_weight})) {
+    record(kBce, {logits, target, pos_weight}, {loss},
+           [reduction, compute, xs = saved(logits), ts = saved(target), pws = saved(pos_weight)](const TensorList& g) {
+             Tensor x = xs.to(compute), t = ts.to(compute);
+             Tensor rg = reduction_grad(g[0], reduction, xs.numel(), compute);
+             Tensor sp = softplus_of_neg(x);
+             Tensor sig_neg = sigmoid(neg(x));
+             Tensor gx, gt, gpw;
+             if (pws.defined()) {
+               Tensor pw_minus_one = sub(pws.to(compute), 1.0);
+               gx = sub(sub(1.0, t), mul(add(mul(pw_minus_one, t), 1.0), sig_neg));
+               gt = add(neg(x), mul(pw_minus_one, sp));
+               gpw = sum_to(mul(mul(t, sp), rg), pws.shape()).to(pws.dtype());
+             } else {
+               gx = sub(sub(1.0, t), sig_neg);
+               gt = neg(x);
+             }
+             return TensorList{mul(gx, rg).to(xs.dtype()), mul(gt, rg).to(ts.dtype()), gpw};
+           });
+  }
+  return loss;
+}
+
+}  // namespace genesis

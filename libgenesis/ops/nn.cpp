@@ -1,0 +1,217 @@
+// Neural-network functions: argument checks, dispatch to the CPU kernels, and backward
+// formulas (fused kernels for softmax and the norms, a deterministic scatter-add for
+// embedding, the saved keep-mask for dropout).
+#include "libgenesis/ops/nn.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/nn.h"
+#include "libgenesis/autograd/record.h"
+#include "libgenesis/ops/dispatch.h"
+#include "libgenesis/ops/elementwise.h"
+#include "libgenesis/ops/factory.h"
+
+namespace genesis {
+
+namespace detail {
+
+int64_t check_index_values(std::string_view op, const Tensor& index, int64_t bound, std::optional<int64_t> ignore,
+                           std::string_view what, std::string_view bound_name) {
+  Tensor idx = index.contiguous();
+  kernels::cpu::IndexStats s = kernels::cpu::index_stats(idx.dtype(), idx.numel(), idx.data_ptr(), ignore);
+  if (s.count > 0) {
+    const int64_t bad = s.min < 0 ? s.min : s.max;
+    GENESIS_CHECK(s.min >= 0 && s.max < bound, IndexError, op, ": ", what, " ", bad, " is out of range for ", bound,
+                  " ", bound_name);
+  }
+  return s.count;
+}
+
+}  // namespace detail
+
+namespace {
+
+// Row statistics (and dropout's scale) live in the accumulator dtype, so half inputs round once.
+DType acc_dtype(DType dtype) {
+  return dtype == DType::f64 ? DType::f64 : DType::f32;
+}
+
+Tensor softmax_family(const char* name, bool log, const Tensor& x, int64_t axis_in) {
+  detail::check_defined(name, x, "input");
+  detail::require_cpu(name, {x});
+  detail::check_floating(name, x);
+  const int64_t axis = normalize_axis(axis_in, std::max<int64_t>(x.dim(), 1), name);
+  int64_t outer = 1, dim = 1, inner = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) (d < axis ? outer : d == axis ? dim : inner) *= x.size(d);
+  Tensor y = empty(x.shape(), {.dtype = x.dtype()});
+  {
+    NoGradGuard forward_only;
+    Tensor xc = x.contiguous();
+    kernels::cpu::softmax(x.dtype(), log, outer, dim, inner, xc.data_ptr(), y.data_ptr());
+  }
+  if (needs_grad({x})) {
+    record(name, {x}, {y}, [log, outer, dim, inner, ys = saved(y)](const TensorList& g) {
+      Tensor gy = g[0].to(ys.dtype()).contiguous();
+      Tensor gx = empty_like(ys);
+      kernels::cpu::softmax_backward(ys.dtype(), log, outer, dim, inner, ys.data_ptr(), gy.data_ptr(), gx.data_ptr());
+      return TensorList{gx};
+    });
+  }
+  return y;
+}
+
+// Layer norm (centered) or RMS norm over the trailing `normalized_shape` dimensions.
+Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                 const Tensor& bias, double eps) {
+  detail::check_defined(name, x, "input");
+  detail::require_cpu(name, {x, weight, bias});
+  detail::check_floating(name, x);
+  const auto k = static_cast<int64_t>(normalized_shape.size());
+  const bool trailing =
+      k >= 1 && k <= x.dim() && std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - k);
+  GENESIS_CHECK(trailing, ShapeError, name, ": normalized_shape ", normalized_shape,
+                " must be non-empty and match the trailing dimensions of the input of shape ", x.shape());
+  auto check_param = [&](const Tensor& t, const char* arg) {
+    if (!t.defined()) return;
+    GENESIS_CHECK(t.shape() == normalized_shape, ShapeError, name, ": ", arg, " of shape ", t.shape(),
+                  " does not match normalized_shape ", normalized_shape);
+    GENESIS_CHECK(t.dtype() == x.dtype(), DTypeError, name, ": ", arg, " has dtype ", dtype_name(t.dtype()),
+                  " but the input has ", dtype_name(x.dtype()));
+  };
+  check_param(weight, "weight");
+  check_param(bias, "bias");
+  GENESIS_CHECK(eps >= 0.0 && std::isfinite(eps), ValueError, name, ": eps must be finite and >= 0 (got ", eps, ")");
+  const int64_t cols = numel_of(normalized_shape);
+  const int64_t rows = numel_of(Shape(x.shape().begin(), x.shape().end() - k));
+  Tensor xc, wc, bc;
+  Tensor y = empty(x.shape(), {.dtype = x.dtype()});
+  Tensor mean = empty({rows}, {.dtype = acc_dtype(x.dtype())});
+  Tensor rstd = empty({rows}, {.dtype = acc_dtype(x.dtype())});
+  {
+    NoGradGuard forward_only;
+    xc = x.contiguous();
+    if (weight.defined()) wc = weight.contiguous();
+    if (bias.defined()) bc = bias.contiguous();
+    kernels::cpu::norm_rows(x.dtype(), centered, rows, cols, xc.data_ptr(), wc.defined() ? wc.data_ptr() : nullptr,
+                            bc.defined() ? bc.data_ptr() : nullptr, eps, y.data_ptr(), mean.data_ptr(),
+                            rstd.data_ptr());
+  }
+  TensorList inputs = centered ? TensorList{x, weight, bias} : TensorList{x, weight};
+  if (needs_grad(inputs)) {
+    record(name, inputs, {y},
+           [centered, rows, cols, normalized_shape, has_bias = bias.defined(), xs = saved(xc), ws = saved(wc),
+            means = saved(mean), rstds = saved(rstd)](const TensorList& g) {
+             const DType dt = xs.dtype();
+             Tensor gy = g[0].to(dt).contiguous();
+             Tensor gx = empty_like(xs);
+             Tensor gw = ws.defined() ? empty(normalized_shape, {.dtype = dt}) : Tensor();
+             Tensor gb = has_bias ? empty(normalized_shape, {.dtype = dt}) : Tensor();
+             kernels::cpu::norm_rows_backward(
+                 dt, centered, rows, cols, xs.data_ptr(), ws.defined() ? ws.data_ptr() : nullptr, means.data_ptr(),
+                 rstds.data_ptr(), gy.data_ptr(), gx.data_ptr(), gw.defined() ? gw.data_ptr() : nullptr,
+                 gb.defined() ? gb.data_ptr() : nullptr);
+             return centered ? TensorList{gx, gw, gb} : TensorList{gx, gw};
+           });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t axis) {
+  return softmax_family("softmax", false, x, axis);
+}
+Tensor log_softmax(const Tensor& x, int64_t axis) {
+  return softmax_family("log_softmax", true, x, axis);
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  return normalize("layer_norm", true, x, normalized_shape, weight, bias, eps);
+}
+
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, double eps) {
+  return normalize("rms_norm", false, x, normalized_shape, weight, Tensor(), eps);
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
+  detail::check_defined("embedding", indices, "indices");
+  detail::check_defined("embedding", weight, "weight");
+  detail::require_cpu("embedding", {indices, weight});
+  detail::check_index_dtype("embedding", indices);
+  detail::check_floating("embedding", weight);
+  GENESIS_CHECK(weight.dim() == 2, ShapeError, "embedding: weight must be 2-D [num_embeddings, dim], got shape ",
+                weight.shape());
+  const int64_t num = weight.size(0), dim = weight.size(1);
+  int64_t pad = -1;
+  if (padding_idx) {
+    GENESIS_CHECK(*padding_idx >= -num && *padding_idx < num, ValueError, "embedding: padding_idx ", *padding_idx,
+                  " is out of range for ", num, " embeddings");
+    pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
+  }
+  Tensor idx = indices.contiguous();
+  detail::check_index_values("embedding", idx, num, std::nullopt, "index", "embeddings");
+  Shape out_shape = indices.shape();
+  out_shape.push_back(dim);
+  Tensor out = empty(out_shape, {.dtype = weight.dtype()});
+  {
+    NoGradGuard forward_only;
+    Tensor wc = weight.contiguous();
+    kernels::cpu::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), dim, wc.data_ptr(),
+                            out.data_ptr());
+  }
+  if (needs_grad({weight})) {
+    record("embedding", {weight}, {out}, [num, dim, pad, dt = weight.dtype(), idxs = saved(idx)](const TensorList& g) {
+      Tensor gy = g[0].to(dt).contiguous();
+      Tensor gw = empty({num, dim}, {.dtype = dt});
+      kernels::cpu::embedding_backward(dt, idxs.dtype(), idxs.numel(), idxs.data_ptr(), num, dim, gy.data_ptr(), pad,
+                                       gw.data_ptr());
+      return TensorList{gw};
+    });
+  }
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  detail::check_defined("dropout", x, "input");
+  detail::check_floating("dropout", x);
+  GENESIS_CHECK(p >= 0.0 && p <= 1.0, ValueError, "dropout: p must be in [0, 1] (got ", p, ")");
+  if (!training || p == 0.0) return x;
+  const DType dt = x.dtype();
+  Tensor scale = scalar_tensor(p < 1.0 ? 1.0 / (1.0 - p) : 0.0, {.dtype = acc_dtype(dt), .device = x.device()});
+  Tensor keep, y;
+  {
+    NoGradGuard forward_only;
+    keep = bernoulli(x.shape(), 1.0 - p, {.dtype = DType::boolean, .device = x.device()}, gen);
+    y = where(keep, mul(x, scale).to(dt), 0.0);
+  }
+  if (needs_grad({x})) {
+    record("dropout", {x}, {y}, [dt, scale, keeps = saved(keep)](const TensorList& g) {
+      return TensorList{where(keeps, mul(g[0], scale).to(dt), 0.0)};
+    });
+  }
+  return y;
+}
+
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  detail::check_defined("one_hot", indices, "indices");
+  detail::require_cpu("one_hot", {indices});
+  detail::check_index_dtype("one_hot", indices);
+  Tensor idx = indices.contiguous();
+  if (num_classes < 0) {
+    GENESIS_CHECK(idx.numel() > 0, ValueError,
+                  "one_hot: cannot infer num_classes from an empty index tensor; pass num_classes");
+    kernels::cpu::IndexStats s = kernels::cpu::index_stats(idx.dtype(), idx.numel(), idx.data_ptr(), std::nullopt);
+    GENESIS_CHECK(s.min >= 0, IndexError, "one_hot: index ", s.min, " is negative");
+    num_classes = s.max + 1;
+  }
+  detail::check_index_values("one_hot", idx, num_classes, std::nullopt, "index", "classes");
+  Shape out_shape = indices.shape();
+  out_shape.push_back(num_classes);
+  Tensor out = empty(out_shape, {.dtype = DType::i64});
+  kernels::cpu::one_hot(idx.dtype(), idx.numel(), idx.data_ptr(), num_classes, out.data<int64_t>());
+  return out;
+}
+
+}  // namespace genesis
