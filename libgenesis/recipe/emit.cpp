@@ -1,0 +1,116 @@
+// Text made from the schema: the resolved recipe (RecipeSpec::to_toml) and docs/recipes.md.
+#include "libgenesis/recipe/schema.h"
+
+namespace genesis {
+namespace recipe {
+namespace {
+
+Value read_field(const KeySpec& key, RecipeSpec& spec) {
+  return std::visit([](auto* member) { return Value(*member); }, key.field(spec));
+}
+
+std::string table_cell(std::string text) {
+  std::string out;
+  for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+std::string default_cell(const KeySpec& key) {
+  switch (key.presence) {
+    case Presence::Required:
+      return "**required**";
+    case Presence::Optional:
+      return "not set";
+    case Presence::Defaulted:
+      return std::string("`").append(format_toml_value(key.fallback)).append("`");
+  }
+  return "";
+}
+
+constexpr const char* kReferenceIntro = R"(# Recipe reference
+
+<!-- Generated from the recipe schema (libgenesis/recipe/schema.cpp) by
+     recipe_reference_markdown(); do not edit by hand. The test "docs/recipes.md matches the
+     recipe schema" (genesis_tests "[recipe]") fails when this file is stale: it writes the
+     expected text to a temporary file and prints the command that copies it here. -->
+
+A recipe is the one configuration surface of a training run: a TOML file, plus overrides on
+the command line.
+
+```
+genesis train recipe.toml --set optimizer.lr=3e-3 --set training.epochs=5
+```
+
+```toml
+include = ["base.toml"]  # optional: recipes loaded first
+
+[run]
+name = "fashion-mlp"
+
+[model]
+name = "mlp"
+hidden = [512, 256]
+
+[optimizer]
+name = "adamw"
+lr = 1e-3
+
+[training]
+epochs = 3
+```
+
+- **Includes.** `include = ["a.toml", "b.toml"]` at the top level loads those recipes first
+  (paths relative to the including file, recursively; a cycle is an error). They are merged
+  section by section and key by key: a later include wins over an earlier one, and the
+  including file wins over all of them.
+- **Overrides.** `--set section.key=value` applies after all files. The value is read as the
+  key's type: `3e-3` and `1` for floats, `true`/`false`, `[1, 2]` for lists; strings are
+  taken as typed, and string lists may leave items unquoted (`[bias, norm]`).
+- **Validation.** Unknown sections and keys (with a did-you-mean suggestion), values of the
+  wrong type and values out of range are errors that name the place: `file:line:col` in a
+  recipe, or the `--set` argument. An int is accepted where a float is expected, not the
+  reverse. Recipe errors exit with code 2.
+- **Resolved recipe.** `RecipeSpec::to_toml()` writes every key in the order below, defaults
+  included (an unset optional key appears as a comment); reading it back gives the same
+  recipe.
+)";
+
+}  // namespace
+}  // namespace recipe
+
+std::string RecipeSpec::to_toml() const {
+  using namespace recipe;
+  RecipeSpec copy = *this;  // KeySpec::field takes a mutable spec
+  std::string out = "# genesis recipe, fully resolved: every key, defaults included\n";
+  for (const SectionSpec& section : recipe_sections()) {
+    out += std::string("\n[") + section.name + "]\n";
+    for (const KeySpec& key : recipe_schema()) {
+      if (std::string_view(key.section) != section.name) continue;
+      Value value = read_field(key, copy);
+      if (key.presence == Presence::Optional && std::get<int64_t>(value) == 0)
+        out += std::string("# ") + key.key + " is not set\n";
+      else
+        out += std::string(key.key) + " = " + format_toml_value(value) + "\n";
+    }
+  }
+  return out;
+}
+
+std::string recipe_reference_markdown() {
+  using namespace recipe;
+  std::string out = kReferenceIntro;
+  for (const SectionSpec& section : recipe_sections()) {
+    out += std::string("\n## [") + section.name + "]\n\n" + section.doc + "\n\n";
+    out += "| key | type | default | valid values | meaning |\n|---|---|---|---|---|\n";
+    for (const KeySpec& key : recipe_schema()) {
+      if (std::string_view(key.section) != section.name) continue;
+      out += "| `" + std::string(key.key) + "` | " + type_name(key.type()) + " | " + table_cell(default_cell(key)) +
+             " | " + table_cell(describe_constraint(key)) + " | " + table_cell(key.doc) + " |\n";
+    }
+  }
+  out += "\n## Rules across keys\n\n";
+  for (const RecipeRule& rule : recipe_rules()) out += std::string("- ") + rule.doc + "\n";
+  return out;
+}
+
+}  // namespace genesis

@@ -1,0 +1,130 @@
+#pragma once
+// Training recipes: a TOML file (plus `--set section.key=value` overrides) validated against
+// one schema (libgenesis/recipe/schema.h) into a typed RecipeSpec. Every key, its type,
+// default, valid values and meaning are listed in docs/recipes.md, which is generated from
+// that schema. toml++ stays inside the .cpp files of this directory.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "libgenesis/core/error.h"
+
+namespace genesis {
+
+// A recipe that cannot be read, parsed or validated; the message starts with
+// "file:line:col: " (or "--set section.key=value: " for an override). Exit code 2.
+class RecipeError : public UsageError {
+ public:
+  using UsageError::UsageError;
+};
+
+// The fully resolved recipe. Members are filled by load_recipe/parse_recipe, defaults
+// included; a default-constructed RecipeSpec holds zeros, not the schema defaults.
+struct RecipeSpec {
+  struct Run {
+    std::string name;
+    int64_t seed = 0;
+    std::string device;  // "cpu", "cuda", "cuda:N" or "auto"
+    std::string out_dir;
+    int64_t threads = 0;  // 0 = all cores
+    bool operator==(const Run&) const = default;
+  };
+  struct Model {
+    std::string name;  // "mlp" or "cnn"
+    std::vector<int64_t> input_shape;
+    int64_t num_classes = 0;
+    std::vector<int64_t> hidden;    // mlp
+    std::vector<int64_t> channels;  // cnn
+    int64_t fc = 0;                 // cnn
+    std::string activation;
+    double dropout = 0;
+    bool operator==(const Model&) const = default;
+  };
+  struct Data {
+    std::string name;
+    std::string path;
+    double val_fraction = 0;
+    bool normalize = false;
+    bool shuffle = false;
+    int64_t prefetch = 0;
+    bool operator==(const Data&) const = default;
+  };
+  struct Optimizer {
+    std::string name;  // "sgd", "adam" or "adamw"
+    double lr = 0;
+    double weight_decay = 0;
+    double momentum = 0;        // sgd
+    double dampening = 0;       // sgd
+    bool nesterov = false;      // sgd
+    std::vector<double> betas;  // adam, adamw: two values
+    double eps = 0;
+    bool amsgrad = false;
+    std::vector<std::string> no_decay;  // parameter-name substrings excluded from weight decay
+    bool operator==(const Optimizer&) const = default;
+  };
+  struct Scheduler {
+    std::string name;
+    int64_t warmup_steps = 0;
+    double warmup_start_factor = 0;
+    int64_t step_size = 0;            // step
+    double gamma = 0;                 // step, multistep, exponential
+    std::vector<int64_t> milestones;  // multistep
+    double min_lr_factor = 0;         // cosine, linear, wsd
+    double decay_fraction = 0;        // wsd
+    double pct_start = 0;             // onecycle
+    double div_factor = 0;            // onecycle
+    double final_div_factor = 0;      // onecycle
+    bool operator==(const Scheduler&) const = default;
+  };
+  struct Training {
+    // Run length: 0 means "not given". At least one of the two is given; when both are,
+    // steps decides and epochs is ignored (steps_given() says which one applies).
+    int64_t steps = 0;
+    int64_t epochs = 0;
+    int64_t batch_size = 0;
+    int64_t grad_accum_steps = 0;
+    double clip_grad_norm = 0;   // 0 = off
+    double clip_grad_value = 0;  // 0 = off
+    int64_t log_every = 0;
+    int64_t eval_every = 0;        // 0 = never
+    int64_t checkpoint_every = 0;  // 0 = only at the end
+    int64_t keep_last = 0;
+    bool steps_given() const { return steps > 0; }
+    bool operator==(const Training&) const = default;
+  };
+  struct Eval {
+    std::string split;  // "test" or "val"
+    int64_t batch_size = 0;
+    bool operator==(const Eval&) const = default;
+  };
+
+  Run run;
+  Model model;
+  Data data;
+  Optimizer optimizer;
+  Scheduler scheduler;
+  Training training;
+  Eval eval;
+
+  // The resolved recipe as TOML: every section and key in schema order, defaults included
+  // (an unset optional key appears as a comment). Loading it gives back an equal RecipeSpec.
+  std::string to_toml() const;
+
+  bool operator==(const RecipeSpec&) const = default;
+};
+
+// Loads a recipe file: its `include = [...]` files first (paths relative to the including
+// file; later ones win, the including file wins over all), then the overrides, each
+// "section.key=value" with the value read as the key's type. Throws RecipeError.
+RecipeSpec load_recipe(const std::filesystem::path& path, const std::vector<std::string>& overrides = {});
+
+// The same for recipe text; `source_name` names it in messages and anchors its includes.
+RecipeSpec parse_recipe(std::string_view toml_text, const std::string& source_name,
+                        const std::vector<std::string>& overrides = {});
+
+// docs/recipes.md: the reference of every section and key, generated from the schema.
+std::string recipe_reference_markdown();
+
+}  // namespace genesis

@@ -1,0 +1,691 @@
+// The recipe schema table, the rules across keys, and the checks and text that come from them.
+#include "libgenesis/recipe/schema.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+namespace genesis::recipe {
+namespace {
+
+// Where a key's value lives in RecipeSpec (a captureless lambda, stored as a function pointer).
+#define GENESIS_RECIPE_FIELD(member) [](RecipeSpec& r) -> FieldRef { return &r.member; }
+
+constexpr Bound at_least(double v) {
+  return {v, true};
+}
+constexpr Bound above(double v) {
+  return {v, false};
+}
+constexpr Bound at_most(double v) {
+  return {v, true};
+}
+constexpr Bound below(double v) {
+  return {v, false};
+}
+
+std::string check_run_name(const Value& v) {
+  const auto& name = std::get<std::string>(v);
+  if (name.empty()) return "must not be empty";
+  if (name.find_first_of("/\\") != std::string::npos) return "must not contain '/' or '\\'";
+  return "";
+}
+
+std::string check_device(const Value& v) {
+  const auto& device = std::get<std::string>(v);
+  if (device == "cpu" || device == "cuda" || device == "auto") return "";
+  if (device.starts_with("cuda:") && device.size() > 5 &&
+      std::all_of(device.begin() + 5, device.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return "";
+  return "must be \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"";
+}
+
+std::string check_nonempty_strings(const Value& v) {
+  for (const auto& s : std::get<std::vector<std::string>>(v))
+    if (s.empty()) return "must not contain empty strings";
+  return "";
+}
+
+}  // namespace
+
+const std::vector<SectionSpec>& recipe_sections() {
+  static const std::vector<SectionSpec> sections = {
+      {"run", "Identity of the run and where it executes."},
+      {"model", "The network. Keys marked mlp or cnn are used by that model only."},
+      {"data", "The dataset and its loading."},
+      {"optimizer", "The optimizer. Keys marked with optimizer names are used by those only."},
+      {"scheduler", "Learning-rate schedule, as a factor of optimizer.lr; step counts are optimizer steps."},
+      {"training", "Length of the run, batching, gradient clipping, logging and checkpoints."},
+      {"eval", "Evaluation during and after training."},
+  };
+  return sections;
+}
+
+const std::vector<KeySpec>& recipe_schema() {
+  using S = std::string;
+  using Ints = std::vector<int64_t>;
+  using Floats = std::vector<double>;
+  using Strings = std::vector<std::string>;
+  static const std::vector<KeySpec> schema = {
+      // [run]
+      {.section = "run",
+       .key = "name",
+       .presence = Presence::Required,
+       .check = check_run_name,
+       .check_doc = "non-empty, no '/'",
+       .doc = "Name of the run; names its directory under out_dir.",
+       .field = GENESIS_RECIPE_FIELD(run.name)},
+      {.section = "run",
+       .key = "seed",
+       .fallback = int64_t{0},
+       .min = at_least(0),
+       .doc = "Seed of every random draw (initialization, shuffling, dropout).",
+       .field = GENESIS_RECIPE_FIELD(run.seed)},
+      {.section = "run",
+       .key = "device",
+       .fallback = S{"cpu"},
+       .check = check_device,
+       .check_doc = "cpu, cuda, cuda:N or auto",
+       .doc = "Where to train: cpu, cuda (GPU 0), cuda:N (GPU N), or auto (cuda when a GPU is present, else cpu).",
+       .field = GENESIS_RECIPE_FIELD(run.device)},
+      {.section = "run",
+       .key = "out_dir",
+       .fallback = S{"runs"},
+       .doc = "Directory holding the run directories (relative paths start at the working directory).",
+       .field = GENESIS_RECIPE_FIELD(run.out_dir)},
+      {.section = "run",
+       .key = "threads",
+       .fallback = int64_t{0},
+       .min = at_least(0),
+       .doc = "CPU threads for kernels; 0 = all cores.",
+       .field = GENESIS_RECIPE_FIELD(run.threads)},
+      // [model]
+      {.section = "model",
+       .key = "name",
+       .presence = Presence::Required,
+       .choices = {"mlp", "cnn"},
+       .doc = "Architecture: mlp (fully connected) or cnn (convolutional).",
+       .field = GENESIS_RECIPE_FIELD(model.name)},
+      {.section = "model",
+       .key = "input_shape",
+       .fallback = Ints{1, 28, 28},
+       .min = at_least(1),
+       .doc = "Shape of one input sample; cnn needs [channels, height, width].",
+       .field = GENESIS_RECIPE_FIELD(model.input_shape)},
+      {.section = "model",
+       .key = "num_classes",
+       .fallback = int64_t{10},
+       .min = at_least(2),
+       .doc = "Number of output classes.",
+       .field = GENESIS_RECIPE_FIELD(model.num_classes)},
+      {.section = "model",
+       .key = "hidden",
+       .fallback = Ints{256, 128},
+       .min = at_least(1),
+       .doc = "mlp: width of each hidden layer (empty = a linear classifier).",
+       .field = GENESIS_RECIPE_FIELD(model.hidden)},
+      {.section = "model",
+       .key = "channels",
+       .fallback = Ints{32, 64},
+       .min = at_least(1),
+       .doc = "cnn: output channels of each convolution block.",
+       .field = GENESIS_RECIPE_FIELD(model.channels)},
+      {.section = "model",
+       .key = "fc",
+       .fallback = int64_t{128},
+       .min = at_least(1),
+       .doc = "cnn: width of the fully connected layer before the classifier.",
+       .field = GENESIS_RECIPE_FIELD(model.fc)},
+      {.section = "model",
+       .key = "activation",
+       .fallback = S{"relu"},
+       .choices = {"relu", "gelu", "silu", "tanh"},
+       .doc = "Activation after each hidden layer.",
+       .field = GENESIS_RECIPE_FIELD(model.activation)},
+      {.section = "model",
+       .key = "dropout",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .max = below(1),
+       .doc = "Dropout probability after each hidden activation; 0 = none.",
+       .field = GENESIS_RECIPE_FIELD(model.dropout)},
+      // [data]
+      {.section = "data",
+       .key = "name",
+       .fallback = S{"fashion_mnist"},
+       .choices = {"fashion_mnist"},
+       .doc = "Dataset.",
+       .field = GENESIS_RECIPE_FIELD(data.name)},
+      {.section = "data",
+       .key = "path",
+       .fallback = S{"/usr/share/fashion-mnist"},
+       .doc = "Directory holding the dataset files; the default is the expected system-wide location.",
+       .field = GENESIS_RECIPE_FIELD(data.path)},
+      {.section = "data",
+       .key = "val_fraction",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .max = below(1),
+       .doc = "Fraction of the training set held out for validation.",
+       .field = GENESIS_RECIPE_FIELD(data.val_fraction)},
+      {.section = "data",
+       .key = "normalize",
+       .fallback = true,
+       .doc = "Normalize inputs to zero mean and unit variance (training-set statistics).",
+       .field = GENESIS_RECIPE_FIELD(data.normalize)},
+      {.section = "data",
+       .key = "shuffle",
+       .fallback = true,
+       .doc = "Reshuffle the training set every epoch.",
+       .field = GENESIS_RECIPE_FIELD(data.shuffle)},
+      {.section = "data",
+       .key = "prefetch",
+       .fallback = int64_t{2},
+       .min = at_least(0),
+       .doc = "Batches prepared ahead by a background thread; 0 = load in the training thread.",
+       .field = GENESIS_RECIPE_FIELD(data.prefetch)},
+      // [optimizer]
+      {.section = "optimizer",
+       .key = "name",
+       .presence = Presence::Required,
+       .choices = {"sgd", "adam", "adamw"},
+       .doc = "Optimizer.",
+       .field = GENESIS_RECIPE_FIELD(optimizer.name)},
+      {.section = "optimizer",
+       .key = "lr",
+       .presence = Presence::Required,
+       .min = above(0),
+       .doc = "Learning rate (the scheduler scales it).",
+       .field = GENESIS_RECIPE_FIELD(optimizer.lr)},
+      {.section = "optimizer",
+       .key = "weight_decay",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .doc = "Weight decay: an L2 term in the gradient (sgd, adam) or decoupled (adamw).",
+       .field = GENESIS_RECIPE_FIELD(optimizer.weight_decay)},
+      {.section = "optimizer",
+       .key = "momentum",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .max = below(1),
+       .doc = "sgd: momentum factor; 0 = plain SGD.",
+       .field = GENESIS_RECIPE_FIELD(optimizer.momentum)},
+      {.section = "optimizer",
+       .key = "dampening",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .max = at_most(1),
+       .doc = "sgd: dampening of the momentum.",
+       .field = GENESIS_RECIPE_FIELD(optimizer.dampening)},
+      {.section = "optimizer",
+       .key = "nesterov",
+       .fallback = false,
+       .doc = "sgd: Nesterov momentum.",
+       .field = GENESIS_RECIPE_FIELD(optimizer.nesterov)},
+      {.section = "optimizer",
+       .key = "betas",
+       .fallback = Floats{0.9, 0.999},
+       .min = at_least(0),
+       .max = below(1),
+       .list_length = 2,
+       .doc = "adam, adamw: decay rates of the first and second moment estimates.",
+       .field = GENESIS_RECIPE_FIELD(optimizer.betas)},
+      {.section = "optimizer",
+       .key = "eps",
+       .fallback = 1e-8,
+       .min = above(0),
+       .doc = "adam, adamw: term added to the denominator.",
+       .field = GENESIS_RECIPE_FIELD(optimizer.eps)},
+      {.section = "optimizer",
+       .key = "amsgrad",
+       .fallback = false,
+       .doc = "adam, adamw: use the maximum of past second moments.",
+       .field = GENESIS_RECIPE_FIELD(optimizer.amsgrad)},
+      {.section = "optimizer",
+       .key = "no_decay",
+       .fallback = Strings{"bias", "norm"},
+       .check = check_nonempty_strings,
+       .check_doc = "non-empty strings",
+       .doc = "Parameters whose name contains one of these strings get no weight decay.",
+       .field = GENESIS_RECIPE_FIELD(optimizer.no_decay)},
+      // [scheduler]
+      {.section = "scheduler",
+       .key = "name",
+       .fallback = S{"constant"},
+       .choices = {"constant", "step", "multistep", "exponential", "cosine", "linear", "wsd", "onecycle"},
+       .doc = "Schedule after warmup.",
+       .field = GENESIS_RECIPE_FIELD(scheduler.name)},
+      {.section = "scheduler",
+       .key = "warmup_steps",
+       .fallback = int64_t{0},
+       .min = at_least(0),
+       .doc = "Steps of linear warmup before the schedule; 0 = none.",
+       .field = GENESIS_RECIPE_FIELD(scheduler.warmup_steps)},
+      {.section = "scheduler",
+       .key = "warmup_start_factor",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .max = at_most(1),
+       .doc = "LR factor at the first warmup step; it rises linearly to 1 at warmup_steps.",
+       .field = GENESIS_RECIPE_FIELD(scheduler.warmup_start_factor)},
+      {.section = "scheduler",
+       .key = "step_size",
+       .fallback = int64_t{1000},
+       .min = at_least(1),
+       .doc = "step: multiply the LR by gamma every step_size steps.",
+       .field = GENESIS_RECIPE_FIELD(scheduler.step_size)},
+      {.section = "scheduler",
+       .key = "gamma",
+       .fallback = 0.1,
+       .min = above(0),
+       .max = at_most(1),
+       .doc = "step, multistep: factor at each decay; exponential: factor per step.",
+       .field = GENESIS_RECIPE_FIELD(scheduler.gamma)},
+      {.section = "scheduler",
+       .key = "milestones",
+       .fallback = Ints{},
+       .min = at_least(1),
+       .doc = "multistep: steps at which the LR is multiplied by gamma, strictly increasing.",
+       .field = GENESIS_RECIPE_FIELD(scheduler.milestones)},
+      {.section = "scheduler",
+       .key = "min_lr_factor",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .max = at_most(1),
+       .doc = "cosine, linear, wsd: final LR as a fraction of optimizer.lr.",
+       .field = GENESIS_RECIPE_FIELD(scheduler.min_lr_factor)},
+      {.section = "scheduler",
+       .key = "decay_fraction",
+       .fallback = 0.1,
+       .min = above(0),
+       .max = at_most(1),
+       .doc = "wsd (warmup-stable-decay): fraction of the run spent in the final linear decay.",
+       .field = GENESIS_RECIPE_FIELD(scheduler.decay_fraction)},
+      {.section = "scheduler",
+       .key = "pct_start",
+       .fallback = 0.3,
+       .min = above(0),
+       .max = below(1),
+       .doc = "onecycle: fraction of the run spent raising the LR.",
+       .field = GENESIS_RECIPE_FIELD(scheduler.pct_start)},
+      {.section = "scheduler",
+       .key = "div_factor",
+       .fallback = 25.0,
+       .min = at_least(1),
+       .doc = "onecycle: the LR starts at optimizer.lr / div_factor.",
+       .field = GENESIS_RECIPE_FIELD(scheduler.div_factor)},
+      {.section = "scheduler",
+       .key = "final_div_factor",
+       .fallback = 1e4,
+       .min = at_least(1),
+       .doc = "onecycle: the LR ends at the starting LR / final_div_factor.",
+       .field = GENESIS_RECIPE_FIELD(scheduler.final_div_factor)},
+      // [training]
+      {.section = "training",
+       .key = "steps",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "Optimizer steps to train for; wins over epochs when both are given.",
+       .field = GENESIS_RECIPE_FIELD(training.steps)},
+      {.section = "training",
+       .key = "epochs",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "Passes over the training set; used when steps is not given.",
+       .field = GENESIS_RECIPE_FIELD(training.epochs)},
+      {.section = "training",
+       .key = "batch_size",
+       .fallback = int64_t{64},
+       .min = at_least(1),
+       .doc = "Samples per micro-batch; an optimizer step sees batch_size * grad_accum_steps samples.",
+       .field = GENESIS_RECIPE_FIELD(training.batch_size)},
+      {.section = "training",
+       .key = "grad_accum_steps",
+       .fallback = int64_t{1},
+       .min = at_least(1),
+       .doc = "Micro-batches whose gradients are summed before each optimizer step.",
+       .field = GENESIS_RECIPE_FIELD(training.grad_accum_steps)},
+      {.section = "training",
+       .key = "clip_grad_norm",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .doc = "Rescale gradients so that their global L2 norm is at most this; 0 = off.",
+       .field = GENESIS_RECIPE_FIELD(training.clip_grad_norm)},
+      {.section = "training",
+       .key = "clip_grad_value",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .doc = "Clamp every gradient element to [-value, value]; 0 = off.",
+       .field = GENESIS_RECIPE_FIELD(training.clip_grad_value)},
+      {.section = "training",
+       .key = "log_every",
+       .fallback = int64_t{50},
+       .min = at_least(1),
+       .doc = "Log training metrics every this many steps.",
+       .field = GENESIS_RECIPE_FIELD(training.log_every)},
+      {.section = "training",
+       .key = "eval_every",
+       .fallback = int64_t{0},
+       .min = at_least(0),
+       .doc = "Evaluate every this many steps; 0 = never during training.",
+       .field = GENESIS_RECIPE_FIELD(training.eval_every)},
+      {.section = "training",
+       .key = "checkpoint_every",
+       .fallback = int64_t{0},
+       .min = at_least(0),
+       .doc = "Save a checkpoint every this many steps; 0 = only at the end.",
+       .field = GENESIS_RECIPE_FIELD(training.checkpoint_every)},
+      {.section = "training",
+       .key = "keep_last",
+       .fallback = int64_t{3},
+       .min = at_least(1),
+       .doc = "Checkpoints kept in the run directory; older ones are deleted.",
+       .field = GENESIS_RECIPE_FIELD(training.keep_last)},
+      // [eval]
+      {.section = "eval",
+       .key = "split",
+       .fallback = S{"test"},
+       .choices = {"test", "val"},
+       .doc = "Split to evaluate on; val needs data.val_fraction > 0.",
+       .field = GENESIS_RECIPE_FIELD(eval.split)},
+      {.section = "eval",
+       .key = "batch_size",
+       .fallback = int64_t{1000},
+       .min = at_least(1),
+       .doc = "Samples per evaluation batch.",
+       .field = GENESIS_RECIPE_FIELD(eval.batch_size)},
+  };
+  return schema;
+}
+
+#undef GENESIS_RECIPE_FIELD
+
+const std::vector<RecipeRule>& recipe_rules() {
+  static const std::vector<RecipeRule> rules = {
+      {{"training.steps", "training.epochs"},
+       "training: at least one of steps and epochs is given; when both are, steps decides the run length.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.training.steps == 0 && r.training.epochs == 0
+                    ? "training needs steps or epochs (steps wins when both are given)"
+                    : "";
+       }},
+      {{"optimizer.nesterov"},
+       "optimizer.nesterov needs momentum > 0 and dampening = 0.",
+       [](const RecipeSpec& r) -> std::string {
+         const auto& o = r.optimizer;
+         return o.nesterov && (o.momentum <= 0 || o.dampening != 0)
+                    ? "optimizer.nesterov needs momentum > 0 and dampening = 0"
+                    : "";
+       }},
+      {{"scheduler.milestones", "scheduler.name"},
+       "scheduler multistep needs milestones, strictly increasing.",
+       [](const RecipeSpec& r) -> std::string {
+         if (r.scheduler.name != "multistep") return "";
+         const auto& m = r.scheduler.milestones;
+         if (m.empty()) return "scheduler multistep needs milestones (a list of steps)";
+         if (std::adjacent_find(m.begin(), m.end(), [](int64_t a, int64_t b) { return a >= b; }) != m.end())
+           return "scheduler.milestones must be strictly increasing";
+         return "";
+       }},
+      {{"scheduler.warmup_steps", "scheduler.name"},
+       "scheduler onecycle warms up by itself (pct_start): warmup_steps must be 0.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.scheduler.name == "onecycle" && r.scheduler.warmup_steps > 0
+                    ? "scheduler onecycle warms up by itself (pct_start); set warmup_steps = 0"
+                    : "";
+       }},
+      {{"scheduler.warmup_steps", "training.steps"},
+       "scheduler.warmup_steps is smaller than training.steps when steps is given.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.training.steps_given() && r.scheduler.warmup_steps >= r.training.steps
+                    ? "scheduler.warmup_steps (" + std::to_string(r.scheduler.warmup_steps) +
+                          ") must be smaller than training.steps (" + std::to_string(r.training.steps) + ")"
+                    : "";
+       }},
+      {{"eval.split", "data.val_fraction"},
+       "eval.split = \"val\" needs data.val_fraction > 0.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.eval.split == "val" && r.data.val_fraction <= 0 ? "eval.split = \"val\" needs data.val_fraction > 0"
+                                                                  : "";
+       }},
+      {{"model.input_shape", "model.name"},
+       "model cnn needs input_shape = [channels, height, width].",
+       [](const RecipeSpec& r) -> std::string {
+         return r.model.name == "cnn" && r.model.input_shape.size() != 3
+                    ? "model cnn needs input_shape = [channels, height, width], got " +
+                          std::to_string(r.model.input_shape.size()) + " entries"
+                    : "";
+       }},
+      {{"model.channels", "model.name"},
+       "model cnn needs at least one entry in channels.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.model.name == "cnn" && r.model.channels.empty() ? "model cnn needs at least one entry in channels"
+                                                                  : "";
+       }},
+  };
+  return rules;
+}
+
+ValueType KeySpec::type() const {
+  static RecipeSpec probe;  // only its member addresses are taken
+  return static_cast<ValueType>(field(probe).index());
+}
+
+const KeySpec* find_key(std::string_view section, std::string_view key) {
+  for (const KeySpec& spec : recipe_schema())
+    if (section == spec.section && key == spec.key) return &spec;
+  return nullptr;
+}
+
+const char* type_name(ValueType type) {
+  switch (type) {
+    case ValueType::Int:
+      return "int";
+    case ValueType::Float:
+      return "float";
+    case ValueType::Bool:
+      return "bool";
+    case ValueType::String:
+      return "string";
+    case ValueType::IntList:
+      return "list of int";
+    case ValueType::FloatList:
+      return "list of float";
+    case ValueType::StringList:
+      return "list of string";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string shortest(double v) {
+  char buf[64];
+  auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  return std::string(buf, end);
+}
+
+std::string bound_text(const KeySpec& spec) {
+  const auto& lo = spec.min;
+  const auto& hi = spec.max;
+  if (lo && hi)
+    return "in " + std::string(lo->inclusive ? "[" : "(") + shortest(lo->value) + ", " + shortest(hi->value) +
+           (hi->inclusive ? "]" : ")");
+  if (lo) return (lo->inclusive ? ">= " : "> ") + shortest(lo->value);
+  if (hi) return (hi->inclusive ? "<= " : "< ") + shortest(hi->value);
+  return "";
+}
+
+bool in_bounds(const KeySpec& spec, double v) {
+  if (spec.min && (spec.min->inclusive ? v < spec.min->value : v <= spec.min->value)) return false;
+  if (spec.max && (spec.max->inclusive ? v > spec.max->value : v >= spec.max->value)) return false;
+  return true;
+}
+
+std::string choices_text(const std::vector<std::string>& choices) {
+  std::string out = "one of: ";
+  for (size_t i = 0; i < choices.size(); ++i) out += (i ? ", " : "") + choices[i];
+  return out;
+}
+
+template <class T>
+std::string check_numbers(const KeySpec& spec, const std::vector<T>& values, bool is_list) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    double v = static_cast<double>(values[i]);
+    std::string where = spec.full_name();
+    if (is_list) where.append("[").append(std::to_string(i)).append("]");
+    if (!std::isfinite(v)) return where + " must be a finite number";
+    if (!in_bounds(spec, v))
+      return where + " must be " + bound_text(spec) + ", got " + format_toml_value(Value(values[i]));
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string constraint_violation(const KeySpec& spec, const Value& value) {
+  std::string problem = std::visit(
+      [&](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
+          return check_numbers(spec, std::vector<T>{v}, false);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (spec.choices.empty() || std::find(spec.choices.begin(), spec.choices.end(), v) != spec.choices.end())
+            return "";
+          std::string msg = spec.full_name() + " must be " + choices_text(spec.choices) + "; got \"" + v + "\"";
+          if (const std::string* near = closest_name(v, spec.choices)) msg += " (did you mean \"" + *near + "\"?)";
+          return msg;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return "";
+        } else {
+          if (spec.list_length >= 0 && v.size() != static_cast<size_t>(spec.list_length))
+            return spec.full_name() + " must have " + std::to_string(spec.list_length) + " entries, got " +
+                   std::to_string(v.size());
+          if constexpr (!std::is_same_v<T, std::vector<std::string>>) return check_numbers(spec, v, true);
+          return "";
+        }
+      },
+      value);
+  if (problem.empty() && spec.check) {
+    std::string bad = spec.check(value);
+    if (!bad.empty()) problem = spec.full_name() + " " + bad + ", got " + format_toml_value(value);
+  }
+  return problem;
+}
+
+std::string describe_constraint(const KeySpec& spec) {
+  std::vector<std::string> parts;
+  bool is_list =
+      spec.type() == ValueType::IntList || spec.type() == ValueType::FloatList || spec.type() == ValueType::StringList;
+  if (std::string b = bound_text(spec); !b.empty()) parts.push_back((is_list ? "each " : "") + b);
+  if (!spec.choices.empty()) parts.push_back(choices_text(spec.choices));
+  if (spec.list_length >= 0) parts.push_back(std::to_string(spec.list_length) + " entries");
+  if (spec.check_doc) parts.push_back(spec.check_doc);
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? "; " : "") + parts[i];
+  return out;
+}
+
+namespace {
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// Shortest text that reads back as the same double, made a TOML float ("25" -> "25.0").
+std::string toml_float(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::string s = shortest(v);
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+template <class T>
+std::string scalar_text(const T& v) {
+  if constexpr (std::is_same_v<T, int64_t>) return std::to_string(v);
+  if constexpr (std::is_same_v<T, double>) return toml_float(v);
+  if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+  if constexpr (std::is_same_v<T, std::string>) return quote(v);
+}
+
+}  // namespace
+
+std::string format_toml_value(const Value& value) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (requires { typename T::value_type; } && !std::is_same_v<T, std::string>) {
+          std::string out = "[";
+          for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + scalar_text(v[i]);
+          return out + "]";
+        } else {
+          return scalar_text(v);
+        }
+      },
+      value);
+}
+
+namespace {
+
+// Optimal string alignment distance: edits, with a swap of two neighbours counting as one.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+const std::string* closest_name(std::string_view name, const std::vector<std::string>& candidates) {
+  const std::string* best = nullptr;
+  size_t best_distance = std::max<size_t>(1, name.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    size_t d = edit_distance(name, c);
+    if (d < best_distance) {
+      best = &c;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+}  // namespace genesis::recipe
