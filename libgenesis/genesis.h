@@ -16,3 +16,4 @@
 #include "libgenesis/ops/nn.h"
 #include "libgenesis/ops/op_table.h"
 #include "libgenesis/ops/reduce.h"
+#include "libgenesis/recipe/recipe.h"

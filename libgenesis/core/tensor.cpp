@@ -26,6 +26,7 @@ int64_t Tensor::size(int64_t axis) const { return shape()[normalize_axis(axis, d
 int64_t Tensor::stride(int64_t axis) const { return strides()[normalize_axis(axis, dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // an empty tensor has no layout to violate
   int64_t expected = 1;
   for (int64_t d = dim() - 1; d >= 0; --d) {
     if (shape()[d] == 1) continue;

@@ -159,8 +159,9 @@ const std::vector<KeySpec>& recipe_schema() {
        .field = GENESIS_RECIPE_FIELD(data.name)},
       {.section = "data",
        .key = "path",
-       .fallback = S{"/usr/share/fashion-mnist"},
-       .doc = "Directory holding the dataset files; the default is the expected system-wide location.",
+       .fallback = S{"/usr/share/datasets/fashion-mnist"},
+       .doc = "Directory holding the dataset's IDX files; the default is where Debian's dataset-fashion-mnist "
+              "package (installed by scripts/setup.sh) puts them.",
        .field = GENESIS_RECIPE_FIELD(data.path)},
       {.section = "data",
        .key = "val_fraction",
