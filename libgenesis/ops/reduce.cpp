@@ -2,6 +2,8 @@
 #include "libgenesis/ops/reduce.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "kernels/cpu/reduce.h"
 #include "libgenesis/autograd/record.h"
@@ -14,10 +16,30 @@
 
 namespace genesis {
 
+using kernels::cpu::Extreme;
+
+namespace {
+
+// The permutation that as_rows applies: kept dimensions first, then the reduced ones.
+std::vector<int64_t> rows_permutation(int64_t ndim, const Axes& axes) {
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < ndim; ++d)
+    if (!std::binary_search(axes.begin(), axes.end(), d)) perm.push_back(d);
+  perm.insert(perm.end(), axes.begin(), axes.end());
+  return perm;
+}
+
+}  // namespace
+
 namespace detail {
 
 Axes reduction_axes(const Axes& axes, int64_t ndim, const char* op) {
   Axes out;
+  if (ndim == 0) {
+    // A 0-d tensor accepts axis 0 / -1 and reduces over its single element.
+    for (int64_t a : axes) normalize_axis(a, ndim, op);
+    return out;
+  }
   if (axes.empty()) {
     for (int64_t d = 0; d < ndim; ++d) out.push_back(d);
     return out;
@@ -39,19 +61,23 @@ Shape reduced_shape(const Shape& shape, const Axes& axes, bool keepdim) {
 }
 
 Tensor as_rows(const Tensor& x, const Axes& axes) {
-  std::vector<int64_t> perm;
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < x.dim(); ++d) {
-    if (!std::binary_search(axes.begin(), axes.end(), d)) {
-      perm.push_back(d);
-      outer *= x.size(d);
-    }
+    if (std::binary_search(axes.begin(), axes.end(), d)) inner *= x.size(d);
+    else outer *= x.size(d);
   }
-  for (int64_t d : axes) {
-    perm.push_back(d);
-    inner *= x.size(d);
+  return x.permute(rows_permutation(x.dim(), axes)).contiguous().view({outer, inner});
+}
+
+Tensor from_rows(const Tensor& rows, const Shape& shape, const Axes& axes) {
+  std::vector<int64_t> perm = rows_permutation(static_cast<int64_t>(shape.size()), axes);
+  Shape permuted;
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    permuted.push_back(shape[static_cast<size_t>(perm[i])]);
+    inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
   }
-  return x.permute(perm).contiguous().view({outer, inner});
+  return rows.view(permuted).permute(inverse);
 }
 
 Tensor unsqueeze_reduced(const Tensor& t, const Shape& input_shape, const Axes& axes, bool keepdim) {
@@ -63,18 +89,125 @@ Tensor unsqueeze_reduced(const Tensor& t, const Shape& input_shape, const Axes& 
 
 namespace {
 
-Tensor sum_forward(const Tensor& x, const Axes& axes, bool keepdim) {
+using detail::unsqueeze_reduced;
+
+// Runs kernel(rows, cols, in, out) over x laid out by as_rows and shapes the result. No autograd.
+template <class RowKernel>
+Tensor reduce_rows(const Tensor& x, const Axes& axes, bool keepdim, DType out_dtype, RowKernel&& kernel) {
   NoGradGuard forward_only;
   Tensor rows = detail::as_rows(x, axes);
-  DType out_dtype = is_floating(x.dtype()) ? x.dtype() : DType::i64;
   Tensor out = empty({rows.size(0)}, {.dtype = out_dtype, .device = x.device()});
-  if (x.device().is_cpu()) {
-    kernels::cpu::sum_rows(x.dtype(), rows.size(0), rows.size(1), rows.data_ptr(), out.data_ptr());
-  } else {
-    GENESIS_ON_CUDA(kernels::cuda::sum_rows(x.dtype(), rows.size(0), rows.size(1), rows.data_ptr(), out.data_ptr(),
-                                            cuda::current_stream()));
-  }
+  kernel(rows.size(0), rows.size(1), rows.data_ptr(), out.data_ptr());
   return out.view(detail::reduced_shape(x.shape(), axes, keepdim));
+}
+
+// Argument checks of the reductions that only have CPU kernels; returns the normalized axes.
+Axes cpu_reduction_axes(const char* op, const Tensor& x, const Axes& axes) {
+  detail::check_defined(op, x, "input");
+  detail::require_cpu(op, {x});
+  return detail::reduction_axes(axes, x.dim(), op);
+}
+
+int64_t reduced_count(const Shape& shape, const Axes& axes) {
+  int64_t n = 1;
+  for (int64_t a : axes) n *= shape[static_cast<size_t>(a)];
+  return n;
+}
+
+Tensor to_floating(const Tensor& x) { return is_floating(x.dtype()) ? x : x.to(DType::f32); }
+
+DType sum_dtype(DType t) { return is_floating(t) ? t : DType::i64; }
+
+Tensor sum_forward(const Tensor& x, const Axes& axes, bool keepdim) {
+  return reduce_rows(
+      x, axes, keepdim, sum_dtype(x.dtype()), [&](int64_t rows, int64_t cols, const void* in, void* out) {
+        if (x.device().is_cpu()) {
+          kernels::cpu::sum_rows(x.dtype(), rows, cols, in, out);
+        } else {
+          GENESIS_ON_CUDA(kernels::cuda::sum_rows(x.dtype(), rows, cols, in, out, cuda::current_stream()));
+        }
+      });
+}
+
+// max/min values and first indices over `axes`, which must not be empty. No autograd.
+ValuesIndices extreme_forward(Extreme which, const Tensor& x, const Axes& axes, bool keepdim) {
+  NoGradGuard forward_only;
+  Tensor rows = detail::as_rows(x, axes);
+  Tensor values = empty({rows.size(0)}, {.dtype = x.dtype()});
+  Tensor indices = empty({rows.size(0)}, {.dtype = DType::i64});
+  kernels::cpu::extreme_rows(which, x.dtype(), rows.size(0), rows.size(1), rows.data_ptr(), values.data_ptr(),
+                             indices.data<int64_t>());
+  Shape shape = detail::reduced_shape(x.shape(), axes, keepdim);
+  return {values.view(shape), indices.view(shape)};
+}
+
+// The single normalized axis of max/min/argmax/argmin (none for a 0-d input); refuses an empty axis.
+Axes extreme_axis(const char* op, const Tensor& x, int64_t axis) {
+  Axes axes = cpu_reduction_axes(op, x, {axis});
+  GENESIS_CHECK(reduced_count(x.shape(), axes) > 0, ValueError, op, ": cannot reduce over axis ", axis,
+                " of size 0 (input shape ", x.shape(), ")");
+  return axes;
+}
+
+ValuesIndices extreme_along(Extreme which, const char* op, const Tensor& x, int64_t axis, bool keepdim) {
+  Axes axes = extreme_axis(op, x, axis);
+  ValuesIndices out = extreme_forward(which, x, axes, keepdim);
+  if (needs_grad({x})) {
+    record(op, {x}, {out.values}, [in = x.shape(), axes, keepdim, idx = saved(out.indices)](const TensorList& g) {
+      if (axes.empty()) return TensorList{g[0]};  // 0-d input
+      // The gradient goes to the selected position of each reduced line.
+      const auto ax = static_cast<size_t>(axes[0]);
+      Shape position_shape(in.size(), 1);
+      position_shape[ax] = in[ax];
+      Tensor positions = arange(in[ax]).view(position_shape);
+      Tensor selected = eq(positions, unsqueeze_reduced(idx, in, axes, keepdim));
+      return TensorList{where(selected, unsqueeze_reduced(g[0], in, axes, keepdim), 0.0)};
+    });
+  }
+  return out;
+}
+
+Tensor extreme_all(Extreme which, const char* op, const Tensor& x) {
+  detail::check_defined(op, x, "input");
+  detail::require_cpu(op, {x});
+  GENESIS_CHECK(x.numel() > 0, ValueError, op, ": cannot reduce an empty tensor (shape ", x.shape(), ")");
+  Tensor out = extreme_forward(which, x, detail::reduction_axes({}, x.dim(), op), false).values;
+  if (needs_grad({x})) {
+    record(op, {x}, {out}, [xs = saved(x), os = saved(out)](const TensorList& g) {
+      // Every element equal to the result (NaNs when it is NaN) gets an equal share.
+      Tensor ties = add(eq(xs, os), mul(ne(xs, xs), ne(os, os)));
+      return TensorList{where(ties, div(g[0], sum(ties)), 0.0)};
+    });
+  }
+  return out;
+}
+
+Tensor var_forward(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) {
+  Tensor xf = to_floating(x);
+  return reduce_rows(xf, axes, keepdim, xf.dtype(), [&](int64_t rows, int64_t cols, const void* in, void* out) {
+    kernels::cpu::var_rows(xf.dtype(), rows, cols, correction, in, out);
+  });
+}
+
+// x - mean(x) over axes (kept as size 1) and the divisor n - correction of var.
+Tensor centered(const Tensor& x, const Axes& axes) { return sub(x, mean(x, axes, /*keepdim=*/true)); }
+double var_divisor(const Tensor& x, const Axes& axes, int64_t correction) {
+  return static_cast<double>(reduced_count(x.shape(), axes) - correction);
+}
+
+Tensor norm_backward(const Tensor& x, const Tensor& norm_out, const Tensor& g, double p, const Axes& axes) {
+  if (p == 0.0) return zeros_like(x);
+  if (p == 1.0) return mul(sign(x), g);  // sign(0) = 0 is the subgradient at zero
+  if (std::isinf(p)) {
+    // The entries whose |x| equals the norm share the gradient evenly.
+    Tensor hits = eq(abs(x), norm_out);
+    return where(hits, div(mul(sign(x), g), sum(hits, axes, /*keepdim=*/true)), 0.0);
+  }
+  // d/dx (sum |x|^p)^(1/p) = sign(x) |x|^(p-1) / norm^(p-1), taken as 0 where x = 0 or the
+  // norm is 0 (so a zero vector gets a zero gradient).
+  Tensor scaled_x = where(ne(x, 0.0), mul(sign(x), pow(abs(x), p - 1.0)), 0.0);
+  Tensor scale = where(ne(norm_out, 0.0), div(g, pow(norm_out, p - 1.0)), 0.0);
+  return mul(scaled_x, scale);
 }
 
 }  // namespace
@@ -85,7 +218,7 @@ Tensor sum(const Tensor& x, const Axes& axes_in, bool keepdim) {
   Tensor out = sum_forward(x, axes, keepdim);
   if (needs_grad({x})) {
     record("sum", {x}, {out}, [in = x.shape(), axes, keepdim](const TensorList& g) {
-      return TensorList{detail::unsqueeze_reduced(g[0], in, axes, keepdim).expand(in).contiguous()};
+      return TensorList{unsqueeze_reduced(g[0], in, axes, keepdim).expand(in).contiguous()};
     });
   }
   return out;
@@ -94,10 +227,106 @@ Tensor sum(const Tensor& x, const Axes& axes_in, bool keepdim) {
 Tensor mean(const Tensor& x, const Axes& axes_in, bool keepdim) {
   detail::check_defined("mean", x, "input");
   Axes axes = detail::reduction_axes(axes_in, x.dim(), "mean");
-  int64_t count = 1;
-  for (int64_t a : axes) count *= x.size(a);
-  Tensor xf = is_floating(x.dtype()) ? x : x.to(DType::f32);
-  return div(sum(xf, axes, keepdim), static_cast<double>(count));
+  return div(sum(to_floating(x), axes, keepdim), static_cast<double>(reduced_count(x.shape(), axes)));
+}
+
+Tensor prod(const Tensor& x, const Axes& axes_in, bool keepdim) {
+  Axes axes = cpu_reduction_axes("prod", x, axes_in);
+  Tensor out = reduce_rows(x, axes, keepdim, sum_dtype(x.dtype()), [&](int64_t rows, int64_t cols, const void* in,
+                                                                       void* o) {
+    kernels::cpu::prod_rows(x.dtype(), rows, cols, in, o);
+  });
+  if (needs_grad({x})) {
+    record("prod", {x}, {out}, [xs = saved(x), axes](const TensorList& g) {
+      // Each element's gradient is the product of the others in its row (exact with zeros).
+      Tensor rows = detail::as_rows(xs, axes);
+      Tensor grad_out = g[0].to(xs.dtype()).contiguous();
+      Tensor grad_rows = empty(rows.shape(), {.dtype = xs.dtype()});
+      kernels::cpu::prod_rows_backward(xs.dtype(), rows.size(0), rows.size(1), rows.data_ptr(), grad_out.data_ptr(),
+                                       grad_rows.data_ptr());
+      return TensorList{detail::from_rows(grad_rows, xs.shape(), axes)};
+    });
+  }
+  return out;
+}
+
+ValuesIndices max(const Tensor& x, int64_t axis, bool keepdim) {
+  return extreme_along(Extreme::max, "max", x, axis, keepdim);
+}
+ValuesIndices min(const Tensor& x, int64_t axis, bool keepdim) {
+  return extreme_along(Extreme::min, "min", x, axis, keepdim);
+}
+Tensor max(const Tensor& x) { return extreme_all(Extreme::max, "max", x); }
+Tensor min(const Tensor& x) { return extreme_all(Extreme::min, "min", x); }
+
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) {
+  return extreme_forward(Extreme::max, x, extreme_axis("argmax", x, axis), keepdim).indices;
+}
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
+  return extreme_forward(Extreme::min, x, extreme_axis("argmin", x, axis), keepdim).indices;
+}
+
+Tensor var(const Tensor& x, const Axes& axes_in, bool unbiased, bool keepdim) {
+  Axes axes = cpu_reduction_axes("var", x, axes_in);
+  int64_t correction = unbiased ? 1 : 0;
+  Tensor out = var_forward(x, axes, correction, keepdim);
+  if (needs_grad({x})) {
+    record("var", {x}, {out}, [xs = saved(x), axes, keepdim, correction](const TensorList& g) {
+      Tensor gk = unsqueeze_reduced(g[0], xs.shape(), axes, keepdim);
+      return TensorList{mul(centered(xs, axes), mul(gk, 2.0 / var_divisor(xs, axes, correction)))};
+    });
+  }
+  return out;
+}
+
+Tensor std(const Tensor& x, const Axes& axes_in, bool unbiased, bool keepdim) {
+  Axes axes = cpu_reduction_axes("std", x, axes_in);
+  int64_t correction = unbiased ? 1 : 0;
+  Tensor out = sqrt(var_forward(x, axes, correction, keepdim));
+  if (needs_grad({x})) {
+    record("std", {x}, {out}, [xs = saved(x), os = saved(out), axes, keepdim, correction](const TensorList& g) {
+      // d std = d var / (2 std); a zero std gives a zero gradient.
+      Tensor sk = unsqueeze_reduced(os, xs.shape(), axes, keepdim);
+      Tensor gk = unsqueeze_reduced(g[0], xs.shape(), axes, keepdim);
+      Tensor scale = where(ne(sk, 0.0), div(gk, sk), 0.0);
+      return TensorList{mul(centered(xs, axes), div(scale, var_divisor(xs, axes, correction)))};
+    });
+  }
+  return out;
+}
+
+Tensor logsumexp(const Tensor& x, const Axes& axes_in, bool keepdim) {
+  Axes axes = cpu_reduction_axes("logsumexp", x, axes_in);
+  Tensor xf = to_floating(x);
+  Tensor out = reduce_rows(xf, axes, keepdim, xf.dtype(), [&](int64_t rows, int64_t cols, const void* in, void* o) {
+    kernels::cpu::logsumexp_rows(xf.dtype(), rows, cols, in, o);
+  });
+  if (needs_grad({x})) {
+    record("logsumexp", {x}, {out}, [xs = saved(x), os = saved(out), axes, keepdim](const TensorList& g) {
+      // g * softmax(x); rows that are all -inf (result -inf) get a zero gradient, not NaN.
+      const double neg_inf = -std::numeric_limits<double>::infinity();
+      Tensor ok = unsqueeze_reduced(os, xs.shape(), axes, keepdim);
+      Tensor shift = where(ne(ok, neg_inf), ok, 0.0);
+      return TensorList{mul(exp(sub(xs, shift)), unsqueeze_reduced(g[0], xs.shape(), axes, keepdim))};
+    });
+  }
+  return out;
+}
+
+Tensor norm(const Tensor& x, double p, const Axes& axes_in, bool keepdim) {
+  Axes axes = cpu_reduction_axes("norm", x, axes_in);
+  GENESIS_CHECK(!std::isnan(p), ValueError, "norm: p must be a number or +-inf (got NaN)");
+  Tensor xf = to_floating(x);
+  Tensor out = reduce_rows(xf, axes, keepdim, xf.dtype(), [&](int64_t rows, int64_t cols, const void* in, void* o) {
+    kernels::cpu::norm_rows(xf.dtype(), rows, cols, p, in, o);
+  });
+  if (needs_grad({x})) {
+    record("norm", {x}, {out}, [xs = saved(x), os = saved(out), p, axes, keepdim](const TensorList& g) {
+      return TensorList{norm_backward(xs, unsqueeze_reduced(os, xs.shape(), axes, keepdim),
+                                      unsqueeze_reduced(g[0], xs.shape(), axes, keepdim), p, axes)};
+    });
+  }
+  return out;
 }
 
 }  // namespace genesis
