@@ -73,7 +73,7 @@ TEST_CASE("recipe: a valid recipe loads typed values and schema defaults", "[cpu
   CHECK(r.model.activation == "gelu");
   CHECK(r.model.dropout == 0.1);
   CHECK(r.data.name == "fashion_mnist");
-  CHECK(r.data.path == "/usr/share/fashion-mnist");
+  CHECK(r.data.path == "/usr/share/datasets/fashion-mnist");
   CHECK(r.data.val_fraction == 0.1);
   CHECK(r.data.normalize);
   CHECK_FALSE(r.data.shuffle);
@@ -346,7 +346,7 @@ TEST_CASE("recipe: to_toml writes every key and reads back to the same spec", "[
   CHECK(text.find("div_factor = 25.0\n") != std::string::npos);
   CHECK(text.find("eps = 1e-12\n") != std::string::npos);
   CHECK(text.find("# steps is not set\nepochs = 3\n") != std::string::npos);
-  CHECK(text.find("path = \"/usr/share/fashion-mnist\"\n") != std::string::npos);
+  CHECK(text.find("path = \"/usr/share/datasets/fashion-mnist\"\n") != std::string::npos);
   for (const auto& key : recipe::recipe_schema()) {
     const std::string name = key.key;
     INFO(key.full_name());
