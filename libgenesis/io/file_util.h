@@ -1,0 +1,56 @@
+#pragma once
+// Durable file-system helpers: writes that survive a crash either completely or not at all
+// (temp file + fsync + rename + fsync of the directory), and errors that name the path.
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "libgenesis/core/error.h"
+
+namespace genesis {
+
+// A file-system operation failed, or a path is not what the caller expected.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace genesis
+
+namespace genesis::io {
+
+// Throws IoError "<what> '<path>': <system message for err>".
+[[noreturn]] void throw_io_error(std::string_view what, const std::filesystem::path& path, int err);
+
+// Flushes a file or directory to stable storage.
+void fsync_path(const std::filesystem::path& path);
+// Flushes the directory holding `path`, which makes a rename or creation inside it durable.
+void fsync_parent(const std::filesystem::path& path);
+// Flushes every file and directory under `root` (and root itself).
+void fsync_tree(const std::filesystem::path& root);
+
+// Writes a file atomically: the bytes go to `<path>.tmp`, which commit() flushes and renames
+// over `path`. Destroyed without commit(), the temp file is removed and `path` is untouched.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t nbytes);
+  void commit();
+  const std::filesystem::path& temp_path() const { return temp_path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::filesystem::path temp_path_;
+  int fd_ = -1;
+};
+
+// write + commit of a whole small file through AtomicFile.
+void write_file_atomic(const std::filesystem::path& path, std::string_view content);
+std::string read_file(const std::filesystem::path& path);
+
+}  // namespace genesis::io
