@@ -1,0 +1,35 @@
+#pragma once
+// Builders: turn a validated RecipeSpec into the objects a run needs. Nothing below this
+// layer reads recipes; the trainer receives what these functions return.
+#include <memory>
+
+#include "libgenesis/data/dataset.h"
+#include "libgenesis/nn/module.h"
+#include "libgenesis/optim/lr_schedule.h"
+#include "libgenesis/optim/optimizer.h"
+#include "libgenesis/recipe/recipe.h"
+
+namespace genesis::recipe {
+
+// "cpu", "cuda", "cuda:N"; "auto" picks CUDA when a GPU is present.
+Device resolve_device(const std::string& requested);
+
+std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device);
+
+// Two parameter groups: names containing any optimizer.no_decay pattern get weight
+// decay 0, the rest optimizer.weight_decay. Empty groups are dropped.
+std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, const nn::Module& model);
+
+LrSchedule build_schedule(const RecipeSpec& spec, int64_t total_steps);
+
+struct RunData {
+  data::Dataset train;
+  data::Dataset eval;  // the split named by eval.split ("test", or "val" carved out of train)
+};
+// Loads, splits and normalizes (statistics of the training split, applied to both).
+RunData build_data(const RecipeSpec& spec);
+
+// Optimizer steps of the run: training.steps, or epochs * ceil(batches / grad_accum_steps).
+int64_t total_steps(const RecipeSpec& spec, int64_t batches_per_epoch);
+
+}  // namespace genesis::recipe

@@ -1,0 +1,89 @@
+#include "libgenesis/train/checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include "libgenesis/core/error.h"
+#include "libgenesis/io/checkpoint_dir.h"
+#include "libgenesis/io/file_util.h"
+#include "libgenesis/io/safetensors.h"
+
+namespace genesis::train {
+
+namespace {
+
+io::NamedTensors to_pairs(const std::vector<NamedTensor>& tensors) {
+  io::NamedTensors out;
+  for (const NamedTensor& t : tensors) out.emplace_back(t.name, t.tensor);
+  return out;
+}
+
+std::vector<NamedTensor> read_all(const io::SafetensorsFile& file) {
+  std::vector<NamedTensor> out;
+  for (const std::string& name : file.names()) out.push_back({name, file.tensor(name)});
+  return out;
+}
+
+}  // namespace
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const nn::Module& model,
+                                      const Optimizer& optimizer, const TrainerState& state,
+                                      const std::string& recipe_toml, size_t keep_last) {
+  std::string name = io::checkpoint_name(state.step);
+  io::DirectoryTransaction tx(checkpoints_dir / name, /*replace=*/true);
+  io::save_safetensors(tx.path() / "model.safetensors", to_pairs(model.state_dict()), {{"format", "genesis"}});
+  io::save_safetensors(tx.path() / "optimizer.safetensors", to_pairs(optimizer.state()),
+                       {{"optimizer", std::string(optimizer.name())}});
+  nlohmann::json trainer{{"step", state.step},
+                         {"epoch", state.cursor.epoch},
+                         {"batch_in_epoch", state.cursor.batch},
+                         {"rng", {{"seed", state.rng.seed}, {"offset", state.rng.offset}}},
+                         {"optimizer_steps", state.optimizer_steps},
+                         {"optimizer", state.optimizer_name},
+                         {"scheduler", state.scheduler_name},
+                         {"world_size", state.world_size},
+                         {"format_version", 1}};
+  io::write_file_atomic(tx.path() / "trainer.json", trainer.dump(2) + "\n");
+  io::write_file_atomic(tx.path() / "recipe.toml", recipe_toml);
+  tx.commit();
+  io::update_latest_pointer(checkpoints_dir, name);
+  io::prune_checkpoints(checkpoints_dir, keep_last);
+  return checkpoints_dir / name;
+}
+
+TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& model, Optimizer* optimizer) {
+  std::filesystem::path dir = io::resolve_checkpoint(path);
+  for (const char* f : {"model.safetensors", "trainer.json"}) {
+    GENESIS_CHECK(std::filesystem::exists(dir / f), ValueError, "checkpoint ", dir.string(), " has no ", f);
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(io::read_file(dir / "trainer.json"));
+  } catch (const nlohmann::json::exception& e) {
+    GENESIS_THROW(FormatError, (dir / "trainer.json").string(), ": invalid JSON: ", e.what());
+  }
+  TrainerState s;
+  try {
+    s.step = j.at("step").get<int64_t>();
+    s.cursor = {j.at("epoch").get<int64_t>(), j.at("batch_in_epoch").get<int64_t>()};
+    s.rng = {j.at("rng").at("seed").get<uint64_t>(), j.at("rng").at("offset").get<uint64_t>()};
+    s.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
+    s.optimizer_name = j.at("optimizer").get<std::string>();
+    s.scheduler_name = j.at("scheduler").get<std::string>();
+    s.world_size = j.at("world_size").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    GENESIS_THROW(FormatError, (dir / "trainer.json").string(), ": missing or mistyped field: ", e.what());
+  }
+  try {
+    model.load_state_dict(read_all(io::SafetensorsFile(dir / "model.safetensors")));
+  } catch (const ShapeError& e) {
+    GENESIS_THROW(ValueError, "checkpoint ", (dir / "model.safetensors").string(), " does not fit the model: ", e.what());
+  }
+  if (optimizer) {
+    GENESIS_CHECK(s.optimizer_name == optimizer->name(), ValueError, "checkpoint ", dir.string(), " was written by '",
+                  s.optimizer_name, "' but the recipe uses '", optimizer->name(), "'");
+    optimizer->load_state(read_all(io::SafetensorsFile(dir / "optimizer.safetensors")), s.optimizer_steps);
+  }
+  return s;
+}
+
+}  // namespace genesis::train

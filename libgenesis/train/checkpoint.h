@@ -1,0 +1,37 @@
+#pragma once
+// A training checkpoint is a directory (checkpoints/step_00001200/) written atomically:
+//   model.safetensors      parameters and buffers, Hugging Face-style names
+//   optimizer.safetensors  per-parameter optimizer state ("<param>.exp_avg", "<param>.step")
+//   trainer.json           step, data cursor, RNG state, optimizer step count, world size
+//   recipe.toml            the resolved recipe of the run
+#include <filesystem>
+#include <string>
+
+#include "libgenesis/core/generator.h"
+#include "libgenesis/data/loader.h"
+#include "libgenesis/nn/module.h"
+#include "libgenesis/optim/optimizer.h"
+
+namespace genesis::train {
+
+struct TrainerState {
+  int64_t step = 0;               // optimizer steps completed
+  data::LoaderCursor cursor;      // the next training batch
+  GeneratorState rng;             // default generator (dropout)
+  int64_t optimizer_steps = 0;
+  int world_size = 1;
+  std::string optimizer_name;
+  std::string scheduler_name;
+};
+
+// Writes checkpoints_dir/step_<step>/ atomically, points `latest` at it and keeps the newest
+// keep_last checkpoints. Returns the checkpoint's directory.
+std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const nn::Module& model,
+                                      const Optimizer& optimizer, const TrainerState& state,
+                                      const std::string& recipe_toml, size_t keep_last);
+
+// Restores model (strict: names and shapes must match) and, when given, the optimizer.
+// `path` may be a checkpoint directory, a `latest` pointer or a checkpoints directory.
+TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& model, Optimizer* optimizer);
+
+}  // namespace genesis::train

@@ -1,0 +1,39 @@
+#pragma once
+// The training loop of `genesis train`: batches -> forward -> loss -> backward ->
+// gradient sync (seam) -> clip -> optimizer step -> schedule, with logging, periodic
+// evaluation, checkpoints, clean stop on signals, and summary.json at the end.
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "libgenesis/data/dataset.h"
+#include "libgenesis/nn/module.h"
+#include "libgenesis/recipe/recipe.h"
+
+namespace genesis::train {
+
+struct TrainOptions {
+  std::filesystem::path run_dir;  // empty: <run.out_dir>/<run.name>
+  bool resume = false;            // continue from run_dir/checkpoints/latest
+  bool overwrite = false;         // clear an existing run directory first
+  bool quiet = false;             // no step lines on stderr
+};
+
+// Runs the recipe. Returns the process exit code: 0 when the run completed, 130 when it
+// was stopped by SIGINT/SIGTERM (after writing a checkpoint). Throws UsageError for a
+// run directory that cannot be used as asked and genesis errors for everything else.
+int run_training(const RecipeSpec& spec, const TrainOptions& options);
+
+// Mean cross-entropy loss and accuracy of `model` on `dataset`, in eval mode, no grad.
+std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,
+                                       Device device);
+
+// Loads the checkpoint, evaluates on the recipe's eval split (or `split` when given:
+// "test" or "val") and returns the metrics.
+std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const std::filesystem::path& checkpoint,
+                                             const std::string& split);
+
+// The run directory a recipe writes to unless --out says otherwise.
+std::filesystem::path default_run_dir(const RecipeSpec& spec);
+
+}  // namespace genesis::train
