@@ -1,0 +1,338 @@
+#include "kernels/cpu/conv.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/loops.h"
+
+namespace genesis::kernels::cpu {
+
+namespace {
+
+// Row-major C = op(A) op(B) + beta * C.
+void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+               int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+               const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+// Sizes of one (sample, group) GEMM: weight [out_per_group, patch] x columns [patch, spatial].
+struct GroupSizes {
+  int64_t in_per_group, out_per_group, patch, spatial, image;
+  explicit GroupSizes(const Conv2dShape& s)
+      : in_per_group(s.in_channels / s.groups),
+        out_per_group(s.out_channels / s.groups),
+        patch(in_per_group * s.kernel_h * s.kernel_w),
+        spatial(s.out_h * s.out_w),
+        image(s.height * s.width) {}
+  // Column-matrix entries of one sample (all groups); a group's matrix starts every `patch * spatial`.
+  int64_t per_sample(const Conv2dShape& s) const { return s.groups * patch * spatial; }
+};
+
+// A 1x1 kernel with unit stride and no padding reads the input image itself as the column matrix.
+bool is_pointwise(const Conv2dShape& s) {
+  return s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0;
+}
+
+// Samples are processed in blocks: im2col / col2im of a whole block run in one OpenMP region, then
+// the block's GEMMs run back to back, so OpenMP and OpenBLAS threads do not take turns (and spin
+// against each other) for every sample. The block's column buffer stays under this many entries.
+constexpr int64_t kColumnBudget = int64_t{1} << 22;
+
+int64_t samples_per_block(const Conv2dShape& s, const GroupSizes& g) {
+  return std::clamp<int64_t>(kColumnBudget / g.per_sample(s), 1, std::max<int64_t>(s.batch, 1));
+}
+
+// columns[(c, ki, kj), (oh, ow)] = image[c, oh*sh - ph + ki*dh, ow*sw - pw + kj*dw], zero outside the image,
+// for `planes` consecutive input planes. One column-matrix row per work item: it reads one input row
+// at a time with a fixed step.
+template <class T>
+void im2col(const Conv2dShape& s, int64_t planes, const T* image, T* columns) {
+  const int64_t taps = s.kernel_h * s.kernel_w, spatial = s.out_h * s.out_w;
+  parallel_for(planes * taps, spatial, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t c = row / taps, ki = (row % taps) / s.kernel_w, kj = row % s.kernel_w;
+      const T* plane = image + c * s.height * s.width;
+      for (int64_t oh = 0; oh < s.out_h; ++oh) {
+        T* out = columns + row * spatial + oh * s.out_w;
+        const int64_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
+        if (ih < 0 || ih >= s.height) {
+          std::fill(out, out + s.out_w, T(0));
+          continue;
+        }
+        const T* in = plane + ih * s.width;
+        for (int64_t ow = 0; ow < s.out_w; ++ow) {
+          const int64_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
+          out[ow] = iw >= 0 && iw < s.width ? in[iw] : T(0);
+        }
+      }
+    }
+  });
+}
+
+// The adjoint of im2col: image[c, ih, iw] = sum of every column entry im2col read from there.
+// Each work item owns whole planes, so the sums are race-free and in a fixed order.
+template <class T>
+void col2im(const Conv2dShape& s, int64_t planes, const T* columns, T* image) {
+  const int64_t taps = s.kernel_h * s.kernel_w, spatial = s.out_h * s.out_w;
+  parallel_for(planes, taps * spatial, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      T* plane = image + c * s.height * s.width;
+      std::fill(plane, plane + s.height * s.width, T(0));
+      for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+        for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
+          const T* col = columns + ((c * s.kernel_h + ki) * s.kernel_w + kj) * spatial;
+          for (int64_t oh = 0; oh < s.out_h; ++oh) {
+            const int64_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
+            if (ih < 0 || ih >= s.height) continue;
+            T* in = plane + ih * s.width;
+            const T* src = col + oh * s.out_w;
+            for (int64_t ow = 0; ow < s.out_w; ++ow) {
+              const int64_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
+              if (iw >= 0 && iw < s.width) in[iw] += src[ow];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void conv2d_forward_typed(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
+  const GroupSizes g(s);
+  const bool pointwise = is_pointwise(s);
+  const int64_t block = samples_per_block(s, g);
+  std::vector<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample(s)));
+  for (int64_t first = 0; first < s.batch; first += block) {
+    const int64_t count = std::min(block, s.batch - first);
+    const T* images = x + first * s.in_channels * g.image;
+    if (!pointwise) im2col(s, count * s.in_channels, images, columns.data());
+    const T* cols = pointwise ? images : columns.data();
+    for (int64_t n = first; n < first + count; ++n) {
+      for (int64_t grp = 0; grp < s.groups; ++grp) {
+        T* out = y + (n * s.out_channels + grp * g.out_per_group) * g.spatial;
+        blas_gemm(false, false, g.out_per_group, g.spatial, g.patch, w + grp * g.out_per_group * g.patch, g.patch,
+                  cols + ((n - first) * s.groups + grp) * g.patch * g.spatial, g.spatial, T(0), out, g.spatial);
+        if (!bias) continue;
+        for (int64_t co = 0; co < g.out_per_group; ++co) {
+          const T b = bias[grp * g.out_per_group + co];
+          for (int64_t i = 0; i < g.spatial; ++i) out[co * g.spatial + i] += b;
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void conv2d_backward_input_typed(const Conv2dShape& s, const T* grad_y, const T* w, T* grad_x) {
+  const GroupSizes g(s);
+  const bool pointwise = is_pointwise(s);
+  const int64_t block = samples_per_block(s, g);
+  std::vector<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample(s)));
+  for (int64_t first = 0; first < s.batch; first += block) {
+    const int64_t count = std::min(block, s.batch - first);
+    T* images = grad_x + first * s.in_channels * g.image;
+    T* cols = pointwise ? images : columns.data();
+    for (int64_t n = first; n < first + count; ++n) {
+      for (int64_t grp = 0; grp < s.groups; ++grp) {
+        // columns [patch, spatial] = W_g^T [patch, out_per_group] x grad_y_g [out_per_group, spatial]
+        const T* gy = grad_y + (n * s.out_channels + grp * g.out_per_group) * g.spatial;
+        blas_gemm(true, false, g.patch, g.spatial, g.out_per_group, w + grp * g.out_per_group * g.patch, g.patch, gy,
+                  g.spatial, T(0), cols + ((n - first) * s.groups + grp) * g.patch * g.spatial, g.spatial);
+      }
+    }
+    if (!pointwise) col2im(s, count * s.in_channels, cols, images);
+  }
+}
+
+template <class T>
+void conv2d_backward_weight_typed(const Conv2dShape& s, const T* x, const T* grad_y, T* grad_w) {
+  const GroupSizes g(s);
+  const bool pointwise = is_pointwise(s);
+  const int64_t block = samples_per_block(s, g);
+  std::vector<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample(s)));
+  std::fill(grad_w, grad_w + s.out_channels * g.patch, T(0));
+  for (int64_t first = 0; first < s.batch; first += block) {
+    const int64_t count = std::min(block, s.batch - first);
+    const T* images = x + first * s.in_channels * g.image;
+    if (!pointwise) im2col(s, count * s.in_channels, images, columns.data());
+    const T* cols = pointwise ? images : columns.data();
+    for (int64_t n = first; n < first + count; ++n) {
+      for (int64_t grp = 0; grp < s.groups; ++grp) {
+        // grad_w_g [out_per_group, patch] += grad_y_g [out_per_group, spatial] x columns^T [spatial, patch]
+        const T* gy = grad_y + (n * s.out_channels + grp * g.out_per_group) * g.spatial;
+        blas_gemm(false, true, g.out_per_group, g.patch, g.spatial, gy, g.spatial,
+                  cols + ((n - first) * s.groups + grp) * g.patch * g.spatial, g.spatial, T(1),
+                  grad_w + grp * g.out_per_group * g.patch, g.patch);
+      }
+    }
+  }
+}
+
+// Window bounds of output position `o` along one dimension, clipped to the input [0, size).
+struct Window {
+  int64_t begin, end;
+  Window(int64_t o, int64_t stride, int64_t pad, int64_t kernel, int64_t size)
+      : begin(std::max<int64_t>(o * stride - pad, 0)), end(std::min<int64_t>(o * stride - pad + kernel, size)) {}
+};
+
+// One output row (plane, oh) per work item; its windows read kernel_h rows of one plane.
+template <class T>
+void max_pool2d_forward_typed(const Pool2dShape& s, const T* x, T* y, int64_t* argmax) {
+  using A = acc_t<T>;
+  parallel_for(s.planes * s.out_h, s.out_w * s.kernel_h * s.kernel_w, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const T* plane = x + (row / s.out_h) * s.height * s.width;
+      const Window wh(row % s.out_h, s.stride_h, s.pad_h, s.kernel_h, s.height);
+      for (int64_t ow = 0; ow < s.out_w; ++ow) {
+        const Window ww(ow, s.stride_w, s.pad_w, s.kernel_w, s.width);
+        A best = -std::numeric_limits<A>::infinity();
+        int64_t best_at = -1;
+        for (int64_t h = wh.begin; h < wh.end; ++h) {
+          for (int64_t w = ww.begin; w < ww.end; ++w) {
+            const A v = static_cast<A>(plane[h * s.width + w]);
+            if (best_at < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+              best = v;
+              best_at = h * s.width + w;
+            }
+          }
+        }
+        y[row * s.out_w + ow] = static_cast<T>(best);
+        argmax[row * s.out_w + ow] = best_at;
+      }
+    }
+  });
+}
+
+// One plane per work item: overlapping windows add into the same plane in a fixed order.
+template <class T>
+void max_pool2d_backward_typed(const Pool2dShape& s, const T* grad_y, const int64_t* argmax, T* grad_x) {
+  using A = acc_t<T>;
+  const int64_t image = s.height * s.width, outputs = s.out_h * s.out_w;
+  parallel_for(s.planes, image + outputs, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      T* gx = grad_x + p * image;
+      std::fill(gx, gx + image, T(0));
+      for (int64_t o = p * outputs; o < (p + 1) * outputs; ++o) {
+        gx[argmax[o]] = static_cast<T>(static_cast<A>(gx[argmax[o]]) + static_cast<A>(grad_y[o]));
+      }
+    }
+  });
+}
+
+template <class T>
+void avg_pool2d_forward_typed(const Pool2dShape& s, const T* x, T* y) {
+  using A = acc_t<T>;
+  const A divisor = static_cast<A>(s.kernel_h * s.kernel_w);
+  parallel_for(s.planes * s.out_h, s.out_w * s.kernel_h * s.kernel_w, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const T* plane = x + (row / s.out_h) * s.height * s.width;
+      const Window wh(row % s.out_h, s.stride_h, s.pad_h, s.kernel_h, s.height);
+      for (int64_t ow = 0; ow < s.out_w; ++ow) {
+        const Window ww(ow, s.stride_w, s.pad_w, s.kernel_w, s.width);
+        A total = 0;
+        for (int64_t h = wh.begin; h < wh.end; ++h)
+          for (int64_t w = ww.begin; w < ww.end; ++w) total += static_cast<A>(plane[h * s.width + w]);
+        y[row * s.out_w + ow] = static_cast<T>(total / divisor);
+      }
+    }
+  });
+}
+
+template <class T>
+void avg_pool2d_backward_typed(const Pool2dShape& s, const T* grad_y, T* grad_x) {
+  using A = acc_t<T>;
+  const A divisor = static_cast<A>(s.kernel_h * s.kernel_w);
+  const int64_t image = s.height * s.width;
+  parallel_for(s.planes, image + s.out_h * s.out_w * s.kernel_h * s.kernel_w, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      T* gx = grad_x + p * image;
+      const T* gy = grad_y + p * s.out_h * s.out_w;
+      std::fill(gx, gx + image, T(0));
+      for (int64_t oh = 0; oh < s.out_h; ++oh) {
+        const Window wh(oh, s.stride_h, s.pad_h, s.kernel_h, s.height);
+        for (int64_t ow = 0; ow < s.out_w; ++ow) {
+          const Window ww(ow, s.stride_w, s.pad_w, s.kernel_w, s.width);
+          const A share = static_cast<A>(gy[oh * s.out_w + ow]) / divisor;
+          for (int64_t h = wh.begin; h < wh.end; ++h)
+            for (int64_t w = ww.begin; w < ww.end; ++w)
+              gx[h * s.width + w] = static_cast<T>(static_cast<A>(gx[h * s.width + w]) + share);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+// Convolution runs in f32 or f64 only: the op layer widens half types before calling.
+#define GENESIS_DISPATCH_BLAS(DTYPE, WHAT, ...)        \
+  switch (DTYPE) {                                     \
+    GENESIS_DTYPE_CASE(f32, float, __VA_ARGS__)        \
+    GENESIS_DTYPE_CASE(f64, double, __VA_ARGS__)       \
+    default:                                           \
+      ::genesis::throw_unsupported_dtype(WHAT, DTYPE); \
+  }
+
+void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void* w, const void* bias, void* y) {
+  GENESIS_DISPATCH_BLAS(dtype, "conv2d", {
+    conv2d_forward_typed<scalar_t>(s, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(w),
+                                   static_cast<const scalar_t*>(bias), static_cast<scalar_t*>(y));
+  });
+}
+
+void conv2d_backward_input(DType dtype, const Conv2dShape& s, const void* grad_y, const void* w, void* grad_x) {
+  GENESIS_DISPATCH_BLAS(dtype, "conv2d backward", {
+    conv2d_backward_input_typed<scalar_t>(s, static_cast<const scalar_t*>(grad_y), static_cast<const scalar_t*>(w),
+                                          static_cast<scalar_t*>(grad_x));
+  });
+}
+
+void conv2d_backward_weight(DType dtype, const Conv2dShape& s, const void* x, const void* grad_y, void* grad_w) {
+  GENESIS_DISPATCH_BLAS(dtype, "conv2d backward", {
+    conv2d_backward_weight_typed<scalar_t>(s, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(grad_y),
+                                           static_cast<scalar_t*>(grad_w));
+  });
+}
+
+#undef GENESIS_DISPATCH_BLAS
+
+void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, int64_t* argmax) {
+  GENESIS_DISPATCH_FLOAT(dtype, "max_pool2d", {
+    max_pool2d_forward_typed<scalar_t>(s, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(y), argmax);
+  });
+}
+
+void max_pool2d_backward(DType dtype, const Pool2dShape& s, const void* grad_y, const int64_t* argmax, void* grad_x) {
+  GENESIS_DISPATCH_FLOAT(dtype, "max_pool2d backward", {
+    max_pool2d_backward_typed<scalar_t>(s, static_cast<const scalar_t*>(grad_y), argmax,
+                                        static_cast<scalar_t*>(grad_x));
+  });
+}
+
+void avg_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y) {
+  GENESIS_DISPATCH_FLOAT(dtype, "avg_pool2d", {
+    avg_pool2d_forward_typed<scalar_t>(s, static_cast<const scalar_t*>(x), static_cast<scalar_t*>(y));
+  });
+}
+
+void avg_pool2d_backward(DType dtype, const Pool2dShape& s, const void* grad_y, void* grad_x) {
+  GENESIS_DISPATCH_FLOAT(dtype, "avg_pool2d backward", {
+    avg_pool2d_backward_typed<scalar_t>(s, static_cast<const scalar_t*>(grad_y), static_cast<scalar_t*>(grad_x));
+  });
+}
+
+}  // namespace genesis::kernels::cpu

@@ -1,0 +1,199 @@
+// Convolution and pooling: argument checks, CPU dispatch and backward formulas.
+#include "libgenesis/ops/conv.h"
+
+#include <climits>
+
+#include "kernels/cpu/conv.h"
+#include "libgenesis/autograd/record.h"
+#include "libgenesis/ops/dispatch.h"
+#include "libgenesis/ops/reduce.h"
+
+namespace genesis {
+
+namespace {
+
+using kernels::cpu::Conv2dShape;
+using kernels::cpu::Pool2dShape;
+
+std::string pair_str(Pair p) { return detail::concat("(", p[0], ", ", p[1], ")"); }
+
+// Number of window positions along one dimension: floor((in + 2 pad - dilation (kernel - 1) - 1) / stride) + 1,
+// or 0 when the dilated kernel does not fit in the padded input.
+int64_t window_count(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
+  int64_t span = in + 2 * pad - dilation * (kernel - 1);
+  return span <= 0 ? 0 : (span - 1) / stride + 1;
+}
+
+// Half types convolve in f32 (the BLAS GEMM has no 16-bit form).
+DType conv_compute_type(DType t) { return is_half(t) ? DType::f32 : t; }
+
+Conv2dShape conv_shape(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+  GENESIS_CHECK(x.dim() == 4, ShapeError, "conv2d: input must be 4-D [N, C_in, H, W], got shape ", x.shape());
+  GENESIS_CHECK(weight.dim() == 4, ShapeError, "conv2d: weight must be 4-D [C_out, C_in / groups, kH, kW], got shape ",
+                weight.shape());
+  detail::check_floating("conv2d", x);
+  detail::check_same_dtype("conv2d", x, weight);
+  GENESIS_CHECK(o.groups >= 1, ValueError, "conv2d: groups must be positive (got ", o.groups, ")");
+  GENESIS_CHECK(o.stride[0] >= 1 && o.stride[1] >= 1, ValueError, "conv2d: stride must be positive (got ",
+                pair_str(o.stride), ")");
+  GENESIS_CHECK(o.dilation[0] >= 1 && o.dilation[1] >= 1, ValueError, "conv2d: dilation must be positive (got ",
+                pair_str(o.dilation), ")");
+  GENESIS_CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, ValueError, "conv2d: padding must be non-negative (got ",
+                pair_str(o.padding), ")");
+  const int64_t in_channels = x.size(1), out_channels = weight.size(0);
+  GENESIS_CHECK(weight.numel() > 0, ShapeError, "conv2d: weight of shape ", weight.shape(), " is empty");
+  GENESIS_CHECK(out_channels % o.groups == 0, ShapeError, "conv2d: groups = ", o.groups,
+                " does not divide the weight's ", out_channels, " output channels (weight shape ", weight.shape(), ")");
+  GENESIS_CHECK(weight.size(1) * o.groups == in_channels, ShapeError, "conv2d: weight of shape ", weight.shape(),
+                " with groups = ", o.groups, " expects ", weight.size(1) * o.groups,
+                " input channels, but the input of shape ", x.shape(), " has ", in_channels);
+  if (bias.defined()) {
+    detail::check_same_dtype("conv2d", x, bias);
+    GENESIS_CHECK(bias.dim() == 1 && bias.size(0) == out_channels, ShapeError, "conv2d: bias of shape ", bias.shape(),
+                  " does not match the weight's ", out_channels, " output channels");
+  }
+  Conv2dShape s;
+  s.batch = x.size(0);
+  s.in_channels = in_channels;
+  s.height = x.size(2);
+  s.width = x.size(3);
+  s.out_channels = out_channels;
+  s.kernel_h = weight.size(2);
+  s.kernel_w = weight.size(3);
+  s.stride_h = o.stride[0];
+  s.stride_w = o.stride[1];
+  s.pad_h = o.padding[0];
+  s.pad_w = o.padding[1];
+  s.dilation_h = o.dilation[0];
+  s.dilation_w = o.dilation[1];
+  s.groups = o.groups;
+  s.out_h = window_count(s.height, s.kernel_h, s.stride_h, s.pad_h, s.dilation_h);
+  s.out_w = window_count(s.width, s.kernel_w, s.stride_w, s.pad_w, s.dilation_w);
+  GENESIS_CHECK(s.out_h > 0 && s.out_w > 0, ShapeError, "conv2d: input of shape ", x.shape(), " with padding ",
+                pair_str(o.padding), " is smaller than the kernel ", pair_str({s.kernel_h, s.kernel_w}),
+                " dilated by ", pair_str(o.dilation));
+  GENESIS_CHECK(s.out_h * s.out_w <= INT_MAX && weight.numel() / o.groups <= INT_MAX, ShapeError,
+                "conv2d: input of shape ", x.shape(), " and weight of shape ", weight.shape(),
+                " exceed the 32-bit sizes of the BLAS GEMM");
+  return s;
+}
+
+Pool2dShape pool_shape(const char* op, const Tensor& x, const Pool2dOptions& o) {
+  detail::check_defined(op, x, "input");
+  detail::require_cpu(op, {x});
+  detail::check_floating(op, x);
+  GENESIS_CHECK(x.dim() == 4, ShapeError, op, ": input must be 4-D [N, C, H, W], got shape ", x.shape());
+  const Pair stride = o.stride == Pair{0, 0} ? o.kernel : o.stride;
+  GENESIS_CHECK(o.kernel[0] >= 1 && o.kernel[1] >= 1, ValueError, op, ": kernel must be positive (got ",
+                pair_str(o.kernel), ")");
+  GENESIS_CHECK(stride[0] >= 1 && stride[1] >= 1, ValueError, op, ": stride must be positive (got ", pair_str(stride),
+                ")");
+  // Every window then holds at least one input element, so max pooling always has a real argmax.
+  GENESIS_CHECK(o.padding[0] >= 0 && o.padding[1] >= 0 && 2 * o.padding[0] <= o.kernel[0] &&
+                    2 * o.padding[1] <= o.kernel[1],
+                ValueError, op, ": padding ", pair_str(o.padding), " must be between 0 and half the kernel ",
+                pair_str(o.kernel));
+  Pool2dShape s;
+  s.planes = x.size(0) * x.size(1);
+  s.height = x.size(2);
+  s.width = x.size(3);
+  s.kernel_h = o.kernel[0];
+  s.kernel_w = o.kernel[1];
+  s.stride_h = stride[0];
+  s.stride_w = stride[1];
+  s.pad_h = o.padding[0];
+  s.pad_w = o.padding[1];
+  s.out_h = window_count(s.height, s.kernel_h, s.stride_h, s.pad_h, 1);
+  s.out_w = window_count(s.width, s.kernel_w, s.stride_w, s.pad_w, 1);
+  GENESIS_CHECK(s.out_h > 0 && s.out_w > 0, ShapeError, op, ": input of shape ", x.shape(), " with padding ",
+                pair_str(o.padding), " is smaller than the kernel ", pair_str(o.kernel));
+  return s;
+}
+
+Shape pooled_shape(const Tensor& x, const Pool2dShape& s) { return {x.size(0), x.size(1), s.out_h, s.out_w}; }
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions options) {
+  detail::check_defined("conv2d", x, "input");
+  detail::check_defined("conv2d", weight, "weight");
+  detail::require_cpu("conv2d", {x, weight, bias});
+  const Conv2dShape s = conv_shape(x, weight, bias, options);
+  const DType dtype = x.dtype(), compute = conv_compute_type(dtype);
+  Tensor y;
+  {
+    NoGradGuard forward_only;
+    Tensor xc = x.to(compute).contiguous(), wc = weight.to(compute).contiguous();
+    Tensor bc = bias.defined() ? bias.to(compute).contiguous() : Tensor();
+    y = empty({s.batch, s.out_channels, s.out_h, s.out_w}, {.dtype = compute});
+    kernels::cpu::conv2d_forward(compute, s, xc.data_ptr(), wc.data_ptr(), bc.defined() ? bc.data_ptr() : nullptr,
+                                 y.data_ptr());
+    y = y.to(dtype);
+  }
+  if (needs_grad({x, weight, bias})) {
+    record("conv2d", {x, weight, bias}, {y},
+           [s, compute, xs = saved(x), ws = saved(weight), need_x = x.requires_grad(),
+            need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad()](const TensorList& g) {
+             Tensor gy = g[0].to(compute).contiguous();
+             Tensor gx, gw, gb;
+             if (need_x) {
+               Tensor wc = ws.to(compute).contiguous();
+               gx = empty(xs.shape(), {.dtype = compute});
+               kernels::cpu::conv2d_backward_input(compute, s, gy.data_ptr(), wc.data_ptr(), gx.data_ptr());
+               gx = gx.to(xs.dtype());
+             }
+             if (need_w) {
+               Tensor xc = xs.to(compute).contiguous();
+               gw = empty(ws.shape(), {.dtype = compute});
+               kernels::cpu::conv2d_backward_weight(compute, s, xc.data_ptr(), gy.data_ptr(), gw.data_ptr());
+               gw = gw.to(ws.dtype());
+             }
+             if (need_b) gb = sum(gy, {0, 2, 3}).to(xs.dtype());
+             return TensorList{gx, gw, gb};
+           });
+  }
+  return y;
+}
+
+Tensor max_pool2d(const Tensor& x, Pool2dOptions options) {
+  const Pool2dShape s = pool_shape("max_pool2d", x, options);
+  Tensor y, argmax;
+  {
+    NoGradGuard forward_only;
+    Tensor xc = x.contiguous();
+    y = empty(pooled_shape(x, s), {.dtype = x.dtype()});
+    argmax = empty(y.shape(), {.dtype = DType::i64});
+    kernels::cpu::max_pool2d_forward(x.dtype(), s, xc.data_ptr(), y.data_ptr(), argmax.data<int64_t>());
+  }
+  if (needs_grad({x})) {
+    record("max_pool2d", {x}, {y}, [s, in = x.shape(), dtype = x.dtype(), argmax](const TensorList& g) {
+      Tensor gy = g[0].to(dtype).contiguous();
+      Tensor gx = empty(in, {.dtype = dtype});
+      kernels::cpu::max_pool2d_backward(dtype, s, gy.data_ptr(), argmax.data<int64_t>(), gx.data_ptr());
+      return TensorList{gx};
+    });
+  }
+  return y;
+}
+
+Tensor avg_pool2d(const Tensor& x, Pool2dOptions options) {
+  const Pool2dShape s = pool_shape("avg_pool2d", x, options);
+  Tensor y;
+  {
+    NoGradGuard forward_only;
+    Tensor xc = x.contiguous();
+    y = empty(pooled_shape(x, s), {.dtype = x.dtype()});
+    kernels::cpu::avg_pool2d_forward(x.dtype(), s, xc.data_ptr(), y.data_ptr());
+  }
+  if (needs_grad({x})) {
+    record("avg_pool2d", {x}, {y}, [s, in = x.shape(), dtype = x.dtype()](const TensorList& g) {
+      Tensor gy = g[0].to(dtype).contiguous();
+      Tensor gx = empty(in, {.dtype = dtype});
+      kernels::cpu::avg_pool2d_backward(dtype, s, gy.data_ptr(), gx.data_ptr());
+      return TensorList{gx};
+    });
+  }
+  return y;
+}
+
+}  // namespace genesis

@@ -1,0 +1,342 @@
+// Joining, splitting and indexing ops: argument checks, dispatch and backward formulas.
+// cat, stack, split, chunk, repeat and flip are built on views and the copy kernel; the
+// index-taking ops validate every index before their CPU kernels touch memory.
+#include "libgenesis/ops/index.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/index.h"
+#include "libgenesis/autograd/record.h"
+#include "libgenesis/ops/dispatch.h"
+#include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/reduce.h"
+
+namespace genesis {
+
+namespace {
+
+// Throws IndexError naming the first entry of the contiguous CPU `index` outside [0, bound).
+void check_indices(const char* op, const Tensor& index, int64_t axis, int64_t bound) {
+  int64_t bad = kernels::cpu::first_out_of_range(index.dtype(), index.numel(), index.data_ptr(), bound);
+  if (bad < 0) return;
+  int64_t value = index.dtype() == DType::i32 ? index.data<int32_t>()[bad] : index.data<int64_t>()[bad];
+  GENESIS_THROW(IndexError, op, ": index ", value, " is out of range for axis ", axis, " of size ", bound,
+                value < 0 ? " (negative indices are not supported)" : "");
+}
+
+// out[p] = x[p with coordinate `axis` replaced by index[p]] over index's shape; indices already checked.
+Tensor gather_checked(const Tensor& x, int64_t axis, const Tensor& index) {
+  Tensor out = empty(index.shape(), {.dtype = x.dtype()});
+  kernels::cpu::gather(x.dtype(), index.dtype(), static_cast<int>(index.dim()), index.shape().data(),
+                       static_cast<int>(axis), x.data_ptr(), x.strides().data(), index.data_ptr(),
+                       index.strides().data(), out.data_ptr(), out.strides().data());
+  return out;
+}
+
+// dst[p with coordinate `axis` replaced by index[p]] += src[p] over index's shape; indices already checked.
+void scatter_add_checked(const Tensor& dst, int64_t axis, const Tensor& index, const Tensor& src) {
+  kernels::cpu::scatter_add(dst.dtype(), index.dtype(), static_cast<int>(index.dim()), index.shape().data(),
+                            static_cast<int>(axis), dst.data_ptr(), dst.strides().data(), index.data_ptr(),
+                            index.strides().data(), src.data_ptr(), src.strides().data());
+}
+
+// The index must have `bounded`'s rank and fit inside it in every dimension except `axis` (unless including_axis).
+void check_index_fits(const char* op, const Tensor& index, int64_t axis, const Tensor& bounded, const char* what,
+                      bool including_axis) {
+  GENESIS_CHECK(index.dim() == bounded.dim(), ShapeError, op, ": index of shape ", index.shape(),
+                " must have as many dimensions as the ", what, " of shape ", bounded.shape());
+  for (int64_t d = 0; d < index.dim(); ++d) {
+    if (d == axis && !including_axis) continue;
+    GENESIS_CHECK(index.size(d) <= bounded.size(d), ShapeError, op, ": index of shape ", index.shape(),
+                  " is larger than the ", what, " of shape ", bounded.shape(), " in dimension ", d);
+  }
+}
+
+std::vector<Tensor> split_checked(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis) {
+  std::vector<Tensor> pieces;
+  int64_t start = 0;
+  for (int64_t n : sizes) {
+    pieces.push_back(x.narrow(axis, start, n));
+    start += n;
+  }
+  return pieces;
+}
+
+int64_t split_axis(const char* op, const Tensor& x, int64_t axis) {
+  detail::check_defined(op, x, "input");
+  GENESIS_CHECK(x.dim() >= 1, ShapeError, op, ": input must have at least one dimension");
+  return normalize_axis(axis, x.dim(), op);
+}
+
+Tensor triangle(const char* op, bool lower, const Tensor& x, int64_t diagonal) {
+  detail::check_defined(op, x, "input");
+  detail::require_cpu(op, {x});
+  GENESIS_CHECK(x.dim() >= 2, ShapeError, op, ": input must have at least 2 dimensions, got shape ", x.shape());
+  Tensor out = empty(x.shape(), {.dtype = x.dtype()});
+  if (out.numel() > 0) {
+    NoGradGuard forward_only;
+    Tensor xc = x.contiguous();
+    const int64_t rows = x.size(-2), cols = x.size(-1);
+    kernels::cpu::triangle(x.dtype(), lower, x.numel() / (rows * cols), rows, cols, diagonal, xc.data_ptr(),
+                           out.data_ptr());
+  }
+  if (is_floating(x.dtype()) && needs_grad({x})) {
+    record(op, {x}, {out}, [op, lower, diagonal](const TensorList& g) {
+      return TensorList{triangle(op, lower, g[0], diagonal)};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t axis) {
+  GENESIS_CHECK(!tensors.empty(), ValueError, "cat: expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i)
+    detail::check_defined("cat", tensors[i], detail::concat("tensors[", i, "]"));
+  const Tensor& first = tensors[0];
+  GENESIS_CHECK(first.dim() >= 1, ShapeError, "cat: zero-dimensional tensors cannot be concatenated");
+  const int64_t ax = normalize_axis(axis, first.dim(), "cat");
+  DType dtype = first.dtype();
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    GENESIS_CHECK(t.device() == first.device(), DeviceError, "cat: tensors are on different devices (",
+                  first.device().str(), " and ", t.device().str(), ")");
+    bool matches = t.dim() == first.dim();
+    for (int64_t d = 0; matches && d < t.dim(); ++d) matches = d == ax || t.size(d) == first.size(d);
+    GENESIS_CHECK(matches, ShapeError, "cat: tensor ", i, " has shape ", t.shape(), " but tensor 0 has shape ",
+                  first.shape(), "; shapes must match except along axis ", ax);
+    dtype = promote_types(dtype, t.dtype());
+    sizes.push_back(t.size(ax));
+  }
+  Shape shape = first.shape();
+  shape[static_cast<size_t>(ax)] = 0;
+  for (int64_t n : sizes) shape[static_cast<size_t>(ax)] += n;
+  Tensor out = empty(shape, {.dtype = dtype, .device = first.device()});
+  {
+    NoGradGuard forward_only;
+    int64_t start = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      out.narrow(ax, start, sizes[i]).copy_(tensors[i]);
+      start += sizes[i];
+    }
+  }
+  if (is_floating(dtype) && needs_grad(tensors)) {
+    std::vector<DType> dtypes;
+    for (const Tensor& t : tensors) dtypes.push_back(t.dtype());
+    record("cat", tensors, {out}, [ax, sizes, dtypes](const TensorList& g) {
+      TensorList grads;
+      int64_t start = 0;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        grads.push_back(is_floating(dtypes[i]) ? g[0].narrow(ax, start, sizes[i]).to(dtypes[i]) : Tensor());
+        start += sizes[i];
+      }
+      return grads;
+    });
+  }
+  return out;
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t axis) {
+  GENESIS_CHECK(!tensors.empty(), ValueError, "stack: expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    detail::check_defined("stack", tensors[i], detail::concat("tensors[", i, "]"));
+    GENESIS_CHECK(tensors[i].shape() == tensors[0].shape(), ShapeError, "stack: tensor ", i, " has shape ",
+                  tensors[i].shape(), " but tensor 0 has shape ", tensors[0].shape(), "; all shapes must be equal");
+  }
+  const int64_t ax = normalize_axis(axis, tensors[0].dim() + 1, "stack");
+  std::vector<Tensor> unsqueezed;
+  for (const Tensor& t : tensors) unsqueezed.push_back(t.unsqueeze(ax));
+  return cat(unsqueezed, ax);
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t axis) {
+  const int64_t ax = split_axis("split", x, axis);
+  GENESIS_CHECK(size > 0, ValueError, "split: size must be positive (got ", size, ")");
+  const int64_t n = x.size(ax);
+  std::vector<int64_t> sizes;
+  for (int64_t start = 0; start < n; start += size) sizes.push_back(std::min(size, n - start));
+  if (sizes.empty()) sizes.push_back(0);  // an empty axis splits into one empty piece
+  return split_checked(x, sizes, ax);
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis) {
+  const int64_t ax = split_axis("split", x, axis);
+  int64_t total = 0;
+  for (int64_t n : sizes) {
+    GENESIS_CHECK(n >= 0, ValueError, "split: sizes must be non-negative (got ", shape_str(sizes), ")");
+    total += n;
+  }
+  GENESIS_CHECK(total == x.size(ax), ShapeError, "split: sizes ", shape_str(sizes), " sum to ", total, " but axis ",
+                ax, " of the input of shape ", x.shape(), " has size ", x.size(ax));
+  return split_checked(x, sizes, ax);
+}
+
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t axis) {
+  const int64_t ax = split_axis("chunk", x, axis);
+  GENESIS_CHECK(chunks > 0, ValueError, "chunk: the number of chunks must be positive (got ", chunks, ")");
+  const int64_t size = std::max<int64_t>((x.size(ax) + chunks - 1) / chunks, 1);
+  return split(x, size, ax);
+}
+
+Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
+  detail::check_defined("index_select", x, "input");
+  detail::check_defined("index_select", index, "index");
+  detail::require_cpu("index_select", {x, index});
+  detail::check_index_dtype("index_select", index);
+  GENESIS_CHECK(x.dim() >= 1, ShapeError, "index_select: input must have at least one dimension");
+  GENESIS_CHECK(index.dim() <= 1, ShapeError, "index_select: index must be 1-D, got shape ", index.shape());
+  const int64_t ax = normalize_axis(axis, x.dim(), "index_select");
+  Tensor positions = index.contiguous().reshape({-1});
+  check_indices("index_select", positions, ax, x.size(ax));
+  // The 1-D index broadcast over the output turns index_select into a gather.
+  Shape line(static_cast<size_t>(x.dim()), 1), shape = x.shape();
+  line[static_cast<size_t>(ax)] = shape[static_cast<size_t>(ax)] = positions.numel();
+  Tensor spread = positions.view(line).expand(shape);
+  Tensor out;
+  {
+    NoGradGuard forward_only;
+    out = gather_checked(x, ax, spread);
+  }
+  if (is_floating(x.dtype()) && needs_grad({x})) {
+    record("index_select", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), spread](const TensorList& g) {
+      Tensor gx = zeros(in, {.dtype = dtype});
+      scatter_add_checked(gx, ax, spread, g[0].to(dtype));
+      return TensorList{gx};
+    });
+  }
+  return out;
+}
+
+Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
+  detail::check_defined("gather", x, "input");
+  detail::check_defined("gather", index, "index");
+  detail::require_cpu("gather", {x, index});
+  detail::check_index_dtype("gather", index);
+  GENESIS_CHECK(x.dim() >= 1, ShapeError, "gather: input must have at least one dimension");
+  const int64_t ax = normalize_axis(axis, x.dim(), "gather");
+  check_index_fits("gather", index, ax, x, "input", false);
+  Tensor positions = index.contiguous();
+  check_indices("gather", positions, ax, x.size(ax));
+  Tensor out;
+  {
+    NoGradGuard forward_only;
+    out = gather_checked(x, ax, positions);
+  }
+  if (is_floating(x.dtype()) && needs_grad({x})) {
+    record("gather", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), positions](const TensorList& g) {
+      Tensor gx = zeros(in, {.dtype = dtype});
+      scatter_add_checked(gx, ax, positions, g[0].to(dtype));
+      return TensorList{gx};
+    });
+  }
+  return out;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  detail::check_defined("scatter_add", x, "input");
+  detail::check_defined("scatter_add", index, "index");
+  detail::check_defined("scatter_add", src, "src");
+  detail::require_cpu("scatter_add", {x, index, src});
+  detail::check_index_dtype("scatter_add", index);
+  detail::check_same_dtype("scatter_add", x, src);
+  GENESIS_CHECK(x.dim() >= 1, ShapeError, "scatter_add: input must have at least one dimension");
+  const int64_t ax = normalize_axis(axis, x.dim(), "scatter_add");
+  check_index_fits("scatter_add", index, ax, x, "input", false);
+  check_index_fits("scatter_add", index, ax, src, "src", true);
+  Tensor positions = index.contiguous();
+  check_indices("scatter_add", positions, ax, x.size(ax));
+  Tensor out;
+  {
+    NoGradGuard forward_only;
+    out = x.clone();
+    scatter_add_checked(out, ax, positions, src);
+  }
+  if (is_floating(x.dtype()) && needs_grad({x, src})) {
+    record("scatter_add", {x, src}, {out}, [ax, src_shape = src.shape(), positions](const TensorList& g) {
+      Tensor picked = gather_checked(g[0], ax, positions);
+      if (picked.shape() == src_shape) return TensorList{g[0], picked};
+      // src entries beyond the index's extent were never added: their gradient is zero.
+      Tensor gsrc = zeros(src_shape, {.dtype = picked.dtype()});
+      Tensor region = gsrc;
+      for (int64_t d = 0; d < picked.dim(); ++d) region = region.narrow(d, 0, picked.size(d));
+      region.copy_(picked);
+      return TensorList{g[0], gsrc};
+    });
+  }
+  return out;
+}
+
+Tensor tril(const Tensor& x, int64_t diagonal) { return triangle("tril", true, x, diagonal); }
+Tensor triu(const Tensor& x, int64_t diagonal) { return triangle("triu", false, x, diagonal); }
+
+Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
+  detail::check_defined("repeat", x, "input");
+  GENESIS_CHECK(static_cast<int64_t>(repeats.size()) >= x.dim(), ShapeError, "repeat: ", repeats.size(),
+                " repeat counts given for the input of shape ", x.shape(), "; at least one per dimension is needed");
+  for (int64_t r : repeats)
+    GENESIS_CHECK(r >= 0, ValueError, "repeat: repeat counts must be non-negative (got ", shape_str(repeats), ")");
+  // Tiles become extra stride-0 dimensions in front of each repeated dimension, copied out at once.
+  const size_t lead = repeats.size() - static_cast<size_t>(x.dim());
+  Shape padded(lead, 1);
+  padded.insert(padded.end(), x.shape().begin(), x.shape().end());
+  Shape tiled, shape;
+  Strides tiled_strides;
+  Axes tile_axes;
+  Tensor out;
+  {
+    NoGradGuard forward_only;
+    Tensor source = x.reshape(padded);
+    for (size_t d = 0; d < repeats.size(); ++d) {
+      if (repeats[d] != 1) {
+        tile_axes.push_back(static_cast<int64_t>(tiled.size()));
+        tiled.push_back(repeats[d]);
+        tiled_strides.push_back(0);
+      }
+      tiled.push_back(padded[d]);
+      tiled_strides.push_back(source.strides()[d]);
+      shape.push_back(repeats[d] * padded[d]);
+    }
+    GENESIS_CHECK(static_cast<int64_t>(tiled.size()) <= kMaxTensorDims, ShapeError, "repeat: repeating ",
+                  shape_str(repeats), " over the input of shape ", x.shape(), " needs more than ", kMaxTensorDims,
+                  " intermediate dimensions");
+    out = make_view(source, tiled, tiled_strides, source.offset()).clone().view(shape);
+  }
+  if (is_floating(x.dtype()) && needs_grad({x})) {
+    record("repeat", {x}, {out}, [tiled, tile_axes, in = x.shape()](const TensorList& g) {
+      Tensor folded = g[0].reshape(tiled);
+      return TensorList{(tile_axes.empty() ? folded : sum(folded, tile_axes)).reshape(in)};
+    });
+  }
+  return out;
+}
+
+Tensor flip(const Tensor& x, const std::vector<int64_t>& axes) {
+  detail::check_defined("flip", x, "input");
+  std::vector<bool> flipped(static_cast<size_t>(std::max<int64_t>(x.dim(), 1)), false);
+  for (int64_t a : axes) {
+    const size_t ax = static_cast<size_t>(normalize_axis(a, x.dim(), "flip"));
+    GENESIS_CHECK(!flipped[ax], ValueError, "flip: axis ", a, " is repeated in ", shape_str(axes));
+    flipped[ax] = true;
+  }
+  // A view that walks the flipped axes backwards (negative strides), copied out contiguously.
+  Strides strides = x.strides();
+  int64_t offset = x.offset();
+  for (size_t d = 0; d < strides.size(); ++d) {
+    if (!flipped[d] || x.shape()[d] == 0) continue;
+    offset += (x.shape()[d] - 1) * strides[d];
+    strides[d] = -strides[d];
+  }
+  Tensor out;
+  {
+    NoGradGuard forward_only;
+    out = make_view(x, x.shape(), strides, offset).clone();
+  }
+  if (is_floating(x.dtype()) && needs_grad({x})) {
+    record("flip", {x}, {out}, [axes](const TensorList& g) { return TensorList{flip(g[0], axes)}; });
+  }
+  return out;
+}
+
+}  // namespace genesis
