@@ -15,5 +15,7 @@ void register_command(CLI::App* sub, CommandFn run);
 int run_selected(CLI::App& app);
 
 void add_ops_command(CLI::App& app);
+void add_train_commands(CLI::App& app);
+void add_info_command(CLI::App& app);
 
 }  // namespace genesis::cli

@@ -11,7 +11,9 @@ int main(int argc, char** argv) {
   CLI::App app{"genesis: a C++/CUDA deep-learning training toolkit driven by TOML recipes"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(GENESIS_VERSION_STRING));
+  genesis::cli::add_train_commands(app);
   genesis::cli::add_ops_command(app);
+  genesis::cli::add_info_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

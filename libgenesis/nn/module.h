@@ -2,6 +2,7 @@
 // Module: named parameters, buffers and child modules, train/eval mode, and strict
 // state dicts whose names follow the PyTorch / Hugging Face convention ("0.weight",
 // "encoder.layers.3.bias").
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -64,8 +65,9 @@ class Module {
   template <class F>
   void for_each_tensor(F&& f);
 
-  std::vector<std::pair<std::string, Tensor>> params_;
-  std::vector<std::pair<std::string, Tensor>> buffers_;
+  // deques: register_* hands out references that must survive later registrations.
+  std::deque<std::pair<std::string, Tensor>> params_;
+  std::deque<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

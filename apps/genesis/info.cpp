@@ -1,0 +1,51 @@
+// genesis info: build options, BLAS, threads, CUDA devices.
+#include <omp.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "apps/genesis/commands.h"
+#include "libgenesis/ops/op_table.h"
+#if GENESIS_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "libgenesis/cuda/runtime.h"
+#endif
+
+extern "C" char* openblas_get_config(void);
+extern "C" int openblas_get_num_threads(void);
+
+namespace genesis::cli {
+
+void add_info_command(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand("info", "Build options, BLAS, threads and CUDA devices (JSON)");
+  register_command(sub, [] {
+    nlohmann::json j{{"version", GENESIS_VERSION_STRING},
+                     {"ops", op_table().size()},
+                     {"openmp_threads", omp_get_max_threads()},
+                     {"blas", openblas_get_config()},
+                     {"blas_threads", openblas_get_num_threads()}};
+#if GENESIS_WITH_CUDA
+    j["cuda_backend"] = true;
+    nlohmann::json devices = nlohmann::json::array();
+    if (cuda::is_available()) {
+      for (int d = 0; d < cuda::device_count(); ++d) {
+        cudaDeviceProp p{};
+        if (cudaGetDeviceProperties(&p, d) != cudaSuccess) continue;
+        devices.push_back({{"index", d},
+                           {"name", p.name},
+                           {"compute_capability", std::to_string(p.major) + "." + std::to_string(p.minor)},
+                           {"memory_bytes", p.totalGlobalMem},
+                           {"multiprocessors", p.multiProcessorCount}});
+      }
+    }
+    j["cuda_devices"] = devices;
+#else
+    j["cuda_backend"] = false;
+#endif
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  });
+}
+
+}  // namespace genesis::cli

@@ -1,0 +1,89 @@
+// genesis train RECIPE [--set k=v]... [--out DIR] [--resume] [--overwrite] [--device D] [--seed N]
+// genesis eval RECIPE --checkpoint DIR [--split test|val] [--set k=v]...
+// genesis recipe show RECIPE [--set k=v]...
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <memory>
+
+#include "apps/genesis/commands.h"
+#include "libgenesis/recipe/recipe.h"
+#include "libgenesis/train/trainer.h"
+
+namespace genesis::cli {
+
+namespace {
+
+struct RecipeArgs {
+  std::string path;
+  std::vector<std::string> sets;
+};
+
+void add_recipe_args(CLI::App* sub, RecipeArgs& a) {
+  sub->add_option("recipe", a.path, "Recipe file (TOML)")->required()->check(CLI::ExistingFile);
+  sub->add_option("--set", a.sets, "Override a recipe key: section.key=value (repeatable)");
+}
+
+}  // namespace
+
+void add_train_commands(CLI::App& app) {
+  {
+    CLI::App* sub = app.add_subcommand("train", "Train a model from a recipe");
+    auto a = std::make_shared<RecipeArgs>();
+    auto out = std::make_shared<std::string>();
+    auto device = std::make_shared<std::string>();
+    auto seed = std::make_shared<int64_t>(-1);
+    auto resume = std::make_shared<bool>(false);
+    auto overwrite = std::make_shared<bool>(false);
+    auto quiet = std::make_shared<bool>(false);
+    add_recipe_args(sub, *a);
+    sub->add_option("--out", *out, "Run directory (default: <run.out_dir>/<run.name>)");
+    sub->add_flag("--resume", *resume, "Continue the run from its latest checkpoint");
+    sub->add_flag("--overwrite", *overwrite, "Replace an existing run directory");
+    sub->add_option("--device", *device, "cpu, cuda, cuda:N or auto (overrides run.device)");
+    sub->add_option("--seed", *seed, "Random seed (overrides run.seed)");
+    sub->add_flag("-q,--quiet", *quiet, "No per-step lines on stderr");
+    register_command(sub, [=] {
+      GENESIS_CHECK(!(*resume && *overwrite), UsageError, "--resume and --overwrite exclude each other");
+      std::vector<std::string> sets = a->sets;
+      if (!device->empty()) sets.push_back("run.device=" + *device);
+      if (*seed >= 0) sets.push_back("run.seed=" + std::to_string(*seed));
+      RecipeSpec spec = load_recipe(a->path, sets);
+      int code = train::run_training(spec, {.run_dir = *out, .resume = *resume, .overwrite = *overwrite, .quiet = *quiet});
+      std::filesystem::path dir = out->empty() ? train::default_run_dir(spec) : std::filesystem::path(*out);
+      if (code == 0) std::cout << (dir / "summary.json").string() << "\n";
+      return code;
+    });
+  }
+  {
+    CLI::App* sub = app.add_subcommand("eval", "Evaluate a checkpoint; prints a JSON object of metrics");
+    auto a = std::make_shared<RecipeArgs>();
+    auto checkpoint = std::make_shared<std::string>();
+    auto split = std::make_shared<std::string>();
+    add_recipe_args(sub, *a);
+    sub->add_option("--checkpoint", *checkpoint, "Checkpoint directory, run directory's checkpoints/, or latest")
+        ->required();
+    sub->add_option("--split", *split, "Evaluation split (default: eval.split)")->check(CLI::IsMember({"test", "val"}));
+    register_command(sub, [=] {
+      RecipeSpec spec = load_recipe(a->path, a->sets);
+      std::map<std::string, double> metrics = train::run_evaluation(spec, *checkpoint, *split);
+      nlohmann::json out(metrics);
+      out["split"] = split->empty() ? spec.eval.split : *split;
+      std::cout << out.dump() << "\n";
+      return 0;
+    });
+  }
+  {
+    CLI::App* recipe = app.add_subcommand("recipe", "Recipe tools");
+    recipe->require_subcommand(1);
+    CLI::App* show = recipe->add_subcommand("show", "Print the resolved recipe (includes, overrides, defaults)");
+    auto a = std::make_shared<RecipeArgs>();
+    add_recipe_args(show, *a);
+    register_command(show, [=] {
+      std::cout << load_recipe(a->path, a->sets).to_toml();
+      return 0;
+    });
+  }
+}
+
+}  // namespace genesis::cli

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# End-to-end contract of `genesis train` / `genesis eval` on Fashion-MNIST (CPU):
+# a short MLP run reaches >= 80% test accuracy; resuming from a checkpoint reproduces the
+# uninterrupted run's losses bit for bit; SIGTERM stops cleanly with a checkpoint (exit
+# 130); recipe, run-directory and checkpoint errors exit 2 or 1 with one line on stderr.
+#   tests/cli/test_train.sh PATH_TO_GENESIS SOURCE_DIR
+set -u
+genesis=${1:?path to genesis}
+src=${2:?source directory}
+recipe="$src/recipes/fashion_mnist_mlp.toml"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+ok() { echo "ok: $*"; }
+
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  echo "skipped: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
+  exit 0
+fi
+
+# 1. A short run learns: >= 80% test accuracy.
+summary=$("$genesis" train "$recipe" --out "$work/short" --set training.steps=300 --set training.epochs=1 -q 2>"$work/short.err")
+rc=$?
+[ $rc -eq 0 ] || { cat "$work/short.err"; fail "short run exited $rc"; }
+acc=$(sed -n 's/.*"accuracy": *\([0-9.eE+-]*\).*/\1/p' "$work/short/summary.json" | head -n 1)
+if awk -v a="$acc" 'BEGIN { exit !(a >= 0.80) }'; then ok "300-step MLP test accuracy $acc >= 0.80"; else fail "accuracy $acc < 0.80"; fi
+for f in recipe.toml metrics.jsonl summary.json checkpoints/latest/model.safetensors checkpoints/latest/optimizer.safetensors checkpoints/latest/trainer.json checkpoints/latest/recipe.toml; do
+  [ -e "$work/short/$f" ] || fail "run directory lacks $f"
+done
+[ "$summary" = "$work/short/summary.json" ] || fail "train printed '$summary' instead of the summary path"
+
+# 2. eval prints JSON with the same accuracy.
+json=$("$genesis" eval "$recipe" --checkpoint "$work/short/checkpoints" 2>/dev/null)
+echo "$json" | grep -q "\"accuracy\":$acc" && ok "eval reproduces the final accuracy" || fail "eval printed '$json', expected accuracy $acc"
+
+# 3. Resume equals uninterrupted: continue from the step-20 checkpoint of a 40-step run.
+common=(--set training.steps=40 --set training.log_every=5 --set training.checkpoint_every=20 --set training.keep_last=5 --set model.dropout=0.1 -q)
+"$genesis" train "$recipe" --out "$work/full" "${common[@]}" >/dev/null 2>&1 || fail "40-step run failed"
+mkdir -p "$work/resumed/checkpoints"
+cp -r "$work/full/checkpoints/step_00000020" "$work/resumed/checkpoints/"
+ln -s step_00000020 "$work/resumed/checkpoints/latest"
+cp "$work/full/recipe.toml" "$work/resumed/recipe.toml"
+"$genesis" train "$recipe" --out "$work/resumed" --resume "${common[@]}" >/dev/null 2>"$work/resume.err" || { cat "$work/resume.err"; fail "resume failed"; }
+steps_losses() { grep '"loss"' "$1" | grep -v '"eval"' | sed -n 's/.*"loss":\([^,}]*\).*"step":\([0-9]*\).*/\2 \1/p' | awk '$1 > 20'; }
+a=$(steps_losses "$work/full/metrics.jsonl"); b=$(steps_losses "$work/resumed/metrics.jsonl")
+if [ -n "$a" ] && [ "$a" = "$b" ]; then ok "resumed losses at steps 25..40 are bit-identical"; else fail "resume differs: full [$a] resumed [$b]"; fi
+cmp -s "$work/full/checkpoints/step_00000040/model.safetensors" "$work/resumed/checkpoints/step_00000040/model.safetensors" \
+  && ok "final weights are byte-identical" || fail "final weights differ after resume"
+
+# 4. SIGTERM: finish the step, checkpoint, exit 130; --resume continues.
+"$genesis" train "$recipe" --out "$work/sig" --set training.steps=100000 --set training.log_every=1000 -q >/dev/null 2>"$work/sig.err" &
+pid=$!
+for _ in $(seq 1 100); do [ -s "$work/sig/metrics.jsonl" ] || [ -d "$work/sig/checkpoints" ] && break; sleep 0.1; done
+sleep 1
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc -eq 130 ] && ok "SIGTERM exits 130" || fail "SIGTERM exit code $rc"
+if [ -f "$work/sig/checkpoints/latest/trainer.json" ]; then
+  stopped=$(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' "$work/sig/checkpoints/latest/trainer.json")
+  "$genesis" train "$recipe" --out "$work/sig" --resume --set training.steps=$((stopped + 3)) -q >/dev/null 2>&1 \
+    && ok "resumed after SIGTERM at step $stopped" || fail "resume after SIGTERM failed"
+else
+  fail "no checkpoint after SIGTERM"
+fi
+
+# 5. Bad input: exit codes and one-line messages.
+expect() {  # expect NAME CODE PATTERN -- command...
+  local name=$1 code=$2 pattern=$3
+  shift 4
+  "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  if [ $rc -ne "$code" ]; then fail "$name: exit $rc, expected $code ($(head -c 300 "$work/err"))"; return; fi
+  if ! grep -q -- "$pattern" "$work/err"; then fail "$name: stderr lacks '$pattern': $(cat "$work/err")"; return; fi
+  [ "$(wc -l <"$work/err")" -le 1 ] || { fail "$name: more than one line on stderr"; return; }
+  ok "$name"
+}
+printf '[run\nname = "x"\n' >"$work/malformed.toml"
+printf '[run]\nname = "x"\n[model]\nname = "mlp"\n[optimizer]\nname = "adamw"\nlr = 1e-3\nmomentun = 0.9\n[training]\nsteps = 1\n' >"$work/unknown.toml"
+printf '[run]\nname = "x"\n[model]\nname = "mlp"\n[optimizer]\nname = "adamw"\nlr = "fast"\n[training]\nsteps = 1\n' >"$work/type.toml"
+printf '[run]\nname = "x"\n[model]\nname = "mlp"\n[optimizer]\nname = "adamw"\nlr = -1.0\n[training]\nsteps = 1\n' >"$work/negative.toml"
+printf '[run]\nname = "x"\n[model]\nname = "mlp"\n[optimizer]\nname = "adamax"\nlr = 1e-3\n[training]\nsteps = 1\n' >"$work/optname.toml"
+expect "malformed TOML" 2 "malformed.toml:" -- "$genesis" train "$work/malformed.toml" --out "$work/e1"
+expect "unknown key with did-you-mean" 2 "momentum" -- "$genesis" train "$work/unknown.toml" --out "$work/e2"
+expect "wrong type" 2 "type.toml:7" -- "$genesis" train "$work/type.toml" --out "$work/e3"
+expect "negative learning rate" 2 "negative.toml:7" -- "$genesis" train "$work/negative.toml" --out "$work/e4"
+expect "unknown optimizer lists valid ones" 2 "adamw" -- "$genesis" train "$work/optname.toml" --out "$work/e5"
+expect "unknown scheduler" 2 "cosine" -- "$genesis" train "$recipe" --set scheduler.name=cosin --out "$work/e6"
+expect "missing data file names path and package" 1 "dataset-fashion-mnist" -- "$genesis" train "$recipe" --set data.path=/nonexistent --out "$work/e7"
+expect "--resume without checkpoint" 2 "no checkpoint" -- "$genesis" train "$recipe" --resume --out "$work/e8"
+before=$(ls -l "$work/short" | md5sum)
+expect "existing run directory refused" 2 "already exists" -- "$genesis" train "$recipe" --out "$work/short"
+[ "$(ls -l "$work/short" | md5sum)" = "$before" ] && ok "refused run directory untouched" || fail "refused run directory was modified"
+expect "checkpoint of another model" 1 "does not fit the model" -- "$genesis" eval "$recipe" --set model.hidden=[64] --checkpoint "$work/short/checkpoints"
+cp -r "$work/short/checkpoints/latest/." "$work/corrupt"
+head -c 1000 "$work/short/checkpoints/latest/model.safetensors" >"$work/corrupt/model.safetensors"
+expect "truncated model.safetensors" 1 "model.safetensors" -- "$genesis" eval "$recipe" --checkpoint "$work/corrupt"
+
+[ "$failures" -eq 0 ] && echo "train: all checks passed" && exit 0
+echo "train: $failures check(s) failed"
+exit 1
