@@ -1,0 +1,154 @@
+// nn modules, initializers, classifier models and training checkpoints.
+#include <cmath>
+#include <filesystem>
+
+#include "libgenesis/models/classifier.h"
+#include "libgenesis/nn/init.h"
+#include "libgenesis/nn/layers.h"
+#include "libgenesis/recipe/build.h"
+#include "libgenesis/train/checkpoint.h"
+#include "tests/testing.h"
+
+using namespace genesis;
+
+namespace {
+double stddev(const Tensor& t) { return std::sqrt(var(t.to(DType::f64), {}, false).item()); }
+}  // namespace
+
+TEST_CASE("modules name their parameters like PyTorch and report state-dict mismatches", "[cpu][modules]") {
+  models::Mlp mlp({.input_shape = {1, 4, 4}, .hidden = {8, 6}, .num_classes = 3});
+  std::vector<std::string> names;
+  for (const NamedTensor& p : mlp.named_parameters()) names.push_back(p.name);
+  CHECK(names == std::vector<std::string>{"layers.1.weight", "layers.1.bias", "layers.3.weight", "layers.3.bias",
+                                          "layers.5.weight", "layers.5.bias"});
+  CHECK(mlp.num_parameters() == 16 * 8 + 8 + 8 * 6 + 6 + 6 * 3 + 3);
+  CHECK(mlp(randn({5, 1, 4, 4})).shape() == Shape{5, 3});
+  CHECK(mlp.summary().find("Linear(16 -> 8)") != std::string::npos);
+
+  models::Mlp other({.input_shape = {1, 4, 4}, .hidden = {8, 6}, .num_classes = 3});
+  other.load_state_dict(mlp.state_dict());
+  CHECK(other.named_parameters()[0].tensor.to_vector<float>() == mlp.named_parameters()[0].tensor.to_vector<float>());
+
+  models::Mlp wrong({.input_shape = {1, 4, 4}, .hidden = {8, 7}, .num_classes = 3});
+  try {
+    wrong.load_state_dict(mlp.state_dict());
+    FAIL("expected a mismatch");
+  } catch (const ShapeError& e) {
+    std::string msg = e.what();
+    CHECK(msg.find("layers.3.weight (checkpoint [6, 8], model [7, 8])") != std::string::npos);
+  }
+  std::vector<NamedTensor> partial = mlp.state_dict();
+  partial.pop_back();
+  partial.push_back({"extra.weight", zeros({1})});
+  CHECK_THROWS_WITH(other.load_state_dict(partial),
+                    Catch::Contains("missing [layers.5.bias]") && Catch::Contains("unexpected [extra.weight]"));
+}
+
+TEST_CASE("train/eval mode reaches every child; dropout only trains", "[cpu][modules]") {
+  nn::Sequential seq({std::make_shared<nn::Dropout>(0.5), std::make_shared<nn::Activation>(nn::ActivationKind::relu)});
+  Tensor x = ones({1000});
+  CHECK(sum(eq(seq(x), 0.0)).item() > 300);
+  seq.eval();
+  CHECK(!seq[0].is_training());
+  CHECK(seq(x).to_vector<float>() == x.to_vector<float>());
+  CHECK_THROWS_AS(nn::Dropout(1.0), UsageError);
+  CHECK_THROWS_AS(nn::parse_activation("swish"), UsageError);
+}
+
+TEST_CASE("initializers have PyTorch's scales", "[cpu][modules]") {
+  Tensor w = empty({256, 512});
+  nn::init::kaiming_uniform_(w, std::sqrt(5.0));  // bound = 1 / sqrt(fan_in)
+  CHECK(max(w).item() <= 1.0 / std::sqrt(512.0));
+  CHECK(stddev(w) == Approx(1.0 / std::sqrt(512.0) / std::sqrt(3.0)).epsilon(0.03));
+  nn::init::xavier_normal_(w);
+  CHECK(stddev(w) == Approx(std::sqrt(2.0 / 768.0)).epsilon(0.03));
+  nn::init::kaiming_normal_(w);
+  CHECK(stddev(w) == Approx(std::sqrt(2.0 / 512.0)).epsilon(0.03));
+  nn::init::trunc_normal_(w, 0.0, 1.0, -2.0, 2.0);
+  CHECK(max(abs(w)).item() <= 2.0);
+  CHECK(stddev(w) == Approx(0.8796).epsilon(0.03));  // std of N(0,1) truncated to [-2, 2]
+  nn::init::zeros_(w);
+  CHECK(max(abs(w)).item() == 0.0);
+  Tensor conv = empty({8, 4, 3, 3});
+  CHECK(nn::init::compute_fans(conv).in == 36);
+  CHECK(nn::init::compute_fans(conv).out == 72);
+}
+
+TEST_CASE("CNN forward/backward shapes and gradients reach every parameter", "[cpu][modules]") {
+  models::Cnn cnn({.input_shape = {1, 28, 28}, .channels = {4, 8}, .fc = 16, .num_classes = 10});
+  Tensor x = randn({3, 1, 28, 28});
+  Tensor loss = cross_entropy(cnn(x), from_vector(std::vector<int64_t>{1, 5, 9}, {3}));
+  loss.backward();
+  for (const NamedTensor& p : cnn.named_parameters()) {
+    INFO(p.name);
+    REQUIRE(p.tensor.grad().defined());
+    CHECK(p.tensor.grad().shape() == p.tensor.shape());
+  }
+  CHECK(cnn.named_parameters()[2].name == "layers.3.weight");
+  CHECK(cnn.named_parameters()[2].tensor.shape() == Shape{8, 4, 3, 3});
+}
+
+TEST_CASE("optimizer groups exclude no-decay patterns", "[cpu][modules]") {
+  RecipeSpec spec = parse_recipe(R"(
+[run]
+name = "t"
+[model]
+name = "mlp"
+hidden = [4]
+[optimizer]
+name = "adamw"
+lr = 0.01
+weight_decay = 0.1
+no_decay = ["bias"]
+[training]
+steps = 1
+)",
+                                 "inline.toml");
+  auto model = recipe::build_model(spec, kCPU);
+  auto opt = recipe::build_optimizer(spec, *model);
+  REQUIRE(opt->param_groups().size() == 2);
+  CHECK(opt->param_groups()[0].weight_decay == 0.1);
+  CHECK(opt->param_groups()[0].params[0].name == "layers.1.weight");
+  CHECK(opt->param_groups()[1].weight_decay == 0.0);
+  CHECK(opt->param_groups()[1].params[0].name == "layers.1.bias");
+  CHECK(opt->name() == "adamw");
+  CHECK(recipe::total_steps(spec, 100) == 1);
+}
+
+TEST_CASE("training checkpoints round-trip model, optimizer and trainer state", "[cpu][modules]") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("genesis_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  models::Mlp a({.input_shape = {4}, .hidden = {3}, .num_classes = 2});
+  ParamGroup g;
+  for (NamedTensor& p : a.named_parameters()) g.params.push_back(p);
+  auto opt = make_adam({g});
+  sum(a(randn({2, 4}))).backward();
+  opt->step();
+  train::TrainerState s;
+  s.step = 7;
+  s.cursor = {2, 5};
+  s.rng = {11, 99};
+  s.optimizer_steps = opt->step_count();
+  s.optimizer_name = "adamw";
+  s.scheduler_name = "cosine";
+  fs::path saved = train::save_checkpoint(dir, a, *opt, s, "[run]\nname = \"t\"\n", 2);
+  CHECK(saved.filename() == "step_00000007");
+  CHECK(fs::exists(dir / "latest"));
+
+  models::Mlp b({.input_shape = {4}, .hidden = {3}, .num_classes = 2});
+  ParamGroup gb;
+  for (NamedTensor& p : b.named_parameters()) gb.params.push_back(p);
+  auto opt_b = make_adam({gb});
+  train::TrainerState r = train::load_checkpoint(dir, b, opt_b.get());
+  CHECK(r.step == 7);
+  CHECK(r.cursor == data::LoaderCursor{2, 5});
+  CHECK(r.rng == GeneratorState{11, 99});
+  CHECK(opt_b->step_count() == 1);
+  CHECK(b.named_parameters()[0].tensor.to_vector<float>() == a.named_parameters()[0].tensor.to_vector<float>());
+  CHECK(opt_b->state().size() == opt->state().size());
+  // A different model is refused with the names listed.
+  models::Mlp c({.input_shape = {4}, .hidden = {5}, .num_classes = 2});
+  CHECK_THROWS_WITH(train::load_checkpoint(dir, c, nullptr), Catch::Contains("layers.1.weight"));
+  fs::remove_all(dir);
+}
