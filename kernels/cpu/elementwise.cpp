@@ -52,20 +52,23 @@ T unary_integer(UnaryOp op, T x, double lo, double hi) {
 template <class T, UnaryOp OP>
 void unary_typed(int ndim, const int64_t* shape, const void* x, const int64_t* xs, void* y, ElementwiseParams p) {
   ContiguousStrides ys(ndim, shape);
-  auto inner = [&](std::array<char*, 2> ptr, std::array<int64_t, 2> st, int64_t n) {
-    const char* xp = ptr[0];
-    char* yp = ptr[1];
-    for (int64_t i = 0; i < n; ++i) {
-      T v = *reinterpret_cast<const T*>(xp + i * st[0]);
-      T r;
-      if constexpr (kIsFloat<T>) {
-        using A = acc_t<T>;
-        r = static_cast<T>(unary_float<A>(OP, static_cast<A>(v), static_cast<A>(p.a), static_cast<A>(p.b)));
-      } else {
-        r = unary_integer<T>(OP, v, p.a, p.b);
-      }
-      *reinterpret_cast<T*>(yp + i * st[1]) = r;
+  auto apply = [&](T v) -> T {
+    if constexpr (kIsFloat<T>) {
+      using A = acc_t<T>;
+      return static_cast<T>(unary_float<A>(OP, static_cast<A>(v), static_cast<A>(p.a), static_cast<A>(p.b)));
+    } else {
+      return unary_integer<T>(OP, v, p.a, p.b);
     }
+  };
+  auto inner = [&](std::array<char*, 2> ptr, std::array<int64_t, 2> st, int64_t n) {
+    if (st[0] == sz<T>() && st[1] == sz<T>()) {  // dense run: typed pointers let the compiler vectorize
+      const T* x_run = reinterpret_cast<const T*>(ptr[0]);
+      T* y_run = reinterpret_cast<T*>(ptr[1]);
+      for (int64_t i = 0; i < n; ++i) y_run[i] = apply(x_run[i]);
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<T*>(ptr[1] + i * st[1]) = apply(*reinterpret_cast<const T*>(ptr[0] + i * st[0]));
   };
   strided_for_each<2>(ndim, shape, {const_cast<char*>(static_cast<const char*>(x)), static_cast<char*>(y)},
                       {xs, ys.s}, {sz<T>(), sz<T>()}, inner);
@@ -91,10 +94,7 @@ void binary_typed(int ndim, const int64_t* shape, const void* a, const int64_t* 
   constexpr bool kCompare = is_comparison(OP);
   using Out = std::conditional_t<kCompare, bool, T>;
   ContiguousStrides os(ndim, shape);
-  auto inner = [&](std::array<char*, 3> ptr, std::array<int64_t, 3> st, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      T va = *reinterpret_cast<const T*>(ptr[0] + i * st[0]);
-      T vb = *reinterpret_cast<const T*>(ptr[1] + i * st[1]);
+  auto compute = [&](T va, T vb) -> Out {
       Out r;
       if constexpr (kIsFloat<T>) {
         using A = acc_t<T>;
@@ -119,7 +119,25 @@ void binary_typed(int ndim, const int64_t* shape, const void* a, const int64_t* 
       } else {
         r = binary_arith<T>(OP, va, vb);
       }
-      *reinterpret_cast<Out*>(ptr[2] + i * st[2]) = r;
+      return r;
+  };
+  auto inner = [&](std::array<char*, 3> ptr, std::array<int64_t, 3> st, int64_t n) {
+    Out* o = reinterpret_cast<Out*>(ptr[2]);
+    if (st[2] == sz<Out>() && st[0] == sz<T>() && (st[1] == sz<T>() || st[1] == 0)) {
+      // Dense runs (the second operand dense or a broadcast scalar): typed loops vectorize.
+      const T* a_run = reinterpret_cast<const T*>(ptr[0]);
+      const T* b_run = reinterpret_cast<const T*>(ptr[1]);
+      if (st[1] == 0) {
+        const T b0 = *b_run;
+        for (int64_t i = 0; i < n; ++i) o[i] = compute(a_run[i], b0);
+      } else {
+        for (int64_t i = 0; i < n; ++i) o[i] = compute(a_run[i], b_run[i]);
+      }
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      *reinterpret_cast<Out*>(ptr[2] + i * st[2]) =
+          compute(*reinterpret_cast<const T*>(ptr[0] + i * st[0]), *reinterpret_cast<const T*>(ptr[1] + i * st[1]));
     }
   };
   strided_for_each<3>(ndim, shape,

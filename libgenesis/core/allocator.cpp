@@ -1,6 +1,9 @@
 #include "libgenesis/core/allocator.h"
 
 #include <array>
+#include <map>
+#include <mutex>
+#include <vector>
 #include <cstdlib>
 #include <new>
 
@@ -11,16 +14,64 @@ namespace genesis {
 
 namespace {
 
+// Host memory. Large blocks are cached after free and handed out again for the same size
+// class: a training step allocates the same activation sizes every iteration, and returning
+// them to the OS (glibc unmaps blocks this large) would make every step pay page faults to
+// touch fresh pages again. Small blocks go straight to malloc, which is fast for them.
 class CpuAllocator final : public Allocator {
  public:
+  static constexpr size_t kAlign = 64;
+  static constexpr size_t kCachedFrom = size_t{1} << 20;      // blocks of 1 MiB and more are cached
+  static constexpr size_t kGranule = size_t{64} << 10;        // size classes of 64 KiB
+  static constexpr size_t kMaxCachedBytes = size_t{2} << 30;  // cap on idle cached memory
+
+  ~CpuAllocator() override {
+    for (auto& [size, blocks] : free_)
+      for (void* p : blocks) std::free(p);
+  }
+
   void* allocate(size_t nbytes) override {
-    constexpr size_t kAlign = 64;
+    if (nbytes >= kCachedFrom) {
+      size_t rounded = (nbytes + kGranule - 1) / kGranule * kGranule;
+      {
+        std::lock_guard lock(mutex_);
+        auto it = free_.find(rounded);
+        if (it != free_.end() && !it->second.empty()) {
+          void* p = it->second.back();
+          it->second.pop_back();
+          cached_bytes_ -= rounded;
+          return p;
+        }
+      }
+      return raw_allocate(rounded, nbytes);
+    }
     size_t rounded = (nbytes + kAlign - 1) / kAlign * kAlign;
-    void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
-    if (!p) GENESIS_THROW(Error, "out of host memory: failed to allocate ", nbytes, " bytes");
+    return raw_allocate(rounded == 0 ? kAlign : rounded, nbytes);
+  }
+
+  void deallocate(void* ptr, size_t nbytes) override {
+    if (nbytes >= kCachedFrom) {
+      size_t rounded = (nbytes + kGranule - 1) / kGranule * kGranule;
+      std::lock_guard lock(mutex_);
+      if (cached_bytes_ + rounded <= kMaxCachedBytes) {
+        free_[rounded].push_back(ptr);
+        cached_bytes_ += rounded;
+        return;
+      }
+    }
+    std::free(ptr);
+  }
+
+ private:
+  static void* raw_allocate(size_t rounded, size_t requested) {
+    void* p = std::aligned_alloc(kAlign, rounded);
+    if (!p) GENESIS_THROW(Error, "out of host memory: failed to allocate ", requested, " bytes");
     return p;
   }
-  void deallocate(void* ptr, size_t) override { std::free(ptr); }
+
+  std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t cached_bytes_ = 0;
 };
 
 std::array<Allocator*, 2>& registry() {
