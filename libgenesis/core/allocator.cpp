@@ -9,6 +9,10 @@
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/storage.h"
+#if GENESIS_WITH_CUDA
+#include "libgenesis/cuda/caching_allocator.h"
+#include "libgenesis/cuda/runtime.h"
+#endif
 
 namespace genesis {
 
@@ -83,6 +87,16 @@ std::array<Allocator*, 2>& registry() {
 }  // namespace
 
 Allocator& allocator_for(Device device) {
+#if GENESIS_WITH_CUDA
+  // Looked up directly rather than registered: static registration is unreliable in a static library.
+  if (device.is_cuda()) {
+    int count = cuda::device_count();
+    GENESIS_CHECK(count > 0, DeviceError, "no CUDA device is available (", device.str(), " was requested)");
+    GENESIS_CHECK(device.index < count, DeviceError, "device ", device.str(), " does not exist: ", count,
+                  " CUDA device(s) visible");
+    return *cuda::device_allocator(device.index);
+  }
+#endif
   Allocator* a = registry()[static_cast<size_t>(device.type)];
   GENESIS_CHECK(a != nullptr, DeviceError, "device ", device.str(),
                 " is not available: this build of genesis has no CUDA backend (rebuild with -DGENESIS_CUDA=ON)");
