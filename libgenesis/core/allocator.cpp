@@ -1,6 +1,5 @@
 #include "libgenesis/core/allocator.h"
 
-#include <array>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -78,10 +77,9 @@ class CpuAllocator final : public Allocator {
   size_t cached_bytes_ = 0;
 };
 
-std::array<Allocator*, 2>& registry() {
-  static CpuAllocator cpu;
-  static std::array<Allocator*, 2> table{&cpu, nullptr};
-  return table;
+CpuAllocator& cpu_allocator() {
+  static CpuAllocator allocator;
+  return allocator;
 }
 
 }  // namespace
@@ -97,13 +95,10 @@ Allocator& allocator_for(Device device) {
     return *cuda::device_allocator(device.index);
   }
 #endif
-  Allocator* a = registry()[static_cast<size_t>(device.type)];
-  GENESIS_CHECK(a != nullptr, DeviceError, "device ", device.str(),
+  GENESIS_CHECK(device.is_cpu(), DeviceError, "device ", device.str(),
                 " is not available: this build of genesis has no CUDA backend (rebuild with -DGENESIS_CUDA=ON)");
-  return *a;
+  return cpu_allocator();
 }
-
-void register_allocator(DeviceType type, Allocator* allocator) { registry()[static_cast<size_t>(type)] = allocator; }
 
 Storage::Storage(size_t nbytes, Device device)
     : data_(allocator_for(device).allocate(nbytes)), nbytes_(nbytes), device_(device) {}

@@ -1,7 +1,8 @@
 #pragma once
 // Storage memory comes from an Allocator chosen by device. The CPU allocator hands out
-// 64-byte aligned blocks; the CUDA caching allocator (libgenesis/cuda) registers itself
-// for DeviceType::cuda when the CUDA backend is built.
+// 64-byte aligned blocks (caching large ones); CUDA devices are served by their caching
+// allocator (libgenesis/cuda/caching_allocator.h), looked up directly when the CUDA
+// backend is built.
 #include <cstddef>
 #include <memory>
 
@@ -20,6 +21,5 @@ class Allocator {
 // The allocator that serves `device`; throws DeviceError when that backend is not built
 // or the device does not exist.
 Allocator& allocator_for(Device device);
-void register_allocator(DeviceType type, Allocator* allocator);
 
 }  // namespace genesis
