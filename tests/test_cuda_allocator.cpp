@@ -137,7 +137,7 @@ TEST_CASE("CUDA allocator statistics and empty_cache", "[cuda]") {
   CHECK(s.allocated == 0);
 }
 
-TEST_CASE("CUDA allocator reports out of memory and stays usable", "[cuda]") {
+TEST_CASE("CUDA allocator reports out of memory and stays usable", "[cuda][oom]") {
   if (!cuda_ready()) return;
   CachingAllocator allocator(0);
   char* kept = allocate(allocator, 1000);
@@ -156,7 +156,7 @@ TEST_CASE("CUDA allocator reports out of memory and stays usable", "[cuda]") {
   CHECK(add(full({3}, 1.0, {.device = kCuda0}), 1.0).to_vector<float>() == std::vector<float>{2, 2, 2});
 }
 
-TEST_CASE("CUDA allocator honours GENESIS_CUDA_MEMORY_FRACTION", "[cuda]") {
+TEST_CASE("CUDA allocator honours GENESIS_CUDA_MEMORY_FRACTION", "[cuda][oom]") {
   if (!cuda_ready()) return;
   size_t free_bytes = 0, total_bytes = 0;
   REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);

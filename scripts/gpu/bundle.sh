@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# Packs what the GPU host needs to run binaries built here: the executables plus the
-# non-system shared libraries they load (OpenBLAS, OpenMP, toml++, ...). The GPU host
-# has CUDA 13 itself, so CUDA libraries are not copied.
-#   scripts/gpu/bundle.sh BUILD_DIR OUT_DIR
+# Packs what the GPU host needs to run binaries built here into one compressed archive:
+# the executables plus the non-system shared libraries they load (OpenBLAS, OpenMP,
+# toml++, ...). The GPU host has CUDA 13 itself, so CUDA libraries are not copied.
+#   scripts/gpu/bundle.sh BUILD_DIR OUT_ARCHIVE.tar.xz
 set -euo pipefail
 build=${1:?build directory}
-out=${2:?output directory}
-rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib"
-cp "$build"/bin/* "$out/bin/"
-for exe in "$out"/bin/*; do
+archive=${2:?output archive (.tar.xz)}
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+cp "$build"/bin/* "$stage/bin/"
+for exe in "$stage"/bin/*; do
   ldd "$exe" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) continue ;;
       libcuda.so*|libcudart*|libcublas*|libnccl*|libnvrtc*|libcudnn*) continue ;;
     esac
-    cp -L -n "$lib" "$out/lib/" 2>/dev/null || true
+    cp -L -n "$lib" "$stage/lib/"
   done
 done
-du -sh "$out"
+mkdir -p "$(dirname "$archive")"
+tar -C "$stage" -cJf "$archive" bin lib
+du -h "$archive"
