@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   catch2                 # tests (Catch2 v2)
-  libopenblas-dev        # CPU GEMM
+  libopenblas-openmp-dev # CPU GEMM (OpenMP build: shares the thread pool with genesis kernels)
   libomp-dev             # OpenMP for CPU kernels (g++ uses libgomp; clang builds use this)
   libtomlplusplus-dev    # recipes
   libcli11-dev           # CLI
