@@ -35,7 +35,7 @@ cpu_torch=$!
 taskset -c 4-$((ncores - 1)) "$b/bin/genesis_tests" "[cuda]" -r compact > "$out/cuda_tests.log" 2>&1
 echo "cuda tests rc=$?" | tee -a "$out/summary.txt"
 tail -3 "$out/cuda_tests.log"
-if command -v compute-sanitizer >/dev/null; then
+if [ "${MEMCHECK:-0}" = "1" ] && command -v compute-sanitizer >/dev/null; then
   taskset -c 4-$((ncores - 1)) compute-sanitizer --tool memcheck --print-limit 20 "$b/bin/genesis_tests" "[cuda]~[oom]" > "$out/memcheck.log" 2>&1
   echo "memcheck rc=$?" | tee -a "$out/summary.txt"
   grep -E "ERROR SUMMARY|passed|failed" "$out/memcheck.log" | tail -3
@@ -49,3 +49,5 @@ for r in mlp cnn; do
   echo "genesis $r: wall $(cat "$out/genesis_${r}_wall.txt" 2>/dev/null) s, $(tr -d '\n ' < "$out/genesis_${r}_summary.json" 2>/dev/null | grep -o '"eval":{[^}]*}')"
 done | tee -a "$out/summary.txt"
 cat "$out/torch_fashion_mnist.jsonl" | tee -a "$out/summary.txt"
+cp "$out/summary.txt" "$final_out/summary.txt"
+tar -czf "$final_out/results.tgz" -C "$out" .
