@@ -2,13 +2,15 @@
 # On the GPU host, in the repository root: unpacks a bundle made by scripts/gpu/bundle.sh,
 # runs the CUDA test suite (and compute-sanitizer memcheck over it), and times the
 # Fashion-MNIST recipes against the PyTorch reference on the CPU at 2 threads each, side by
-# side on disjoint cores. Logs and JSON go to $OUT.
+# side by side on disjoint cores. $OUT receives summary.txt and results.tgz (every log).
 #   scripts/gpu/run_all.sh BUNDLE.tar.xz FASHION_MNIST_DIR
+#   MEMCHECK=1 adds compute-sanitizer memcheck over the CUDA suite (several minutes).
 set -uo pipefail
 archive=${1:?bundle archive}
 data=${2:?Fashion-MNIST directory}
-out=${OUT:-/tmp/genesis-gpu-out}
-mkdir -p "$out"
+final_out=${OUT:-/tmp/genesis-gpu-out}
+mkdir -p "$final_out"
+out=$(mktemp -d)
 b=$(mktemp -d)
 tar -xJf "$archive" -C "$b"
 export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
