@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU host, in the repository root: unpacks a bundle made by scripts/gpu/bundle.sh,
 # runs the CUDA test suite (and compute-sanitizer memcheck over it), and times the
-# Fashion-MNIST recipes against the PyTorch reference on the CPU at 2 threads each, side by
+# Fashion-MNIST recipes against the PyTorch reference on the CPU at 2 threads each,
 # side by side on disjoint cores. $OUT receives summary.txt and results.tgz (every log).
 #   scripts/gpu/run_all.sh BUNDLE.tar.xz FASHION_MNIST_DIR
 #   MEMCHECK=1 adds compute-sanitizer memcheck over the CUDA suite (several minutes).
