@@ -2,6 +2,7 @@
 // CPU GEMM: row-major, strided-batched C[i] = alpha * op(A[i]) op(B[i]) + beta * C[i].
 // f32/f64 go straight to OpenBLAS; f16/bf16 are widened to f32 and rounded back.
 #include <cstdint>
+#include <string>
 
 #include "libgenesis/core/dtype.h"
 
@@ -21,5 +22,10 @@ struct GemmArgs {
 };
 
 void gemm(DType dtype, const GemmArgs& args);
+
+// A one-line hint when OpenBLAS runs its generic kernels on a CPU that has AVX2 (it did
+// not recognise the processor, e.g. some virtualized Xeons: matrix products then run about
+// 2x slower); empty otherwise.
+std::string blas_kernel_warning();
 
 }  // namespace genesis::kernels::cpu

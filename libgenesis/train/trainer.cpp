@@ -5,6 +5,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/linalg.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/generator.h"
@@ -119,6 +120,9 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     loader.seek(state.cursor);
     default_generator().set_state(state.rng);
     log.note("resumed " + run_dir.string() + " at step " + std::to_string(state.step));
+  }
+  if (device.is_cpu()) {
+    if (std::string hint = kernels::cpu::blas_kernel_warning(); !hint.empty()) log.note("note: " + hint);
   }
   log.note("training " + spec.run.name + " on " + device.str() + ": " + std::to_string(model->num_parameters()) +
            " parameters, " + std::to_string(total) + " steps of " + std::to_string(t.batch_size * t.grad_accum_steps) +
