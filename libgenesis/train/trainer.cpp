@@ -1,6 +1,7 @@
 #include "libgenesis/train/trainer.h"
 
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,10 @@
 #include "libgenesis/train/checkpoint.h"
 #include "libgenesis/train/run_log.h"
 #include "libgenesis/train/stop_signal.h"
+
+#if GENESIS_WITH_CUDA
+#include "libgenesis/cuda/caching_allocator.h"
+#endif
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -57,6 +62,18 @@ void prepare_run_dir(const fs::path& dir, const TrainOptions& o) {
     fs::remove_all(dir);
   }
   fs::create_directories(dir);
+}
+
+// Peak memory of the run: the CUDA allocator's peak on a GPU, the process's peak resident
+// set on the CPU.
+int64_t peak_memory_bytes(Device device) {
+#if GENESIS_WITH_CUDA
+  if (device.is_cuda()) return static_cast<int64_t>(cuda::memory_stats(device.index).peak_allocated);
+#endif
+  (void)device;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
 }
 
 // The per-step hooks that later issues fill in: data-parallel gradient averaging after
@@ -212,7 +229,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                          {"eval_split", spec.eval.split},
                          {"wall_s", wall},
                          {"samples_per_s", wall > 0 ? static_cast<double>(examples) / wall : 0.0},
-                         {"peak_memory_bytes", 0},
+                         {"peak_memory_bytes", peak_memory_bytes(device)},
                          {"device", device.str()},
                          {"parameters", model->num_parameters()}};
   io::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");

@@ -65,7 +65,12 @@ else
   fail "no checkpoint after SIGTERM"
 fi
 
-# 5. Bad input: exit codes and one-line messages.
+# 5. A sweep tabulates one row per value.
+table=$(GENESIS="$genesis" SWEEP_DIR="$work/sweep" bash "$src/scripts/sweep.sh" "$recipe" optimizer.lr 1e-3 2e-3 -- --set training.steps=5 -q 2>/dev/null)
+if [ "$(echo "$table" | grep -c '^| [12]e-3 | 0\.')" = 2 ]; then ok "sweep table has a row per value"; else fail "sweep table: $table"; fi
+grep -q '"peak_memory_bytes": [1-9]' "$work/short/summary.json" && ok "summary reports peak memory" || fail "summary has no peak memory"
+
+# 6. Bad input: exit codes and one-line messages.
 expect() {  # expect NAME CODE PATTERN -- command...
   local name=$1 code=$2 pattern=$3
   shift 4
