@@ -1,6 +1,7 @@
 #include "tests/testing.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <sstream>
 
@@ -103,6 +104,18 @@ std::set<std::string>& cuda_parity_registry() {
 bool register_name(std::set<std::string>& registry, const char* name) {
   registry.insert(name);
   return true;
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern = std::string(base && *base ? base : "/tmp") + "/" + prefix + "_XXXXXX";
+  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
 }
 
 bool cuda_ready() {

@@ -3,6 +3,7 @@
 // tolerances, random inputs, and the registries that tie tests to the op table.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <set>
 #include <string>
@@ -38,6 +39,20 @@ void require_close(const Tensor& actual, const Tensor& expected, double rtol = 1
 std::set<std::string>& gradcheck_registry();
 std::set<std::string>& cuda_parity_registry();
 bool register_name(std::set<std::string>& registry, const char* name);
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it at scope exit.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "genesis");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // True when a CUDA device can run the tests; prints the skip message once otherwise.
 bool cuda_ready();

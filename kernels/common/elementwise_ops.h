@@ -36,4 +36,17 @@ struct ElementwiseParams {
 // Maximum rank the strided kernels accept (after collapsing contiguous dimensions).
 inline constexpr int kMaxDims = 16;  // equals genesis::kMaxTensorDims
 
+// Row-major element strides of a contiguous tensor of `shape` (host code: outputs of the
+// elementwise kernels are contiguous).
+struct ContiguousStrides {
+  int64_t s[kMaxDims];
+  ContiguousStrides(int ndim, const int64_t* shape) {
+    int64_t acc = 1;
+    for (int d = ndim - 1; d >= 0; --d) {
+      s[d] = acc;
+      acc *= shape[d];
+    }
+  }
+};
+
 }  // namespace genesis::kernels

@@ -20,17 +20,6 @@ constexpr int64_t sz() {
   return static_cast<int64_t>(sizeof(T));
 }
 
-struct ContiguousStrides {
-  int64_t s[kMaxDims];
-  ContiguousStrides(int ndim, const int64_t* shape) {
-    int64_t acc = 1;
-    for (int d = ndim - 1; d >= 0; --d) {
-      s[d] = acc;
-      acc *= shape[d];
-    }
-  }
-};
-
 // Integer forms of the unary ops that keep integer dtypes (the op layer sends only these).
 template <class T>
 T unary_integer(UnaryOp op, T x, double lo, double hi) {

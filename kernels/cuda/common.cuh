@@ -197,16 +197,4 @@ inline int64_t numel_of(int ndim, const int64_t* shape) {
   return n;
 }
 
-// Row-major strides of a contiguous tensor of `shape`.
-struct ContiguousStrides {
-  int64_t s[kMaxDims];
-  ContiguousStrides(int ndim, const int64_t* shape) {
-    int64_t acc = 1;
-    for (int d = ndim - 1; d >= 0; --d) {
-      s[d] = acc;
-      acc *= shape[d];
-    }
-  }
-};
-
 }  // namespace genesis::kernels::cuda
