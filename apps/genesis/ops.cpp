@@ -12,13 +12,17 @@ namespace genesis::cli {
 
 void add_ops_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("ops", "List every operation with its backward/CPU/CUDA/gradient-check status");
-  auto list = std::make_shared<bool>(false);
-  auto json = std::make_shared<bool>(false);
-  sub->add_flag("--list", *list, "Print the op table as text (the default)");
-  sub->add_flag("--json", *json, "Emit the table as JSON (fields: name, family, backward, cpu, cuda, gradcheck)");
-  register_command(sub, [json] {
+  // The flags' storage lives as long as the registered command (CLI11 writes into it).
+  struct Flags {
+    bool list = false;
+    bool json = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  sub->add_flag("--list", flags->list, "Print the op table as text (the default)");
+  sub->add_flag("--json", flags->json, "Emit the table as JSON (fields: name, family, backward, cpu, cuda, gradcheck)");
+  register_command(sub, [flags] {
     auto table = op_table();
-    if (*json) {
+    if (flags->json) {
       nlohmann::json out = nlohmann::json::array();
       for (const OpInfo& op : table) {
         // Every differentiable op has a finite-difference gradient check: the test
