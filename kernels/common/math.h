@@ -32,7 +32,7 @@ GENESIS_HD T unary_float(UnaryOp op, T x, T p, T q) {
     case UnaryOp::cos: return cos(x);
     case UnaryOp::tanh: return tanh(x);
     case UnaryOp::sigmoid: return T(1) / (T(1) + exp(-x));
-    case UnaryOp::relu: return x > T(0) ? x : T(0);
+    case UnaryOp::relu: return (x > T(0) || x != x) ? x : T(0);  // NaN stays NaN
     case UnaryOp::gelu_tanh: {
       T inner = T(kGeluTanhScale) * (x + T(kGeluTanhCubic) * x * x * x);
       return T(0.5) * x * (T(1) + tanh(inner));

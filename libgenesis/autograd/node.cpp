@@ -26,8 +26,10 @@ Node::Node(std::string name, uint32_t num_outputs)
 Node::~Node() {
   thread_local std::vector<std::shared_ptr<Node>> pending;
   thread_local bool draining = false;
+  // Park every child, not only those this node holds last: a node may reach one child
+  // through two edges, and the reference count only drops to one in the drain loop.
   for (Edge& e : next_edges) {
-    if (e.node && e.node.use_count() == 1) pending.push_back(std::move(e.node));
+    if (e.node) pending.push_back(std::move(e.node));
   }
   next_edges.clear();
   if (draining) return;
@@ -43,6 +45,12 @@ Node::~Node() {
 TensorList FunctionNode::apply(TensorList&& grad_outputs) {
   GENESIS_CHECK(fn_ != nullptr, AutogradError, "backward through '", name(),
                 "' a second time: its saved tensors were freed; call backward(grad, /*retain_graph=*/true) the first time");
+  for (const SavedVersion& s : saved_versions) {
+    std::shared_ptr<Storage> storage = s.storage.lock();
+    GENESIS_CHECK(!storage || storage->version() == s.version, AutogradError, "backward of '", name(),
+                  "': a tensor it saved was modified in place after the forward pass (version ", storage->version(),
+                  ", saved at ", s.version, "); clone() it before modifying it, or modify it after backward");
+  }
   for (size_t i = 0; i < outputs_.size() && i < grad_outputs.size(); ++i) {
     if (!grad_outputs[i].defined())
       grad_outputs[i] = zeros(outputs_[i].shape, {.dtype = outputs_[i].dtype, .device = outputs_[i].device});

@@ -65,6 +65,12 @@ class FunctionNode final : public Node {
   TensorList apply(TensorList&& grad_outputs) override;
   void release_saved() override { fn_ = nullptr; }
 
+  struct SavedVersion {
+    std::weak_ptr<Storage> storage;
+    uint64_t version;
+  };
+  std::vector<SavedVersion> saved_versions;
+
  private:
   std::vector<OutputInfo> outputs_;
   BackwardFn fn_;

@@ -6,6 +6,17 @@
 
 namespace genesis {
 
+namespace {
+// Versions noted by saved() since the last record() on this thread.
+thread_local std::vector<FunctionNode::SavedVersion> t_pending_saved;
+}  // namespace
+
+Tensor saved(const Tensor& t) {
+  if (!t.defined()) return Tensor();
+  t_pending_saved.push_back({t.storage(), t.storage()->version()});
+  return t.detach();
+}
+
 bool needs_grad(std::initializer_list<Tensor> inputs) {
   if (!grad_enabled()) return false;
   for (const Tensor& t : inputs)
@@ -25,6 +36,8 @@ void record(std::string name, const TensorList& inputs, const TensorList& output
   infos.reserve(outputs.size());
   for (const Tensor& o : outputs) infos.push_back({o.shape(), o.dtype(), o.device()});
   auto node = std::make_shared<FunctionNode>(std::move(name), std::move(infos), std::move(backward));
+  node->saved_versions = std::move(t_pending_saved);
+  t_pending_saved.clear();
   node->next_edges.reserve(inputs.size());
   for (const Tensor& in : inputs) node->next_edges.push_back(in.defined() ? gradient_edge(in) : Edge{});
   for (uint32_t i = 0; i < outputs.size(); ++i) {

@@ -17,7 +17,9 @@ namespace genesis {
 // True when grad mode is on and any defined input requires grad.
 bool needs_grad(std::initializer_list<Tensor> inputs);
 bool needs_grad(const TensorList& inputs);
-inline Tensor saved(const Tensor& t) { return t.defined() ? t.detach() : Tensor(); }
+// Also notes t's storage version; the next record() on this thread attaches the notes to its
+// node, whose backward then refuses to run if the tensor was modified in place meanwhile.
+Tensor saved(const Tensor& t);
 
 // Creates the node and points each output's grad_fn at it.
 void record(std::string name, const TensorList& inputs, const TensorList& outputs, BackwardFn backward);

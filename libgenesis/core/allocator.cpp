@@ -52,6 +52,15 @@ class CpuAllocator final : public Allocator {
     return raw_allocate(rounded == 0 ? kAlign : rounded, nbytes);
   }
 
+  // Returns every idle cached block to the system.
+  void empty_cache() {
+    std::lock_guard lock(mutex_);
+    for (auto& [size, blocks] : free_)
+      for (void* p : blocks) std::free(p);
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+
   void deallocate(void* ptr, size_t nbytes) override {
     if (nbytes >= kCachedFrom) {
       size_t rounded = (nbytes + kGranule - 1) / kGranule * kGranule;
@@ -66,8 +75,13 @@ class CpuAllocator final : public Allocator {
   }
 
  private:
-  static void* raw_allocate(size_t rounded, size_t requested) {
+  // On failure, frees the idle cache and tries once more before giving up.
+  void* raw_allocate(size_t rounded, size_t requested) {
     void* p = std::aligned_alloc(kAlign, rounded);
+    if (!p) {
+      empty_cache();
+      p = std::aligned_alloc(kAlign, rounded);
+    }
     if (!p) GENESIS_THROW(Error, "out of host memory: failed to allocate ", requested, " bytes");
     return p;
   }

@@ -2,9 +2,11 @@
 // Error types thrown by libgenesis. Every message names the operation and the
 // offending shapes/dtypes/devices; the CLI maps UsageError/RecipeError to exit code 2
 // and everything else to exit code 1.
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace genesis {
 
@@ -21,6 +23,10 @@ class NotImplementedError : public Error { public: using Error::Error; };
 class AutogradError : public Error { public: using Error::Error; };
 // Errors in what the user typed (flags, recipe keys): exit code 2.
 class UsageError : public Error { public: using Error::Error; };
+
+// Shapes (std::vector<int64_t>) print as "[2, 3]" in messages (defined in shape.cpp). Declared
+// here so that concat() finds it wherever it is instantiated: ADL alone looks only in std.
+std::ostream& operator<<(std::ostream& os, const std::vector<int64_t>& shape);
 
 namespace detail {
 template <class... Args>

@@ -1,6 +1,7 @@
 #pragma once
 // A reference-counted block of device memory. Tensors (and their views) share one.
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -19,6 +20,10 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return data_; }
+  // Bumped by every in-place write; autograd compares it with the value recorded when a
+  // tensor was saved for backward, so a modified saved tensor is an error, not a wrong gradient.
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
@@ -27,6 +32,7 @@ class Storage {
   size_t nbytes_ = 0;
   Device device_;
   std::function<void(void*)> release_;
+  uint64_t version_ = 0;
 };
 
 }  // namespace genesis

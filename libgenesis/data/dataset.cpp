@@ -48,7 +48,21 @@ void normalize(Dataset& ds, Normalization n) {
   for (int64_t i = 0; i < ds.inputs.numel(); ++i) p[i] = (p[i] - mean) * inv;
 }
 
+void check_dataset(const Dataset& ds, const char* where) {
+  GENESIS_CHECK(ds.inputs.defined() && ds.targets.defined(), ValueError, where, ": dataset has no inputs or targets");
+  GENESIS_CHECK(ds.inputs.dim() >= 1 && ds.inputs.is_contiguous() && ds.inputs.device().is_cpu(), ValueError, where,
+                ": inputs must be a contiguous CPU tensor with a leading example dimension, got shape ",
+                ds.inputs.shape());
+  GENESIS_CHECK(ds.targets.dtype() == DType::i64 && ds.targets.dim() == 1 && ds.targets.is_contiguous() &&
+                    ds.targets.device().is_cpu(),
+                ValueError, where, ": targets must be a contiguous 1-D i64 CPU tensor, got shape ", ds.targets.shape(),
+                " of ", dtype_name(ds.targets.dtype()));
+  GENESIS_CHECK(ds.targets.size(0) == ds.inputs.size(0), ValueError, where, ": ", ds.inputs.size(0),
+                " inputs but ", ds.targets.size(0), " targets");
+}
+
 Dataset take(const Dataset& ds, const std::vector<int64_t>& indices) {
+  check_dataset(ds, "take");
   Shape xs = ds.inputs.shape();
   xs[0] = static_cast<int64_t>(indices.size());
   Dataset out{empty(xs, {.dtype = ds.inputs.dtype()}), empty({xs[0]}, {.dtype = DType::i64})};

@@ -28,6 +28,9 @@ Normalization compute_normalization(const Dataset& ds);
 void normalize(Dataset& ds, Normalization n);
 // Splits off the last `fraction` of a seeded permutation as validation: {train, val}.
 std::pair<Dataset, Dataset> split_validation(const Dataset& ds, double fraction, uint64_t seed);
+// Throws ValueError (naming `where`) unless inputs are contiguous CPU [N, ...] and targets
+// contiguous i64 [N].
+void check_dataset(const Dataset& ds, const char* where);
 // Rows `indices` of ds (a copy).
 Dataset take(const Dataset& ds, const std::vector<int64_t>& indices);
 

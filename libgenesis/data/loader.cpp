@@ -10,6 +10,7 @@ namespace genesis::data {
 DataLoader::DataLoader(Dataset dataset, LoaderOptions options) : dataset_(std::move(dataset)), options_(options) {
   GENESIS_CHECK(options.batch_size >= 1, UsageError, "batch size must be >= 1 (got ", options.batch_size, ")");
   GENESIS_CHECK(options.prefetch >= 0, UsageError, "prefetch must be >= 0 (got ", options.prefetch, ")");
+  check_dataset(dataset_, "data loader");
   int64_t n = dataset_.size();
   GENESIS_CHECK(n > 0, ValueError, "data loader: the dataset is empty");
   batches_per_epoch_ = options.drop_last ? n / options.batch_size : (n + options.batch_size - 1) / options.batch_size;

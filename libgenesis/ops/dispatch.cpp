@@ -48,6 +48,11 @@ void check_inplace(std::string_view op, const Tensor& t) {
   GENESIS_CHECK(!grad_enabled() || !t.requires_grad(), AutogradError, op,
                 ": in-place update of a tensor that requires grad; wrap it in NoGradGuard (optimizer updates) or "
                 "use the out-of-place op");
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    GENESIS_CHECK(t.stride(d) != 0 || t.size(d) <= 1, ValueError, op, ": the destination of shape ", t.shape(),
+                  " is an expanded view (several elements share one memory location); write into a clone()");
+  }
+  t.storage()->bump_version();
 }
 
 }  // namespace genesis::detail

@@ -115,7 +115,8 @@ TensorList binary_backward(BinaryOp op, const Tensor& a, const Tensor& b, const 
     case BinaryOp::mul: return {mul(g, b), mul(g, a)};
     case BinaryOp::div: return {div(g, b), neg(mul(g, div(out, b)))};
     case BinaryOp::pow: {
-      Tensor ga = mul(g, mul(b, pow(a, sub(b, 1.0))));
+      // d/da a^b = b a^(b-1), defined as 0 where b == 0 (a^(b-1) is inf at a == 0).
+      Tensor ga = where(eq(b, 0.0), zeros_like(out), mul(g, mul(b, pow(a, sub(b, 1.0)))));
       // d/db a^b = a^b log a; defined as 0 where a == 0 (PyTorch's convention).
       Tensor gb = mul(g, where(eq(a, 0.0), zeros_like(out), mul(out, log(a))));
       return {ga, gb};
@@ -199,26 +200,43 @@ Tensor ge(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::ge
 Tensor wrap_scalar(const Tensor& x, double value) {
   DType dt = x.dtype();
   bool whole = std::isfinite(value) && value == std::floor(value);
+  if (dt == DType::boolean) dt = whole ? DType::i64 : DType::f32;  // bool + 1 counts, like PyTorch
   if (!is_floating(dt) && !whole) dt = DType::f32;
-  if (dt == DType::boolean && value != 0.0 && value != 1.0) dt = DType::i64;
   return scalar_tensor(value, {.dtype = dt, .device = x.device()});
 }
 
-Tensor add(const Tensor& a, double b) { return add(a, wrap_scalar(a, b)); }
-Tensor sub(const Tensor& a, double b) { return sub(a, wrap_scalar(a, b)); }
-Tensor sub(double a, const Tensor& b) { return sub(wrap_scalar(b, a), b); }
-Tensor mul(const Tensor& a, double b) { return mul(a, wrap_scalar(a, b)); }
-Tensor div(const Tensor& a, double b) { return div(a, wrap_scalar(a, b)); }
-Tensor div(double a, const Tensor& b) { return div(wrap_scalar(b, a), b); }
-Tensor pow(double a, const Tensor& b) { return pow(wrap_scalar(b, a), b); }
-Tensor maximum(const Tensor& a, double b) { return maximum(a, wrap_scalar(a, b)); }
-Tensor minimum(const Tensor& a, double b) { return minimum(a, wrap_scalar(a, b)); }
-Tensor eq(const Tensor& a, double b) { return eq(a, wrap_scalar(a, b)); }
-Tensor ne(const Tensor& a, double b) { return ne(a, wrap_scalar(a, b)); }
-Tensor lt(const Tensor& a, double b) { return lt(a, wrap_scalar(a, b)); }
-Tensor le(const Tensor& a, double b) { return le(a, wrap_scalar(a, b)); }
-Tensor gt(const Tensor& a, double b) { return gt(a, wrap_scalar(a, b)); }
-Tensor ge(const Tensor& a, double b) { return ge(a, wrap_scalar(a, b)); }
+namespace {
+// t (op) value, or value (op) t when scalar_first. With a half-precision tensor the scalar
+// keeps f32 range and precision (0.001 * 70000 must not overflow through an f16 70000):
+// the op runs in f32 and the result is rounded back to the tensor's dtype once.
+Tensor scalar_binary(BinaryOp op, const Tensor& t, double value, bool scalar_first = false) {
+  detail::check_defined(binary_name(op), t, "input");
+  if (is_half(t.dtype())) {
+    Tensor s = scalar_tensor(value, {.dtype = DType::f32, .device = t.device()});
+    Tensor tf = t.to(DType::f32);
+    Tensor r = scalar_first ? binary(op, s, tf) : binary(op, tf, s);
+    return kernels::is_comparison(op) ? r : r.to(t.dtype());
+  }
+  Tensor s = wrap_scalar(t, value);
+  return scalar_first ? binary(op, s, t) : binary(op, t, s);
+}
+}  // namespace
+
+Tensor add(const Tensor& a, double b) { return scalar_binary(BinaryOp::add, a, b); }
+Tensor sub(const Tensor& a, double b) { return scalar_binary(BinaryOp::sub, a, b); }
+Tensor sub(double a, const Tensor& b) { return scalar_binary(BinaryOp::sub, b, a, true); }
+Tensor mul(const Tensor& a, double b) { return scalar_binary(BinaryOp::mul, a, b); }
+Tensor div(const Tensor& a, double b) { return scalar_binary(BinaryOp::div, a, b); }
+Tensor div(double a, const Tensor& b) { return scalar_binary(BinaryOp::div, b, a, true); }
+Tensor pow(double a, const Tensor& b) { return scalar_binary(BinaryOp::pow, b, a, true); }
+Tensor maximum(const Tensor& a, double b) { return scalar_binary(BinaryOp::maximum, a, b); }
+Tensor minimum(const Tensor& a, double b) { return scalar_binary(BinaryOp::minimum, a, b); }
+Tensor eq(const Tensor& a, double b) { return scalar_binary(BinaryOp::eq, a, b); }
+Tensor ne(const Tensor& a, double b) { return scalar_binary(BinaryOp::ne, a, b); }
+Tensor lt(const Tensor& a, double b) { return scalar_binary(BinaryOp::lt, a, b); }
+Tensor le(const Tensor& a, double b) { return scalar_binary(BinaryOp::le, a, b); }
+Tensor gt(const Tensor& a, double b) { return scalar_binary(BinaryOp::gt, a, b); }
+Tensor ge(const Tensor& a, double b) { return scalar_binary(BinaryOp::ge, a, b); }
 
 Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
   detail::check_defined("where", cond, "cond");
@@ -263,6 +281,10 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   GENESIS_CHECK(shape == x.shape(), ShapeError, "masked_fill: mask of shape ", mask.shape(),
                 " does not broadcast to the input's shape ", x.shape());
+  double limit = x.dtype() == DType::f16 ? 65504.0 : x.dtype() == DType::bf16 ? 3.3895313892515355e38 : 0.0;
+  GENESIS_CHECK(limit == 0.0 || !std::isfinite(value) || std::fabs(value) <= limit, ValueError, "masked_fill: value ",
+                value, " overflows ", dtype_name(x.dtype()), " (largest finite ", limit,
+                "); use -inf or a representable value");
   return where(mask, scalar_tensor(value, {.dtype = x.dtype(), .device = x.device()}), x);
 }
 
@@ -273,6 +295,8 @@ Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& dst, const Tensor&
   detail::check_defined(name, src, "other");
   detail::check_inplace(name, dst);
   detail::check_same_device(name, {dst, src});
+  GENESIS_CHECK(!needs_grad({src}), AutogradError, name,
+                ": gradients do not flow through in-place updates; detach the source or update under NoGradGuard");
   Tensor s;
   {
     NoGradGuard forward_only;

@@ -146,7 +146,7 @@ Tensor Tensor::slice(int64_t axis, int64_t start, int64_t end, int64_t step) con
   end = std::clamp<int64_t>(end, start, n);
   Shape s = shape();
   Strides st = strides();
-  s[static_cast<size_t>(ax)] = (end - start + step - 1) / step;
+  s[static_cast<size_t>(ax)] = end == start ? 0 : (end - start - 1) / step + 1;
   st[static_cast<size_t>(ax)] *= step;
   Tensor out = make_view(*this, s, st, offset() + start * strides()[static_cast<size_t>(ax)]);
   if (needs_grad({*this})) {
@@ -164,8 +164,8 @@ Tensor Tensor::narrow(int64_t axis, int64_t start, int64_t length) const {
   int64_t ax = normalize_axis(axis, dim(), "narrow");
   int64_t n = shape()[static_cast<size_t>(ax)];
   if (start < 0) start += n;
-  GENESIS_CHECK(start >= 0 && length >= 0 && start + length <= n, IndexError, "narrow: range [", start, ", ",
-                start + length, ") is out of bounds for axis ", axis, " of size ", n);
+  GENESIS_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, IndexError, "narrow: start ", start,
+                " and length ", length, " are out of bounds for axis ", axis, " of size ", n);
   return slice(ax, start, start + length);
 }
 
@@ -205,6 +205,7 @@ Tensor Tensor::expand(const Shape& target) const {
     }
     int64_t cur = shape()[i - lead];
     int64_t want = target[i] == -1 ? cur : target[i];
+    GENESIS_CHECK(want >= 0, ShapeError, "expand: invalid size ", target[i], " in target shape ", target);
     GENESIS_CHECK(cur == want || cur == 1, ShapeError, "expand: cannot expand shape ", shape(), " to ", target,
                   " (dimension ", i, ": ", cur, " vs ", want, ")");
     s[i] = want;

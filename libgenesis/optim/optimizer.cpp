@@ -43,6 +43,7 @@ void Optimizer::step() {
         for (size_t s = 0; s < slot_names().size(); ++s) state.slots.push_back(zeros_like(p.tensor));
       }
       ++state.steps;
+      p.tensor.storage()->bump_version();  // an in-place update: graphs that saved it are stale
       update(g, p.tensor, grad.to(p.tensor.dtype()).contiguous(), state);
     }
   }
@@ -170,7 +171,8 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    Tensor sq = sum(mul(g, g).to(DType::f32));
+    Tensor gf = g.to(DType::f32);  // square in f32: half-precision squares overflow
+    Tensor sq = sum(mul(gf, gf));
     total = total.defined() ? add(total, sq) : sq;
   }
   if (!total.defined()) return scalar_tensor(0.0);
