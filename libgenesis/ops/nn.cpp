@@ -1,16 +1,20 @@
-// Neural-network functions: argument checks, dispatch to the CPU kernels, and backward
+// Neural-network functions: argument checks, dispatch to the CPU or CUDA kernels, and backward
 // formulas (fused kernels for softmax and the norms, a deterministic scatter-add for
 // embedding, the saved keep-mask for dropout).
 #include "libgenesis/ops/nn.h"
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/nn.h"
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
+#if GENESIS_WITH_CUDA
+#include "kernels/cuda/nn.h"
+#endif
 
 namespace genesis {
 
@@ -37,24 +41,60 @@ DType acc_dtype(DType dtype) {
   return dtype == DType::f64 ? DType::f64 : DType::f32;
 }
 
+#if GENESIS_WITH_CUDA
+// The CUDA softmax kernels work on the last axis: another axis is swapped with the last one
+// (a contiguous copy) and swapped back afterwards.
+Tensor with_axis_last(const Tensor& t, int64_t axis) {
+  const bool last = t.dim() == 0 || axis == t.dim() - 1;
+  return (last ? t : t.transpose(axis, t.dim() - 1)).contiguous();
+}
+
+Tensor softmax_cuda(bool log, const Tensor& x, int64_t axis, int64_t dim) {
+  Tensor xt = with_axis_last(x, axis);
+  Tensor yt = empty(xt.shape(), {.dtype = x.dtype(), .device = x.device()});
+  kernels::cuda::softmax(x.dtype(), log, dim == 0 ? 0 : xt.numel() / dim, dim, xt.data_ptr(), yt.data_ptr(),
+                         cuda::current_stream());
+  return with_axis_last(yt, axis);
+}
+
+Tensor softmax_backward_cuda(bool log, const Tensor& y, const Tensor& grad_y, int64_t axis, int64_t dim) {
+  Tensor yt = with_axis_last(y, axis);
+  Tensor gyt = with_axis_last(grad_y, axis);
+  Tensor gxt = empty(yt.shape(), {.dtype = y.dtype(), .device = y.device()});
+  kernels::cuda::softmax_backward(y.dtype(), log, dim == 0 ? 0 : yt.numel() / dim, dim, yt.data_ptr(), gyt.data_ptr(),
+                                  gxt.data_ptr(), cuda::current_stream());
+  return with_axis_last(gxt, axis);
+}
+#endif
+
 Tensor softmax_family(const char* name, bool log, const Tensor& x, int64_t axis_in) {
   detail::check_defined(name, x, "input");
-  detail::require_cpu(name, {x});
   detail::check_floating(name, x);
   const int64_t axis = normalize_axis(axis_in, std::max<int64_t>(x.dim(), 1), name);
   int64_t outer = 1, dim = 1, inner = 1;
   for (int64_t d = 0; d < x.dim(); ++d) (d < axis ? outer : d == axis ? dim : inner) *= x.size(d);
-  Tensor y = empty(x.shape(), {.dtype = x.dtype()});
+  Tensor y;
   {
     NoGradGuard forward_only;
-    Tensor xc = x.contiguous();
-    kernels::cpu::softmax(x.dtype(), log, outer, dim, inner, xc.data_ptr(), y.data_ptr());
+    if (x.device().is_cpu()) {
+      y = empty(x.shape(), {.dtype = x.dtype()});
+      Tensor xc = x.contiguous();
+      kernels::cpu::softmax(x.dtype(), log, outer, dim, inner, xc.data_ptr(), y.data_ptr());
+    } else {
+      GENESIS_ON_CUDA(y = softmax_cuda(log, x, axis, dim));
+    }
   }
   if (needs_grad({x})) {
-    record(name, {x}, {y}, [log, outer, dim, inner, ys = saved(y)](const TensorList& g) {
-      Tensor gy = g[0].to(ys.dtype()).contiguous();
-      Tensor gx = empty_like(ys);
-      kernels::cpu::softmax_backward(ys.dtype(), log, outer, dim, inner, ys.data_ptr(), gy.data_ptr(), gx.data_ptr());
+    record(name, {x}, {y}, [log, axis, outer, dim, inner, ys = saved(y)](const TensorList& g) {
+      Tensor gy = g[0].to(ys.dtype());
+      Tensor gx;
+      if (ys.device().is_cpu()) {
+        gy = gy.contiguous();
+        gx = empty_like(ys);
+        kernels::cpu::softmax_backward(ys.dtype(), log, outer, dim, inner, ys.data_ptr(), gy.data_ptr(), gx.data_ptr());
+      } else {
+        GENESIS_ON_CUDA(gx = softmax_backward_cuda(log, ys, gy, axis, dim));
+      }
       return TensorList{gx};
     });
   }
@@ -65,7 +105,7 @@ Tensor softmax_family(const char* name, bool log, const Tensor& x, int64_t axis_
 Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                  const Tensor& bias, double eps) {
   detail::check_defined(name, x, "input");
-  detail::require_cpu(name, {x, weight, bias});
+  detail::check_same_device(name, {x, weight, bias});
   detail::check_floating(name, x);
   const auto k = static_cast<int64_t>(normalized_shape.size());
   const bool trailing =
@@ -85,17 +125,23 @@ Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& 
   const int64_t cols = numel_of(normalized_shape);
   const int64_t rows = numel_of(Shape(x.shape().begin(), x.shape().end() - k));
   Tensor xc, wc, bc;
-  Tensor y = empty(x.shape(), {.dtype = x.dtype()});
-  Tensor mean = empty({rows}, {.dtype = acc_dtype(x.dtype())});
-  Tensor rstd = empty({rows}, {.dtype = acc_dtype(x.dtype())});
+  Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  Tensor mean = empty({rows}, {.dtype = acc_dtype(x.dtype()), .device = x.device()});
+  Tensor rstd = empty({rows}, {.dtype = acc_dtype(x.dtype()), .device = x.device()});
   {
     NoGradGuard forward_only;
     xc = x.contiguous();
     if (weight.defined()) wc = weight.contiguous();
     if (bias.defined()) bc = bias.contiguous();
-    kernels::cpu::norm_rows(x.dtype(), centered, rows, cols, xc.data_ptr(), wc.defined() ? wc.data_ptr() : nullptr,
-                            bc.defined() ? bc.data_ptr() : nullptr, eps, y.data_ptr(), mean.data_ptr(),
-                            rstd.data_ptr());
+    const void* w = wc.defined() ? wc.data_ptr() : nullptr;
+    const void* b = bc.defined() ? bc.data_ptr() : nullptr;
+    if (x.device().is_cpu()) {
+      kernels::cpu::norm_rows(x.dtype(), centered, rows, cols, xc.data_ptr(), w, b, eps, y.data_ptr(), mean.data_ptr(),
+                              rstd.data_ptr());
+    } else {
+      GENESIS_ON_CUDA(kernels::cuda::norm_rows(x.dtype(), centered, rows, cols, xc.data_ptr(), w, b, eps, y.data_ptr(),
+                                               mean.data_ptr(), rstd.data_ptr(), cuda::current_stream()));
+    }
   }
   TensorList inputs = centered ? TensorList{x, weight, bias} : TensorList{x, weight};
   if (needs_grad(inputs)) {
@@ -103,19 +149,52 @@ Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& 
            [centered, rows, cols, normalized_shape, has_bias = bias.defined(), xs = saved(xc), ws = saved(wc),
             means = saved(mean), rstds = saved(rstd)](const TensorList& g) {
              const DType dt = xs.dtype();
+             const Device device = xs.device();
              Tensor gy = g[0].to(dt).contiguous();
              Tensor gx = empty_like(xs);
-             Tensor gw = ws.defined() ? empty(normalized_shape, {.dtype = dt}) : Tensor();
-             Tensor gb = has_bias ? empty(normalized_shape, {.dtype = dt}) : Tensor();
-             kernels::cpu::norm_rows_backward(
-                 dt, centered, rows, cols, xs.data_ptr(), ws.defined() ? ws.data_ptr() : nullptr, means.data_ptr(),
-                 rstds.data_ptr(), gy.data_ptr(), gx.data_ptr(), gw.defined() ? gw.data_ptr() : nullptr,
-                 gb.defined() ? gb.data_ptr() : nullptr);
+             Tensor gw = ws.defined() ? empty(normalized_shape, {.dtype = dt, .device = device}) : Tensor();
+             Tensor gb = has_bias ? empty(normalized_shape, {.dtype = dt, .device = device}) : Tensor();
+             const void* w = ws.defined() ? ws.data_ptr() : nullptr;
+             void* gw_ptr = gw.defined() ? gw.data_ptr() : nullptr;
+             void* gb_ptr = gb.defined() ? gb.data_ptr() : nullptr;
+             if (device.is_cpu()) {
+               kernels::cpu::norm_rows_backward(dt, centered, rows, cols, xs.data_ptr(), w, means.data_ptr(),
+                                                rstds.data_ptr(), gy.data_ptr(), gx.data_ptr(), gw_ptr, gb_ptr);
+             } else {
+               GENESIS_ON_CUDA({
+                 // Per-chunk column sums of the weight and bias gradients, added in chunk order.
+                 const int64_t partial_count =
+                     gw.defined() || gb.defined() ? 2 * kernels::cuda::norm_backward_chunks(rows) * cols : 0;
+                 Tensor partials = empty({partial_count}, {.dtype = acc_dtype(dt), .device = device});
+                 kernels::cuda::norm_rows_backward(dt, centered, rows, cols, xs.data_ptr(), w, means.data_ptr(),
+                                                   rstds.data_ptr(), gy.data_ptr(), gx.data_ptr(), gw_ptr, gb_ptr,
+                                                   partials.data_ptr(), cuda::current_stream());
+               });
+             }
              return centered ? TensorList{gx, gw, gb} : TensorList{gx, gw};
            });
   }
   return y;
 }
+
+#if GENESIS_WITH_CUDA
+// Stable counting sort of host indices (valid for `num` rows), for the CUDA embedding gradient:
+// i64 [start (num + 1) | order (n)], where row v was picked at positions order[start[v]..start[v + 1]).
+Tensor group_by_index(const Tensor& index, int64_t num) {
+  const int64_t n = index.numel();
+  std::vector<int64_t> groups(static_cast<size_t>(num + 1 + n), 0);
+  int64_t* start = groups.data();
+  int64_t* order = start + num + 1;
+  GENESIS_DISPATCH_INDEX(index.dtype(), "embedding", {
+    const auto* values = static_cast<const scalar_t*>(index.data_ptr());
+    for (int64_t i = 0; i < n; ++i) ++start[static_cast<int64_t>(values[i]) + 1];
+    for (int64_t v = 0; v < num; ++v) start[v + 1] += start[v];
+    std::vector<int64_t> next(start, start + num);
+    for (int64_t i = 0; i < n; ++i) order[next[static_cast<size_t>(values[i])]++] = i;
+  });
+  return from_vector(groups, {num + 1 + n}, {.dtype = DType::i64});
+}
+#endif
 
 }  // namespace
 
@@ -138,7 +217,7 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
   detail::check_defined("embedding", indices, "indices");
   detail::check_defined("embedding", weight, "weight");
-  detail::require_cpu("embedding", {indices, weight});
+  detail::check_same_device("embedding", {indices, weight});
   detail::check_index_dtype("embedding", indices);
   detail::check_floating("embedding", weight);
   GENESIS_CHECK(weight.dim() == 2, ShapeError, "embedding: weight must be 2-D [num_embeddings, dim], got shape ",
@@ -151,24 +230,42 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
     pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
   }
   Tensor idx = indices.contiguous();
-  detail::check_index_values("embedding", idx, num, std::nullopt, "index", "embeddings");
+  // CUDA indices are validated on a host copy (this waits for the stream); the backward pass
+  // groups the same host copy by row.
+  Tensor host_idx = idx.device().is_cpu() ? idx : idx.to(kCPU);
+  detail::check_index_values("embedding", host_idx, num, std::nullopt, "index", "embeddings");
   Shape out_shape = indices.shape();
   out_shape.push_back(dim);
-  Tensor out = empty(out_shape, {.dtype = weight.dtype()});
+  Tensor out = empty(out_shape, {.dtype = weight.dtype(), .device = weight.device()});
   {
     NoGradGuard forward_only;
     Tensor wc = weight.contiguous();
-    kernels::cpu::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), dim, wc.data_ptr(),
-                            out.data_ptr());
+    if (weight.device().is_cpu()) {
+      kernels::cpu::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), dim, wc.data_ptr(),
+                              out.data_ptr());
+    } else {
+      GENESIS_ON_CUDA(kernels::cuda::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), dim,
+                                               wc.data_ptr(), out.data_ptr(), cuda::current_stream()));
+    }
   }
   if (needs_grad({weight})) {
-    record("embedding", {weight}, {out}, [num, dim, pad, dt = weight.dtype(), idxs = saved(idx)](const TensorList& g) {
-      Tensor gy = g[0].to(dt).contiguous();
-      Tensor gw = empty({num, dim}, {.dtype = dt});
-      kernels::cpu::embedding_backward(dt, idxs.dtype(), idxs.numel(), idxs.data_ptr(), num, dim, gy.data_ptr(), pad,
-                                       gw.data_ptr());
-      return TensorList{gw};
-    });
+    record("embedding", {weight}, {out},
+           [num, dim, pad, dt = weight.dtype(), device = weight.device(), idxs = saved(host_idx)](const TensorList& g) {
+             Tensor gy = g[0].to(dt).contiguous();
+             Tensor gw = empty({num, dim}, {.dtype = dt, .device = device});
+             if (device.is_cpu()) {
+               kernels::cpu::embedding_backward(dt, idxs.dtype(), idxs.numel(), idxs.data_ptr(), num, dim,
+                                                gy.data_ptr(), pad, gw.data_ptr());
+             } else {
+               GENESIS_ON_CUDA({
+                 Tensor groups = group_by_index(idxs, num).to(device);
+                 const int64_t* start = groups.data<int64_t>();
+                 kernels::cuda::embedding_backward(dt, num, dim, start, start + num + 1, gy.data_ptr(), pad,
+                                                   gw.data_ptr(), cuda::current_stream());
+               });
+             }
+             return TensorList{gw};
+           });
   }
   return out;
 }

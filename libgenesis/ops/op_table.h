@@ -90,11 +90,11 @@ namespace genesis {
   X(bmm, "linalg", true, true)                           \
   X(linear, "linalg", true, true)                        \
   /* neural-network functions */                         \
-  X(softmax, "nn", true, false)                          \
-  X(log_softmax, "nn", true, false)                      \
-  X(layer_norm, "nn", true, false)                       \
-  X(rms_norm, "nn", true, false)                         \
-  X(embedding, "nn", true, false)                        \
+  X(softmax, "nn", true, true)                           \
+  X(log_softmax, "nn", true, true)                       \
+  X(layer_norm, "nn", true, true)                        \
+  X(rms_norm, "nn", true, true)                          \
+  X(embedding, "nn", true, true)                         \
   X(dropout, "nn", true, false)                          \
   X(cross_entropy, "loss", true, false)                  \
   X(nll_loss, "loss", true, false)                       \

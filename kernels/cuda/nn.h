@@ -1,0 +1,42 @@
+#pragma once
+// CUDA kernels of the neural-network functions over the last axis of contiguous buffers:
+// softmax family, layer/RMS norm and embedding (the contracts of kernels/cpu/nn.h). f16/bf16
+// compute in f32, f64 in f64. Every sum is taken in a fixed order (no atomics), so results
+// are deterministic. Index values must be validated before the embedding kernels run.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "libgenesis/core/dtype.h"
+
+namespace genesis::kernels::cuda {
+
+// Softmax (log_softmax when `log`) of each row of x [rows, dim].
+void softmax(DType dtype, bool log, int64_t rows, int64_t dim, const void* x, void* y, cudaStream_t stream);
+// grad_x from the forward output y: softmax y * (g - sum(g * y)), log_softmax g - exp(y) * sum(g).
+void softmax_backward(DType dtype, bool log, int64_t rows, int64_t dim, const void* y, const void* grad_y, void* grad_x,
+                      cudaStream_t stream);
+
+// Layer norm (centered) or RMS norm of each row of x [rows, cols], then * weight + bias (either
+// may be null). mean and rstd [rows] are in the accumulator type (f64 for f64, f32 otherwise).
+void norm_rows(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
+               const void* bias, double eps, void* y, void* mean, void* rstd, cudaStream_t stream);
+// Row chunks of the weight/bias gradient: norm_rows_backward needs a `partials` buffer of
+// 2 * norm_backward_chunks(rows) * cols accumulator-type elements when grad_weight or grad_bias is set.
+int64_t norm_backward_chunks(int64_t rows);
+// grad_x [rows, cols], and grad_weight / grad_bias [cols] when non-null: each chunk of rows sums
+// its column partials, then every column adds its chunks in order.
+void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
+                        const void* mean, const void* rstd, const void* grad_y, void* grad_x, void* grad_weight,
+                        void* grad_bias, void* partials, cudaStream_t stream);
+
+// out[i, :] = weight[index[i], :] for n indices into weight [num, dim].
+void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t dim, const void* weight, void* out,
+               cudaStream_t stream);
+// grad_weight [num, dim]: row v sums the grad_out rows order[start[v]], ..., order[start[v + 1] - 1]
+// (the positions that picked v, ascending); the row padding_idx (when >= 0) stays zero. start
+// [num + 1] and order [n] are i64 device buffers (a stable counting sort of the indices).
+void embedding_backward(DType dtype, int64_t num, int64_t dim, const int64_t* start, const int64_t* order,
+                        const void* grad_out, int64_t padding_idx, void* grad_weight, cudaStream_t stream);
+
+}  // namespace genesis::kernels::cuda

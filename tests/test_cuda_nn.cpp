@@ -1,0 +1,232 @@
+// CUDA parity of the neural-network functions: softmax family, layer/RMS norm and embedding
+// against the CPU on odd sizes, warp-per-row and block-per-row lengths, empty inputs,
+// non-contiguous operands, every floating dtype, gradients and determinism.
+#include <optional>
+
+#include "tests/cuda_testing.h"
+
+using namespace genesis;
+using namespace genesis::testing;
+
+namespace {
+
+// Row statistics summed in another order: the CPU adds f32 rows sequentially, so the mean of a
+// 3000-long row differs by ~1e-6, which stays absolute where w * xhat + b cancels; in 16-bit
+// outputs the last bit may flip.
+Tolerance forward_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return {1e-12, 1e-12};
+    case DType::f32:
+      return {1e-5, 1e-5};
+    case DType::f16:
+      return {2e-3, 2e-3};
+    default:
+      return {2e-2, 2e-2};
+  }
+}
+
+// Gradients of 16-bit types start from forward outputs that may differ by one rounding step
+// between the devices (log_softmax: exp(y) of it, times a row sum), so they get a few of them.
+Tolerance backward_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return {1e-11, 1e-12};
+    case DType::f32:
+      return {1e-4, 2e-5};
+    case DType::f16:
+      return {1e-2, 1e-2};
+    default:
+      return {6e-2, 6e-2};
+  }
+}
+
+// The same CUDA computation twice gives the same bits.
+void check_deterministic(const Fn& fn, const TensorList& inputs) {
+  TensorList on_gpu;
+  for (const Tensor& t : inputs) on_gpu.push_back(t.to(kCuda0));
+  require_close(fn(on_gpu), fn(on_gpu), 0.0, 0.0);
+}
+
+using AxisFn = std::function<Tensor(const Tensor&, int64_t)>;
+
+struct SoftmaxCase {
+  Shape shape;
+  int64_t axis;
+};
+// Warp-per-row (<= 1024) and block-per-row lengths, other axes, a 0-d input and empty inputs.
+const SoftmaxCase kSoftmaxCases[] = {{{37, 129}, -1}, {{3, 5, 7}, 2}, {{5, 3001}, 1}, {{2, 1025}, -1},
+                                     {{1, 1}, 1},     {{}, 0},        {{37, 129}, 0}, {{3, 5, 7}, 1},
+                                     {{3, 5, 7}, -3}, {{0, 5}, 1},    {{4, 0}, 1}};
+
+void check_softmax_family(const AxisFn& op) {
+  for (DType dtype : kFloatDTypes) {
+    INFO("dtype " << dtype_name(dtype));
+    const Tolerance tolerance = forward_tolerance(dtype);
+    for (const SoftmaxCase& c : kSoftmaxCases) {
+      INFO("shape " << shape_str(c.shape) << ", axis " << c.axis);
+      const int64_t axis = c.axis;
+      check_parity([&op, axis](const TensorList& in) { return op(in[0], axis); }, {random_input(c.shape, dtype, -5, 5)},
+                   tolerance);
+    }
+    // Non-contiguous inputs: transposed, strided, and a large spread of values.
+    check_parity([&op](const TensorList& in) { return op(in[0].t(), -1); }, {random_input({129, 37}, dtype, -5, 5)},
+                 tolerance);
+    check_parity([&op](const TensorList& in) { return op(in[0].slice(1, 1, 2049, 2), 1); },
+                 {random_input({7, 2049}, dtype, -5, 5)}, tolerance);
+    check_parity(
+        [&op](const TensorList& in) {
+          return op(in[0].permute({2, 0, 1}), 0);
+        },
+        {random_input({3, 5, 7}, dtype, -30, 30)}, tolerance);
+    if (dtype == DType::f32) {
+      check_parity([&op](const TensorList& in) { return op(in[0], 1); }, {random_input({1000, 1001}, dtype, -5, 5)},
+                   tolerance);
+    }
+    const Tolerance grad_tolerance = backward_tolerance(dtype);
+    check_backward_parity([&op](const TensorList& in) { return op(in[0], -1); }, {random_input({37, 129}, dtype)},
+                          grad_tolerance);
+    check_backward_parity([&op](const TensorList& in) { return op(in[0].t(), 1); }, {random_input({3001, 3}, dtype)},
+                          grad_tolerance);
+    check_backward_parity([&op](const TensorList& in) { return op(in[0], 1); }, {random_input({3, 5, 7}, dtype)},
+                          grad_tolerance);
+  }
+  check_deterministic([&op](const TensorList& in) { return op(in[0], 1); }, {random_input({8, 5000}, DType::f32)});
+}
+
+struct NormCase {
+  Shape x;
+  Shape normalized;
+};
+// Warp-per-row and block-per-row row lengths, several trailing dims, a single element, no rows.
+const NormCase kNormCases[] = {{{37, 129}, {129}}, {{3, 5, 7}, {5, 7}}, {{4, 3001}, {3001}}, {{2, 1025}, {1025}},
+                               {{1, 1}, {1}},      {{0, 16}, {16}},     {{5, 2, 3}, {2, 3}}, {{300, 20}, {20}}};
+
+using NormFn = std::function<Tensor(const Tensor& x, const Shape& normalized, const Tensor& w, const Tensor& b)>;
+
+// op with weight and bias (when `has_bias`), with weight only and with neither, over kNormCases,
+// non-contiguous operands, every floating dtype; gradients of x, weight and bias.
+void check_norm(const NormFn& op, bool has_bias) {
+  for (DType dtype : kFloatDTypes) {
+    INFO("dtype " << dtype_name(dtype));
+    const Tolerance tolerance = forward_tolerance(dtype);
+    const Tolerance grad_tolerance = backward_tolerance(dtype);
+    for (const NormCase& c : kNormCases) {
+      INFO("shape " << shape_str(c.x) << ", normalized " << shape_str(c.normalized));
+      const Shape normalized = c.normalized;
+      Tensor x = random_input(c.x, dtype, -2, 3);
+      Tensor w = random_input(normalized, dtype, 0.5, 1.5);
+      Tensor b = random_input(normalized, dtype, -1, 1);
+      auto with_params = [&op, normalized, has_bias](const TensorList& in) {
+        return op(in[0], normalized, in[1], has_bias ? in[2] : Tensor());
+      };
+      TensorList params = has_bias ? TensorList{x, w, b} : TensorList{x, w};
+      check_parity(with_params, params, tolerance);
+      check_parity([&op, normalized](const TensorList& in) { return op(in[0], normalized, Tensor(), Tensor()); }, {x},
+                   tolerance);
+      check_backward_parity(with_params, params, grad_tolerance);
+      check_backward_parity(
+          [&op, normalized](const TensorList& in) { return op(in[0], normalized, Tensor(), Tensor()); }, {x},
+          grad_tolerance);
+    }
+    // Transposed input, strided weight and bias.
+    auto strided = [&op, has_bias](const TensorList& in) {
+      return op(in[0].t(), {129}, in[1].slice(0, 1, 259, 2), has_bias ? in[2].slice(0, 0, 258, 2) : Tensor());
+    };
+    TensorList strided_params = {random_input({129, 37}, dtype, -2, 3), random_input({259}, dtype, 0.5, 1.5)};
+    if (has_bias) strided_params.push_back(random_input({258}, dtype, -1, 1));
+    check_parity(strided, strided_params, tolerance);
+    check_backward_parity(strided, strided_params, grad_tolerance);
+  }
+  // Many rows: the weight gradient adds many row chunks; the same bits every run.
+  TensorList many_rows = {random_input({3000, 64}, DType::f32, -2, 3), random_input({64}, DType::f32, 0.5, 1.5),
+                          random_input({64}, DType::f32, -1, 1)};
+  auto full = [&op, has_bias](const TensorList& in) { return op(in[0], {64}, in[1], has_bias ? in[2] : Tensor()); };
+  check_backward_parity(full, has_bias ? many_rows : TensorList{many_rows[0], many_rows[1]}, {1e-4, 1e-4});
+  check_deterministic(
+      [&full](const TensorList& in) {
+        Tensor x = in[0].detach().requires_grad_(true), w = in[1].detach().requires_grad_(true);
+        Tensor b = in[2].detach().requires_grad_(true);
+        sum(mul(full({x, w, b}), in[3])).backward();
+        return w.grad();
+      },
+      {many_rows[0], many_rows[1], many_rows[2], random_input({3000, 64}, DType::f32)});
+  // Mismatched devices are refused.
+  Tensor x = random_input({4, 8}, DType::f32).to(kCuda0);
+  CHECK_THROWS_AS(op(x, {8}, random_input({8}, DType::f32), Tensor()), DeviceError);
+}
+
+}  // namespace
+
+GENESIS_CUDA_PARITY("softmax") {
+  check_softmax_family([](const Tensor& x, int64_t axis) { return softmax(x, axis); });
+}
+
+GENESIS_CUDA_PARITY("log_softmax") {
+  check_softmax_family([](const Tensor& x, int64_t axis) { return log_softmax(x, axis); });
+}
+
+GENESIS_CUDA_PARITY("layer_norm") {
+  check_norm([](const Tensor& x, const Shape& normalized, const Tensor& w,
+                const Tensor& b) { return layer_norm(x, normalized, w, b); },
+             true);
+}
+
+GENESIS_CUDA_PARITY("rms_norm") {
+  check_norm([](const Tensor& x, const Shape& normalized, const Tensor& w,
+                const Tensor&) { return rms_norm(x, normalized, w); },
+             false);
+}
+
+GENESIS_CUDA_PARITY("embedding") {
+  for (DType dtype : kFloatDTypes) {
+    INFO("dtype " << dtype_name(dtype));
+    for (DType index_dtype : {DType::i64, DType::i32}) {
+      INFO("index dtype " << dtype_name(index_dtype));
+      // Few rows for many positions: most rows are picked several times.
+      Tensor indices = random_input({7, 13}, DType::i64, 0, 50).to(index_dtype);
+      Tensor weight = random_input({50, 33}, dtype, -2, 2);
+      for (std::optional<int64_t> pad :
+           {std::optional<int64_t>(), std::optional<int64_t>(3), std::optional<int64_t>(-1)}) {
+        INFO("padding_idx " << (pad ? *pad : -100));
+        auto lookup = [pad](const TensorList& in) { return embedding(in[0], in[1], pad); };
+        check_parity(lookup, {indices, weight}, {});
+        check_parity([pad](const TensorList& in) { return embedding(in[0].t(), in[1].t(), pad); },
+                     {indices, random_input({33, 50}, dtype, -2, 2)}, {});
+        auto gradient = [indices, pad](const TensorList& in) {
+          return embedding(indices.to(in[0].device()), in[0], pad);
+        };
+        check_backward_parity(gradient, {weight}, forward_tolerance(dtype));
+        check_backward_parity(
+            [indices, pad](const TensorList& in) { return embedding(indices.t().to(in[0].device()), in[0].t(), pad); },
+            {random_input({33, 50}, dtype, -2, 2)}, forward_tolerance(dtype));
+      }
+      // A 0-d index, no indices, wide rows, and more rows than positions.
+      check_parity([](const TensorList& in) { return embedding(in[0], in[1]); },
+                   {random_input({}, DType::i64, 0, 50).to(index_dtype), weight}, {});
+      check_parity([](const TensorList& in) { return embedding(in[0], in[1]); },
+                   {random_input({0}, DType::i64, 0, 50).to(index_dtype), weight}, {});
+      check_parity([](const TensorList& in) { return embedding(in[0], in[1]); },
+                   {random_input({5, 3}, DType::i64, 0, 1000).to(index_dtype), random_input({1000, 1027}, dtype)}, {});
+      Tensor sparse = random_input({5, 3}, DType::i64, 0, 1000).to(index_dtype);
+      check_backward_parity([sparse](const TensorList& in) { return embedding(sparse.to(in[0].device()), in[0]); },
+                            {random_input({1000, 1027}, dtype)}, forward_tolerance(dtype));
+    }
+  }
+  // Many positions into few rows: long in-order sums, the same bits every run.
+  Tensor indices = random_input({4000}, DType::i64, 0, 10);
+  check_backward_parity([indices](const TensorList& in) { return embedding(indices.to(in[0].device()), in[0]); },
+                        {random_input({10, 96}, DType::f32)}, {1e-5, 1e-5});
+  check_deterministic(
+      [indices](const TensorList& in) {
+        Tensor w = in[0].detach().requires_grad_(true);
+        sum(mul(embedding(indices.to(w.device()), w), in[1])).backward();
+        return w.grad();
+      },
+      {random_input({10, 96}, DType::f32), random_input({4000, 96}, DType::f32)});
+  // Indices are validated (on a host copy) before the kernel runs; devices must match.
+  Tensor weight = random_input({10, 4}, DType::f32).to(kCuda0);
+  CHECK_THROWS_AS(embedding(tensor({1, 10}, {2}, {.dtype = DType::i64}).to(kCuda0), weight), IndexError);
+  CHECK_THROWS_AS(embedding(tensor({-1, 2}, {2}, {.dtype = DType::i32}).to(kCuda0), weight), IndexError);
+  CHECK_THROWS_AS(embedding(tensor({1, 2}, {2}, {.dtype = DType::i64}), weight), DeviceError);
+}
