@@ -1,4 +1,4 @@
-// Losses: fused CPU kernels for the class-index losses (cross_entropy, nll_loss), and
+// Losses: fused CPU and CUDA kernels for the class-index losses (cross_entropy, nll_loss), and
 // elementwise compositions with explicit backward formulas for the regression and binary
 // losses (which therefore run on any device the elementwise ops support).
 #include "libgenesis/ops/loss.h"
@@ -10,6 +10,9 @@
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/nn.h"
 #include "libgenesis/ops/reduce.h"
+#if GENESIS_WITH_CUDA
+#include "kernels/cuda/loss.h"
+#endif
 
 namespace genesis {
 
@@ -29,7 +32,7 @@ DType compute_dtype(DType dtype) {
 
 // Checks input [N, C, d...] against class-index target [N, d...]; returns the row layout.
 ClassRows class_rows(const char* name, const Tensor& input, const Tensor& target, const char* input_name) {
-  detail::require_cpu(name, {input, target});
+  detail::check_same_device(name, {input, target});
   detail::check_floating(name, input);
   GENESIS_CHECK(is_integral(target.dtype()), DTypeError, name, ": target must hold class indices (i32 or i64), got ",
                 dtype_name(target.dtype()));
@@ -40,6 +43,13 @@ ClassRows class_rows(const char* name, const Tensor& input, const Tensor& target
   GENESIS_CHECK(target.shape() == expected, ShapeError, name, ": target of shape ", target.shape(), " does not match ",
                 input_name, " of shape ", input.shape(), " (expected ", expected, ")");
   return {input.size(0), input.size(1), numel_of(Shape(input.shape().begin() + 2, input.shape().end()))};
+}
+
+// Number of non-ignored targets; IndexError when one is outside [0, classes). The check reads
+// the indices on the host, so CUDA targets are first copied there (a synchronizing copy).
+int64_t count_valid_targets(const char* name, const Tensor& target, int64_t classes, int64_t ignore_index) {
+  const Tensor host = target.device().is_cpu() ? target : target.to(kCPU);
+  return detail::check_index_values(name, host, classes, ignore_index, "target value", "classes");
 }
 
 // Per-row losses (accumulator dtype) reduced as requested, in `dtype`. Mean divides by the
@@ -119,17 +129,22 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
   GENESIS_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing < 1.0, ValueError,
                 "cross_entropy: label_smoothing must be in [0, 1) (got ", options.label_smoothing, ")");
   Tensor tc = target.contiguous();
-  const int64_t count =
-      detail::check_index_values("cross_entropy", tc, s.classes, options.ignore_index, "target value", "classes");
+  const int64_t count = count_valid_targets("cross_entropy", tc, s.classes, options.ignore_index);
   const DType dt = logits.dtype();
-  Tensor row_loss = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt)});
-  Tensor lse = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt)});
+  Tensor row_loss = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt), .device = logits.device()});
+  Tensor lse = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt), .device = logits.device()});
   Tensor xc, loss;
   {
     NoGradGuard forward_only;
     xc = logits.contiguous();
-    kernels::cpu::cross_entropy(dt, tc.dtype(), s, xc.data_ptr(), tc.data_ptr(), options.ignore_index,
-                                options.label_smoothing, row_loss.data_ptr(), lse.data_ptr());
+    if (xc.device().is_cpu()) {
+      kernels::cpu::cross_entropy(dt, tc.dtype(), s, xc.data_ptr(), tc.data_ptr(), options.ignore_index,
+                                  options.label_smoothing, row_loss.data_ptr(), lse.data_ptr());
+    } else {
+      GENESIS_ON_CUDA(kernels::cuda::cross_entropy(dt, tc.dtype(), s, xc.data_ptr(), tc.data_ptr(),
+                                                   options.ignore_index, options.label_smoothing, row_loss.data_ptr(),
+                                                   lse.data_ptr(), cuda::current_stream()));
+    }
     loss = reduce_rows(row_loss, options.reduction, count, target.shape(), dt);
   }
   if (needs_grad({logits})) {
@@ -138,9 +153,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
              Tensor gl = g[0].to(xs.dtype()).contiguous();
              RowGrad rg = row_grad(options.reduction, count);
              Tensor gx = empty_like(xs);
-             kernels::cpu::cross_entropy_backward(xs.dtype(), ts.dtype(), s, xs.data_ptr(), ts.data_ptr(),
-                                                  lses.data_ptr(), options.ignore_index, options.label_smoothing,
-                                                  gl.data_ptr(), rg.stride, rg.scale, gx.data_ptr());
+             if (xs.device().is_cpu()) {
+               kernels::cpu::cross_entropy_backward(xs.dtype(), ts.dtype(), s, xs.data_ptr(), ts.data_ptr(),
+                                                    lses.data_ptr(), options.ignore_index, options.label_smoothing,
+                                                    gl.data_ptr(), rg.stride, rg.scale, gx.data_ptr());
+             } else {
+               GENESIS_ON_CUDA(kernels::cuda::cross_entropy_backward(
+                   xs.dtype(), ts.dtype(), s, xs.data_ptr(), ts.data_ptr(), lses.data_ptr(), options.ignore_index,
+                   options.label_smoothing, gl.data_ptr(), rg.stride, rg.scale, gx.data_ptr(), cuda::current_stream()));
+             }
              return TensorList{gx};
            });
   }
@@ -156,24 +177,37 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
   }
   ClassRows s = class_rows("nll_loss", log_probs, target, "log_probs");
   Tensor tc = target.contiguous();
-  const int64_t count = detail::check_index_values("nll_loss", tc, s.classes, ignore_index, "target value", "classes");
+  const int64_t count = count_valid_targets("nll_loss", tc, s.classes, ignore_index);
   const DType dt = log_probs.dtype();
-  Tensor row_loss = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt)});
+  const Device device = log_probs.device();
+  Tensor row_loss = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt), .device = device});
   Tensor loss;
   {
     NoGradGuard forward_only;
     Tensor xc = log_probs.contiguous();
-    kernels::cpu::nll_loss(dt, tc.dtype(), s, xc.data_ptr(), tc.data_ptr(), ignore_index, row_loss.data_ptr());
+    if (device.is_cpu()) {
+      kernels::cpu::nll_loss(dt, tc.dtype(), s, xc.data_ptr(), tc.data_ptr(), ignore_index, row_loss.data_ptr());
+    } else {
+      GENESIS_ON_CUDA(kernels::cuda::nll_loss(dt, tc.dtype(), s, xc.data_ptr(), tc.data_ptr(), ignore_index,
+                                              row_loss.data_ptr(), cuda::current_stream()));
+    }
     loss = reduce_rows(row_loss, reduction, count, target.shape(), dt);
   }
   if (needs_grad({log_probs})) {
     record("nll_loss", {log_probs}, {loss},
-           [s, reduction, ignore_index, count, dt, shape = log_probs.shape(), ts = saved(tc)](const TensorList& g) {
+           [s, reduction, ignore_index, count, dt, device, shape = log_probs.shape(),
+            ts = saved(tc)](const TensorList& g) {
              Tensor gl = g[0].to(dt).contiguous();
              RowGrad rg = row_grad(reduction, count);
-             Tensor gx = empty(shape, {.dtype = dt});
-             kernels::cpu::nll_loss_backward(dt, ts.dtype(), s, ts.data_ptr(), ignore_index, gl.data_ptr(), rg.stride,
-                                             rg.scale, gx.data_ptr());
+             Tensor gx = empty(shape, {.dtype = dt, .device = device});
+             if (device.is_cpu()) {
+               kernels::cpu::nll_loss_backward(dt, ts.dtype(), s, ts.data_ptr(), ignore_index, gl.data_ptr(), rg.stride,
+                                               rg.scale, gx.data_ptr());
+             } else {
+               GENESIS_ON_CUDA(kernels::cuda::nll_loss_backward(dt, ts.dtype(), s, ts.data_ptr(), ignore_index,
+                                                                gl.data_ptr(), rg.stride, rg.scale, gx.data_ptr(),
+                                                                cuda::current_stream()));
+             }
              return TensorList{gx};
            });
   }

@@ -96,11 +96,11 @@ namespace genesis {
   X(rms_norm, "nn", true, true)                          \
   X(embedding, "nn", true, true)                         \
   X(dropout, "nn", true, false)                          \
-  X(cross_entropy, "loss", true, false)                  \
-  X(nll_loss, "loss", true, false)                       \
-  X(mse_loss, "loss", true, false)                       \
-  X(l1_loss, "loss", true, false)                        \
-  X(binary_cross_entropy_with_logits, "loss", true, false) \
+  X(cross_entropy, "loss", true, true)                   \
+  X(nll_loss, "loss", true, true)                        \
+  X(mse_loss, "loss", true, true)                        \
+  X(l1_loss, "loss", true, true)                         \
+  X(binary_cross_entropy_with_logits, "loss", true, true) \
   X(conv2d, "conv", true, false)                         \
   X(max_pool2d, "conv", true, false)                     \
   X(avg_pool2d, "conv", true, false)                     \

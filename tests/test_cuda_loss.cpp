@@ -1,0 +1,205 @@
+// CUDA parity of the losses: the fused class-index kernels (cross_entropy, nll_loss) over odd
+// sizes, both the one-warp-per-row and one-block-per-row forward paths, [N, C] and [N, C, d...]
+// layouts, ignored targets, label smoothing, every reduction and float dtype, and gradients;
+// and the elementwise-composed losses (mse_loss, l1_loss, binary_cross_entropy_with_logits).
+#include <optional>
+
+#include "libgenesis/ops/loss.h"
+#include "tests/cuda_testing.h"
+
+using namespace genesis;
+using namespace genesis::testing;
+
+namespace {
+
+constexpr genesis::Reduction kReductionModes[] = {genesis::Reduction::none, genesis::Reduction::mean,
+                                                  genesis::Reduction::sum};
+constexpr DType kTargetDTypes[] = {DType::i64, DType::i32};
+
+// Loss values: the per-row sums of exps and logits are taken in a different order on each
+// device (f32 accumulation for the 16-bit dtypes), then the result is rounded once.
+Tolerance loss_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return {1e-11, 1e-12};
+    case DType::f32:
+      return {1e-5, 1e-5};
+    case DType::f16:
+      return {2e-3, 1e-5};
+    default:
+      return {1e-2, 1e-4};
+  }
+}
+
+// Class indices in [0, classes) of `dtype`; about one in five set to `ignore` when given.
+Tensor class_targets(const Shape& shape, int64_t classes, DType dtype, std::optional<int64_t> ignore) {
+  Tensor t = random_input(shape, DType::i64, 0, static_cast<double>(classes));
+  if (ignore) t = masked_fill(t, lt(random_input(shape, DType::f64, 0, 1), 0.2), static_cast<double>(*ignore));
+  return t.to(dtype);
+}
+
+// Logits of shape `logits_shape` ([N, C, d...]) and matching targets.
+struct ClassCase {
+  Shape logits_shape;
+  std::optional<int64_t> ignore;
+};
+
+// N = 37 rows of C = 1001 classes (a warp per row), C = 3000 (a block per row), [N, C, d...],
+// a single class, and ignore_index inside the class range.
+const ClassCase kClassCases[] = {
+    {{37, 1001}, -100},   {{37, 1001}, std::nullopt}, {{5, 3000}, -100},
+    {{7, 5, 3, 4}, -100}, {{3, 17, 11}, 4},           {{6, 1}, std::nullopt},
+};
+
+using ClassLossFn =
+    std::function<Tensor(const Tensor& input, const Tensor& target, genesis::Reduction, int64_t ignore)>;
+
+// Forward values for every float dtype, reduction and target dtype, then gradients in f32 and
+// f64 (every reduction) and in f16/bf16 (mean). `lo`/`hi` bound the inputs.
+void check_class_loss(const ClassLossFn& loss, double lo, double hi) {
+  for (const ClassCase& c : kClassCases) {
+    const int64_t classes = c.logits_shape[1];
+    Shape target_shape = c.logits_shape;
+    target_shape.erase(target_shape.begin() + 1);
+    const int64_t ignore = c.ignore.value_or(-100);
+    for (DType target_dtype : kTargetDTypes) {
+      Tensor target = class_targets(target_shape, classes, target_dtype, c.ignore);
+      for (DType dtype : kFloatDTypes) {
+        for (genesis::Reduction reduction : kReductionModes) {
+          INFO("logits " << shape_str(c.logits_shape) << " " << dtype_name(dtype) << ", target "
+                         << dtype_name(target_dtype) << ", reduction " << static_cast<int>(reduction)
+                         << ", ignore_index " << ignore);
+          auto apply = [&](const TensorList& in) { return loss(in[0], in[1], reduction, ignore); };
+          check_parity(apply, {random_input(c.logits_shape, dtype, lo, hi), target}, loss_tolerance(dtype));
+          if (target_dtype != DType::i64) continue;
+          if (dtype == DType::f32 || dtype == DType::f64 || reduction == genesis::Reduction::mean) {
+            // Gradient with respect to the logits only; the targets stay fixed.
+            Tensor fixed_target = target;
+            auto apply_to_logits = [&loss, reduction, ignore, fixed_target](const TensorList& in) {
+              return loss(in[0], fixed_target.to(in[0].device()), reduction, ignore);
+            };
+            check_backward_parity(apply_to_logits, {random_input(c.logits_shape, dtype, lo, hi)},
+                                  loss_tolerance(dtype));
+          }
+        }
+      }
+    }
+  }
+  // Non-contiguous logits, and the single-sample form ([C] logits, 0-d target).
+  Tensor target = class_targets({37}, 1001, DType::i64, -100);
+  check_parity([&](const TensorList& in) { return loss(in[0].t(), in[1], genesis::Reduction::none, -100); },
+               {random_input({1001, 37}, DType::f32, lo, hi), target}, loss_tolerance(DType::f32));
+  for (genesis::Reduction reduction : kReductionModes) {
+    check_parity([&](const TensorList& in) { return loss(in[0], in[1], reduction, -100); },
+                 {random_input({1001}, DType::f32, lo, hi), scalar_tensor(7.0, {.dtype = DType::i64})},
+                 loss_tolerance(DType::f32));
+  }
+  // Every target ignored: mean is 0 / 0 = NaN on both devices, the gradient zero.
+  Tensor all_ignored = full({37}, -100.0, {.dtype = DType::i64});
+  check_parity([&](const TensorList& in) { return loss(in[0], in[1], genesis::Reduction::mean, -100); },
+               {random_input({37, 1001}, DType::f32, lo, hi), all_ignored}, {});
+  check_backward_parity(
+      [&](const TensorList& in) { return loss(in[0], all_ignored.to(in[0].device()), genesis::Reduction::sum, -100); },
+      {random_input({37, 1001}, DType::f32, lo, hi)}, {});
+}
+
+// Bad targets on CUDA: out-of-range indices raise IndexError (checked on a host copy of the
+// targets), mixed devices raise DeviceError.
+void check_class_loss_errors(const ClassLossFn& loss) {
+  Tensor x = random_input({4, 10}, DType::f32).to(kCuda0);
+  CHECK_THROWS_AS(loss(x, tensor({0, 10, 1, 2}, {4}, {.dtype = DType::i64}).to(kCuda0), genesis::Reduction::mean, -100),
+                  IndexError);
+  CHECK_THROWS_AS(loss(x, tensor({0, -3, 1, 2}, {4}, {.dtype = DType::i32}).to(kCuda0), genesis::Reduction::mean, -100),
+                  IndexError);
+  CHECK_THROWS_AS(loss(x, tensor({0, 1, 1, 2}, {4}, {.dtype = DType::i64}), genesis::Reduction::mean, -100),
+                  DeviceError);
+}
+
+}  // namespace
+
+GENESIS_CUDA_PARITY("cross_entropy") {
+  for (double smoothing : {0.0, 0.1}) {
+    INFO("label_smoothing " << smoothing);
+    check_class_loss(
+        [smoothing](const Tensor& x, const Tensor& t, genesis::Reduction reduction, int64_t ignore) {
+          return cross_entropy(x, t, {.reduction = reduction, .ignore_index = ignore, .label_smoothing = smoothing});
+        },
+        -4, 4);
+  }
+  // Large logits: the running max keeps exp in range.
+  Tensor target = class_targets({37}, 1001, DType::i64, -100);
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    check_parity([](const TensorList& in) { return cross_entropy(in[0], in[1]); },
+                 {random_input({37, 1001}, dtype, 60, 80), target}, loss_tolerance(dtype));
+  }
+  // The mean is a fixed-order sum: repeated runs give the same bits.
+  Tensor x = random_input({4096, 1001}, DType::f32).to(kCuda0);
+  Tensor t = class_targets({4096}, 1001, DType::i64, -100).to(kCuda0);
+  CHECK(cross_entropy(x, t).item() == cross_entropy(x, t).item());
+  check_class_loss_errors([](const Tensor& x, const Tensor& t, genesis::Reduction reduction, int64_t ignore) {
+    return cross_entropy(x, t, {.reduction = reduction, .ignore_index = ignore});
+  });
+}
+
+GENESIS_CUDA_PARITY("nll_loss") {
+  // Log-probabilities are negative; the kernel only gathers them.
+  check_class_loss([](const Tensor& x, const Tensor& t, genesis::Reduction reduction,
+                      int64_t ignore) { return nll_loss(x, t, reduction, ignore); },
+                   -8, 0);
+  check_class_loss_errors([](const Tensor& x, const Tensor& t, genesis::Reduction reduction, int64_t ignore) {
+    return nll_loss(x, t, reduction, ignore);
+  });
+}
+
+namespace {
+
+using PairLossFn = std::function<Tensor(const Tensor& input, const Tensor& target, genesis::Reduction)>;
+
+// An elementwise loss of input and target of one shape: every float dtype and reduction,
+// transposed operands, and gradients with respect to both.
+void check_pair_loss(const PairLossFn& loss, double target_lo, double target_hi) {
+  for (DType dtype : kFloatDTypes) {
+    for (genesis::Reduction reduction : kReductionModes) {
+      INFO(dtype_name(dtype) << ", reduction " << static_cast<int>(reduction));
+      auto apply = [&](const TensorList& in) { return loss(in[0], in[1], reduction); };
+      for (const Shape& shape : kParityShapes) {
+        check_parity(apply, {random_input(shape, dtype, -3, 3), random_input(shape, dtype, target_lo, target_hi)},
+                     loss_tolerance(dtype));
+      }
+      check_parity([&](const TensorList& in) { return loss(in[0].t(), in[1], reduction); },
+                   {random_input({129, 37}, dtype, -3, 3), random_input({37, 129}, dtype, target_lo, target_hi)},
+                   loss_tolerance(dtype));
+      if (dtype == DType::f32 || dtype == DType::f64) {
+        check_backward_parity(
+            apply, {random_input({37, 129}, dtype, -3, 3), random_input({37, 129}, dtype, target_lo, target_hi)},
+            loss_tolerance(dtype));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+GENESIS_CUDA_PARITY("mse_loss") {
+  check_pair_loss([](const Tensor& x, const Tensor& t, genesis::Reduction r) { return mse_loss(x, t, r); }, -3, 3);
+}
+
+GENESIS_CUDA_PARITY("l1_loss") {
+  check_pair_loss([](const Tensor& x, const Tensor& t, genesis::Reduction r) { return l1_loss(x, t, r); }, -3, 3);
+}
+
+GENESIS_CUDA_PARITY("binary_cross_entropy_with_logits") {
+  check_pair_loss(
+      [](const Tensor& x, const Tensor& t, genesis::Reduction r) { return binary_cross_entropy_with_logits(x, t, r); },
+      0, 1);
+  // pos_weight broadcast over the rows, with its gradient.
+  for (DType dtype : {DType::f32, DType::f64}) {
+    auto weighted = [](const TensorList& in) {
+      return binary_cross_entropy_with_logits(in[0], in[1], genesis::Reduction::mean, in[2]);
+    };
+    TensorList inputs = {random_input({37, 129}, dtype, -3, 3), random_input({37, 129}, dtype, 0, 1),
+                         random_input({129}, dtype, 0.5, 2)};
+    check_parity(weighted, inputs, loss_tolerance(dtype));
+    check_backward_parity(weighted, inputs, loss_tolerance(dtype));
+  }
+}
