@@ -68,7 +68,7 @@ TEST_CASE("CUDA tensors without a device fail clearly", "[cuda]") {
   CHECK_THROWS_WITH(empty({2}, {.device = kCuda0}), Contains("no CUDA device is available"));
 }
 
-TEST_CASE("CUDA runtime: devices, streams, copies, errors", "[cuda]") {
+TEST_CASE("CUDA runtime: devices, streams, copies, errors", "[cuda][api-error]") {
   if (!cuda_ready()) return;
   CHECK(cuda::is_available());
   int count = cuda::device_count();
