@@ -91,7 +91,8 @@ Batch DataLoader::next() {
   } else {
     std::unique_lock lock(mutex_);
     cv_.wait(lock, [this] { return !queue_.empty() || worker_error_; });
-    if (worker_error_) std::rethrow_exception(worker_error_);
+    // Batches prepared before the worker failed are still good: hand them out first.
+    if (queue_.empty()) std::rethrow_exception(worker_error_);
     b = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();

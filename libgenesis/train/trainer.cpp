@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/linalg.h"
@@ -13,6 +14,7 @@
 #include "libgenesis/data/loader.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/safetensors.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/loss.h"
@@ -76,6 +78,30 @@ int64_t peak_memory_bytes(Device device) {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
 }
 
+// The step of the checkpoint `path` resolves to (read from its trainer.json).
+int64_t checkpoint_step(const fs::path& path) {
+  fs::path dir = io::resolve_checkpoint(path);
+  try {
+    return nlohmann::json::parse(io::read_file(dir / "trainer.json")).at("step").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    GENESIS_THROW(FormatError, (dir / "trainer.json").string(), ": ", e.what());
+  }
+}
+
+// Keeps the lines of metrics.jsonl whose "step" is at most `step`.
+void truncate_metrics_after(const fs::path& metrics, int64_t step) {
+  if (!fs::exists(metrics)) return;
+  std::istringstream in(io::read_file(metrics));
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > step)
+      continue;
+    kept += line + "\n";
+  }
+  io::write_file_atomic(metrics, kept);
+}
+
 // The per-step hooks that later issues fill in: data-parallel gradient averaging after
 // backward, and the autocast scope around the forward pass. Both are no-ops today.
 void synchronize_gradients(const std::vector<Tensor>& /*params*/) {}
@@ -128,8 +154,13 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   LrSchedule schedule = recipe::build_schedule(spec, total);
   std::vector<Tensor> params = model->parameters();
 
-  RunLog log((run_dir / "metrics.jsonl").string(), options.quiet);
   TrainerState state;
+  if (options.resume) {
+    // Peek at the checkpoint's step first: lines a crashed run logged after it are dropped
+    // from metrics.jsonl, so the resumed run does not log those steps twice.
+    truncate_metrics_after(run_dir / "metrics.jsonl", checkpoint_step(run_dir / "checkpoints"));
+  }
+  RunLog log((run_dir / "metrics.jsonl").string(), options.quiet);
   state.optimizer_name = optimizer->name();
   state.scheduler_name = spec.scheduler.name;
   if (options.resume) {

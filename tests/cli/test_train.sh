@@ -48,6 +48,15 @@ if [ -n "$a" ] && [ "$a" = "$b" ]; then ok "resumed losses at steps 25..40 are b
 cmp -s "$work/full/checkpoints/step_00000040/model.safetensors" "$work/resumed/checkpoints/step_00000040/model.safetensors" \
   && ok "final weights are byte-identical" || fail "final weights differ after resume"
 
+# 3b. Resuming after a crash (latest checkpoint older than the last logged step) logs each step once.
+cp -r "$work/full" "$work/crashed"
+rm -rf "$work/crashed/checkpoints/step_00000040" "$work/crashed/checkpoints/latest" "$work/crashed/summary.json"
+ln -s step_00000020 "$work/crashed/checkpoints/latest"
+"$genesis" train "$recipe" --out "$work/crashed" --resume "${common[@]}" >/dev/null 2>&1 || fail "resume after crash failed"
+dups=$(grep -v '"eval"' "$work/crashed/metrics.jsonl" | grep -o '"step":[0-9]*' | sort | uniq -d)
+[ -z "$dups" ] && ok "resume after a crash logs every step once" || fail "steps logged twice after resume: $dups"
+[ "$(steps_losses "$work/crashed/metrics.jsonl")" = "$a" ] && ok "crash-resumed losses match" || fail "crash-resumed losses differ"
+
 # 4. SIGTERM: finish the step, checkpoint, exit 130; --resume continues.
 "$genesis" train "$recipe" --out "$work/sig" --set training.steps=100000 --set training.log_every=1000 -q >/dev/null 2>"$work/sig.err" &
 pid=$!
