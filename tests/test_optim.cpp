@@ -81,6 +81,23 @@ TEST_CASE("adam, adamw and amsgrad match PyTorch's formulas", "[cpu][optim]") {
   }
 }
 
+TEST_CASE("lion matches the paper's update with decoupled weight decay", "[cpu][optim]") {
+  double lr = 0.01, b1 = 0.9, b2 = 0.99, wd = 0.1, c = -0.7;
+  Tensor p = param();
+  auto opt = make_lion(group(p, lr, wd), {.beta1 = b1, .beta2 = b2});
+  CHECK(opt->name() == "lion");
+  std::vector<double> got = run(*opt, p, 8, c);
+  double x = 0.5, m = 0;
+  for (int t = 1; t <= 8; ++t) {
+    double g = c * x + t;
+    double interp = b1 * m + (1 - b1) * g;
+    x = x * (1 - lr * wd) - lr * ((interp > 0) - (interp < 0));
+    m = b2 * m + (1 - b2) * g;
+    REQUIRE(got[static_cast<size_t>(t - 1)] == Approx(x).epsilon(1e-13));
+  }
+  CHECK_THROWS_AS(make_lion(group(param(), 0.1, 0.0), {.beta1 = 1.0}), UsageError);
+}
+
 TEST_CASE("optimizer state round-trips and resumes identically", "[cpu][optim]") {
   Tensor p1 = param(), p2 = param();
   auto a = make_adam(group(p1, 0.01, 0.0));

@@ -272,9 +272,9 @@ TEST_CASE("recipe: values out of range name the valid values and the location", 
   CHECK(with("optimizer", "lr = 0") == "inline.toml:7:6: optimizer.lr must be > 0, got 0.0");
   CHECK(with("training", "batch_size = 0") == "inline.toml:9:14: training.batch_size must be >= 1, got 0");
   CHECK(with("optimizer", "name = \"adan\"") ==
-        "inline.toml:6:8: optimizer.name must be one of: sgd, adam, adamw; got \"adan\" (did you mean \"adam\"?)");
-  CHECK(with("optimizer", "name = \"lion\"") ==
-        "inline.toml:6:8: optimizer.name must be one of: sgd, adam, adamw; got \"lion\"");
+        "inline.toml:6:8: optimizer.name must be one of: sgd, adam, adamw, lion; got \"adan\" (did you mean \"adam\"?)");
+  CHECK(with("optimizer", "name = \"rmsprop\"") ==
+        "inline.toml:6:8: optimizer.name must be one of: sgd, adam, adamw, lion; got \"rmsprop\"");
   CHECK(with("model", "dropout = 1.0") == "inline.toml:4:11: model.dropout must be in [0, 1), got 1.0");
   CHECK(with("optimizer", "betas = [0.9]") == "inline.toml:6:9: optimizer.betas must have 2 entries, got 1");
   CHECK(with("optimizer", "betas = [0.9, 1.5]") == "inline.toml:6:9: optimizer.betas[1] must be in [0, 1), got 1.5");

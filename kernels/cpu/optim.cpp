@@ -57,7 +57,34 @@ void sgd_typed(int64_t n, T* p, const T* g, T* buf, const SgdStep& s) {
   });
 }
 
+// c = b1 m + (1 - b1) g;  p = p (1 - lr wd) - lr sign(c);  m = b2 m + (1 - b2) g
+template <class T>
+void lion_typed(int64_t n, T* p, const T* g, T* m, const LionStep& s) {
+  const T b1 = static_cast<T>(s.beta1), b2 = static_cast<T>(s.beta2), lr = static_cast<T>(s.lr);
+  const T decay = static_cast<T>(1.0 - s.lr * s.weight_decay);
+  parallel_for(n, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      T c = b1 * m[i] + (T(1) - b1) * g[i];
+      T sign = c > T(0) ? T(1) : (c < T(0) ? T(-1) : T(0));
+      p[i] = p[i] * decay - lr * sign;
+      m[i] = b2 * m[i] + (T(1) - b2) * g[i];
+    }
+  });
+}
+
 }  // namespace
+
+void lion_step(DType dtype, int64_t n, void* p, const void* g, void* m, const LionStep& s) {
+  switch (dtype) {
+    case DType::f32:
+      lion_typed(n, static_cast<float*>(p), static_cast<const float*>(g), static_cast<float*>(m), s);
+      break;
+    case DType::f64:
+      lion_typed(n, static_cast<double*>(p), static_cast<const double*>(g), static_cast<double*>(m), s);
+      break;
+    default: throw_unsupported_dtype("lion_step (parameters must be f32 or f64)", dtype);
+  }
+}
 
 void adam_step(DType dtype, int64_t n, void* p, const void* g, void* m, void* v, void* v_max, const AdamStep& s) {
   switch (dtype) {

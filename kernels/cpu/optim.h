@@ -14,6 +14,10 @@ struct AdamStep {
   double bias_correction1 = 1.0, bias_correction2 = 1.0;  // 1 - beta^t
 };
 
+struct LionStep {
+  double lr = 1e-4, beta1 = 0.9, beta2 = 0.99, weight_decay = 0.0;
+};
+
 struct SgdStep {
   double lr = 1e-2, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
@@ -26,6 +30,7 @@ namespace genesis::kernels::cpu {
 
 // p, g, m, v (and v_max when amsgrad) all of `dtype` (f32 or f64).
 void adam_step(DType dtype, int64_t n, void* p, const void* g, void* m, void* v, void* v_max, const AdamStep& s);
+void lion_step(DType dtype, int64_t n, void* p, const void* g, void* m, const LionStep& s);
 // momentum_buffer may be null when momentum == 0.
 void sgd_step(DType dtype, int64_t n, void* p, const void* g, void* momentum_buffer, const SgdStep& s);
 

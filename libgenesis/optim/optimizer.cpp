@@ -155,7 +155,31 @@ class Adam final : public Optimizer {
   AdamOptions o_;
 };
 
+class Lion final : public Optimizer {
+ public:
+  Lion(std::vector<ParamGroup> groups, LionOptions o) : Optimizer(std::move(groups)), o_(o) {
+    GENESIS_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0 && o.beta2 >= 0.0 && o.beta2 < 1.0, UsageError,
+                  "lion: betas must be in [0, 1) (got ", o.beta1, ", ", o.beta2, ")");
+  }
+  std::string_view name() const override { return "lion"; }
+
+ protected:
+  std::vector<std::string> slot_names() const override { return {"exp_avg"}; }
+  void update(ParamGroup& g, Tensor& p, const Tensor& grad, ParamState& state) override {
+    detail::require_cpu("lion step", {p});
+    kernels::LionStep s{.lr = g.lr, .beta1 = o_.beta1, .beta2 = o_.beta2, .weight_decay = g.weight_decay};
+    kernels::cpu::lion_step(p.dtype(), p.numel(), p.data_ptr(), grad.data_ptr(), state.slots[0].data_ptr(), s);
+  }
+
+ private:
+  LionOptions o_;
+};
+
 }  // namespace
+
+std::unique_ptr<Optimizer> make_lion(std::vector<ParamGroup> groups, LionOptions options) {
+  return std::make_unique<Lion>(std::move(groups), options);
+}
 
 std::unique_ptr<Optimizer> make_sgd(std::vector<ParamGroup> groups, SgdOptions options) {
   return std::make_unique<Sgd>(std::move(groups), options);

@@ -76,7 +76,14 @@ struct AdamOptions {
   bool decoupled_weight_decay = true;  // true: AdamW, false: Adam (L2 added to the gradient)
 };
 
+struct LionOptions {
+  double beta1 = 0.9, beta2 = 0.99;
+};
+
 std::unique_ptr<Optimizer> make_sgd(std::vector<ParamGroup> groups, SgdOptions options = {});
+// Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"): the update is the
+// sign of an interpolation of momentum and gradient; weight decay is decoupled.
+std::unique_ptr<Optimizer> make_lion(std::vector<ParamGroup> groups, LionOptions options = {});
 std::unique_ptr<Optimizer> make_adam(std::vector<ParamGroup> groups, AdamOptions options = {});
 
 // Scales all gradients so their global L2 norm is at most max_norm; returns the norm

@@ -58,7 +58,8 @@ std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, const nn::Mod
     return make_adam(std::move(groups), {.beta1 = o.betas.at(0), .beta2 = o.betas.at(1), .eps = o.eps,
                                          .amsgrad = o.amsgrad, .decoupled_weight_decay = o.name == "adamw"});
   }
-  GENESIS_THROW(RecipeError, "optimizer.name: unknown optimizer '", o.name, "' (valid: sgd, adam, adamw)");
+  if (o.name == "lion") return make_lion(std::move(groups), {.beta1 = o.betas.at(0), .beta2 = o.betas.at(1)});
+  GENESIS_THROW(RecipeError, "optimizer.name: unknown optimizer '", o.name, "' (valid: sgd, adam, adamw, lion)");
 }
 
 LrSchedule build_schedule(const RecipeSpec& spec, int64_t total) {
