@@ -160,3 +160,42 @@ TEST_CASE("gradient clipping by global norm and by value", "[cpu][optim]") {
   CHECK(a.grad().to_vector<double>() == std::vector<double>{0.5, 0.0});
   CHECK(b.grad().to_vector<double>() == std::vector<double>{0.5});
 }
+
+TEST_CASE("unfused (any-device) updates equal the fused CPU kernels", "[cpu][optim]") {
+  NoGradGuard no_grad;
+  Tensor p0 = testing::rand_values({37}, DType::f64), g = testing::rand_values({37}, DType::f64);
+  auto fresh = [&] { return p0.clone(); };
+  for (bool nesterov : {false, true}) {
+    kernels::SgdStep s{.lr = 0.1, .momentum = 0.9, .dampening = 0.0, .weight_decay = 0.01, .nesterov = nesterov};
+    Tensor a = fresh(), b = fresh(), ba = zeros({37}, {.dtype = DType::f64}), bb = ba.clone();
+    for (bool first : {true, false}) {
+      s.first_step = first;
+      kernels::cpu::sgd_step(DType::f64, 37, a.data_ptr(), g.data_ptr(), ba.data_ptr(), s);
+      detail::sgd_update_with_ops(s, b, g, &bb);
+    }
+    testing::require_close(b, a, 1e-14, 1e-15);
+    testing::require_close(bb, ba, 1e-14, 1e-15);
+  }
+  for (bool decoupled : {false, true}) {
+    for (bool amsgrad : {false, true}) {
+      kernels::AdamStep s{.lr = 0.01, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1,
+                          .decoupled = decoupled, .amsgrad = amsgrad, .bias_correction1 = 0.2,
+                          .bias_correction2 = 0.05};
+      Tensor a = fresh(), b = fresh();
+      std::vector<Tensor> sa{zeros({37}, {.dtype = DType::f64}), full({37}, 0.3, {.dtype = DType::f64}),
+                             full({37}, 0.5, {.dtype = DType::f64})};
+      std::vector<Tensor> sb{sa[0].clone(), sa[1].clone(), sa[2].clone()};
+      kernels::cpu::adam_step(DType::f64, 37, a.data_ptr(), g.data_ptr(), sa[0].data_ptr(), sa[1].data_ptr(),
+                              sa[2].data_ptr(), s);
+      detail::adam_update_with_ops(s, b, g, sb);
+      testing::require_close(b, a, 1e-13, 1e-15);
+      for (size_t k = 0; k < 3; ++k) testing::require_close(sb[k], sa[k], 1e-13, 1e-15);
+    }
+  }
+  kernels::LionStep s{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1};
+  Tensor a = fresh(), b = fresh(), ma = full({37}, 0.2, {.dtype = DType::f64}), mb = ma.clone();
+  kernels::cpu::lion_step(DType::f64, 37, a.data_ptr(), g.data_ptr(), ma.data_ptr(), s);
+  detail::lion_update_with_ops(s, b, g, mb);
+  testing::require_close(b, a, 1e-14, 1e-15);
+  testing::require_close(mb, ma, 1e-14, 1e-15);
+}

@@ -98,6 +98,46 @@ void Optimizer::load_state(const std::vector<NamedTensor>& state, int64_t step_c
   step_count_ = step_count;
 }
 
+namespace detail {
+
+// The same updates as the fused CPU kernels, composed of elementwise ops so they run on any
+// device with elementwise kernels (CUDA, until fused CUDA optimizer kernels arrive).
+void sgd_update_with_ops(const kernels::SgdStep& s, Tensor& p, const Tensor& grad, Tensor* momentum_buffer) {
+  Tensor d = s.weight_decay != 0.0 ? add(grad, mul(p, s.weight_decay)) : grad;
+  if (s.momentum != 0.0) {
+    Tensor b = s.first_step ? d : add(mul(*momentum_buffer, s.momentum), mul(d, 1.0 - s.dampening));
+    momentum_buffer->copy_(b);
+    d = s.nesterov ? add(d, mul(b, s.momentum)) : b;
+  }
+  p.copy_(sub(p, mul(d, s.lr)));
+}
+
+void adam_update_with_ops(const kernels::AdamStep& s, Tensor& p, const Tensor& grad, std::vector<Tensor>& slots) {
+  Tensor g = grad;
+  if (s.decoupled) {
+    if (s.weight_decay != 0.0) p.copy_(mul(p, 1.0 - s.lr * s.weight_decay));
+  } else if (s.weight_decay != 0.0) {
+    g = add(g, mul(p, s.weight_decay));
+  }
+  slots[0].copy_(add(mul(slots[0], s.beta1), mul(g, 1.0 - s.beta1)));
+  slots[1].copy_(add(mul(slots[1], s.beta2), mul(mul(g, g), 1.0 - s.beta2)));
+  Tensor second = slots[1];
+  if (s.amsgrad) {
+    slots[2].copy_(maximum(slots[2], slots[1]));
+    second = slots[2];
+  }
+  Tensor denom = add(div(sqrt(second), std::sqrt(s.bias_correction2)), s.eps);
+  p.copy_(sub(p, mul(div(slots[0], denom), s.lr / s.bias_correction1)));
+}
+
+void lion_update_with_ops(const kernels::LionStep& s, Tensor& p, const Tensor& grad, Tensor& exp_avg) {
+  Tensor c = add(mul(exp_avg, s.beta1), mul(grad, 1.0 - s.beta1));
+  p.copy_(sub(mul(p, 1.0 - s.lr * s.weight_decay), mul(sign(c), s.lr)));
+  exp_avg.copy_(add(mul(exp_avg, s.beta2), mul(grad, 1.0 - s.beta2)));
+}
+
+}  // namespace detail
+
 namespace {
 
 class Sgd final : public Optimizer {
@@ -114,9 +154,12 @@ class Sgd final : public Optimizer {
     return o_.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
   }
   void update(ParamGroup& g, Tensor& p, const Tensor& grad, ParamState& state) override {
-    detail::require_cpu("sgd step", {p});
     kernels::SgdStep s{.lr = g.lr, .momentum = o_.momentum, .dampening = o_.dampening,
                        .weight_decay = g.weight_decay, .nesterov = o_.nesterov, .first_step = state.steps == 1};
+    if (!p.device().is_cpu()) {
+      detail::sgd_update_with_ops(s, p, grad, state.slots.empty() ? nullptr : &state.slots[0]);
+      return;
+    }
     kernels::cpu::sgd_step(p.dtype(), p.numel(), p.data_ptr(), grad.data_ptr(),
                            state.slots.empty() ? nullptr : state.slots[0].data_ptr(), s);
   }
@@ -140,13 +183,16 @@ class Adam final : public Optimizer {
     return {"exp_avg", "exp_avg_sq"};
   }
   void update(ParamGroup& g, Tensor& p, const Tensor& grad, ParamState& state) override {
-    detail::require_cpu("adam step", {p});
     auto t = static_cast<double>(state.steps);
     std::vector<Tensor>& slots = state.slots;
     kernels::AdamStep s{.lr = g.lr, .beta1 = o_.beta1, .beta2 = o_.beta2, .eps = o_.eps,
                         .weight_decay = g.weight_decay, .decoupled = o_.decoupled_weight_decay,
                         .amsgrad = o_.amsgrad, .bias_correction1 = 1.0 - std::pow(o_.beta1, t),
                         .bias_correction2 = 1.0 - std::pow(o_.beta2, t)};
+    if (!p.device().is_cpu()) {
+      detail::adam_update_with_ops(s, p, grad, slots);
+      return;
+    }
     kernels::cpu::adam_step(p.dtype(), p.numel(), p.data_ptr(), grad.data_ptr(), slots[0].data_ptr(),
                             slots[1].data_ptr(), o_.amsgrad ? slots[2].data_ptr() : nullptr, s);
   }
@@ -166,8 +212,11 @@ class Lion final : public Optimizer {
  protected:
   std::vector<std::string> slot_names() const override { return {"exp_avg"}; }
   void update(ParamGroup& g, Tensor& p, const Tensor& grad, ParamState& state) override {
-    detail::require_cpu("lion step", {p});
     kernels::LionStep s{.lr = g.lr, .beta1 = o_.beta1, .beta2 = o_.beta2, .weight_decay = g.weight_decay};
+    if (!p.device().is_cpu()) {
+      detail::lion_update_with_ops(s, p, grad, state.slots[0]);
+      return;
+    }
     kernels::cpu::lion_step(p.dtype(), p.numel(), p.data_ptr(), grad.data_ptr(), state.slots[0].data_ptr(), s);
   }
 

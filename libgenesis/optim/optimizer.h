@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/optim.h"
 #include "libgenesis/core/tensor.h"
 
 namespace genesis {
@@ -85,6 +86,14 @@ std::unique_ptr<Optimizer> make_sgd(std::vector<ParamGroup> groups, SgdOptions o
 // sign of an interpolation of momentum and gradient; weight decay is decoupled.
 std::unique_ptr<Optimizer> make_lion(std::vector<ParamGroup> groups, LionOptions options = {});
 std::unique_ptr<Optimizer> make_adam(std::vector<ParamGroup> groups, AdamOptions options = {});
+
+namespace detail {
+// Unfused updates built from elementwise ops (used for non-CPU parameters); the same
+// formulas as the fused CPU kernels of kernels/cpu/optim.h.
+void sgd_update_with_ops(const kernels::SgdStep& s, Tensor& p, const Tensor& grad, Tensor* momentum_buffer);
+void adam_update_with_ops(const kernels::AdamStep& s, Tensor& p, const Tensor& grad, std::vector<Tensor>& slots);
+void lion_update_with_ops(const kernels::LionStep& s, Tensor& p, const Tensor& grad, Tensor& exp_avg);
+}  // namespace detail
 
 // Scales all gradients so their global L2 norm is at most max_norm; returns the norm
 // before clipping as a 0-d tensor (no host synchronization). max_norm <= 0 only measures.

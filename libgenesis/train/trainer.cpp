@@ -121,13 +121,14 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
   NoGradGuard no_grad;
   data::DataLoader loader(dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 0});
   Tensor loss_sum = scalar_tensor(0.0, {.dtype = DType::f64, .device = device});
-  Tensor correct = scalar_tensor(0.0, {.dtype = DType::i64, .device = device});
+  Tensor correct = scalar_tensor(0.0, {.dtype = DType::i64});
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
     data::Batch batch = loader.next();
     Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
     Tensor logits = model(x);
     loss_sum = add(loss_sum, cross_entropy(logits, y, {.reduction = Reduction::sum}).to(DType::f64));
-    correct = add(correct, sum(eq(argmax(logits, -1), y)));
+    // argmax runs on the host: it has no CUDA kernel yet (a [batch, classes] copy per batch).
+    correct = add(correct, sum(eq(argmax(logits.to(kCPU), -1), batch.targets)));
   }
   model.train(was_training);
   auto n = static_cast<double>(dataset.size());
@@ -169,6 +170,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     default_generator().set_state(state.rng);
     log.note("resumed " + run_dir.string() + " at step " + std::to_string(state.step));
   }
+  if (spec.run.device == "auto") log.note("device auto: using " + device.str());
   if (device.is_cpu()) {
     if (std::string hint = kernels::cpu::blas_kernel_warning(); !hint.empty()) log.note("note: " + hint);
   }
