@@ -140,6 +140,11 @@ void lion_update_with_ops(const kernels::LionStep& s, Tensor& p, const Tensor& g
 
 namespace {
 
+void check_betas(const char* optimizer, double beta1, double beta2) {
+  GENESIS_CHECK(beta1 >= 0.0 && beta1 < 1.0 && beta2 >= 0.0 && beta2 < 1.0, UsageError, optimizer,
+                ": betas must be in [0, 1) (got ", beta1, ", ", beta2, ")");
+}
+
 class Sgd final : public Optimizer {
  public:
   Sgd(std::vector<ParamGroup> groups, SgdOptions o) : Optimizer(std::move(groups)), o_(o) {
@@ -171,8 +176,7 @@ class Sgd final : public Optimizer {
 class Adam final : public Optimizer {
  public:
   Adam(std::vector<ParamGroup> groups, AdamOptions o) : Optimizer(std::move(groups)), o_(o) {
-    GENESIS_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0 && o.beta2 >= 0.0 && o.beta2 < 1.0, UsageError,
-                  "adam: betas must be in [0, 1) (got ", o.beta1, ", ", o.beta2, ")");
+    check_betas("adam", o.beta1, o.beta2);
     GENESIS_CHECK(o.eps > 0.0, UsageError, "adam: eps must be > 0 (got ", o.eps, ")");
   }
   std::string_view name() const override { return o_.decoupled_weight_decay ? "adamw" : "adam"; }
@@ -204,8 +208,7 @@ class Adam final : public Optimizer {
 class Lion final : public Optimizer {
  public:
   Lion(std::vector<ParamGroup> groups, LionOptions o) : Optimizer(std::move(groups)), o_(o) {
-    GENESIS_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0 && o.beta2 >= 0.0 && o.beta2 < 1.0, UsageError,
-                  "lion: betas must be in [0, 1) (got ", o.beta1, ", ", o.beta2, ")");
+    check_betas("lion", o.beta1, o.beta2);
   }
   std::string_view name() const override { return "lion"; }
 
