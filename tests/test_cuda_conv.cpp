@@ -14,14 +14,15 @@ using namespace genesis::testing;
 
 namespace {
 
-// cuBLAS and OpenBLAS sum the products in different orders; 16-bit outputs are rounded once
-// from f32 on both devices, so they differ by at most one rounding step.
+// cuBLAS and OpenBLAS sum the products in different orders (errors grow with the partial sums,
+// not with the result); 16-bit outputs are rounded once from f32 on both devices, so they differ
+// by at most one rounding step.
 Tolerance conv_tolerance(DType dtype) {
   switch (dtype) {
     case DType::f64:
       return {1e-12, 1e-12};
     case DType::f32:
-      return {1e-5, 2e-5};
+      return {2e-5, 5e-5};
     case DType::f16:
       return {2e-3, 2e-3};
     default:
@@ -29,13 +30,13 @@ Tolerance conv_tolerance(DType dtype) {
   }
 }
 
-// Gradients sum up to a few hundred products per element.
+// Weight gradients sum about 500 products per element.
 Tolerance conv_grad_tolerance(DType dtype) {
   switch (dtype) {
     case DType::f64:
       return {1e-11, 1e-11};
     case DType::f32:
-      return {1e-4, 1e-4};
+      return {1e-4, 3e-4};
     case DType::f16:
       return {4e-3, 4e-3};
     default:
@@ -178,11 +179,12 @@ GENESIS_CUDA_PARITY("conv2d") {
     check_backward_parity(conv_with({.padding = {1, 1}}), empty_batch, grad_tolerance);
   }
   // 27 samples of 32 x 9 x 96 x 96 column entries overflow the 2^26-entry column buffer: two
-  // blocks, whose weight gradients add up.
+  // blocks, whose weight gradients add up. Weight gradients sum 27 * 9216 products of partial
+  // sums near 300, hence the absolute tolerance; a lost sample would be off by about 20.
   TensorList large = {random_input({27, 32, 96, 96}, DType::f32), random_input({3, 32, 3, 3}, DType::f32),
                       random_input({3}, DType::f32)};
   check_parity(conv_with({.padding = {1, 1}}), large, {1e-5, 1e-4});
-  check_backward_parity(conv_with({.padding = {1, 1}}), large, {1e-4, 1e-3});
+  check_backward_parity(conv_with({.padding = {1, 1}}), large, {1e-4, 3e-2});
   // Forward and every gradient: the same bits each run.
   const Conv2dOptions options{.stride = {2, 2}, .padding = {1, 1}, .groups = 2};
   check_deterministic(
