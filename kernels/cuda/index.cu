@@ -95,27 +95,28 @@ struct CatBatch {
 };
 
 // blockIdx.y picks the piece; its threads stream the contiguous piece in order and write each of
-// its rows as a contiguous run of the output row, so reads and writes are coalesced.
-template <class Unit>
-__global__ void cat_kernel(CatBatch batch, int64_t outer, int64_t out_row_units, Unit* out) {
+// its rows as a contiguous run of the output row, so reads and writes are coalesced. Index is
+// 32-bit where the output allows (the per-element division is then cheap).
+template <class Unit, class Index>
+__global__ void cat_kernel(CatBatch batch, Index outer, Index out_row_units, Unit* out) {
   const Unit* src = static_cast<const Unit*>(batch.data[blockIdx.y]);
-  const int64_t row = batch.row_units[blockIdx.y];
-  const int64_t column = batch.column_units[blockIdx.y];
-  const int64_t total = outer * row;
-  for (int64_t e = thread_index(); e < total; e += thread_count()) {
-    const int64_t r = e / row;
+  const Index row = static_cast<Index>(batch.row_units[blockIdx.y]);
+  const Index column = static_cast<Index>(batch.column_units[blockIdx.y]);
+  const Index total = outer * row;
+  for (Index e = static_cast<Index>(thread_index()); e < total; e += static_cast<Index>(thread_count())) {
+    const Index r = e / row;
     out[r * out_row_units + column + (e - r * row)] = src[e];
   }
 }
 
 // Thread i handles output position i (row-major over the index's shape): writes are coalesced,
 // and reads of x too wherever the gathered axis is not the innermost.
-template <class T, class I>
-__global__ void gather_kernel(Geometry<3> g, int64_t n, int64_t x_axis_stride, const T* x, const I* index, T* out) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) {
-    int64_t off[3];
+template <class T, class I, class Index>
+__global__ void gather_kernel(Geometry<3> g, Index n, int64_t x_axis_stride, const T* x, const I* index, T* out) {
+  for (Index i = static_cast<Index>(thread_index()); i < n; i += static_cast<Index>(thread_count())) {
+    Index off[3];
     offsets_of(g, i, off);
-    out[off[0]] = x[off[1] + static_cast<int64_t>(index[off[2]]) * x_axis_stride];
+    out[off[0]] = x[static_cast<int64_t>(off[1]) + static_cast<int64_t>(index[off[2]]) * x_axis_stride];
   }
 }
 
@@ -233,9 +234,15 @@ void cat(int64_t outer, int64_t out_row_bytes, const CatPiece* pieces, int64_t n
     }
     if (count == 0) continue;
     const dim3 grid(std::max(1u, grid_size(largest) / static_cast<unsigned>(count)), static_cast<unsigned>(count));
+    const int64_t out_row_units = out_row_bytes / width;
     GENESIS_CUDA_DISPATCH_WIDTH(width, {
-      cat_kernel<bits_t><<<grid, kBlockSize, 0, stream>>>(batch, outer, out_row_bytes / width,
-                                                          static_cast<bits_t*>(out));
+      auto* target = static_cast<bits_t*>(out);
+      if (outer * out_row_units <= INT32_MAX / 2) {
+        cat_kernel<bits_t, int32_t><<<grid, kBlockSize, 0, stream>>>(batch, static_cast<int32_t>(outer),
+                                                                     static_cast<int32_t>(out_row_units), target);
+      } else {
+        cat_kernel<bits_t, int64_t><<<grid, kBlockSize, 0, stream>>>(batch, outer, out_row_units, target);
+      }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
   }
@@ -250,11 +257,18 @@ void gather(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int 
   std::copy(x_strides, x_strides + ndim, x_strides_off_axis);
   x_strides_off_axis[axis] = 0;
   const Geometry<3> g(ndim, shape, {out_strides, x_strides_off_axis, index_strides});
+  const bool narrow = g.fits_int32(n);
   GENESIS_CUDA_DISPATCH_WIDTH(dtype_size(dtype), {
     GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
-      gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, n, x_strides[axis], static_cast<const bits_t*>(x),
-                                                             static_cast<const index_t*>(index),
-                                                             static_cast<bits_t*>(out));
+      const auto* source = static_cast<const bits_t*>(x);
+      const auto* positions = static_cast<const index_t*>(index);
+      auto* target = static_cast<bits_t*>(out);
+      if (narrow) {
+        gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, static_cast<int32_t>(n), x_strides[axis], source,
+                                                               positions, target);
+      } else {
+        gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, n, x_strides[axis], source, positions, target);
+      }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
   });

@@ -85,6 +85,7 @@ void scatter_add_checked(const Tensor& dst, int64_t axis, const Tensor& index, c
   });
 }
 
+#if GENESIS_WITH_CUDA
 // One launch copies every input (cast to the output dtype, made contiguous) into its columns.
 void cat_cuda(const std::vector<Tensor>& tensors, int64_t axis, const Tensor& out) {
   int64_t outer = 1;
@@ -100,9 +101,10 @@ void cat_cuda(const std::vector<Tensor>& tensors, int64_t axis, const Tensor& ou
     layout.push_back({pieces.back().data_ptr(), row_bytes, column});
     column += row_bytes;
   }
-  GENESIS_ON_CUDA(kernels::cuda::cat(outer, column, layout.data(), static_cast<int64_t>(layout.size()),
-                                     out.data_ptr(), cuda::current_stream()));
+  kernels::cuda::cat(outer, column, layout.data(), static_cast<int64_t>(layout.size()), out.data_ptr(),
+                     cuda::current_stream());
 }
+#endif
 
 // The index must have `bounded`'s rank and fit inside it in every dimension except `axis` (unless including_axis).
 void check_index_fits(const char* op, const Tensor& index, int64_t axis, const Tensor& bounded, const char* what,
@@ -190,7 +192,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t axis) {
         start += sizes[i];
       }
     } else {
-      cat_cuda(tensors, ax, out);
+      GENESIS_ON_CUDA(cat_cuda(tensors, ax, out));
     }
   }
   if (is_floating(dtype) && needs_grad(tensors)) {
