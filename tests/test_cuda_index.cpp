@@ -53,17 +53,29 @@ GENESIS_CUDA_PARITY("cat") {
       Shape a = kBase, b = kBase, c = kBase;
       b[ax] = 4;
       c[ax] = 0;
-      check_parity([axis](const TensorList& in) { return cat({in[0], in[1], in[2], in[0]}, axis); },
-                   {random_input(a, dtype), random_input(b, dtype), random_input(c, dtype)}, kExact);
+      check_parity(
+          [axis](const TensorList& in) {
+            return cat({in[0], in[1], in[2], in[0]}, axis);
+          },
+          {random_input(a, dtype), random_input(b, dtype), random_input(c, dtype)}, kExact);
       // Transposed and sliced inputs.
-      check_parity([axis](const TensorList& in) { return cat({in[0].transpose(0, 2), in[1].slice(1, 0, 18, 2)}, axis); },
-                   {random_input({11, 9, 7}, dtype), random_input({7, 18, 11}, dtype)}, kExact);
+      check_parity(
+          [axis](const TensorList& in) {
+            return cat({in[0].transpose(0, 2), in[1].slice(1, 0, 18, 2)}, axis);
+          },
+          {random_input({11, 9, 7}, dtype), random_input({7, 18, 11}, dtype)}, kExact);
     }
     // 16-byte aligned rows (the vectorized path), a 1-D concatenation, and more pieces than one launch takes.
-    check_parity([](const TensorList& in) { return cat({in[0], in[1]}, 1); },
-                 {random_input({33, 64}, dtype), random_input({33, 32}, dtype)}, kExact);
-    check_parity([](const TensorList& in) { return cat({in[0], in[1]}, 0); },
-                 {random_input({1}, dtype), random_input({129}, dtype)}, kExact);
+    check_parity(
+        [](const TensorList& in) {
+          return cat({in[0], in[1]}, 1);
+        },
+        {random_input({33, 64}, dtype), random_input({33, 32}, dtype)}, kExact);
+    check_parity(
+        [](const TensorList& in) {
+          return cat({in[0], in[1]}, 0);
+        },
+        {random_input({1}, dtype), random_input({129}, dtype)}, kExact);
     check_parity(
         [](const TensorList& in) {
           std::vector<Tensor> many;
@@ -71,19 +83,30 @@ GENESIS_CUDA_PARITY("cat") {
           return cat(many, 1);
         },
         {random_input({3, 8}, dtype)}, kExact);
-    check_parity([](const TensorList& in) { return cat({in[0], in[1]}, 1); },
-                 {random_input({0, 3}, dtype), random_input({0, 5}, dtype)}, kExact);
+    check_parity(
+        [](const TensorList& in) {
+          return cat({in[0], in[1]}, 1);
+        },
+        {random_input({0, 3}, dtype), random_input({0, 5}, dtype)}, kExact);
   }
   // Mixed dtypes promote; gradients flow back in each input's dtype.
-  check_parity([](const TensorList& in) { return cat({in[0], in[1], in[2]}, 1); },
-               {random_input({5, 3}, DType::f16), random_input({5, 2}, DType::f32), random_input({5, 1}, DType::i32)},
-               kExact);
+  check_parity(
+      [](const TensorList& in) {
+        return cat({in[0], in[1], in[2]}, 1);
+      },
+      {random_input({5, 3}, DType::f16), random_input({5, 2}, DType::f32), random_input({5, 1}, DType::i32)}, kExact);
   for (DType dtype : kFloatDTypes) {
-    check_backward_parity([](const TensorList& in) { return cat({in[0], in[1].t(), in[0]}, -1); },
-                          {random_input({5, 7}, dtype), random_input({3, 5}, dtype)}, kExact);
+    check_backward_parity(
+        [](const TensorList& in) {
+          return cat({in[0], in[1].t(), in[0]}, -1);
+        },
+        {random_input({5, 7}, dtype), random_input({3, 5}, dtype)}, kExact);
   }
-  check_backward_parity([](const TensorList& in) { return cat({in[0], in[1]}, 0); },
-                        {random_input({2, 3}, DType::f16), random_input({4, 3}, DType::f32)}, kExact);
+  check_backward_parity(
+      [](const TensorList& in) {
+        return cat({in[0], in[1]}, 0);
+      },
+      {random_input({2, 3}, DType::f16), random_input({4, 3}, DType::f32)}, kExact);
   CHECK_THROWS_AS(cat({random_input({2}, DType::f32).to(kCuda0), random_input({2}, DType::f32)}), DeviceError);
 }
 
@@ -92,17 +115,29 @@ GENESIS_CUDA_PARITY("stack") {
     INFO("dtype " << dtype_name(dtype));
     for (int64_t axis : {0, 1, 2, 3, -1, -4}) {
       INFO("axis " << axis);
-      check_parity([axis](const TensorList& in) { return stack({in[0], in[1].transpose(0, 2), in[0]}, axis); },
-                   {random_input({5, 3, 7}, dtype), random_input({7, 3, 5}, dtype)}, kExact);
+      check_parity(
+          [axis](const TensorList& in) {
+            return stack({in[0], in[1].transpose(0, 2), in[0]}, axis);
+          },
+          {random_input({5, 3, 7}, dtype), random_input({7, 3, 5}, dtype)}, kExact);
     }
-    check_parity([](const TensorList& in) { return stack({in[0], in[1]}, 0); },
-                 {random_input({}, dtype), random_input({}, dtype)}, kExact);
-    check_parity([](const TensorList& in) { return stack({in[0], in[1]}, 1); },
-                 {random_input({4, 0}, dtype), random_input({4, 0}, dtype)}, kExact);
+    check_parity(
+        [](const TensorList& in) {
+          return stack({in[0], in[1]}, 0);
+        },
+        {random_input({}, dtype), random_input({}, dtype)}, kExact);
+    check_parity(
+        [](const TensorList& in) {
+          return stack({in[0], in[1]}, 1);
+        },
+        {random_input({4, 0}, dtype), random_input({4, 0}, dtype)}, kExact);
   }
   for (DType dtype : kFloatDTypes) {
-    check_backward_parity([](const TensorList& in) { return stack({in[0], in[1].t()}, 1); },
-                          {random_input({5, 3}, dtype), random_input({3, 5}, dtype)}, kExact);
+    check_backward_parity(
+        [](const TensorList& in) {
+          return stack({in[0], in[1].t()}, 1);
+        },
+        {random_input({5, 3}, dtype), random_input({3, 5}, dtype)}, kExact);
   }
 }
 
@@ -118,8 +153,11 @@ GENESIS_CUDA_PARITY("split") {
       }
     }
     for (size_t piece = 0; piece < 3; ++piece) {
-      check_parity([piece](const TensorList& in) { return split(in[0].t(), {2, 0, 3}, 1)[piece].contiguous(); },
-                   {random_input({5, 4}, dtype)}, kExact);
+      check_parity(
+          [piece](const TensorList& in) {
+            return split(in[0].t(), {2, 0, 3}, 1)[piece].contiguous();
+          },
+          {random_input({5, 4}, dtype)}, kExact);
     }
   }
   for (DType dtype : kFloatDTypes) {
@@ -156,8 +194,11 @@ GENESIS_CUDA_PARITY("index_select") {
         // More picks than rows: repeated indices.
         check_parity([axis](const TensorList& in) { return index_select(in[0], axis, in[1]); },
                      {random_input(kBase, dtype), random_index({23}, bound, index_dtype)}, kExact);
-        check_parity([axis](const TensorList& in) { return index_select(in[0].permute({2, 0, 1}), axis, in[1]); },
-                     {random_input({9, 11, 7}, dtype), random_index({5}, 7, index_dtype)}, kExact);
+        check_parity(
+            [axis](const TensorList& in) {
+              return index_select(in[0].permute({2, 0, 1}), axis, in[1]);
+            },
+            {random_input({9, 11, 7}, dtype), random_index({5}, 7, index_dtype)}, kExact);
         check_parity([axis](const TensorList& in) { return index_select(in[0], axis, in[1]); },
                      {random_input(kBase, dtype), random_index({0}, bound, index_dtype)}, kExact);
       }
@@ -202,8 +243,9 @@ GENESIS_CUDA_PARITY("gather") {
         check_parity([axis](const TensorList& in) { return gather(in[0], axis, in[1]); },
                      {random_input(kBase, dtype), random_index(index_shape, kBase[ax], index_dtype)}, kExact);
         // A transposed input and a transposed index.
-        check_parity([axis](const TensorList& in) { return gather(in[0].transpose(0, 2), axis, in[1].transpose(0, 2)); },
-                     {random_input({11, 9, 7}, dtype), random_index({4, 9, 5}, 4, index_dtype)}, kExact);
+        check_parity(
+            [axis](const TensorList& in) { return gather(in[0].transpose(0, 2), axis, in[1].transpose(0, 2)); },
+            {random_input({11, 9, 7}, dtype), random_index({4, 9, 5}, 4, index_dtype)}, kExact);
       }
       check_parity([](const TensorList& in) { return gather(in[0], 1, in[1]); },
                    {random_input({3, 4}, dtype), random_index({3, 0}, 4, index_dtype)}, kExact);
@@ -259,8 +301,9 @@ GENESIS_CUDA_PARITY("scatter_add") {
     }
     // Many contributions to few destinations: long ordered runs, bit-identical every run.
     Tensor index = random_index({6000, 8}, 5, index_dtype);
-    check_deterministic([index](const TensorList& in) { return scatter_add(in[0], 0, index.to(in[0].device()), in[1]); },
-                        {random_input({5, 8}, DType::f32), random_input({6000, 8}, DType::f32)});
+    check_deterministic(
+        [index](const TensorList& in) { return scatter_add(in[0], 0, index.to(in[0].device()), in[1]); },
+        {random_input({5, 8}, DType::f32), random_input({6000, 8}, DType::f32)});
     check_parity([index](const TensorList& in) { return scatter_add(in[0], 0, index.to(in[0].device()), in[1]); },
                  {random_input({5, 8}, DType::f16), random_input({6000, 8}, DType::f16)}, kExact);
     Tensor x = random_input({4, 3}, DType::f32).to(kCuda0);
@@ -297,9 +340,13 @@ void check_triangle(Tensor (*op)(const Tensor&, int64_t)) {
 
 }  // namespace
 
-GENESIS_CUDA_PARITY("tril") { check_triangle(&tril); }
+GENESIS_CUDA_PARITY("tril") {
+  check_triangle(&tril);
+}
 
-GENESIS_CUDA_PARITY("triu") { check_triangle(&triu); }
+GENESIS_CUDA_PARITY("triu") {
+  check_triangle(&triu);
+}
 
 GENESIS_CUDA_PARITY("repeat") {
   const std::vector<std::vector<int64_t>> repeat_cases = {{2, 1, 3}, {1, 1}, {3, 2}, {0, 2}, {2, 1, 1, 2}};
@@ -315,8 +362,11 @@ GENESIS_CUDA_PARITY("repeat") {
     check_parity([](const TensorList& in) { return repeat(in[0], {4}); }, {random_input({}, dtype)}, kExact);
   }
   for (DType dtype : kFloatDTypes) {
-    check_backward_parity([](const TensorList& in) { return repeat(in[0].t(), {2, 3, 1}); },
-                          {random_input({5, 3}, dtype)}, sum_tolerance(dtype));
+    check_backward_parity(
+        [](const TensorList& in) {
+          return repeat(in[0].t(), {2, 3, 1});
+        },
+        {random_input({5, 3}, dtype)}, sum_tolerance(dtype));
   }
 }
 
@@ -327,14 +377,20 @@ GENESIS_CUDA_PARITY("flip") {
     for (const std::vector<int64_t>& axes : axes_cases) {
       INFO("axes " << shape_str(axes));
       check_parity([&axes](const TensorList& in) { return flip(in[0], axes); }, {random_input(kBase, dtype)}, kExact);
-      check_parity([&axes](const TensorList& in) { return flip(in[0].permute({2, 0, 1}), axes); },
-                   {random_input({11, 7, 9}, dtype)}, kExact);
+      check_parity(
+          [&axes](const TensorList& in) {
+            return flip(in[0].permute({2, 0, 1}), axes);
+          },
+          {random_input({11, 7, 9}, dtype)}, kExact);
     }
     check_parity([](const TensorList& in) { return flip(in[0], {1}); }, {random_input({3, 0}, dtype)}, kExact);
   }
   for (DType dtype : kFloatDTypes) {
-    check_backward_parity([](const TensorList& in) { return flip(in[0].t(), {0, -1}); }, {random_input({4, 7}, dtype)},
-                          kExact);
+    check_backward_parity(
+        [](const TensorList& in) {
+          return flip(in[0].t(), {0, -1});
+        },
+        {random_input({4, 7}, dtype)}, kExact);
   }
 }
 

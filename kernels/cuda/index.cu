@@ -56,13 +56,13 @@ struct BitsOf<16> {
     }                                           \
   }
 
-#define GENESIS_CUDA_DISPATCH_INDEX(DTYPE, ...)  \
-  if ((DTYPE) == DType::i32) {                   \
-    using index_t = int32_t;                     \
-    __VA_ARGS__;                                 \
-  } else {                                       \
-    using index_t = int64_t;                     \
-    __VA_ARGS__;                                 \
+#define GENESIS_CUDA_DISPATCH_INDEX(DTYPE, ...) \
+  if ((DTYPE) == DType::i32) {                  \
+    using index_t = int32_t;                    \
+    __VA_ARGS__;                                \
+  } else {                                      \
+    using index_t = int64_t;                    \
+    __VA_ARGS__;                                \
   }
 
 // The CPU's acc_t with the device's half types: float for f32/f16/bf16, double, int64 for integers.
@@ -190,10 +190,9 @@ int key_bits(int64_t extent) {
 
 size_t radix_sort_temp_bytes(int64_t n, int64_t dst_extent) {
   size_t bytes = 0;
-  GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const unsigned long long*>(nullptr),
-                                                     static_cast<unsigned long long*>(nullptr),
-                                                     static_cast<const int64_t*>(nullptr),
-                                                     static_cast<int64_t*>(nullptr), n, 0, key_bits(dst_extent)));
+  GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, bytes, static_cast<const unsigned long long*>(nullptr), static_cast<unsigned long long*>(nullptr),
+      static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), n, 0, key_bits(dst_extent)));
   return bytes;
 }
 
@@ -206,7 +205,7 @@ void first_out_of_range(DType index_dtype, int64_t n, const void* index, int64_t
   auto* result = reinterpret_cast<unsigned long long*>(first_bad);
   GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
     first_out_of_range_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(n, static_cast<const index_t*>(index), bound,
-                                                                      result);
+                                                                       result);
     GENESIS_CUDA_LAUNCH_CHECK();
   });
 }
@@ -293,8 +292,8 @@ void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape,
   auto* src_offsets = reinterpret_cast<int64_t*>(base + 2 * region);
   auto* sorted_src_offsets = reinterpret_cast<int64_t*>(base + 3 * region);
   size_t temp_bytes = radix_sort_temp_bytes(n, dst_extent);
-  GENESIS_CHECK(workspace_bytes >= 4 * region + temp_bytes, ValueError, "scatter_add: workspace of ",
-                workspace_bytes, " bytes is smaller than the ", 4 * region + temp_bytes, " bytes needed");
+  GENESIS_CHECK(workspace_bytes >= 4 * region + temp_bytes, ValueError, "scatter_add: workspace of ", workspace_bytes,
+                " bytes is smaller than the ", 4 * region + temp_bytes, " bytes needed");
 
   int64_t dst_strides_off_axis[kMaxDims];
   std::copy(dst_strides, dst_strides + ndim, dst_strides_off_axis);
@@ -331,8 +330,8 @@ void one_hot(DType index_dtype, int64_t n, const void* index, int64_t num_classe
   const int64_t total = n * num_classes;
   if (total == 0) return;
   GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
-    one_hot_kernel<<<grid_size(total), kBlockSize, 0, stream>>>(total, static_cast<const index_t*>(index),
-                                                                num_classes, out);
+    one_hot_kernel<<<grid_size(total), kBlockSize, 0, stream>>>(total, static_cast<const index_t*>(index), num_classes,
+                                                                out);
     GENESIS_CUDA_LAUNCH_CHECK();
   });
 }

@@ -150,9 +150,8 @@ Tensor triangle(const char* op, bool lower, const Tensor& x, int64_t diagonal) {
     }
   }
   if (is_floating(x.dtype()) && needs_grad({x})) {
-    record(op, {x}, {out}, [op, lower, diagonal](const TensorList& g) {
-      return TensorList{triangle(op, lower, g[0], diagonal)};
-    });
+    record(op, {x}, {out},
+           [op, lower, diagonal](const TensorList& g) { return TensorList{triangle(op, lower, g[0], diagonal)}; });
   }
   return out;
 }
@@ -241,8 +240,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     GENESIS_CHECK(n >= 0, ValueError, "split: sizes must be non-negative (got ", shape_str(sizes), ")");
     total += n;
   }
-  GENESIS_CHECK(total == x.size(ax), ShapeError, "split: sizes ", shape_str(sizes), " sum to ", total, " but axis ",
-                ax, " of the input of shape ", x.shape(), " has size ", x.size(ax));
+  GENESIS_CHECK(total == x.size(ax), ShapeError, "split: sizes ", shape_str(sizes), " sum to ", total, " but axis ", ax,
+                " of the input of shape ", x.shape(), " has size ", x.size(ax));
   return split_checked(x, sizes, ax);
 }
 
@@ -341,8 +340,12 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
   return out;
 }
 
-Tensor tril(const Tensor& x, int64_t diagonal) { return triangle("tril", true, x, diagonal); }
-Tensor triu(const Tensor& x, int64_t diagonal) { return triangle("triu", false, x, diagonal); }
+Tensor tril(const Tensor& x, int64_t diagonal) {
+  return triangle("tril", true, x, diagonal);
+}
+Tensor triu(const Tensor& x, int64_t diagonal) {
+  return triangle("triu", false, x, diagonal);
+}
 
 Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
   detail::check_defined("repeat", x, "input");
