@@ -206,12 +206,19 @@ GENESIS_CUDA_PARITY("index_select") {
                    {random_input({6}, dtype), random_index({}, 6, index_dtype)}, kExact);
     }
     for (DType dtype : kFloatDTypes) {
-      for (int64_t axis : {0, -1}) {
+      // Every axis of a transposed input; rows 5 and 6 of 7 are never picked.
+      for (int64_t axis : kAxes) {
+        INFO("axis " << axis);
         Tensor index = random_index({40}, 5, index_dtype);
         check_backward_parity(
-            [axis, index](const TensorList& in) { return index_select(in[0], axis, index.to(in[0].device())); },
-            {random_input({5, 5}, dtype)}, kExact);
+            [axis, index](const TensorList& in) {
+              return index_select(in[0].transpose(0, 2), axis, index.to(in[0].device()));
+            },
+            {random_input({7, 8, 9}, dtype)}, kExact);
       }
+      Tensor none = random_index({0}, 5, index_dtype);
+      check_backward_parity([none](const TensorList& in) { return index_select(in[0], 1, none.to(in[0].device())); },
+                            {random_input({3, 5}, dtype)}, kExact);
     }
     // Thousands of picks of a few rows: the gradient sums long runs, the same bits every time.
     Tensor index = random_index({5000}, 3, index_dtype);

@@ -148,6 +148,44 @@ __global__ void scatter_runs_kernel(int64_t n, const unsigned long long* keys, c
   }
 }
 
+// Sort input of index_select's gradient: key = the picked row, payload = the position of the pick.
+template <class I>
+__global__ void pick_keys_kernel(int64_t length, const I* index, unsigned long long* keys, int64_t* positions) {
+  for (int64_t i = thread_index(); i < length; i += thread_count()) {
+    keys[i] = static_cast<unsigned long long>(index[i]);
+    positions[i] = i;
+  }
+}
+
+// Element e of grad_x [outer, bound, inner] sums the picks of its row, found by binary search in
+// the sorted keys, in ascending position order; neighbouring threads walk the same run and read
+// neighbouring grad_out elements (coalesced), and every element is written once.
+template <class T>
+__global__ void index_select_backward_kernel(int64_t total, int64_t bound, int64_t inner, int64_t length,
+                                             const unsigned long long* keys, const int64_t* positions,
+                                             const T* grad_out, T* grad_x) {
+  using A = sum_acc_t<T>;
+  for (int64_t e = thread_index(); e < total; e += thread_count()) {
+    const int64_t line = e / inner, column = e - line * inner;
+    const int64_t outer_index = line / bound;
+    const auto row = static_cast<unsigned long long>(line - outer_index * bound);
+    int64_t lo = 0, hi = length;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (keys[mid] < row) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    const T* picks = grad_out + outer_index * length * inner + column;
+    T value = from_acc<T>(A(0));
+    for (int64_t j = lo; j < length && keys[j] == row; ++j)
+      value = from_acc<T>(static_cast<A>(to_acc<A>(value) + to_acc<A>(picks[positions[j] * inner])));
+    grad_x[e] = value;
+  }
+}
+
 // Element e of the contiguous [batch, rows, cols] buffers: coalesced reads and writes.
 template <class Bits>
 __global__ void triangle_kernel(bool lower, int64_t n, int64_t rows, int64_t cols, int64_t diagonal, const Bits* x,
@@ -311,6 +349,39 @@ void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape,
   GENESIS_CUDA_DISPATCH_ALL(dtype, {
     scatter_runs_kernel<scalar_t><<<grid_size(n), kBlockSize, 0, stream>>>(
         n, sorted_keys, sorted_src_offsets, static_cast<const scalar_t*>(src), static_cast<scalar_t*>(dst));
+    GENESIS_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void index_select_backward(DType dtype, DType index_dtype, int64_t outer, int64_t bound, int64_t inner, int64_t length,
+                           const void* index, const void* grad_out, void* grad_x, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream) {
+  const int64_t total = outer * bound * inner;
+  if (total == 0) return;
+  unsigned long long* sorted_keys = nullptr;
+  int64_t* sorted_positions = nullptr;
+  if (length > 0) {
+    const size_t region = aligned(static_cast<size_t>(length) * sizeof(int64_t));
+    char* base = static_cast<char*>(workspace);
+    auto* keys = reinterpret_cast<unsigned long long*>(base);
+    sorted_keys = reinterpret_cast<unsigned long long*>(base + region);
+    auto* positions = reinterpret_cast<int64_t*>(base + 2 * region);
+    sorted_positions = reinterpret_cast<int64_t*>(base + 3 * region);
+    size_t temp_bytes = radix_sort_temp_bytes(length, bound);
+    GENESIS_CHECK(workspace_bytes >= 4 * region + temp_bytes, ValueError, "index_select backward: workspace of ",
+                  workspace_bytes, " bytes is smaller than the ", 4 * region + temp_bytes, " bytes needed");
+    GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
+      pick_keys_kernel<<<grid_size(length), kBlockSize, 0, stream>>>(length, static_cast<const index_t*>(index), keys,
+                                                                     positions);
+      GENESIS_CUDA_LAUNCH_CHECK();
+    });
+    GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + 4 * region, temp_bytes, keys, sorted_keys, positions,
+                                                       sorted_positions, length, 0, key_bits(bound), stream));
+  }
+  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "index_select backward", {
+    index_select_backward_kernel<<<grid_size(total), kBlockSize, 0, stream>>>(
+        total, bound, inner, length, sorted_keys, sorted_positions, static_cast<const scalar_t*>(grad_out),
+        static_cast<scalar_t*>(grad_x));
     GENESIS_CUDA_LAUNCH_CHECK();
   });
 }

@@ -44,6 +44,15 @@ void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape,
                  const void* src, const int64_t* src_strides, void* workspace, size_t workspace_bytes,
                  cudaStream_t stream);
 
+// grad_x [outer, bound, inner] of index_select along the middle axis: element (o, v, c) sums
+// grad_out[o, j, c] over the positions j < length with index[j] == v, ascending, rounding as
+// scatter_add does (so equal to it bit for bit); rows never picked are zero. grad_out is contiguous
+// [outer, length, inner]; `index` is contiguous and validated against bound; `workspace` holds
+// scatter_add_workspace_bytes(length, bound) bytes. Floating dtypes.
+void index_select_backward(DType dtype, DType index_dtype, int64_t outer, int64_t bound, int64_t inner, int64_t length,
+                           const void* index, const void* grad_out, void* grad_x, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream);
+
 // out[b, i, j] = x[b, i, j] where j - i <= diagonal (lower) or j - i >= diagonal (upper), else 0.
 // Both contiguous [batch, rows, cols].
 void triangle(DType dtype, bool lower, int64_t batch, int64_t rows, int64_t cols, int64_t diagonal, const void* x,

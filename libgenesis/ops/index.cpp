@@ -86,6 +86,26 @@ void scatter_add_checked(const Tensor& dst, int64_t axis, const Tensor& index, c
 }
 
 #if GENESIS_WITH_CUDA
+// index_select's gradient: the picks are sorted once and each element of grad_x sums its own,
+// rather than sorting one contribution per element of grad_out as scatter_add would.
+Tensor index_select_backward_cuda(const Shape& in, DType dtype, int64_t axis, const Tensor& positions,
+                                  const Tensor& grad_out) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    if (d < axis) outer *= in[static_cast<size_t>(d)];
+    if (d > axis) inner *= in[static_cast<size_t>(d)];
+  }
+  const int64_t bound = in[static_cast<size_t>(axis)], length = positions.numel();
+  Tensor gy = grad_out.to(dtype).contiguous();
+  Tensor gx = empty(in, {.dtype = dtype, .device = gy.device()});
+  const size_t bytes = kernels::cuda::scatter_add_workspace_bytes(length, bound);
+  Tensor workspace = empty({static_cast<int64_t>(bytes)}, {.dtype = DType::boolean, .device = gy.device()});
+  kernels::cuda::index_select_backward(dtype, positions.dtype(), outer, bound, inner, length, positions.data_ptr(),
+                                       gy.data_ptr(), gx.data_ptr(), workspace.data_ptr(), bytes,
+                                       cuda::current_stream());
+  return gx;
+}
+
 // One launch copies every input (cast to the output dtype, made contiguous) into its columns.
 void cat_cuda(const std::vector<Tensor>& tensors, int64_t axis, const Tensor& out) {
   int64_t outer = 1;
@@ -272,8 +292,11 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
     out = gather_checked(x, ax, spread);
   }
   if (is_floating(x.dtype()) && needs_grad({x})) {
-    record("index_select", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), spread](const TensorList& g) {
-      Tensor gx = zeros(in, {.dtype = dtype, .device = g[0].device()});
+    record("index_select", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), positions, spread](const TensorList& g) {
+      if (!g[0].device().is_cpu()) {
+        GENESIS_ON_CUDA(return TensorList{index_select_backward_cuda(in, dtype, ax, positions, g[0])});
+      }
+      Tensor gx = zeros(in, {.dtype = dtype});
       scatter_add_checked(gx, ax, spread, g[0].to(dtype));
       return TensorList{gx};
     });
