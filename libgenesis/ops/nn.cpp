@@ -12,8 +12,10 @@
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/index.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/dropout.h"
+#include "kernels/cuda/index.h"
 #include "kernels/cuda/nn.h"
 #endif
 
@@ -328,21 +330,33 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   detail::check_defined("one_hot", indices, "indices");
-  detail::require_cpu("one_hot", {indices});
   detail::check_index_dtype("one_hot", indices);
   Tensor idx = indices.contiguous();
   if (num_classes < 0) {
     GENESIS_CHECK(idx.numel() > 0, ValueError,
                   "one_hot: cannot infer num_classes from an empty index tensor; pass num_classes");
-    kernels::cpu::IndexStats s = kernels::cpu::index_stats(idx.dtype(), idx.numel(), idx.data_ptr(), std::nullopt);
+    // The output shape depends on the largest index, so CUDA indices are read on the host.
+    Tensor host_idx = idx.to(kCPU);
+    kernels::cpu::IndexStats s =
+        kernels::cpu::index_stats(host_idx.dtype(), host_idx.numel(), host_idx.data_ptr(), std::nullopt);
     GENESIS_CHECK(s.min >= 0, IndexError, "one_hot: index ", s.min, " is negative");
     num_classes = s.max + 1;
+  } else if (idx.device().is_cpu()) {
+    detail::check_index_values("one_hot", idx, num_classes, std::nullopt, "index", "classes");
+  } else {
+    detail::BadIndex bad = detail::first_index_out_of_range(idx, num_classes);
+    GENESIS_CHECK(bad.position < 0, IndexError, "one_hot: index ", bad.value, " is out of range for ", num_classes,
+                  " classes");
   }
-  detail::check_index_values("one_hot", idx, num_classes, std::nullopt, "index", "classes");
   Shape out_shape = indices.shape();
   out_shape.push_back(num_classes);
-  Tensor out = empty(out_shape, {.dtype = DType::i64});
-  kernels::cpu::one_hot(idx.dtype(), idx.numel(), idx.data_ptr(), num_classes, out.data<int64_t>());
+  Tensor out = empty(out_shape, {.dtype = DType::i64, .device = idx.device()});
+  if (idx.device().is_cpu()) {
+    kernels::cpu::one_hot(idx.dtype(), idx.numel(), idx.data_ptr(), num_classes, out.data<int64_t>());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::one_hot(idx.dtype(), idx.numel(), idx.data_ptr(), num_classes, out.data<int64_t>(),
+                                           cuda::current_stream()));
+  }
   return out;
 }
 

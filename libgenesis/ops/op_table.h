@@ -104,19 +104,19 @@ namespace genesis {
   X(conv2d, "conv", true, true)                          \
   X(max_pool2d, "conv", true, true)                      \
   X(avg_pool2d, "conv", true, true)                      \
-  X(one_hot, "nn", false, false)                         \
+  X(one_hot, "nn", false, true)                          \
   /* shape and indexing */                               \
-  X(cat, "index", true, false)                           \
-  X(stack, "index", true, false)                         \
-  X(split, "index", true, false)                         \
-  X(chunk, "index", true, false)                         \
-  X(index_select, "index", true, false)                  \
-  X(gather, "index", true, false)                        \
-  X(scatter_add, "index", true, false)                   \
-  X(tril, "index", true, false)                          \
-  X(triu, "index", true, false)                          \
-  X(repeat, "index", true, false)                        \
-  X(flip, "index", true, false)
+  X(cat, "index", true, true)                            \
+  X(stack, "index", true, true)                          \
+  X(split, "index", true, true)                          \
+  X(chunk, "index", true, true)                          \
+  X(index_select, "index", true, true)                   \
+  X(gather, "index", true, true)                         \
+  X(scatter_add, "index", true, true)                    \
+  X(tril, "index", true, true)                           \
+  X(triu, "index", true, true)                           \
+  X(repeat, "index", true, true)                         \
+  X(flip, "index", true, true)
 
 struct OpInfo {
   std::string_view name;
