@@ -54,7 +54,9 @@ Tensor small_whole(const Shape& shape, DType dtype) {
   return dtype == DType::boolean ? gt(nonzero, 0.0) : nonzero.to(dtype);
 }
 
-Tolerance result_tolerance(DType input) { return elementwise_tolerance(is_floating(input) ? input : DType::f32); }
+Tolerance result_tolerance(DType input) {
+  return elementwise_tolerance(is_floating(input) ? input : DType::f32);
+}
 
 // The number of device allocations `fn` makes.
 uint64_t allocations_during(const std::function<void()>& fn) {
@@ -162,10 +164,10 @@ TEST_CASE("cuda fast path: broadcast operands on either side", "[cuda]") {
   };
   // Bias rows (odd and vector-multiple widths), columns, 0-d and single-element operands, an
   // attention mask over a batch of heads, and a 3-d case left to the strided loop.
-  const Pattern patterns[] = {{{37, 129}, {129}},  {{37, 128}, {128}},       {{37, 129}, {37, 1}},
-                              {{37, 128}, {37, 1}}, {{37, 129}, {}},         {{37, 129}, {1, 1}},
-                              {{1000, 1001}, {1001}}, {{2, 3, 9, 9}, {9, 9}}, {{3, 5, 7}, {5, 1}},
-                              {{5}, {}},            {{3}, {1}}};
+  const Pattern patterns[] = {
+      {{37, 129}, {129}},  {{37, 128}, {128}},     {{37, 129}, {37, 1}},   {{37, 128}, {37, 1}}, {{37, 129}, {}},
+      {{37, 129}, {1, 1}}, {{1000, 1001}, {1001}}, {{2, 3, 9, 9}, {9, 9}}, {{3, 5, 7}, {5, 1}},  {{5}, {}},
+      {{3}, {1}}};
   for (DType dtype : kAllDTypes) {
     INFO("dtype " << dtype_name(dtype));
     const Tolerance tolerance = result_tolerance(dtype);
@@ -209,10 +211,16 @@ TEST_CASE("cuda fast path: transposed and permuted copies", "[cuda]") {
     auto heads = [](const TensorList& in) { return in[0].permute({0, 2, 1, 3}).contiguous(); };
     check_parity(heads, {random_input({2, 33, 3, 16}, dtype, -3, 3)}, {});
     check_parity(heads, {random_input({2, 33, 3, 7}, dtype, -3, 3)}, {});
-    check_parity([](const TensorList& in) { return in[0].narrow(3, 1, 16).permute({0, 2, 1, 3}).contiguous(); },
-                 {random_input({2, 33, 3, 17}, dtype, -3, 3)}, {});
-    check_parity([](const TensorList& in) { return in[0].expand({37, 129}).contiguous(); },
-                 {random_input({129}, dtype, -3, 3)}, {});
+    check_parity(
+        [](const TensorList& in) {
+          return in[0].narrow(3, 1, 16).permute({0, 2, 1, 3}).contiguous();
+        },
+        {random_input({2, 33, 3, 17}, dtype, -3, 3)}, {});
+    check_parity(
+        [](const TensorList& in) {
+          return in[0].expand({37, 129}).contiguous();
+        },
+        {random_input({129}, dtype, -3, 3)}, {});
     // Into a transposed destination.
     check_parity(
         [](const TensorList& in) {
@@ -237,8 +245,7 @@ TEST_CASE("cuda fast path: casts between all dtypes", "[cuda]") {
       check_parity(cast, {random_input({37, 129}, from, -3, 3)}, {});
       check_parity([to](const TensorList& in) { return in[0].narrow(0, 1, 4772).to(to); },
                    {random_input({4773}, from, -3, 3)}, {});
-      check_parity([to](const TensorList& in) { return in[0].t().to(to); }, {random_input({129, 37}, from, -3, 3)},
-                   {});
+      check_parity([to](const TensorList& in) { return in[0].t().to(to); }, {random_input({129, 37}, from, -3, 3)}, {});
     }
   }
 }
@@ -339,8 +346,8 @@ TEST_CASE("scalar forms equal the tensor forms with a wrapped scalar", "[cpu]") 
       const ScalarAndTensorForm& form = tensor_forms()[k];
       for (double value : {2.0, -1.5, 0.5, 3.0, 1e-3}) {
         INFO("dtype " << dtype_name(dtype) << ", " << form.name << ", scalar " << value);
-        for (const Tensor& x : {small_whole({37, 129}, dtype), small_whole({129, 37}, dtype).t(),
-                                small_whole({}, dtype)}) {
+        for (const Tensor& x :
+             {small_whole({37, 129}, dtype), small_whole({129, 37}, dtype).t(), small_whole({}, dtype)}) {
           Tensor actual = scalar_ops()[k].fn(x, value);
           Tensor expected;
           if (is_half(dtype)) {  // the scalar keeps f32 precision; the result is rounded once

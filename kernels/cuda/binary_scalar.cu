@@ -45,10 +45,10 @@ void binary_scalar_typed(BinaryOp op, int ndim, const int64_t* shape, const T* a
                          bool scalar_first, void* out, cudaStream_t stream) {
   ContiguousStrides os(ndim, shape);
   switch (op) {
-#define GENESIS_SCALAR_CASE(name)                                                                   \
-  case BinaryOp::name: {                                                                            \
-    using F = ScalarBinary<T, BinaryOp::name>;                                                      \
-    const F f{to_compute<typename F::B::Compute>(value), scalar_first};                             \
+#define GENESIS_SCALAR_CASE(name)                                                                       \
+  case BinaryOp::name: {                                                                                \
+    using F = ScalarBinary<T, BinaryOp::name>;                                                          \
+    const F f{to_compute<typename F::B::Compute>(value), scalar_first};                                 \
     return loops::launch(ndim, shape, {os.s, as}, stream, f, static_cast<typename F::B::Out*>(out), a); \
   }
     GENESIS_FORALL_BINARY_OPS(GENESIS_SCALAR_CASE)
@@ -61,8 +61,8 @@ void binary_scalar_typed(BinaryOp op, int ndim, const int64_t* shape, const T* a
 void binary_scalar(BinaryOp op, DType dtype, int ndim, const int64_t* shape, const void* a, const int64_t* a_strides,
                    double value, bool scalar_first, void* out, cudaStream_t stream) {
   GENESIS_CUDA_DISPATCH_ALL(dtype, {
-    binary_scalar_typed<scalar_t>(op, ndim, shape, static_cast<const scalar_t*>(a), a_strides, value, scalar_first,
-                                  out, stream);
+    binary_scalar_typed<scalar_t>(op, ndim, shape, static_cast<const scalar_t*>(a), a_strides, value, scalar_first, out,
+                                  stream);
   });
 }
 

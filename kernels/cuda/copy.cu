@@ -76,11 +76,16 @@ struct RawElement<16> {
 template <class F>
 void dispatch_width(int bytes, F&& f) {
   switch (bytes) {
-    case 1: return f(RawElement<1>{});
-    case 2: return f(RawElement<2>{});
-    case 4: return f(RawElement<4>{});
-    case 8: return f(RawElement<8>{});
-    default: return f(RawElement<16>{});
+    case 1:
+      return f(RawElement<1>{});
+    case 2:
+      return f(RawElement<2>{});
+    case 4:
+      return f(RawElement<4>{});
+    case 8:
+      return f(RawElement<8>{});
+    default:
+      return f(RawElement<16>{});
   }
 }
 
@@ -91,9 +96,13 @@ bool launch_transpose(const Geometry<2>& g, int element_bytes, const void* src, 
   const int r = g.ndim - 2, c = g.ndim - 1;
   if (g.strides[0][c] != 1 || g.strides[1][r] != 1) return false;
   const bool batched = g.ndim == 3;
-  const TransposeGeometry t{batched ? g.shape[0] : 1,          g.shape[r],       g.shape[c],
-                            batched ? g.strides[1][0] : 0,     g.strides[1][c],  batched ? g.strides[0][0] : 0,
-                            g.strides[0][r]};
+  const TransposeGeometry t{.batch = batched ? g.shape[0] : 1,
+                            .rows = g.shape[r],
+                            .cols = g.shape[c],
+                            .src_batch = batched ? g.strides[1][0] : 0,
+                            .src_col = g.strides[1][c],
+                            .dst_batch = batched ? g.strides[0][0] : 0,
+                            .dst_row = g.strides[0][r]};
   const auto tiles = [](int64_t extent) { return (extent + kTile - 1) / kTile; };
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles(t.cols), INT32_MAX)),
                   static_cast<unsigned>(std::min<int64_t>(tiles(t.rows), 65535)),
@@ -115,7 +124,8 @@ void launch_raw_strided(const Geometry<2>& g, int element_bytes, const void* src
   if (g.strides[0][last] == 1 && g.strides[1][last] == 1) {
     for (int candidate = 16; candidate > element_bytes; candidate /= 2) {
       bool fits = (g.shape[last] * element_bytes) % candidate == 0 &&
-                  reinterpret_cast<uintptr_t>(src) % candidate == 0 && reinterpret_cast<uintptr_t>(dst) % candidate == 0;
+                  reinterpret_cast<uintptr_t>(src) % candidate == 0 &&
+                  reinterpret_cast<uintptr_t>(dst) % candidate == 0;
       for (int d = 0; d < last && fits; ++d)
         fits = (g.strides[0][d] * element_bytes) % candidate == 0 && (g.strides[1][d] * element_bytes) % candidate == 0;
       if (fits) {
@@ -149,8 +159,8 @@ void copy(int ndim, const int64_t* shape, DType src_dtype, const void* src, cons
     const Geometry<2> g(ndim, shape, {dst_strides, src_strides});
     const int element_bytes = static_cast<int>(dtype_size(src_dtype));
     if (g.contiguous()) {
-      GENESIS_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * element_bytes, cudaMemcpyDeviceToDevice,
-                                         stream));
+      GENESIS_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * element_bytes, cudaMemcpyDeviceToDevice, stream));
       return;
     }
     if (!launch_transpose(g, element_bytes, src, dst, stream)) launch_raw_strided(g, element_bytes, src, dst, stream);
@@ -159,8 +169,8 @@ void copy(int ndim, const int64_t* shape, DType src_dtype, const void* src, cons
   GENESIS_CUDA_DISPATCH_ALL(src_dtype, {
     using Src = scalar_t;
     GENESIS_CUDA_DISPATCH_ALL(dst_dtype, {
-      loops::launch(ndim, shape, {dst_strides, src_strides}, stream, Cast<Src, scalar_t>{},
-                    static_cast<scalar_t*>(dst), static_cast<const Src*>(src));
+      loops::launch(ndim, shape, {dst_strides, src_strides}, stream, Cast<Src, scalar_t>{}, static_cast<scalar_t*>(dst),
+                    static_cast<const Src*>(src));
     });
   });
 }
