@@ -388,17 +388,18 @@ Tensor where_scalar_forward(const Tensor& cond, const Tensor& x_in, double value
   return out;
 }
 
-void check_mask(const char* op, const Tensor& mask, const Tensor& x) {
-  detail::check_defined(op, mask, "mask");
+void check_mask(const char* op, const Tensor& mask, const char* mask_name, const Tensor& x) {
+  detail::check_defined(op, mask, mask_name);
   detail::check_defined(op, x, "input");
   detail::check_same_device(op, {mask, x});
-  GENESIS_CHECK(mask.dtype() == DType::boolean, DTypeError, op, ": mask must be bool, got ", dtype_name(mask.dtype()));
+  GENESIS_CHECK(mask.dtype() == DType::boolean, DTypeError, op, ": ", mask_name, " must be bool, got ",
+                dtype_name(mask.dtype()));
 }
 
 }  // namespace
 
 Tensor where(const Tensor& cond, const Tensor& a, double b) {
-  check_mask("where", cond, a);
+  check_mask("where", cond, "cond", a);
   const DType dt = promote_types(a.dtype(), scalar_dtype(a.dtype(), b));
   Tensor out;
   {
@@ -414,7 +415,7 @@ Tensor where(const Tensor& cond, const Tensor& a, double b) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  check_mask("masked_fill", mask, x);
+  check_mask("masked_fill", mask, "mask", x);
   Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   GENESIS_CHECK(shape == x.shape(), ShapeError, "masked_fill: mask of shape ", mask.shape(),
                 " does not broadcast to the input's shape ", x.shape());
