@@ -20,6 +20,32 @@ using kernels::UnaryOp;
 
 namespace {
 
+// One element of `dtype` holding `value` as fill writes it: the zero-stride scalar operand of
+// the CPU kernels (no tensor, no allocation).
+struct HostScalar {
+  alignas(8) unsigned char bytes[8];
+  HostScalar(DType dtype, double value) { kernels::cpu::fill(dtype, 1, bytes, value); }
+};
+constexpr int64_t kZeroStrides[kernels::kMaxDims] = {};
+
+// `value` stored in `dtype` and read back.
+double value_as(DType dtype, double value) {
+  const HostScalar s(dtype, value);
+  const int64_t one = 1;
+  double out = 0.0;
+  kernels::cpu::copy(1, &one, dtype, s.bytes, &one, DType::f64, &out, &one);
+  return out;
+}
+
+// The dtype a number takes next to a tensor of `dtype`, like a Python number in PyTorch: the
+// tensor's, except that bool + 1 counts (i64) and a fraction beside integers gives f32.
+DType scalar_dtype(DType dtype, double value) {
+  const bool whole = std::isfinite(value) && value == std::floor(value);
+  if (dtype == DType::boolean) return whole ? DType::i64 : DType::f32;
+  if (!is_floating(dtype) && !whole) return DType::f32;
+  return dtype;
+}
+
 // Ops that map integers to integers keep the input dtype; the rest compute in floating point.
 bool keeps_integer_dtype(UnaryOp op) {
   return op == UnaryOp::neg || op == UnaryOp::abs || op == UnaryOp::relu || op == UnaryOp::sign ||
@@ -116,9 +142,9 @@ TensorList binary_backward(BinaryOp op, const Tensor& a, const Tensor& b, const 
     case BinaryOp::div: return {div(g, b), neg(mul(g, div(out, b)))};
     case BinaryOp::pow: {
       // d/da a^b = b a^(b-1), defined as 0 where b == 0 (a^(b-1) is inf at a == 0).
-      Tensor ga = where(eq(b, 0.0), zeros_like(out), mul(g, mul(b, pow(a, sub(b, 1.0)))));
+      Tensor ga = masked_fill(mul(g, mul(b, pow(a, sub(b, 1.0)))), eq(b, 0.0), 0.0);
       // d/db a^b = a^b log a; defined as 0 where a == 0 (PyTorch's convention).
-      Tensor gb = mul(g, where(eq(a, 0.0), zeros_like(out), mul(out, log(a))));
+      Tensor gb = mul(g, masked_fill(mul(out, log(a)), eq(a, 0.0), 0.0));
       return {ga, gb};
     }
     case BinaryOp::maximum:
@@ -127,8 +153,8 @@ TensorList binary_backward(BinaryOp op, const Tensor& a, const Tensor& b, const 
       Tensor a_wins = op == BinaryOp::maximum ? gt(a, b) : lt(a, b);
       Tensor tie = eq(a, b);
       Tensor half = mul(g, 0.5);
-      Tensor ga = where(a_wins, g, where(tie, half, zeros_like(g)));
-      Tensor gb = where(a_wins, zeros_like(g), where(tie, half, g));
+      Tensor ga = where(a_wins, g, where(tie, half, 0.0));
+      Tensor gb = masked_fill(where(tie, half, g), a_wins, 0.0);
       return {ga, gb};
     }
     default: return {Tensor(), Tensor()};
@@ -198,28 +224,92 @@ Tensor gt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::gt
 Tensor ge(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::ge, a, b); }
 
 Tensor wrap_scalar(const Tensor& x, double value) {
-  DType dt = x.dtype();
-  bool whole = std::isfinite(value) && value == std::floor(value);
-  if (dt == DType::boolean) dt = whole ? DType::i64 : DType::f32;  // bool + 1 counts, like PyTorch
-  if (!is_floating(dt) && !whole) dt = DType::f32;
-  return scalar_tensor(value, {.dtype = dt, .device = x.device()});
+  return scalar_tensor(value, {.dtype = scalar_dtype(x.dtype(), value), .device = x.device()});
 }
 
 namespace {
-// t (op) value, or value (op) t when scalar_first. With a half-precision tensor the scalar
-// keeps f32 range and precision (0.001 * 70000 must not overflow through an f16 70000):
-// the op runs in f32 and the result is rounded back to the tensor's dtype once.
+
+// The dtype binary(t, wrap_scalar(t, value)) computes in. 16-bit floats keep their dtype: the
+// kernels hold the scalar in f32 beside them (0.001 * 70000 must not overflow through an f16
+// 70000), compute in f32 and round the result once.
+DType scalar_compute_dtype(BinaryOp op, DType dt, double value) {
+  if (is_half(dt)) return dt;
+  DType compute = promote_types(dt, scalar_dtype(dt, value));
+  return op == BinaryOp::div ? float_result_type(compute) : compute;
+}
+
+// x (op) value, or value (op) x when scalar_first, in x's dtype (see scalar_compute_dtype). No
+// autograd, no device tensor for the scalar.
+Tensor scalar_forward(BinaryOp op, const Tensor& x, double value, bool scalar_first) {
+  const DType dt = x.dtype();
+  if (x.device().is_cpu() && is_half(dt)) {
+    // The CPU kernels hold both operands in one dtype: run in f32, round once.
+    Tensor r = scalar_forward(op, x.to(DType::f32), value, scalar_first);
+    return kernels::is_comparison(op) ? r : r.to(dt);
+  }
+  Tensor out = empty(x.shape(), {.dtype = kernels::is_comparison(op) ? DType::boolean : dt, .device = x.device()});
+  const int nd = static_cast<int>(x.dim());
+  if (x.device().is_cpu()) {
+    const HostScalar s(dt, value);
+    if (scalar_first) {
+      kernels::cpu::binary(op, dt, nd, x.shape().data(), s.bytes, kZeroStrides, x.data_ptr(), x.strides().data(),
+                           out.data_ptr());
+    } else {
+      kernels::cpu::binary(op, dt, nd, x.shape().data(), x.data_ptr(), x.strides().data(), s.bytes, kZeroStrides,
+                           out.data_ptr());
+    }
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::binary_scalar(op, dt, nd, x.shape().data(), x.data_ptr(), x.strides().data(), value,
+                                                 scalar_first, out.data_ptr(), cuda::current_stream()));
+  }
+  return out;
+}
+
+// Gradient w.r.t. x of out = x (op) value (value (op) x when scalar_first); x in out's dtype.
+Tensor scalar_backward(BinaryOp op, const Tensor& x, const Tensor& out, double value, bool scalar_first,
+                       const Tensor& g) {
+  switch (op) {
+    case BinaryOp::add: return g;
+    case BinaryOp::sub: return scalar_first ? neg(g) : g;
+    case BinaryOp::mul: return mul(g, value);
+    case BinaryOp::div: return scalar_first ? neg(mul(g, div(out, x))) : div(g, value);
+    case BinaryOp::pow: {  // value^x: d/dx = value^x log(value), 0 where value == 0 (as pow's)
+      const bool f64 = g.dtype() == DType::f64;
+      const double base = f64 ? value : static_cast<double>(static_cast<float>(value));
+      if (base == 0.0) return zeros_like(g);
+      return mul(mul(g, out), f64 ? std::log(base) : static_cast<double>(std::log(static_cast<float>(base))));
+    }
+    case BinaryOp::maximum:
+    case BinaryOp::minimum: {  // ties split the gradient evenly, as between two tensors
+      Tensor x_wins = op == BinaryOp::maximum ? gt(x, value) : lt(x, value);
+      return where(x_wins, g, where(eq(x, value), mul(g, 0.5), 0.0));
+    }
+    default: return Tensor();
+  }
+}
+
+// t (op) value, or value (op) t when scalar_first: one kernel, the scalar a kernel argument.
 Tensor scalar_binary(BinaryOp op, const Tensor& t, double value, bool scalar_first = false) {
   detail::check_defined(binary_name(op), t, "input");
-  if (is_half(t.dtype())) {
-    Tensor s = scalar_tensor(value, {.dtype = DType::f32, .device = t.device()});
-    Tensor tf = t.to(DType::f32);
-    Tensor r = scalar_first ? binary(op, s, tf) : binary(op, tf, s);
-    return kernels::is_comparison(op) ? r : r.to(t.dtype());
+  Tensor out;
+  {
+    NoGradGuard forward_only;
+    out = scalar_forward(op, t.to(scalar_compute_dtype(op, t.dtype(), value)), value, scalar_first);
   }
-  Tensor s = wrap_scalar(t, value);
-  return scalar_first ? binary(op, s, t) : binary(op, t, s);
+  if (is_floating(out.dtype()) && needs_grad({t})) {
+    // Save only what the formula reads.
+    const bool reads_input = op == BinaryOp::maximum || op == BinaryOp::minimum || (op == BinaryOp::div && scalar_first);
+    const bool reads_output = (op == BinaryOp::div && scalar_first) || op == BinaryOp::pow;
+    record(binary_name(op), {t}, {out},
+           [op, value, scalar_first, dt = out.dtype(), t_dtype = t.dtype(), ts = reads_input ? saved(t) : Tensor(),
+            os = reads_output ? saved(out) : Tensor()](const TensorList& g) {
+             Tensor x = ts.defined() ? ts.to(dt) : ts;
+             return TensorList{scalar_backward(op, x, os, value, scalar_first, g[0].to(dt)).to(t_dtype)};
+           });
+  }
+  return out;
 }
+
 }  // namespace
 
 Tensor add(const Tensor& a, double b) { return scalar_binary(BinaryOp::add, a, b); }
@@ -265,19 +355,67 @@ Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
     record("where", {a_in, b_in}, {out},
            [cs = saved(cond), a_shape = a_in.shape(), b_shape = b_in.shape(),
             adt = a_in.dtype(), bdt = b_in.dtype()](const TensorList& g) {
-             Tensor zero = zeros_like(g[0]);
-             return TensorList{sum_to(where(cs, g[0], zero), a_shape).to(adt),
-                               sum_to(where(cs, zero, g[0]), b_shape).to(bdt)};
+             return TensorList{sum_to(where(cs, g[0], 0.0), a_shape).to(adt),
+                               sum_to(masked_fill(g[0], cs, 0.0), b_shape).to(bdt)};
            });
   }
   return out;
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, double b) { return where(cond, a, wrap_scalar(a, b)); }
+namespace {
+
+// cond ? value : x (value_if_true) or cond ? x : value over their broadcast shape, in x's dtype.
+// No autograd, no device tensor for the scalar.
+Tensor where_scalar_forward(const Tensor& cond, const Tensor& x_in, double value, bool value_if_true) {
+  const Shape shape = broadcast_shapes(cond.shape(), x_in.shape(), "where");
+  const Tensor c = cond.expand(shape), x = x_in.expand(shape);
+  const DType dt = x.dtype();
+  Tensor out = empty(shape, {.dtype = dt, .device = x.device()});
+  const int nd = static_cast<int>(shape.size());
+  const bool* cp = static_cast<const bool*>(c.data_ptr());
+  if (out.device().is_cpu()) {
+    const HostScalar s(dt, value);
+    const void* a = value_if_true ? static_cast<const void*>(s.bytes) : x.data_ptr();
+    const void* b = value_if_true ? x.data_ptr() : static_cast<const void*>(s.bytes);
+    const int64_t* as = value_if_true ? kZeroStrides : x.strides().data();
+    const int64_t* bs = value_if_true ? x.strides().data() : kZeroStrides;
+    kernels::cpu::where(dt, nd, shape.data(), cp, c.strides().data(), a, as, b, bs, out.data_ptr());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::where_scalar(dt, nd, shape.data(), cp, c.strides().data(), x.data_ptr(),
+                                                x.strides().data(), value, value_if_true, out.data_ptr(),
+                                                cuda::current_stream()));
+  }
+  return out;
+}
+
+void check_mask(const char* op, const Tensor& mask, const char* mask_name, const Tensor& x) {
+  detail::check_defined(op, mask, mask_name);
+  detail::check_defined(op, x, "input");
+  detail::check_same_device(op, {mask, x});
+  GENESIS_CHECK(mask.dtype() == DType::boolean, DTypeError, op, ": ", mask_name, " must be bool, got ",
+                dtype_name(mask.dtype()));
+}
+
+}  // namespace
+
+Tensor where(const Tensor& cond, const Tensor& a, double b) {
+  check_mask("where", cond, "cond", a);
+  const DType dt = promote_types(a.dtype(), scalar_dtype(a.dtype(), b));
+  Tensor out;
+  {
+    NoGradGuard forward_only;
+    out = where_scalar_forward(cond, a.to(dt), b, false);
+  }
+  if (is_floating(dt) && needs_grad({a})) {
+    record("where", {a}, {out}, [cs = saved(cond), a_shape = a.shape(), adt = a.dtype()](const TensorList& g) {
+      return TensorList{sum_to(where(cs, g[0], 0.0), a_shape).to(adt)};
+    });
+  }
+  return out;
+}
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
-  GENESIS_CHECK(mask.dtype() == DType::boolean, DTypeError, "masked_fill: mask must be bool, got ",
-                dtype_name(mask.dtype()));
+  check_mask("masked_fill", mask, "mask", x);
   Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   GENESIS_CHECK(shape == x.shape(), ShapeError, "masked_fill: mask of shape ", mask.shape(),
                 " does not broadcast to the input's shape ", x.shape());
@@ -285,7 +423,16 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   GENESIS_CHECK(limit == 0.0 || !std::isfinite(value) || std::fabs(value) <= limit, ValueError, "masked_fill: value ",
                 value, " overflows ", dtype_name(x.dtype()), " (largest finite ", limit,
                 "); use -inf or a representable value");
-  return where(mask, scalar_tensor(value, {.dtype = x.dtype(), .device = x.device()}), x);
+  Tensor out;
+  {
+    NoGradGuard forward_only;
+    out = where_scalar_forward(mask, x, value, true);
+  }
+  if (is_floating(x.dtype()) && needs_grad({x})) {
+    record("masked_fill", {x}, {out},
+           [ms = saved(mask)](const TensorList& g) { return TensorList{masked_fill(g[0], ms, 0.0)}; });
+  }
+  return out;
 }
 
 namespace {
@@ -317,10 +464,35 @@ Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& dst, const Tensor&
   }
   return dst;
 }
+
+// dst = dst (op) value, in place, with the value the tensor form would use (wrapped next to
+// dst, then cast to dst's dtype): one kernel, no temporary, no device tensor for the scalar.
+Tensor& scalar_inplace(const char* name, BinaryOp op, Tensor& dst, double value) {
+  detail::check_defined(name, dst, "self");
+  detail::check_inplace(name, dst);
+  const DType dt = dst.dtype();
+  const double v = value_as(dt, value_as(scalar_dtype(dt, value), value));
+  if (!dst.is_contiguous()) {
+    NoGradGuard forward_only;
+    dst.copy_(scalar_forward(op, dst, v, false));
+    return dst;
+  }
+  const int nd = static_cast<int>(dst.dim());
+  if (dst.device().is_cpu()) {
+    const HostScalar s(dt, v);
+    kernels::cpu::binary(op, dt, nd, dst.shape().data(), dst.data_ptr(), dst.strides().data(), s.bytes, kZeroStrides,
+                         dst.data_ptr());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::binary_scalar(op, dt, nd, dst.shape().data(), dst.data_ptr(), dst.strides().data(),
+                                                 v, false, dst.data_ptr(), cuda::current_stream()));
+  }
+  return dst;
+}
 }  // namespace
 
 Tensor& add_(Tensor& dst, const Tensor& src) { return binary_inplace("add_", BinaryOp::add, dst, src); }
 Tensor& mul_(Tensor& dst, const Tensor& src) { return binary_inplace("mul_", BinaryOp::mul, dst, src); }
-Tensor& mul_(Tensor& dst, double value) { return mul_(dst, wrap_scalar(dst, value)); }
+Tensor& add_(Tensor& dst, double value) { return scalar_inplace("add_", BinaryOp::add, dst, value); }
+Tensor& mul_(Tensor& dst, double value) { return scalar_inplace("mul_", BinaryOp::mul, dst, value); }
 
 }  // namespace genesis

@@ -45,7 +45,8 @@ Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
 
 // Scalar forms: the scalar adopts the tensor's dtype (a float scalar with an integer
-// tensor gives f32), like a Python number in PyTorch.
+// tensor gives f32), like a Python number in PyTorch. Beside f16/bf16 it keeps f32 precision
+// and the result is rounded once. One kernel; the scalar is a kernel argument.
 Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, double b);
 Tensor sub(double a, const Tensor& b);
@@ -68,10 +69,12 @@ Tensor where(const Tensor& cond, const Tensor& a, double b);
 // x with `value` wherever mask (bool, broadcast to x) is true.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
-// In place: dst += src, dst *= src (src broadcast to dst and cast to its dtype). No
+// In place: dst += src, dst *= src (src broadcast to dst and cast to its dtype; a number as
+// the scalar forms wrap it, then cast to dst's dtype). One kernel when dst is contiguous. No
 // autograd; used by gradient accumulation, clipping and optimizers (under NoGradGuard).
 Tensor& add_(Tensor& dst, const Tensor& src);
 Tensor& mul_(Tensor& dst, const Tensor& src);
+Tensor& add_(Tensor& dst, double value);
 Tensor& mul_(Tensor& dst, double value);
 
 // A 0-d tensor holding `value` in the dtype that `value` takes next to x (see above).
