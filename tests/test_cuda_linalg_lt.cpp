@@ -52,8 +52,12 @@ Tolerance backward_tolerance(DType dtype) {
   }
 }
 
-Tensor linear3(const TensorList& in) { return linear(in[0], in[1], in[2]); }
-Tensor linear_gelu3(const TensorList& in) { return linear_gelu(in[0], in[1], in[2]); }
+Tensor linear3(const TensorList& in) {
+  return linear(in[0], in[1], in[2]);
+}
+Tensor linear_gelu3(const TensorList& in) {
+  return linear_gelu(in[0], in[1], in[2]);
+}
 
 }  // namespace
 
@@ -125,9 +129,8 @@ TEST_CASE("cuda parity linear through cuBLASLt", "[cuda][linalg]") {
     // Gradients: the bias gradient from the weight gradient's GEMM (BGRADB), and the paths
     // where only some inputs need gradients.
     Tolerance bt = backward_tolerance(dtype);
-    check_backward_parity(linear3,
-                          {random_input({37, 129}, dtype), random_input({65, 129}, dtype), random_input({65}, dtype)},
-                          bt);
+    check_backward_parity(
+        linear3, {random_input({37, 129}, dtype), random_input({65, 129}, dtype), random_input({65}, dtype)}, bt);
     check_backward_parity(
         linear3, {random_input({2, 3, 129}, dtype), random_input({64, 129}, dtype), random_input({64}, dtype)}, bt);
   }
@@ -153,8 +156,7 @@ GENESIS_CUDA_PARITY("linear_gelu") {
     }
     check_parity([](const TensorList& in) { return linear_gelu(in[0].transpose(0, 1), in[1], in[2]); },
                  {random_input({5, 2, 129}, dtype), random_input({16, 129}, dtype), random_input({16}, dtype)}, t);
-    check_parity(linear_gelu3, {random_input({1, 1}, dtype), random_input({1, 1}, dtype), random_input({1}, dtype)},
-                 t);
+    check_parity(linear_gelu3, {random_input({1, 1}, dtype), random_input({1, 1}, dtype), random_input({1}, dtype)}, t);
   }
   // The fused CUDA result equals the unfused composition on the same device.
   TensorList inputs{random_input({37, 129}, DType::f32).to(kCuda0), random_input({64, 129}, DType::f32).to(kCuda0),
@@ -190,8 +192,9 @@ TEST_CASE("linear_gelu equals gelu_tanh of linear on the CPU, and checks its arg
     TensorList in{rand_values({5, 7}, dtype, -2.0, 2.0), rand_values({3, 7}, dtype), rand_values({3}, dtype)};
     require_close(linear_gelu3(in), gelu(linear3(in), GeluApproximation::tanh), 0.0, 0.0);
   }
-  CHECK_THROWS_WITH(linear_gelu(zeros({2, 3}), zeros({4, 5})),
-                    Catch::Matchers::Contains("linear_gelu") && Catch::Matchers::Contains("[2, 3]") && Catch::Matchers::Contains("[4, 5]"));
+  CHECK_THROWS_WITH(linear_gelu(zeros({2, 3}), zeros({4, 5})), Catch::Matchers::Contains("linear_gelu") &&
+                                                                   Catch::Matchers::Contains("[2, 3]") &&
+                                                                   Catch::Matchers::Contains("[4, 5]"));
   CHECK_THROWS_WITH(linear_gelu(zeros({2, 3}), zeros({4, 3}), zeros({5})),
                     Catch::Matchers::Contains("linear_gelu") && Catch::Matchers::Contains("[5]"));
 }

@@ -109,8 +109,9 @@ TEST_CASE("cuda optimizer: adam, adamw and amsgrad equal the fused CPU kernels",
         INFO("decoupled " << decoupled << ", amsgrad " << amsgrad << ", weight decay " << wd);
         check_all_dtypes(
             [&](std::vector<ParamGroup> groups) {
-              return make_adam(std::move(groups), {.beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .amsgrad = amsgrad,
-                                                   .decoupled_weight_decay = decoupled});
+              return make_adam(
+                  std::move(groups),
+                  {.beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .amsgrad = amsgrad, .decoupled_weight_decay = decoupled});
             },
             wd);
       }
@@ -120,8 +121,8 @@ TEST_CASE("cuda optimizer: adam, adamw and amsgrad equal the fused CPU kernels",
 
 TEST_CASE("cuda optimizer: sgd (momentum, dampening, nesterov) equals the fused CPU kernel", "[cuda][optim]") {
   if (!cuda_ready()) return;
-  const SgdOptions variants[] = {{}, {.momentum = 0.9}, {.momentum = 0.9, .dampening = 0.3},
-                                 {.momentum = 0.9, .nesterov = true}};
+  const SgdOptions variants[] = {
+      {}, {.momentum = 0.9}, {.momentum = 0.9, .dampening = 0.3}, {.momentum = 0.9, .nesterov = true}};
   for (const SgdOptions& o : variants) {
     for (double wd : {0.0, 0.01}) {
       INFO("momentum " << o.momentum << ", dampening " << o.dampening << ", nesterov " << o.nesterov

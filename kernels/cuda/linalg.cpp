@@ -110,9 +110,9 @@ int checked_int(int64_t v, const char* what) {
 // cuBLASLt takes 64-bit extents, but the cuBLAS fallback does not: both paths keep its limits.
 void check_extents(const cpu::GemmArgs& args) {
   using Extent = std::pair<int64_t, const char*>;
-  for (const auto& [value, what] : {Extent{args.m, "m"}, Extent{args.n, "n"}, Extent{args.k, "k"},
-                                    Extent{args.batch, "batch"}, Extent{args.lda, "lda"}, Extent{args.ldb, "ldb"},
-                                    Extent{args.ldc, "ldc"}})
+  for (const auto& [value, what] :
+       {Extent{args.m, "m"}, Extent{args.n, "n"}, Extent{args.k, "k"}, Extent{args.batch, "batch"},
+        Extent{args.lda, "lda"}, Extent{args.ldb, "ldb"}, Extent{args.ldc, "ldc"}})
     checked_int(value, what);
 }
 
@@ -128,11 +128,16 @@ uint32_t alignment(const void* p, size_t element_bytes, std::initializer_list<in
 
 cudaDataType_t data_type(DType dtype) {
   switch (dtype) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::f64: return CUDA_R_64F;
-    case DType::f16: return CUDA_R_16F;
-    case DType::bf16: return CUDA_R_16BF;
-    default: throw_unsupported_dtype("gemm", dtype);
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::f64:
+      return CUDA_R_64F;
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      throw_unsupported_dtype("gemm", dtype);
   }
 }
 
@@ -217,11 +222,13 @@ LtPlan make_plan(cublasLtHandle_t handle, const LtKey& key, const GemmEpilogue* 
 cublasLtEpilogue_t lt_epilogue(const GemmEpilogue* e) {
   if (!e) return CUBLASLT_EPILOGUE_DEFAULT;
   switch (e->kind) {
-    case EpilogueKind::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case EpilogueKind::bias:
+      return CUBLASLT_EPILOGUE_BIAS;
     case EpilogueKind::gelu_tanh:
       if (e->pre_activation) return e->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
       return e->bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-    case EpilogueKind::bias_grad: return CUBLASLT_EPILOGUE_BGRADB;
+    case EpilogueKind::bias_grad:
+      return CUBLASLT_EPILOGUE_BGRADB;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -296,7 +303,9 @@ void run_cublas(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream) {
                                                   args.stride_c, batch, compute, CUBLAS_GEMM_DEFAULT));
 }
 
-bool lt_dtype(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
+bool lt_dtype(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+}
 
 }  // namespace
 

@@ -161,15 +161,20 @@ void dispatch_update(const char* what, DType param_dtype, DType grad_dtype, std:
   if (param_dtype == DType::f32) {
     const Update<float> update(s);
     switch (grad_dtype) {
-      case DType::f32: return launch_update<float, float>(tensors, update, stream);
-      case DType::f16: return launch_update<float, __half>(tensors, update, stream);
-      case DType::bf16: return launch_update<float, __nv_bfloat16>(tensors, update, stream);
-      default: break;
+      case DType::f32:
+        return launch_update<float, float>(tensors, update, stream);
+      case DType::f16:
+        return launch_update<float, __half>(tensors, update, stream);
+      case DType::bf16:
+        return launch_update<float, __nv_bfloat16>(tensors, update, stream);
+      default:
+        break;
     }
   } else if (param_dtype == DType::f64 && grad_dtype == DType::f64) {
     return launch_update<double, double>(tensors, Update<double>(s), stream);
   }
-  GENESIS_THROW(DTypeError, what, ": CUDA parameters must be f32 (gradients f32, f16 or bf16) or f64 (gradients f64), got ",
+  GENESIS_THROW(DTypeError, what,
+                ": CUDA parameters must be f32 (gradients f32, f16 or bf16) or f64 (gradients f64), got ",
                 dtype_name(param_dtype), " parameters with ", dtype_name(grad_dtype), " gradients");
 }
 
@@ -208,10 +213,14 @@ void for_each_norm_table(std::span<const NormTensor> tensors, Visit&& visit) {
 
 __device__ __forceinline__ float load_as_float(const void* data, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::f64: return static_cast<float>(static_cast<const double*>(data)[i]);
-    case DType::f16: return __half2float(static_cast<const __half*>(data)[i]);
-    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
-    default: return static_cast<const float*>(data)[i];
+    case DType::f64:
+      return static_cast<float>(static_cast<const double*>(data)[i]);
+    case DType::f16:
+      return __half2float(static_cast<const __half*>(data)[i]);
+    case DType::bf16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
+    default:
+      return static_cast<const float*>(data)[i];
   }
 }
 
@@ -265,7 +274,9 @@ __global__ void __launch_bounds__(kOptimBlock) scale_by_norm(NormTable table, co
     void* data = table.data[t];
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       switch (table.dtype[t]) {
-        case DType::f64: static_cast<double*>(data)[i] *= static_cast<double>(coef); break;
+        case DType::f64:
+          static_cast<double*>(data)[i] *= static_cast<double>(coef);
+          break;
         case DType::f16: {
           __half* h = static_cast<__half*>(data);
           h[i] = __float2half_rn(__half2float(h[i]) * coef);
@@ -276,7 +287,9 @@ __global__ void __launch_bounds__(kOptimBlock) scale_by_norm(NormTable table, co
           h[i] = __float2bfloat16_rn(__bfloat162float(h[i]) * coef);
           break;
         }
-        default: static_cast<float*>(data)[i] *= coef; break;
+        default:
+          static_cast<float*>(data)[i] *= coef;
+          break;
       }
     }
   }
