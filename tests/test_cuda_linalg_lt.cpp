@@ -24,14 +24,15 @@ Tolerance gemm_tolerance(DType dtype) {
   }
 }
 
-// The CPU rounds the pre-activation to the dtype before GELU, the epilogue does not: one
-// more rounding step of the output's dtype, plus the tanh of two math libraries.
+// The CPU rounds the pre-activation to the dtype before GELU, the epilogue does not; and
+// cuBLASLt may evaluate tanh with the hardware approximation (relative error up to ~5e-4,
+// so up to ~2.5e-4 of a large output).
 Tolerance gelu_tolerance(DType dtype) {
   switch (dtype) {
     case DType::f64:
       return {1e-12, 1e-12};
     case DType::f32:
-      return {1e-4, 1e-4};
+      return {1e-3, 1e-3};
     case DType::f16:
       return {1e-2, 1e-2};
     default:
@@ -161,7 +162,7 @@ GENESIS_CUDA_PARITY("linear_gelu") {
   // The fused CUDA result equals the unfused composition on the same device.
   TensorList inputs{random_input({37, 129}, DType::f32).to(kCuda0), random_input({64, 129}, DType::f32).to(kCuda0),
                     random_input({64}, DType::f32).to(kCuda0)};
-  require_close(linear_gelu3(inputs), gelu(linear3(inputs), GeluApproximation::tanh), 1e-4, 1e-4);
+  require_close(linear_gelu3(inputs), gelu(linear3(inputs), GeluApproximation::tanh), 1e-3, 1e-3);
 }
 
 TEST_CASE("cuda matmul: f32 stays f32-accurate unless TF32 is allowed", "[cuda][linalg]") {

@@ -1,6 +1,6 @@
 // The fused multi-tensor CUDA optimizer kernels against the fused CPU kernels: every optimizer
 // and option, weight decay on and off, more tensors than one launch takes, odd sizes and
-// sizes across chunk boundaries, f32 and bf16 gradients, f64 parameters, parameters whose
+// sizes across chunk boundaries, f32, bf16 and f16 gradients, f64 parameters, parameters whose
 // step counts differ; and the device-side gradient norm clipping against the CPU's.
 #include <functional>
 #include <memory>
@@ -92,6 +92,10 @@ void check_all_dtypes(const MakeOptimizer& make, double weight_decay) {
   {
     INFO("f32 parameters, bf16 gradients");
     check_optimizer(make, weight_decay, DType::f32, DType::bf16, kF32);
+  }
+  {
+    INFO("f32 parameters, f16 gradients");
+    check_optimizer(make, weight_decay, DType::f32, DType::f16, kF32);
   }
   {
     INFO("f64 parameters");
