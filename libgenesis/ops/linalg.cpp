@@ -127,8 +127,8 @@ void run_gemm(const char* op, const Tensor& a_in, const Tensor& b_in, Tensor& ou
 }
 
 #if GENESIS_WITH_CUDA
-// out [m, n] = epilogue(a [m, k] @ b [k, n]) through cuBLASLt, for CUDA matrices with m, n,
-// k > 0; false (nothing written) when cuBLASLt has no algorithm for the case.
+// out [m, n] = epilogue(a [m, k] @ b [k, n]) through cuBLASLt, for f32/f16/bf16 CUDA matrices
+// with m, n, k > 0; false (nothing written) when cuBLASLt has no algorithm for the case.
 bool gemm_with_epilogue(const char* op, const Tensor& a, const Tensor& b, Tensor& out,
                         const kernels::cuda::GemmEpilogue& epilogue) {
   PreparedGemm g = prepare_gemm(op, a, b, out, 0.0);
@@ -287,8 +287,8 @@ LinearOutput linear_forward(const char* op, const Tensor& x2, const Tensor& w, c
 #if GENESIS_WITH_CUDA
   // On CUDA the bias and the activation ride on the GEMM's epilogue: one kernel. cuBLASLt
   // wants the pre-activation's leading dimension to be a multiple of 8.
-  if (x2.device().is_cuda() && out.numel() > 0 && x2.size(1) > 0 && (b.defined() || with_gelu) &&
-      (!keep_pre || out_features % 8 == 0)) {
+  if (x2.device().is_cuda() && x2.dtype() != DType::f64 && out.numel() > 0 && x2.size(1) > 0 &&
+      (b.defined() || with_gelu) && (!keep_pre || out_features % 8 == 0)) {
     kernels::cuda::GemmEpilogue epilogue{
         .kind = with_gelu ? kernels::cuda::EpilogueKind::gelu_tanh : kernels::cuda::EpilogueKind::bias,
         .bias = b.defined() ? b.data_ptr() : nullptr};
@@ -316,7 +316,7 @@ TensorList linear_backward(const char* op, const Tensor& g2, const Tensor& x2, c
   TensorList grads(3);
   if (need_x) grads[0] = matmul(g2, w);
 #if GENESIS_WITH_CUDA
-  if (need_w && need_b && g2.device().is_cuda() && g2.numel() > 0 && x2.size(1) > 0) {
+  if (need_w && need_b && g2.device().is_cuda() && g2.dtype() != DType::f64 && g2.numel() > 0 && x2.size(1) > 0) {
     Tensor gw = empty(w.shape(), {.dtype = g2.dtype(), .device = g2.device()});
     Tensor gb = empty({w.size(0)}, {.dtype = g2.dtype(), .device = g2.device()});
     kernels::cuda::GemmEpilogue epilogue{.kind = kernels::cuda::EpilogueKind::bias_grad, .bias_grad = gb.data_ptr()};
@@ -354,7 +354,7 @@ Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Te
   const bool grad = needs_grad({x, weight, bias});
   LinearOutput forward =
       linear_forward(op, x.to(dt).reshape({rows, in_features}), weight.to(dt),
-                     bias.defined() ? bias.to(dt).contiguous() : Tensor(), with_gelu, grad);
+                     bias.defined() ? bias.to(dt).contiguous() : Tensor(), with_gelu, with_gelu && grad);
   Tensor out = forward.out.view(shapes.out_shape);
   if (grad) {
     record(op, {x, weight, bias}, {out},
