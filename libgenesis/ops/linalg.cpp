@@ -278,9 +278,10 @@ struct LinearOutput {
 };
 
 // x2 [rows, in] @ w^T + b (b contiguous or undefined), then gelu_tanh when with_gelu; all of
-// one dtype. No autograd.
+// one dtype. No autograd. keep_pre asks the CUDA epilogue to store the pre-activation (the
+// composed path always has it).
 LinearOutput linear_forward(const char* op, const Tensor& x2, const Tensor& w, const Tensor& b, bool with_gelu,
-                            bool keep_pre) {
+                            [[maybe_unused]] bool keep_pre) {
   NoGradGuard forward_only;
   const int64_t out_features = w.size(0);
   Tensor out = empty({x2.size(0), out_features}, {.dtype = x2.dtype(), .device = x2.device()});
@@ -311,8 +312,8 @@ LinearOutput linear_forward(const char* op, const Tensor& x2, const Tensor& w, c
 // Gradients of x2 [rows, in] @ w^T + b with respect to x2, w and b from g2 [rows, out], all
 // of one dtype; each only where asked. On CUDA the bias gradient rides on the weight
 // gradient's GEMM (cuBLASLt's BGRADB epilogue sums g2 over rows as it reads it).
-TensorList linear_backward(const char* op, const Tensor& g2, const Tensor& x2, const Tensor& w, bool need_x,
-                           bool need_w, bool need_b) {
+TensorList linear_backward([[maybe_unused]] const char* op, const Tensor& g2, const Tensor& x2, const Tensor& w,
+                           bool need_x, bool need_w, bool need_b) {
   TensorList grads(3);
   if (need_x) grads[0] = matmul(g2, w);
 #if GENESIS_WITH_CUDA
