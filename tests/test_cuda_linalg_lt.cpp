@@ -5,6 +5,10 @@
 // (tests/test_cuda_linalg.cpp holds the op-table parity entries of matmul, bmm and linear.)
 #include "tests/cuda_testing.h"
 
+#if GENESIS_WITH_CUDA
+#include "kernels/cuda/linalg.h"
+#endif
+
 using namespace genesis;
 using namespace genesis::testing;
 
@@ -179,6 +183,26 @@ TEST_CASE("cuda matmul: f32 stays f32-accurate unless TF32 is allowed", "[cuda][
   // Switching back gives full accuracy again (the descriptor cache keys on the setting).
   require_close(matmul(a_gpu, b_gpu).to(DType::f64), exact, 1e-5, 1e-4);
 }
+
+#if GENESIS_WITH_CUDA
+TEST_CASE("cuda linear: cuBLASLt has algorithms for the epilogues of transformer-like shapes", "[cuda][linalg]") {
+  if (!cuda_ready()) return;
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    INFO("dtype " << dtype_name(dtype));
+    const kernels::cuda::GemmPlanStats before = kernels::cuda::gemm_plan_stats();
+    // Bias (forward), bias gradient (backward), GELU + bias keeping the pre-activation.
+    for (auto fn : {linear3, linear_gelu3}) {
+      Tensor x = random_input({2, 96, 256}, dtype).to(kCuda0).requires_grad_(true);
+      Tensor w = random_input({512, 256}, dtype).to(kCuda0).requires_grad_(true);
+      Tensor b = random_input({512}, dtype).to(kCuda0).requires_grad_(true);
+      sum(fn({x, w, b})).backward();
+      REQUIRE(b.grad().defined());
+    }
+    const kernels::cuda::GemmPlanStats after = kernels::cuda::gemm_plan_stats();
+    CHECK(after.without_algorithm == before.without_algorithm);
+  }
+}
+#endif
 
 GENESIS_GRADCHECK("linear_gelu") {
   gradcheck(linear_gelu3, {rand_leaf({3, 4}), rand_leaf({2, 4}), rand_leaf({2})});

@@ -326,6 +326,17 @@ void gemm(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream) {
   run_cublas(dtype, args, stream);
 }
 
+GemmPlanStats gemm_plan_stats() {
+  BlasContext& context = blas_context();
+  std::lock_guard lock(context.mutex);
+  GemmPlanStats stats;
+  for (const auto& [key, plan] : context.plans) {
+    ++stats.plans;
+    if (!plan.found) ++stats.without_algorithm;
+  }
+  return stats;
+}
+
 bool gemm_with_epilogue(DType dtype, const cpu::GemmArgs& args, const GemmEpilogue& epilogue, cudaStream_t stream) {
   GENESIS_CHECK(args.batch == 1 && args.m > 0 && args.n > 0 && args.k > 0 && args.alpha == 1.0 && args.beta == 0.0,
                 ValueError, "gemm_with_epilogue: needs one GEMM (batch ", args.batch, ") with m, n, k > 0 (got ",

@@ -38,4 +38,12 @@ struct GemmEpilogue {
 // caller then composes the result from separate kernels.
 bool gemm_with_epilogue(DType dtype, const cpu::GemmArgs& args, const GemmEpilogue& epilogue, cudaStream_t stream);
 
+// The cuBLASLt plan cache: plans made so far, and how many found no algorithm (their GEMMs
+// take the cuBLAS or unfused fallback). Lets tests see that epilogues really run fused.
+struct GemmPlanStats {
+  int64_t plans = 0;
+  int64_t without_algorithm = 0;
+};
+GemmPlanStats gemm_plan_stats();
+
 }  // namespace genesis::kernels::cuda
