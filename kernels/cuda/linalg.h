@@ -1,7 +1,9 @@
 #pragma once
-// CUDA GEMM through cuBLAS with the same contract as kernels/cpu/linalg.h (row-major,
-// strided-batched). f16/bf16 accumulate in f32; f32 uses full-precision FP32 unless
-// tf32 is allowed by set_allow_tf32().
+// CUDA GEMM with the same contract as kernels/cpu/linalg.h (row-major, strided-batched).
+// f32, f16 and bf16 run through cuBLASLt (f16/bf16 accumulate in f32; f32 uses full-precision
+// FP32 unless set_allow_tf32(true)), f64 and zero-stride (broadcast) batches through cuBLAS.
+// cuBLASLt descriptors and the chosen algorithm are cached per shape, dtype, layout,
+// alignment and epilogue; each (device, stream) has one workspace.
 #include <cuda_runtime_api.h>
 
 #include "kernels/cpu/linalg.h"
@@ -9,7 +11,39 @@
 namespace genesis::kernels::cuda {
 
 void gemm(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream);
+
+// Process-wide: lets f32 GEMMs use TF32 tensor cores (10-bit mantissa inputs). Off by default.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+
+// Work cuBLASLt fuses into the GEMM's store of C = op(A) op(B) (row-major names).
+enum class EpilogueKind {
+  bias,       // C += bias[n] on every row
+  gelu_tanh,  // C = gelu_tanh(op(A) op(B) + bias); bias optional; pre_activation optional
+  bias_grad,  // C as usual, and bias_grad[m] = sum over k of op(A)[i][k]
+};
+
+struct GemmEpilogue {
+  EpilogueKind kind = EpilogueKind::bias;
+  const void* bias = nullptr;
+  // gelu_tanh: when set, receives op(A) op(B) + bias, row-major with leading dimension
+  // ld_pre (a multiple of 8, at least n), for the backward pass.
+  void* pre_activation = nullptr;
+  int64_t ld_pre = 0;
+  void* bias_grad = nullptr;
+};
+
+// C = epilogue(op(A) op(B)) for one f32/f16/bf16 GEMM (batch 1, alpha 1, beta 0, k > 0).
+// Returns false, having written nothing, when cuBLASLt has no algorithm for the case; the
+// caller then composes the result from separate kernels.
+bool gemm_with_epilogue(DType dtype, const cpu::GemmArgs& args, const GemmEpilogue& epilogue, cudaStream_t stream);
+
+// The cuBLASLt plan cache: plans made so far, and how many found no algorithm (their GEMMs
+// take the cuBLAS or unfused fallback). Lets tests see that epilogues really run fused.
+struct GemmPlanStats {
+  int64_t plans = 0;
+  int64_t without_algorithm = 0;
+};
+GemmPlanStats gemm_plan_stats();
 
 }  // namespace genesis::kernels::cuda

@@ -1,10 +1,11 @@
-// matmul, bmm and linear: argument checks, operand layouts for GEMM, backward formulas.
+// matmul, bmm, linear and linear_gelu: argument checks, operand layouts for GEMM, backward formulas.
 #include "libgenesis/ops/linalg.h"
 
 #include <algorithm>
 #include <limits>
 #include <optional>
 
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linalg.h"
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
@@ -12,6 +13,7 @@
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/reduce.h"
 #if GENESIS_WITH_CUDA
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/linalg.h"
 #endif
 
@@ -65,33 +67,36 @@ Operand gemm_operand(const Tensor& t) {
   return {dense, false, std::max<int64_t>(cols, 1), rows * cols};
 }
 
-// out [batch..., m, n] (contiguous) = a [batch..., m, k] @ b [batch..., k, n] + beta * out.
-// a, b and out share a floating dtype, a device and the batch shape. No autograd.
-void run_gemm(const char* op, const Tensor& a_in, const Tensor& b_in, Tensor& out, double beta) {
-  if (out.numel() == 0) return;
+// A GEMM ready for a kernel: the operands (possibly contiguous copies, kept alive until the
+// kernel is enqueued) and the arguments that point into them.
+struct PreparedGemm {
+  Operand a, b;
+  kernels::cpu::GemmArgs args;
+};
+
+// out [batch..., m, n] (contiguous) = a [batch..., m, k] @ b [batch..., k, n] + beta * out,
+// for m, n, k > 0. a, b and out share a floating dtype, a device and the batch shape.
+PreparedGemm prepare_gemm(const char* op, const Tensor& a_in, const Tensor& b_in, Tensor& out, double beta) {
   const int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
-  if (k == 0) {
-    if (beta == 0.0) out.fill_(0.0);
-    return;
-  }
-  Operand a = gemm_operand(a_in), b = gemm_operand(b_in);
-  kernels::cpu::GemmArgs args{.trans_a = a.trans,
-                              .trans_b = b.trans,
-                              .m = m,
-                              .n = n,
-                              .k = k,
-                              .a = a.t.data_ptr(),
-                              .lda = a.ld,
-                              .stride_a = a.batch_stride,
-                              .b = b.t.data_ptr(),
-                              .ldb = b.ld,
-                              .stride_b = b.batch_stride,
-                              .c = out.data_ptr(),
-                              .ldc = n,
-                              .stride_c = m * n,
-                              .batch = out.numel() / (m * n),
-                              .alpha = 1.0,
-                              .beta = beta};
+  PreparedGemm g{gemm_operand(a_in), gemm_operand(b_in), {}};
+  g.args = {.trans_a = g.a.trans,
+            .trans_b = g.b.trans,
+            .m = m,
+            .n = n,
+            .k = k,
+            .a = g.a.t.data_ptr(),
+            .lda = g.a.ld,
+            .stride_a = g.a.batch_stride,
+            .b = g.b.t.data_ptr(),
+            .ldb = g.b.ld,
+            .stride_b = g.b.batch_stride,
+            .c = out.data_ptr(),
+            .ldc = n,
+            .stride_c = m * n,
+            .batch = out.numel() / (m * n),
+            .alpha = 1.0,
+            .beta = beta};
+  kernels::cpu::GemmArgs& args = g.args;
   // A batch of row-major A entries stacked back to back against one shared B is a single
   // taller GEMM (the output is contiguous, so its rows stack the same way).
   if (args.batch > 1 && args.stride_b == 0 && !args.trans_a && args.stride_a == m * args.lda) {
@@ -103,12 +108,33 @@ void run_gemm(const char* op, const Tensor& a_in, const Tensor& b_in, Tensor& ou
                     args.ldb <= kBlasMax,
                 ValueError, op, ": matrix dimensions (m ", args.m, ", n ", n, ", k ", k,
                 ") exceed the BLAS limit of ", kBlasMax);
+  return g;
+}
+
+// out = a @ b + beta * out (see prepare_gemm), any sizes. No autograd.
+void run_gemm(const char* op, const Tensor& a_in, const Tensor& b_in, Tensor& out, double beta) {
+  if (out.numel() == 0) return;
+  if (a_in.size(-1) == 0) {
+    if (beta == 0.0) out.fill_(0.0);
+    return;
+  }
+  PreparedGemm g = prepare_gemm(op, a_in, b_in, out, beta);
   if (out.device().is_cpu()) {
-    kernels::cpu::gemm(out.dtype(), args);
+    kernels::cpu::gemm(out.dtype(), g.args);
   } else {
-    GENESIS_ON_CUDA(kernels::cuda::gemm(out.dtype(), args, cuda::current_stream()));
+    GENESIS_ON_CUDA(kernels::cuda::gemm(out.dtype(), g.args, cuda::current_stream()));
   }
 }
+
+#if GENESIS_WITH_CUDA
+// out [m, n] = epilogue(a [m, k] @ b [k, n]) through cuBLASLt, for f32/f16/bf16 CUDA matrices
+// with m, n, k > 0; false (nothing written) when cuBLASLt has no algorithm for the case.
+bool gemm_with_epilogue(const char* op, const Tensor& a, const Tensor& b, Tensor& out,
+                        const kernels::cuda::GemmEpilogue& epilogue) {
+  PreparedGemm g = prepare_gemm(op, a, b, out, 0.0);
+  return kernels::cuda::gemm_with_epilogue(out.dtype(), g.args, epilogue, cuda::current_stream());
+}
+#endif
 
 Shape batch_of(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
 
@@ -217,49 +243,155 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  detail::check_defined("linear", x, "x");
-  detail::check_defined("linear", weight, "weight");
-  detail::check_same_device("linear", {x, weight, bias});
-  GENESIS_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1), ShapeError,
-                "linear: input of shape ", x.shape(), " does not match weight of shape ", weight.shape(),
+namespace {
+
+struct LinearShapes {
+  DType dtype;
+  Shape out_shape;
+  int64_t rows;
+};
+
+LinearShapes check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_defined(op, x, "x");
+  detail::check_defined(op, weight, "weight");
+  detail::check_same_device(op, {x, weight, bias});
+  GENESIS_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1), ShapeError, op,
+                ": input of shape ", x.shape(), " does not match weight of shape ", weight.shape(),
                 " (expected input [..., in] and weight [out, in])");
-  const int64_t out_features = weight.size(0), in_features = weight.size(1);
-  GENESIS_CHECK(!bias.defined() || bias.shape() == Shape{out_features}, ShapeError, "linear: bias of shape ",
+  const int64_t out_features = weight.size(0);
+  GENESIS_CHECK(!bias.defined() || bias.shape() == Shape{out_features}, ShapeError, op, ": bias of shape ",
                 bias.defined() ? bias.shape() : Shape{}, " does not match weight of shape ", weight.shape(),
                 " (expected [", out_features, "])");
   DType dt = promote_types(x.dtype(), weight.dtype());
   if (bias.defined()) dt = promote_types(dt, bias.dtype());
-  GENESIS_CHECK(is_floating(dt), DTypeError, "linear: expects floating tensors, got ", dtype_name(x.dtype()), " and ",
+  GENESIS_CHECK(is_floating(dt), DTypeError, op, ": expects floating tensors, got ", dtype_name(x.dtype()), " and ",
                 dtype_name(weight.dtype()));
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);
   const int64_t rows = numel_of(out_shape);
   out_shape.push_back(out_features);
-  Tensor out;
-  {
-    NoGradGuard forward_only;
-    Tensor x2 = x.to(dt).reshape({rows, in_features});
-    Tensor out2 = empty({rows, out_features}, {.dtype = dt, .device = x.device()});
-    // The bias is copied into the output and accumulated by the GEMM (beta = 1).
-    if (bias.defined()) out2.copy_(bias.to(dt).expand(out2.shape()));
-    run_gemm("linear", x2, weight.to(dt).t(), out2, bias.defined() ? 1.0 : 0.0);
-    out = out2.view(out_shape);
+  return {dt, out_shape, rows};
+}
+
+struct LinearOutput {
+  Tensor out;  // [rows, out]
+  Tensor pre;  // with GELU and keep_pre: the pre-activation x2 w^T + b, for the backward
+};
+
+// x2 [rows, in] @ w^T + b (b contiguous or undefined), then gelu_tanh when with_gelu; all of
+// one dtype. No autograd. keep_pre asks the CUDA epilogue to store the pre-activation (the
+// composed path always has it).
+LinearOutput linear_forward(const char* op, const Tensor& x2, const Tensor& w, const Tensor& b, bool with_gelu,
+                            [[maybe_unused]] bool keep_pre) {
+  NoGradGuard forward_only;
+  const int64_t out_features = w.size(0);
+  Tensor out = empty({x2.size(0), out_features}, {.dtype = x2.dtype(), .device = x2.device()});
+#if GENESIS_WITH_CUDA
+  // On CUDA the bias and the activation ride on the GEMM's epilogue: one kernel. cuBLASLt
+  // wants the pre-activation's leading dimension to be a multiple of 8.
+  if (x2.device().is_cuda() && x2.dtype() != DType::f64 && out.numel() > 0 && x2.size(1) > 0 &&
+      (b.defined() || with_gelu) && (!keep_pre || out_features % 8 == 0)) {
+    kernels::cuda::GemmEpilogue epilogue{
+        .kind = with_gelu ? kernels::cuda::EpilogueKind::gelu_tanh : kernels::cuda::EpilogueKind::bias,
+        .bias = b.defined() ? b.data_ptr() : nullptr};
+    Tensor pre;
+    if (with_gelu && keep_pre) {
+      pre = empty(out.shape(), {.dtype = out.dtype(), .device = out.device()});
+      epilogue.pre_activation = pre.data_ptr();
+      epilogue.ld_pre = out_features;
+    }
+    if (gemm_with_epilogue(op, x2, w.t(), out, epilogue)) return {out, pre};
   }
-  if (needs_grad({x, weight, bias})) {
-    record(
-        "linear", {x, weight, bias}, {out},
-        [xs = saved(x), ws = saved(weight), bdt = bias.defined() ? bias.dtype() : dt, rows, need_x = x.requires_grad(),
-         need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad()](const TensorList& g) {
-          DType grad_dtype = g[0].dtype();
-          Tensor g2 = g[0].reshape({rows, ws.size(0)});
-          TensorList grads(3);
-          if (need_x) grads[0] = matmul(g2, ws.to(grad_dtype)).reshape(xs.shape()).to(xs.dtype());
-          if (need_w) grads[1] = matmul(g2.t(), xs.to(grad_dtype).reshape({rows, ws.size(1)})).to(ws.dtype());
-          if (need_b) grads[2] = sum(g2, {0}).to(bdt);
-          return grads;
-        });
+#endif
+  // The bias is copied into the output and accumulated by the GEMM (beta = 1).
+  if (b.defined()) out.copy_(b.expand(out.shape()));
+  run_gemm(op, x2, w.t(), out, b.defined() ? 1.0 : 0.0);
+  if (!with_gelu) return {out, Tensor()};
+  return {gelu(out, GeluApproximation::tanh), out};
+}
+
+// Gradients of x2 [rows, in] @ w^T + b with respect to x2, w and b from g2 [rows, out], all
+// of one dtype; each only where asked. On CUDA the bias gradient rides on the weight
+// gradient's GEMM (cuBLASLt's BGRADB epilogue sums g2 over rows as it reads it).
+TensorList linear_backward([[maybe_unused]] const char* op, const Tensor& g2, const Tensor& x2, const Tensor& w,
+                           bool need_x, bool need_w, bool need_b) {
+  TensorList grads(3);
+  if (need_x) grads[0] = matmul(g2, w);
+#if GENESIS_WITH_CUDA
+  if (need_w && need_b && g2.device().is_cuda() && g2.dtype() != DType::f64 && g2.numel() > 0 && x2.size(1) > 0) {
+    Tensor gw = empty(w.shape(), {.dtype = g2.dtype(), .device = g2.device()});
+    Tensor gb = empty({w.size(0)}, {.dtype = g2.dtype(), .device = g2.device()});
+    kernels::cuda::GemmEpilogue epilogue{.kind = kernels::cuda::EpilogueKind::bias_grad, .bias_grad = gb.data_ptr()};
+    if (gemm_with_epilogue(op, g2.t(), x2, gw, epilogue)) {
+      grads[1] = gw;
+      grads[2] = gb;
+      return grads;
+    }
+  }
+#endif
+  if (need_w) grads[1] = matmul(g2.t(), x2);
+  if (need_b) grads[2] = sum(g2, {0});
+  return grads;
+}
+
+// grad_pre = grad_out * gelu_tanh'(pre), one fused pass.
+Tensor gelu_tanh_backward(const Tensor& pre, const Tensor& grad_out) {
+  Tensor g = grad_out.to(pre.dtype()).contiguous();
+  Tensor grad_pre = empty(pre.shape(), {.dtype = pre.dtype(), .device = pre.device()});
+  if (pre.device().is_cpu()) {
+    kernels::cpu::unary_backward(kernels::UnaryOp::gelu_tanh, pre.dtype(), pre.numel(), pre.data_ptr(), g.data_ptr(),
+                                 grad_pre.data_ptr(), {});
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::unary_backward(kernels::UnaryOp::gelu_tanh, pre.dtype(), pre.numel(), pre.data_ptr(),
+                                                  g.data_ptr(), grad_pre.data_ptr(), {}, cuda::current_stream()));
+  }
+  return grad_pre;
+}
+
+// linear, and linear followed by gelu_tanh (`op` names which).
+Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, bool with_gelu) {
+  const LinearShapes shapes = check_linear(op, x, weight, bias);
+  const DType dt = shapes.dtype;
+  const int64_t rows = shapes.rows, in_features = weight.size(1);
+  const bool grad = needs_grad({x, weight, bias});
+  LinearOutput forward =
+      linear_forward(op, x.to(dt).reshape({rows, in_features}), weight.to(dt),
+                     bias.defined() ? bias.to(dt).contiguous() : Tensor(), with_gelu, with_gelu && grad);
+  Tensor out = forward.out.view(shapes.out_shape);
+  if (grad) {
+    record(op, {x, weight, bias}, {out},
+           [op, xs = saved(x), ws = saved(weight), pre = forward.pre, bdt = bias.defined() ? bias.dtype() : dt, rows,
+            need_x = x.requires_grad(), need_w = weight.requires_grad(),
+            need_b = bias.defined() && bias.requires_grad()](const TensorList& g) {
+             Tensor g2 = g[0].reshape({rows, ws.size(0)});
+             if (pre.defined()) g2 = gelu_tanh_backward(pre, g2);
+             DType grad_dtype = g2.dtype();
+             TensorList grads = linear_backward(op, g2, xs.to(grad_dtype).reshape({rows, ws.size(1)}),
+                                                ws.to(grad_dtype), need_x, need_w, need_b);
+             if (grads[0].defined()) grads[0] = grads[0].reshape(xs.shape()).to(xs.dtype());
+             if (grads[1].defined()) grads[1] = grads[1].to(ws.dtype());
+             if (grads[2].defined()) grads[2] = grads[2].to(bdt);
+             return grads;
+           });
   }
   return out;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_op("linear", x, weight, bias, false);
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_op("linear_gelu", x, weight, bias, true);
+}
+
+void set_allow_tf32(bool allow) {
+#if GENESIS_WITH_CUDA
+  kernels::cuda::set_allow_tf32(allow);
+#else
+  (void)allow;  // no CUDA GEMMs in this build
+#endif
 }
 
 }  // namespace genesis

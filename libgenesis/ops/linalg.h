@@ -1,6 +1,6 @@
 #pragma once
-// Linear algebra: matmul with NumPy batching/broadcasting rules, bmm, and linear.
-// CPU through OpenBLAS (f16/bf16 computed in f32), CUDA through cuBLAS.
+// Linear algebra: matmul with NumPy batching/broadcasting rules, bmm, linear and linear_gelu.
+// CPU through OpenBLAS (f16/bf16 computed in f32), CUDA through cuBLASLt (f64: cuBLAS).
 #include "libgenesis/core/tensor.h"
 
 namespace genesis {
@@ -13,7 +13,15 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // [B, M, K] x [B, K, N] -> [B, M, N] (no broadcasting).
 Tensor bmm(const Tensor& a, const Tensor& b);
 // x W^T + b: x [..., in], weight [out, in], bias [out] (optional: undefined Tensor).
-// Floating inputs only (promoted to a common dtype).
+// Floating inputs only (promoted to a common dtype). On CUDA the bias is added by the
+// GEMM's epilogue, and the bias gradient comes out of the weight gradient's GEMM.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// gelu(linear(x, weight, bias), GeluApproximation::tanh) (the MLP of GPT-2). On CUDA one GEMM
+// applies bias and GELU (cuBLASLt epilogue) and keeps the pre-activation for the backward.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// Lets CUDA f32 matmuls use TF32 tensor cores (10-bit mantissa inputs; several times faster
+// on Ampere and later). Process-wide, off by default; no effect without CUDA.
+void set_allow_tf32(bool allow);
 
 }  // namespace genesis

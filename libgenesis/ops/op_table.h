@@ -89,6 +89,7 @@ namespace genesis {
   X(matmul, "linalg", true, true)                        \
   X(bmm, "linalg", true, true)                           \
   X(linear, "linalg", true, true)                        \
+  X(linear_gelu, "linalg", true, true)                   \
   /* neural-network functions */                         \
   X(softmax, "nn", true, true)                           \
   X(log_softmax, "nn", true, true)                       \

@@ -10,6 +10,9 @@
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/reduce.h"
+#if GENESIS_WITH_CUDA
+#include "kernels/cuda/optim.h"
+#endif
 
 namespace genesis {
 
@@ -27,11 +30,29 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
   states_.resize(count);
 }
 
+namespace {
+
+// The gradient as the update kernels take it: contiguous, in the parameter's dtype, except
+// that f32 CUDA parameters keep half-precision gradients (widened inside the kernel).
+Tensor gradient_for_update(const Tensor& param, const Tensor& grad) {
+  bool keep_half = param.device().is_cuda() && param.dtype() == DType::f32 &&
+                   (grad.dtype() == DType::bf16 || grad.dtype() == DType::f16);
+  return (keep_half ? grad : grad.to(param.dtype())).contiguous();
+}
+
+}  // namespace
+
 void Optimizer::step() {
   NoGradGuard no_grad;
   ++step_count_;
   size_t index = 0;
   for (ParamGroup& g : groups_) {
+    // Consecutive parameters that one kernel launch can update together.
+    std::vector<ParamUpdate> batch;
+    auto flush = [&] {
+      if (!batch.empty()) update(g, batch);
+      batch.clear();
+    };
     for (NamedTensor& p : g.params) {
       ParamState& state = states_[index++];
       Tensor grad = p.tensor.grad();
@@ -44,8 +65,16 @@ void Optimizer::step() {
       }
       ++state.steps;
       p.tensor.storage()->bump_version();  // an in-place update: graphs that saved it are stale
-      update(g, p.tensor, grad.to(p.tensor.dtype()).contiguous(), state);
+      ParamUpdate u{p.tensor, gradient_for_update(p.tensor, grad), &state};
+      if (!batch.empty()) {
+        const ParamUpdate& first = batch.front();
+        if (first.param.device() != u.param.device() || first.param.dtype() != u.param.dtype() ||
+            first.grad.dtype() != u.grad.dtype() || first.state->steps != u.state->steps)
+          flush();
+      }
+      batch.push_back(std::move(u));
     }
+    flush();
   }
 }
 
@@ -98,47 +127,22 @@ void Optimizer::load_state(const std::vector<NamedTensor>& state, int64_t step_c
   step_count_ = step_count;
 }
 
-namespace detail {
-
-// The same updates as the fused CPU kernels, composed of elementwise ops so they run on any
-// device with elementwise kernels (CUDA, until fused CUDA optimizer kernels arrive).
-void sgd_update_with_ops(const kernels::SgdStep& s, Tensor& p, const Tensor& grad, Tensor* momentum_buffer) {
-  Tensor d = s.weight_decay != 0.0 ? add(grad, mul(p, s.weight_decay)) : grad;
-  if (s.momentum != 0.0) {
-    Tensor b = s.first_step ? d : add(mul(*momentum_buffer, s.momentum), mul(d, 1.0 - s.dampening));
-    momentum_buffer->copy_(b);
-    d = s.nesterov ? add(d, mul(b, s.momentum)) : b;
-  }
-  p.copy_(sub(p, mul(d, s.lr)));
-}
-
-void adam_update_with_ops(const kernels::AdamStep& s, Tensor& p, const Tensor& grad, std::vector<Tensor>& slots) {
-  Tensor g = grad;
-  if (s.decoupled) {
-    if (s.weight_decay != 0.0) p.copy_(mul(p, 1.0 - s.lr * s.weight_decay));
-  } else if (s.weight_decay != 0.0) {
-    g = add(g, mul(p, s.weight_decay));
-  }
-  slots[0].copy_(add(mul(slots[0], s.beta1), mul(g, 1.0 - s.beta1)));
-  slots[1].copy_(add(mul(slots[1], s.beta2), mul(mul(g, g), 1.0 - s.beta2)));
-  Tensor second = slots[1];
-  if (s.amsgrad) {
-    slots[2].copy_(maximum(slots[2], slots[1]));
-    second = slots[2];
-  }
-  Tensor denom = add(div(sqrt(second), std::sqrt(s.bias_correction2)), s.eps);
-  p.copy_(sub(p, mul(div(slots[0], denom), s.lr / s.bias_correction1)));
-}
-
-void lion_update_with_ops(const kernels::LionStep& s, Tensor& p, const Tensor& grad, Tensor& exp_avg) {
-  Tensor c = add(mul(exp_avg, s.beta1), mul(grad, 1.0 - s.beta1));
-  p.copy_(sub(mul(p, 1.0 - s.lr * s.weight_decay), mul(sign(c), s.lr)));
-  exp_avg.copy_(add(mul(exp_avg, s.beta2), mul(grad, 1.0 - s.beta2)));
-}
-
-}  // namespace detail
-
 namespace {
+
+#if GENESIS_WITH_CUDA
+// The kernel table of a batch of CUDA parameter updates.
+template <class Batch>
+std::vector<kernels::cuda::OptimTensor> cuda_tensors(const Batch& batch) {
+  std::vector<kernels::cuda::OptimTensor> tensors;
+  tensors.reserve(batch.size());
+  for (const auto& u : batch) {
+    kernels::cuda::OptimTensor t{.param = u.param.data_ptr(), .grad = u.grad.data_ptr(), .n = u.param.numel()};
+    for (size_t s = 0; s < u.state->slots.size(); ++s) t.slots[s] = u.state->slots[s].data_ptr();
+    tensors.push_back(t);
+  }
+  return tensors;
+}
+#endif
 
 void check_betas(const char* optimizer, double beta1, double beta2) {
   GENESIS_CHECK(beta1 >= 0.0 && beta1 < 1.0 && beta2 >= 0.0 && beta2 < 1.0, UsageError, optimizer,
@@ -158,16 +162,22 @@ class Sgd final : public Optimizer {
   std::vector<std::string> slot_names() const override {
     return o_.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
   }
-  void update(ParamGroup& g, Tensor& p, const Tensor& grad, ParamState& state) override {
+  void update(ParamGroup& g, std::span<ParamUpdate> batch) override {
     kernels::SgdStep s{.lr = g.lr, .momentum = o_.momentum, .dampening = o_.dampening,
-                       .weight_decay = g.weight_decay, .nesterov = o_.nesterov, .first_step = state.steps == 1};
-    if (!p.device().is_cpu()) {
-      detail::sgd_update_with_ops(s, p, grad, state.slots.empty() ? nullptr : &state.slots[0]);
+                       .weight_decay = g.weight_decay, .nesterov = o_.nesterov,
+                       .first_step = batch.front().state->steps == 1};
+    if (batch.front().param.device().is_cpu()) {
+      for (ParamUpdate& u : batch) {
+        void* momentum_buffer = u.state->slots.empty() ? nullptr : u.state->slots[0].data_ptr();
+        kernels::cpu::sgd_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
+                               momentum_buffer, s);
+      }
       return;
     }
-    kernels::cpu::sgd_step(p.dtype(), p.numel(), p.data_ptr(), grad.data_ptr(),
-                           state.slots.empty() ? nullptr : state.slots[0].data_ptr(), s);
+    GENESIS_ON_CUDA(kernels::cuda::sgd_step(batch.front().param.dtype(), batch.front().grad.dtype(),
+                                            cuda_tensors(batch), s, cuda::current_stream()));
   }
+
 
  private:
   SgdOptions o_;
@@ -186,20 +196,25 @@ class Adam final : public Optimizer {
     if (o_.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
     return {"exp_avg", "exp_avg_sq"};
   }
-  void update(ParamGroup& g, Tensor& p, const Tensor& grad, ParamState& state) override {
-    auto t = static_cast<double>(state.steps);
-    std::vector<Tensor>& slots = state.slots;
+  void update(ParamGroup& g, std::span<ParamUpdate> batch) override {
+    auto t = static_cast<double>(batch.front().state->steps);
     kernels::AdamStep s{.lr = g.lr, .beta1 = o_.beta1, .beta2 = o_.beta2, .eps = o_.eps,
                         .weight_decay = g.weight_decay, .decoupled = o_.decoupled_weight_decay,
                         .amsgrad = o_.amsgrad, .bias_correction1 = 1.0 - std::pow(o_.beta1, t),
                         .bias_correction2 = 1.0 - std::pow(o_.beta2, t)};
-    if (!p.device().is_cpu()) {
-      detail::adam_update_with_ops(s, p, grad, slots);
+    if (batch.front().param.device().is_cpu()) {
+      for (ParamUpdate& u : batch) {
+        std::vector<Tensor>& slots = u.state->slots;
+        kernels::cpu::adam_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
+                                slots[0].data_ptr(), slots[1].data_ptr(), o_.amsgrad ? slots[2].data_ptr() : nullptr,
+                                s);
+      }
       return;
     }
-    kernels::cpu::adam_step(p.dtype(), p.numel(), p.data_ptr(), grad.data_ptr(), slots[0].data_ptr(),
-                            slots[1].data_ptr(), o_.amsgrad ? slots[2].data_ptr() : nullptr, s);
+    GENESIS_ON_CUDA(kernels::cuda::adam_step(batch.front().param.dtype(), batch.front().grad.dtype(),
+                                             cuda_tensors(batch), s, cuda::current_stream()));
   }
+
 
  private:
   AdamOptions o_;
@@ -214,14 +229,19 @@ class Lion final : public Optimizer {
 
  protected:
   std::vector<std::string> slot_names() const override { return {"exp_avg"}; }
-  void update(ParamGroup& g, Tensor& p, const Tensor& grad, ParamState& state) override {
+  void update(ParamGroup& g, std::span<ParamUpdate> batch) override {
     kernels::LionStep s{.lr = g.lr, .beta1 = o_.beta1, .beta2 = o_.beta2, .weight_decay = g.weight_decay};
-    if (!p.device().is_cpu()) {
-      detail::lion_update_with_ops(s, p, grad, state.slots[0]);
+    if (batch.front().param.device().is_cpu()) {
+      for (ParamUpdate& u : batch) {
+        kernels::cpu::lion_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
+                                u.state->slots[0].data_ptr(), s);
+      }
       return;
     }
-    kernels::cpu::lion_step(p.dtype(), p.numel(), p.data_ptr(), grad.data_ptr(), state.slots[0].data_ptr(), s);
+    GENESIS_ON_CUDA(kernels::cuda::lion_step(batch.front().param.dtype(), batch.front().grad.dtype(),
+                                             cuda_tensors(batch), s, cuda::current_stream()));
   }
+
 
  private:
   LionOptions o_;
@@ -241,25 +261,53 @@ std::unique_ptr<Optimizer> make_adam(std::vector<ParamGroup> groups, AdamOptions
   return std::make_unique<Adam>(std::move(groups), options);
 }
 
+namespace {
+
+#if GENESIS_WITH_CUDA
+// The fused path: every gradient contiguous, floating and on one CUDA device. Returns the
+// norm, or an undefined tensor when the gradients do not qualify.
+Tensor clip_grad_norm_cuda(const std::vector<Tensor>& grads, double max_norm) {
+  const Device device = grads.front().device();
+  std::vector<kernels::cuda::NormTensor> tensors;
+  for (const Tensor& g : grads) {
+    if (g.device() != device || !g.is_contiguous() || !is_floating(g.dtype())) return Tensor();
+    tensors.push_back({.data = g.data_ptr(), .dtype = g.dtype(), .n = g.numel()});
+  }
+  auto count = static_cast<int64_t>(tensors.size());
+  Tensor scratch = empty({kernels::cuda::global_norm_scratch(count)}, {.dtype = DType::f32, .device = device});
+  Tensor norm = empty({}, {.dtype = DType::f32, .device = device});
+  cudaStream_t stream = cuda::current_stream();
+  kernels::cuda::global_norm(tensors, scratch.data<float>(), norm.data<float>(), stream);
+  if (max_norm > 0.0) kernels::cuda::clip_by_norm(tensors, norm.data<float>(), max_norm, stream);
+  return norm;
+}
+#endif
+
+}  // namespace
+
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
-  Tensor total;
+  std::vector<Tensor> grads;
   for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return scalar_tensor(0.0, {.dtype = DType::f32});
+#if GENESIS_WITH_CUDA
+  if (grads.front().device().is_cuda()) {
+    if (Tensor norm = clip_grad_norm_cuda(grads, max_norm); norm.defined()) return norm;
+  }
+#endif
+  Tensor total;
+  for (const Tensor& g : grads) {
     Tensor gf = g.to(DType::f32);  // square in f32: half-precision squares overflow
     Tensor sq = sum(mul(gf, gf));
     total = total.defined() ? add(total, sq) : sq;
   }
-  if (!total.defined()) return scalar_tensor(0.0);
   Tensor norm = sqrt(total);
   if (max_norm > 0.0) {
     // coef = min(1, max_norm / (norm + 1e-6)), applied on the device: no host read.
     Tensor coef = clamp(div(max_norm, add(norm, 1e-6)), std::nullopt, 1.0);
-    for (const Tensor& p : params) {
-      Tensor g = p.grad();
-      if (g.defined()) mul_(g, coef);
-    }
+    for (Tensor& g : grads) mul_(g, coef);
   }
   return norm;
 }

@@ -1,14 +1,16 @@
 #pragma once
-// Optimizers over parameter groups, updated in place under NoGradGuard with fused
-// kernels (kernels/cpu/optim.h). Update formulas follow PyTorch's SGD, Adam and AdamW.
+// Optimizers over parameter groups, updated in place under NoGradGuard with fused kernels:
+// kernels/cpu/optim.h per CPU parameter, kernels/cuda/optim.h for CUDA parameters, which
+// share one multi-tensor launch per (group, step count, dtypes). Update formulas follow
+// PyTorch's SGD, Adam and AdamW.
 // State (per-parameter slots and the step count) is exported by name for checkpoints.
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/optim.h"
 #include "libgenesis/core/tensor.h"
 
 namespace genesis {
@@ -55,8 +57,16 @@ class Optimizer {
   };
   // Slots this optimizer keeps per parameter (e.g. {"exp_avg", "exp_avg_sq"}).
   virtual std::vector<std::string> slot_names() const = 0;
-  // Called with state.steps already counting this update.
-  virtual void update(ParamGroup& group, Tensor& param, const Tensor& grad, ParamState& state) = 0;
+  // One parameter's update: its gradient is contiguous, of the parameter's dtype except that
+  // f32 CUDA parameters keep f16/bf16 gradients (the kernels widen them).
+  struct ParamUpdate {
+    Tensor param;
+    Tensor grad;
+    ParamState* state;
+  };
+  // Updates parameters of one group that share a device, dtypes and a step count (state.steps
+  // already counting this update).
+  virtual void update(ParamGroup& group, std::span<ParamUpdate> batch) = 0;
 
  private:
   std::vector<ParamGroup> groups_;
@@ -87,16 +97,9 @@ std::unique_ptr<Optimizer> make_sgd(std::vector<ParamGroup> groups, SgdOptions o
 std::unique_ptr<Optimizer> make_lion(std::vector<ParamGroup> groups, LionOptions options = {});
 std::unique_ptr<Optimizer> make_adam(std::vector<ParamGroup> groups, AdamOptions options = {});
 
-namespace detail {
-// Unfused updates built from elementwise ops (used for non-CPU parameters); the same
-// formulas as the fused CPU kernels of kernels/cpu/optim.h.
-void sgd_update_with_ops(const kernels::SgdStep& s, Tensor& p, const Tensor& grad, Tensor* momentum_buffer);
-void adam_update_with_ops(const kernels::AdamStep& s, Tensor& p, const Tensor& grad, std::vector<Tensor>& slots);
-void lion_update_with_ops(const kernels::LionStep& s, Tensor& p, const Tensor& grad, Tensor& exp_avg);
-}  // namespace detail
-
 // Scales all gradients so their global L2 norm is at most max_norm; returns the norm
-// before clipping as a 0-d tensor (no host synchronization). max_norm <= 0 only measures.
+// before clipping as a 0-d f32 tensor (no host synchronization). max_norm <= 0 only
+// measures. Contiguous CUDA gradients on one device take two or three multi-tensor launches.
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // Clamps every gradient element to [-value, value].
 void clip_grad_value(const std::vector<Tensor>& params, double value);

@@ -29,6 +29,7 @@ struct RecipeSpec {
     std::string device;  // "cpu", "cuda", "cuda:N" or "auto"
     std::string out_dir;
     int64_t threads = 0;  // 0 = all cores
+    bool allow_tf32 = false;  // CUDA f32 matmuls may use TF32 tensor cores
     bool operator==(const Run&) const = default;
   };
   struct Model {

@@ -100,6 +100,12 @@ const std::vector<KeySpec>& recipe_schema() {
        .min = at_least(0),
        .doc = "CPU threads for kernels; 0 = all cores.",
        .field = GENESIS_RECIPE_FIELD(run.threads)},
+      {.section = "run",
+       .key = "allow_tf32",
+       .fallback = false,
+       .doc = "CUDA: let f32 matrix products use TF32 tensor cores (inputs rounded to 10 mantissa bits, several "
+              "times faster); false keeps full f32 accuracy.",
+       .field = GENESIS_RECIPE_FIELD(run.allow_tf32)},
       // [model]
       {.section = "model",
        .key = "name",

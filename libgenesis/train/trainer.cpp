@@ -17,6 +17,7 @@
 #include "libgenesis/io/safetensors.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/linalg.h"
 #include "libgenesis/ops/loss.h"
 #include "libgenesis/ops/reduce.h"
 #include "libgenesis/recipe/build.h"
@@ -140,6 +141,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   fs::path run_dir = options.run_dir.empty() ? default_run_dir(spec) : options.run_dir;
   prepare_run_dir(run_dir, options);
   set_threads(spec.run.threads);
+  set_allow_tf32(spec.run.allow_tf32);
   Device device = recipe::resolve_device(spec.run.device);
   std::string recipe_toml = spec.to_toml();
   if (!options.resume) io::write_file_atomic(run_dir / "recipe.toml", recipe_toml);
@@ -276,6 +278,7 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::p
   GENESIS_CHECK(s.eval.split != "val" || s.data.val_fraction > 0.0, UsageError,
                 "--split val needs data.val_fraction > 0 in the recipe");
   set_threads(s.run.threads);
+  set_allow_tf32(s.run.allow_tf32);
   Device device = recipe::resolve_device(s.run.device);
   recipe::RunData run_data = recipe::build_data(s);
   std::shared_ptr<nn::Module> model = recipe::build_model(s, device);

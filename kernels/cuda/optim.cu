@@ -1,0 +1,347 @@
+// Multi-tensor optimizer kernels: a launch covers up to kMaxTensorsPerLaunch tensors cut into
+// chunks of kChunk elements; blocks stride over the chunks of all of them. Each element is
+// read and written once (parameter, gradient, state), so the step is memory bound.
+#include <cmath>
+#include <vector>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/optim.h"
+#include "libgenesis/core/error.h"
+
+namespace genesis::kernels::cuda {
+
+namespace {
+
+constexpr int kChunk = 4096;
+constexpr int kOptimBlock = 256;
+
+// The pointers of one launch, passed by value in the kernel arguments (under 4 KiB).
+struct TensorTable {
+  void* param[kMaxTensorsPerLaunch];
+  const void* grad[kMaxTensorsPerLaunch];
+  void* slots[3][kMaxTensorsPerLaunch];
+  int64_t n[kMaxTensorsPerLaunch];
+  int64_t chunk_start[kMaxTensorsPerLaunch + 1];  // first chunk of each tensor; [count] = all chunks
+  int count;
+};
+
+// Calls visit(table) for consecutive groups of at most kMaxTensorsPerLaunch tensors with elements.
+template <class Visit>
+void for_each_table(std::span<const OptimTensor> tensors, Visit&& visit) {
+  TensorTable table{};
+  auto flush = [&] {
+    if (table.count > 0) visit(table);
+    table = TensorTable{};
+  };
+  for (const OptimTensor& t : tensors) {
+    if (t.n == 0) continue;
+    const int i = table.count++;
+    table.param[i] = t.param;
+    table.grad[i] = t.grad;
+    for (int s = 0; s < 3; ++s) table.slots[s][i] = t.slots[s];
+    table.n[i] = t.n;
+    table.chunk_start[i + 1] = table.chunk_start[i] + (t.n + kChunk - 1) / kChunk;
+    if (table.count == kMaxTensorsPerLaunch) flush();
+  }
+  flush();
+}
+
+// The tensor that chunk `chunk` belongs to (a short linear scan: at most kMaxTensorsPerLaunch).
+__device__ __forceinline__ int tensor_of_chunk(const TensorTable& table, int64_t chunk) {
+  int t = 0;
+  while (chunk >= table.chunk_start[t + 1]) ++t;
+  return t;
+}
+
+// Grid-stride over every chunk of the table; update(i, param, grad, slot0, slot1, slot2) per element.
+template <class T, class G, class Update>
+__global__ void __launch_bounds__(kOptimBlock) multi_tensor_update(TensorTable table, Update update) {
+  const int64_t chunks = table.chunk_start[table.count];
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    const int t = tensor_of_chunk(table, chunk);
+    const int64_t begin = (chunk - table.chunk_start[t]) * kChunk;
+    const int64_t end = begin + kChunk < table.n[t] ? begin + kChunk : table.n[t];
+    T* p = static_cast<T*>(table.param[t]);
+    const G* g = static_cast<const G*>(table.grad[t]);
+    T* s0 = static_cast<T*>(table.slots[0][t]);
+    T* s1 = static_cast<T*>(table.slots[1][t]);
+    T* s2 = static_cast<T*>(table.slots[2][t]);
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) update(i, p, cast_value<T>(g[i]), s0, s1, s2);
+  }
+}
+
+// The constants of each update are computed on the host exactly as kernels/cpu/optim.cpp does.
+template <class T>
+struct AdamUpdate {
+  T b1, b2, eps, step_size, bc2_sqrt, decay, wd;
+  bool decoupled, amsgrad;
+  explicit AdamUpdate(const AdamStep& s)
+      : b1(static_cast<T>(s.beta1)),
+        b2(static_cast<T>(s.beta2)),
+        eps(static_cast<T>(s.eps)),
+        step_size(static_cast<T>(s.lr / s.bias_correction1)),
+        bc2_sqrt(static_cast<T>(std::sqrt(s.bias_correction2))),
+        decay(static_cast<T>(1.0 - s.lr * s.weight_decay)),
+        wd(static_cast<T>(s.weight_decay)),
+        decoupled(s.decoupled),
+        amsgrad(s.amsgrad) {}
+  __device__ void operator()(int64_t i, T* p, T grad, T* m, T* v, T* v_max) const {
+    T param = p[i];
+    if (decoupled) {
+      param *= decay;
+    } else {
+      grad += wd * param;
+    }
+    const T mi = b1 * m[i] + (T(1) - b1) * grad;
+    const T vi = b2 * v[i] + (T(1) - b2) * grad * grad;
+    m[i] = mi;
+    v[i] = vi;
+    T second = vi;
+    if (amsgrad) {
+      second = v_max[i] > vi ? v_max[i] : vi;
+      v_max[i] = second;
+    }
+    const T denom = sqrt(second) / bc2_sqrt + eps;
+    p[i] = param - step_size * mi / denom;
+  }
+};
+
+template <class T>
+struct SgdUpdate {
+  T lr, momentum, damp, wd;
+  bool nesterov, first_step;
+  explicit SgdUpdate(const SgdStep& s)
+      : lr(static_cast<T>(s.lr)),
+        momentum(static_cast<T>(s.momentum)),
+        damp(static_cast<T>(1.0 - s.dampening)),
+        wd(static_cast<T>(s.weight_decay)),
+        nesterov(s.nesterov),
+        first_step(s.first_step) {}
+  __device__ void operator()(int64_t i, T* p, T grad, T* buf, T*, T*) const {
+    T d = grad + wd * p[i];
+    if (buf) {
+      const T b = first_step ? d : momentum * buf[i] + damp * d;
+      buf[i] = b;
+      d = nesterov ? d + momentum * b : b;
+    }
+    p[i] -= lr * d;
+  }
+};
+
+// c = b1 m + (1 - b1) g;  p = p (1 - lr wd) - lr sign(c);  m = b2 m + (1 - b2) g
+template <class T>
+struct LionUpdate {
+  T b1, b2, lr, decay;
+  explicit LionUpdate(const LionStep& s)
+      : b1(static_cast<T>(s.beta1)),
+        b2(static_cast<T>(s.beta2)),
+        lr(static_cast<T>(s.lr)),
+        decay(static_cast<T>(1.0 - s.lr * s.weight_decay)) {}
+  __device__ void operator()(int64_t i, T* p, T grad, T* m, T*, T*) const {
+    const T c = b1 * m[i] + (T(1) - b1) * grad;
+    const T sign = c > T(0) ? T(1) : (c < T(0) ? T(-1) : T(0));
+    p[i] = p[i] * decay - lr * sign;
+    m[i] = b2 * m[i] + (T(1) - b2) * grad;
+  }
+};
+
+template <class T, class G, class Update>
+void launch_update(std::span<const OptimTensor> tensors, const Update& update, cudaStream_t stream) {
+  for_each_table(tensors, [&](const TensorTable& table) {
+    const unsigned blocks = grid_size(table.chunk_start[table.count] * kOptimBlock, kOptimBlock);
+    multi_tensor_update<T, G><<<blocks, kOptimBlock, 0, stream>>>(table, update);
+    GENESIS_CUDA_LAUNCH_CHECK();
+  });
+}
+
+// f32 parameters take f32, f16 or bf16 gradients; f64 parameters f64 gradients.
+template <template <class> class Update, class Step>
+void dispatch_update(const char* what, DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors,
+                     const Step& s, cudaStream_t stream) {
+  if (param_dtype == DType::f32) {
+    const Update<float> update(s);
+    switch (grad_dtype) {
+      case DType::f32:
+        return launch_update<float, float>(tensors, update, stream);
+      case DType::f16:
+        return launch_update<float, __half>(tensors, update, stream);
+      case DType::bf16:
+        return launch_update<float, __nv_bfloat16>(tensors, update, stream);
+      default:
+        break;
+    }
+  } else if (param_dtype == DType::f64 && grad_dtype == DType::f64) {
+    return launch_update<double, double>(tensors, Update<double>(s), stream);
+  }
+  GENESIS_THROW(DTypeError, what,
+                ": CUDA parameters must be f32 (gradients f32, f16 or bf16) or f64 (gradients f64), got ",
+                dtype_name(param_dtype), " parameters with ", dtype_name(grad_dtype), " gradients");
+}
+
+// --- global gradient norm ----------------------------------------------------------------
+
+constexpr int kNormBlocks = 256;  // fixed, so the summation order never depends on the device
+constexpr int kNormThreads = 512;
+
+// Tensors of one norm launch; dtypes per tensor because a model may mix them.
+struct NormTable {
+  void* data[kMaxTensorsPerLaunch];
+  int64_t n[kMaxTensorsPerLaunch];
+  int64_t chunk_start[kMaxTensorsPerLaunch + 1];
+  DType dtype[kMaxTensorsPerLaunch];
+  int count;
+};
+
+template <class Visit>
+void for_each_norm_table(std::span<const NormTensor> tensors, Visit&& visit) {
+  NormTable table{};
+  auto flush = [&] {
+    if (table.count > 0) visit(table);
+    table = NormTable{};
+  };
+  for (const NormTensor& t : tensors) {
+    if (t.n == 0) continue;
+    const int i = table.count++;
+    table.data[i] = t.data;
+    table.n[i] = t.n;
+    table.dtype[i] = t.dtype;
+    table.chunk_start[i + 1] = table.chunk_start[i] + (t.n + kChunk - 1) / kChunk;
+    if (table.count == kMaxTensorsPerLaunch) flush();
+  }
+  flush();
+}
+
+__device__ __forceinline__ float load_as_float(const void* data, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::f64:
+      return static_cast<float>(static_cast<const double*>(data)[i]);
+    case DType::f16:
+      return __half2float(static_cast<const __half*>(data)[i]);
+    case DType::bf16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
+    default:
+      return static_cast<const float*>(data)[i];
+  }
+}
+
+// Sum of a block's values in a fixed tree order; the result is valid in thread 0.
+__device__ float block_sum(float value) {
+  __shared__ float warp_sums[kNormThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_sums[warp] = value;
+  __syncthreads();
+  value = threadIdx.x < kNormThreads / 32 ? warp_sums[threadIdx.x] : 0.0f;
+  if (warp == 0)
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+// Block b sums the squares of chunks b, b + kNormBlocks, ... into partials[b].
+__global__ void __launch_bounds__(kNormThreads) sum_squares_partials(NormTable table, float* partials) {
+  const int64_t chunks = table.chunk_start[table.count];
+  float acc = 0.0f;
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    int t = 0;
+    while (chunk >= table.chunk_start[t + 1]) ++t;
+    const int64_t begin = (chunk - table.chunk_start[t]) * kChunk;
+    const int64_t end = begin + kChunk < table.n[t] ? begin + kChunk : table.n[t];
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const float x = load_as_float(table.data[t], table.dtype[t], i);
+      acc += x * x;
+    }
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// One block: norm[0] = sqrt(sum of `count` partials).
+__global__ void __launch_bounds__(kNormThreads) finish_norm(const float* partials, int64_t count, float* norm) {
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) norm[0] = sqrtf(acc);
+}
+
+__global__ void __launch_bounds__(kOptimBlock) scale_by_norm(NormTable table, const float* norm, float max_norm) {
+  const float coef = fminf(1.0f, max_norm / (norm[0] + 1e-6f));
+  const int64_t chunks = table.chunk_start[table.count];
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    int t = 0;
+    while (chunk >= table.chunk_start[t + 1]) ++t;
+    const int64_t begin = (chunk - table.chunk_start[t]) * kChunk;
+    const int64_t end = begin + kChunk < table.n[t] ? begin + kChunk : table.n[t];
+    void* data = table.data[t];
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      switch (table.dtype[t]) {
+        case DType::f64:
+          static_cast<double*>(data)[i] *= static_cast<double>(coef);
+          break;
+        case DType::f16: {
+          __half* h = static_cast<__half*>(data);
+          h[i] = __float2half_rn(__half2float(h[i]) * coef);
+          break;
+        }
+        case DType::bf16: {
+          __nv_bfloat16* h = static_cast<__nv_bfloat16*>(data);
+          h[i] = __float2bfloat16_rn(__bfloat162float(h[i]) * coef);
+          break;
+        }
+        default:
+          static_cast<float*>(data)[i] *= coef;
+          break;
+      }
+    }
+  }
+}
+
+void check_norm_dtypes(const char* what, std::span<const NormTensor> tensors) {
+  for (const NormTensor& t : tensors) {
+    if (t.dtype != DType::f32 && t.dtype != DType::f64 && t.dtype != DType::f16 && t.dtype != DType::bf16)
+      throw_unsupported_dtype(what, t.dtype);
+  }
+}
+
+}  // namespace
+
+void adam_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const AdamStep& s,
+               cudaStream_t stream) {
+  dispatch_update<AdamUpdate>("adam_step", param_dtype, grad_dtype, tensors, s, stream);
+}
+
+void sgd_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const SgdStep& s,
+              cudaStream_t stream) {
+  dispatch_update<SgdUpdate>("sgd_step", param_dtype, grad_dtype, tensors, s, stream);
+}
+
+void lion_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const LionStep& s,
+               cudaStream_t stream) {
+  dispatch_update<LionUpdate>("lion_step", param_dtype, grad_dtype, tensors, s, stream);
+}
+
+int64_t global_norm_scratch(int64_t count) {
+  return std::max<int64_t>(1, (count + kMaxTensorsPerLaunch - 1) / kMaxTensorsPerLaunch) * kNormBlocks;
+}
+
+void global_norm(std::span<const NormTensor> tensors, float* scratch, float* norm, cudaStream_t stream) {
+  check_norm_dtypes("global_norm", tensors);
+  int64_t launches = 0;
+  for_each_norm_table(tensors, [&](const NormTable& table) {
+    sum_squares_partials<<<kNormBlocks, kNormThreads, 0, stream>>>(table, scratch + launches * kNormBlocks);
+    GENESIS_CUDA_LAUNCH_CHECK();
+    ++launches;
+  });
+  finish_norm<<<1, kNormThreads, 0, stream>>>(scratch, launches * kNormBlocks, norm);
+  GENESIS_CUDA_LAUNCH_CHECK();
+}
+
+void clip_by_norm(std::span<const NormTensor> tensors, const float* norm, double max_norm, cudaStream_t stream) {
+  check_norm_dtypes("clip_by_norm", tensors);
+  for_each_norm_table(tensors, [&](const NormTable& table) {
+    const unsigned blocks = grid_size(table.chunk_start[table.count] * kOptimBlock, kOptimBlock);
+    scale_by_norm<<<blocks, kOptimBlock, 0, stream>>>(table, norm, static_cast<float>(max_norm));
+    GENESIS_CUDA_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace genesis::kernels::cuda
