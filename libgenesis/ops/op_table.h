@@ -105,6 +105,9 @@ namespace genesis {
   X(max_pool2d, "conv", true, false)                     \
   X(avg_pool2d, "conv", true, false)                     \
   X(one_hot, "nn", false, false)                         \
+  X(rope, "nn", true, false)                             \
+  X(swiglu, "nn", true, false)                           \
+  X(scaled_dot_product_attention, "nn", true, false)     \
   /* shape and indexing */                               \
   X(cat, "index", true, false)                           \
   X(stack, "index", true, false)                         \
