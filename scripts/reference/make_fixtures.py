@@ -154,7 +154,12 @@ def make_fixture(name, make_config, seed, out_root):
     out = out_root / name
     out.mkdir(parents=True, exist_ok=True)
     model = build(make_config(), seed)
-    model.save_pretrained(out, safe_serialization=True)
+    save_options = {}
+    if "safe_serialization" in inspect.signature(model.save_pretrained).parameters:
+        save_options["safe_serialization"] = True
+    model.save_pretrained(out, **save_options)
+    if not (out / "model.safetensors").exists():
+        sys.exit(f"{name}: save_pretrained wrote no model.safetensors in {out}")
 
     generator = torch.Generator().manual_seed(1000 + seed)
     ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=generator, dtype=torch.int64)
