@@ -10,6 +10,7 @@
 #include "libgenesis/models/gpt2.h"
 #include "libgenesis/models/hf.h"
 #include "libgenesis/models/llama.h"
+#include "libgenesis/recipe/build.h"
 #include "tests/testing.h"
 
 using namespace genesis;
@@ -231,6 +232,52 @@ TEST_CASE("Hugging Face directories: single file, shards, dtype casts and strict
   write_config(dir / "empty");
   CHECK_THROWS_WITH(load_hf_model(dir / "empty"), Catch::Contains("model.safetensors"));
   CHECK_THROWS_WITH(load_hf_model(dir / "missing"), Catch::Contains("config.json"));
+}
+
+TEST_CASE("recipes declare language models with Hugging Face keys or init_from", "[cpu][models]") {
+  auto recipe = [](const std::string& model) {
+    return "[run]\nname = \"lm\"\n[model]\n" + model + "\n[optimizer]\nname = \"adamw\"\nlr = 0.001\n[training]\nsteps = 1\n";
+  };
+  RecipeSpec gpt2 = parse_recipe(recipe("name = \"gpt2\"\nvocab_size = 30\nn_positions = 8\nn_embd = 12\nn_layer = 1\nn_head = 2"),
+                                 "gpt2.toml");
+  auto gpt2_model = std::dynamic_pointer_cast<CausalLM>(recipe::build_model(gpt2, kCPU));
+  REQUIRE(gpt2_model);
+  CHECK(gpt2_model->forward(random_ids(1, 8, 30)).shape() == Shape{1, 8, 30});
+  CHECK(parse_recipe(gpt2.to_toml(), "resolved.toml") == gpt2);
+
+  RecipeSpec qwen3 = parse_recipe(recipe(R"(name = "qwen3"
+vocab_size = 20
+hidden_size = 8
+intermediate_size = 12
+num_hidden_layers = 1
+num_attention_heads = 2
+num_key_value_heads = 1
+head_dim = 4
+rope_theta = 100.0
+tie_word_embeddings = true)"), "qwen3.toml");
+  auto qwen3_model = std::dynamic_pointer_cast<DecoderLM>(recipe::build_model(qwen3, kCPU));
+  REQUIRE(qwen3_model);
+  CHECK(qwen3_model->config().head_dim == 4);
+  CHECK(qwen3_model->config().rope_theta == 100.0);
+  CHECK(qwen3_model->config().tie_word_embeddings);
+  CHECK(qwen3_model->config().rms_norm_eps == 1e-6);
+
+  CHECK_THROWS_WITH(parse_recipe(recipe("name = \"llama\"\nvocab_size = 20\nhidden_size = 8"), "bad.toml"),
+                    Catch::Contains("intermediate_size, num_hidden_layers, num_attention_heads"));
+
+  TempDir dir("recipe_init_from");
+  auto source = causal_lm_from_config(decoder_json("llama"));
+  io::NamedTensors named;
+  for (const NamedTensor& p : source->named_parameters()) named.emplace_back(p.name, p.tensor.detach());
+  io::save_safetensors(dir / "model.safetensors", named);
+  std::ofstream(dir / "config.json") << decoder_json("llama");
+  RecipeSpec fine_tune = parse_recipe(recipe("name = \"llama\"\ninit_from = \"" + dir.path().string() + "\""), "ft.toml");
+  auto loaded = std::dynamic_pointer_cast<CausalLM>(recipe::build_model(fine_tune, kCPU));
+  REQUIRE(loaded);
+  Tensor ids = random_ids(1, 4, 40);
+  require_close(loaded->forward(ids), source->forward(ids), 1e-6, 1e-6);
+  CHECK_THROWS_WITH(parse_recipe(recipe("name = \"llama\"\nhidden_size = 8\ninit_from = \"x\""), "both.toml"),
+                    Catch::Contains("remove hidden_size"));
 }
 
 // --- parity with transformers (fixtures from scripts/reference/make_fixtures.py) ------------
