@@ -1,6 +1,7 @@
 // Language models: shapes and Hugging Face names, causal masking, KV cache, grouped-query
 // attention, config errors, the Hugging Face directory loader, and parity with transformers
 // on the fixtures of scripts/reference/make_fixtures.py (tests/fixtures/<name>/).
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -152,6 +153,43 @@ TEST_CASE("language models: loss, backward and inputs outside the model's range"
   CHECK_THROWS_AS(model->forward(full({1, 3}, 1.0)), DTypeError);
   CHECK_THROWS_AS(greedy_generate(*model, random_ids(1, 10, 50), 7), ValueError);
   CHECK_THROWS_AS(causal_lm_loss(logits.narrow(1, 0, 1), ids.narrow(1, 0, 1)), ShapeError);
+}
+
+TEST_CASE("language models: parameter gradients match finite differences in f64", "[cpu][models]") {
+  for (const std::string& json : all_model_jsons()) {
+    auto model = causal_lm_from_config(json, {.dtype = DType::f64});
+    Tensor ids = random_ids(2, 5, model->vocab_size());
+    auto loss_value = [&] {
+      NoGradGuard no_grad;
+      return causal_lm_loss(model->forward(ids), ids).item();
+    };
+    causal_lm_loss(model->forward(ids), ids).backward();
+    for (const NamedTensor& p : model->named_parameters()) {
+      INFO(model->model_type() << " " << p.name);
+      const std::vector<double> grad = p.tensor.grad().to_vector<double>();
+      auto* values = p.tensor.data<double>();
+      for (int64_t i : {int64_t{0}, p.tensor.numel() / 2 + 1}) {
+        const double eps = 1e-6, original = values[i];
+        values[i] = original + eps;
+        const double up = loss_value();
+        values[i] = original - eps;
+        const double down = loss_value();
+        values[i] = original;
+        CHECK(grad[static_cast<size_t>(i)] == Approx((up - down) / (2 * eps)).margin(1e-8).epsilon(1e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("language models run in bf16", "[cpu][models]") {
+  for (const std::string& json : all_model_jsons()) {
+    auto model = causal_lm_from_config(json, {.dtype = DType::bf16});
+    Tensor ids = random_ids(2, 4, model->vocab_size());
+    Tensor logits = model->forward(ids);
+    CHECK(logits.dtype() == DType::bf16);
+    CHECK(std::isfinite(sum(logits.to(DType::f32)).item()));
+    CHECK(greedy_generate(*model, ids, 3).shape() == Shape{2, 3});
+  }
 }
 
 TEST_CASE("language models: config errors name the key and what is supported", "[cpu][models]") {
