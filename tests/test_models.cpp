@@ -261,6 +261,13 @@ TEST_CASE("Hugging Face directories: single file, shards, dtype casts and strict
   CHECK(loaded->parameters().front().dtype() == DType::f32);
   require_close(loaded->forward(ids), expected, 5e-2, 5e-2);
 
+  // Saved from the base model alone (as the original gpt2 files are): no "model." prefix.
+  write_config(dir / "base_only");
+  io::NamedTensors unprefixed;
+  for (const auto& [name, t] : named) unprefixed.emplace_back(name.starts_with("model.") ? name.substr(6) : name, t);
+  io::save_safetensors(dir / "base_only" / "model.safetensors", unprefixed);
+  require_close(load_hf_model(dir / "base_only")->forward(ids), expected, 1e-6, 1e-6);
+
   write_config(dir / "broken");
   io::NamedTensors broken(named.begin() + 1, named.end());
   broken.emplace_back("model.layers.9.mlp.up_proj.weight", zeros({2, 2}));

@@ -32,6 +32,10 @@ class CausalLM : public nn::Module {
   virtual int64_t max_positions() const = 0;
   // Hugging Face's model_type ("gpt2", "llama", "qwen2", "qwen3").
   virtual std::string model_type() const = 0;
+  // The prefix of the base model's parameters ("transformer" for GPT-2, "model" for the decoders):
+  // checkpoints saved from the base model alone (GPT2Model, as the original gpt2 files are) name
+  // their tensors without it.
+  virtual std::string base_model_prefix() const = 0;
   // Names a Hugging Face checkpoint may hold that the model rebuilds itself (GPT-2's causal mask
   // buffers, a tied lm_head.weight): the loader skips them.
   virtual bool ignores_checkpoint_tensor(const std::string& name) const = 0;

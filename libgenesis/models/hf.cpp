@@ -54,16 +54,20 @@ std::vector<fs::path> weight_files(const fs::path& dir) {
 }  // namespace
 
 void load_hf_weights(CausalLM& model, const fs::path& dir) {
+  std::set<std::string> own;
+  for (const NamedTensor& p : model.state_dict()) own.insert(p.name);
+  const std::string prefix = model.base_model_prefix() + ".";
   std::vector<NamedTensor> state;
   std::map<std::string, fs::path> seen;
   for (const fs::path& file : weight_files(dir)) {
     io::SafetensorsFile weights(file);
-    for (const std::string& name : weights.names()) {
+    for (const std::string& stored : weights.names()) {
+      const std::string name = !own.count(stored) && own.count(prefix + stored) ? prefix + stored : stored;
       if (model.ignores_checkpoint_tensor(name)) continue;
       auto [it, inserted] = seen.emplace(name, file);
       GENESIS_CHECK(inserted, FormatError, dir.string(), ": tensor '", name, "' appears in both ",
                     it->second.filename().string(), " and ", file.filename().string());
-      state.push_back({name, weights.tensor(name)});
+      state.push_back({name, weights.tensor(stored)});
     }
   }
   try {
