@@ -27,10 +27,13 @@ const char* kGpt2 = R"({"model_type": "gpt2", "vocab_size": 50, "n_positions": 1
 std::string decoder_json(const std::string& type, const std::string& extra = "") {
   return R"({"model_type": ")" + type + R"(", "vocab_size": 40, "hidden_size": 16, "intermediate_size": 24,
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "max_position_embeddings": 32, "rope_theta": 500.0)" + extra + "}";
+    "max_position_embeddings": 32, "rope_theta": 500.0)" +
+         extra + "}";
 }
 
-Tensor random_ids(int64_t batch, int64_t steps, int64_t vocab) { return randint(0, vocab, {batch, steps}); }
+Tensor random_ids(int64_t batch, int64_t steps, int64_t vocab) {
+  return randint(0, vocab, {batch, steps});
+}
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   return max(abs(sub(a.to(DType::f64), b.to(DType::f64)))).item();
@@ -110,8 +113,8 @@ TEST_CASE("language models: KV-cache decoding equals full recomputation", "[cpu]
     Tensor first = model->forward_with_cache(ids.narrow(1, 0, 5), &cache);
     CHECK(cache.length == 5);
     require_close(first, full.narrow(1, 0, 5), 1e-5, 1e-5);
-    for (int64_t t = 5; t < 8; ++t) require_close(model->forward_with_cache(ids.narrow(1, t, 1), &cache),
-                                                  full.narrow(1, t, 1), 1e-5, 1e-5);
+    for (int64_t t = 5; t < 8; ++t)
+      require_close(model->forward_with_cache(ids.narrow(1, t, 1), &cache), full.narrow(1, t, 1), 1e-5, 1e-5);
     CHECK_THROWS_AS(model->forward_with_cache(ids.narrow(1, 0, 1), &cache), ValueError);
     Tensor prompt = ids.narrow(1, 0, 3);
     Tensor cached = greedy_generate(*model, prompt, 6, true), recomputed = greedy_generate(*model, prompt, 6, false);
@@ -197,10 +200,12 @@ TEST_CASE("language models: config errors name the key and what is supported", "
                     Catch::Contains("mamba") && Catch::Contains("gpt2, llama, qwen2, qwen3"));
   CHECK_THROWS_WITH(causal_lm_from_config(R"({"vocab_size": 4})"), Catch::Contains("model_type"));
   CHECK_THROWS_AS(causal_lm_from_config("{not json"), UsageError);
-  CHECK_THROWS_WITH(causal_lm_from_config(decoder_json("llama", R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0})")),
-                    Catch::Contains("rope_scaling") && Catch::Contains("default"));
+  CHECK_THROWS_WITH(
+      causal_lm_from_config(decoder_json("llama", R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0})")),
+      Catch::Contains("rope_scaling") && Catch::Contains("default"));
   CHECK_NOTHROW(causal_lm_from_config(decoder_json("llama", R"(, "rope_scaling": null)")));
-  CHECK(decoder_config_from_json(decoder_json("llama", R"(, "rope_parameters": {"rope_type": "default", "rope_theta": 7.0})"))
+  CHECK(decoder_config_from_json(
+            decoder_json("llama", R"(, "rope_parameters": {"rope_type": "default", "rope_theta": 7.0})"))
             .rope_theta == 7.0);
   CHECK_THROWS_WITH(causal_lm_from_config(decoder_json("qwen2", R"(, "hidden_act": "gelu")")),
                     Catch::Contains("hidden_act") && Catch::Contains("silu"));
@@ -212,9 +217,11 @@ TEST_CASE("language models: config errors name the key and what is supported", "
                     Catch::Contains("missing key 'hidden_size'"));
   CHECK_THROWS_WITH(causal_lm_from_config(decoder_json("llama", R"(, "mlp_bias": true)")), Catch::Contains("mlp_bias"));
   CHECK_THROWS_WITH(causal_lm_from_config(R"({"model_type": "gpt2", "vocab_size": 8, "n_embd": 8, "n_layer": 1,
-    "n_head": 2, "activation_function": "relu"})"), Catch::Contains("activation_function") && Catch::Contains("gelu_new"));
-  CHECK_THROWS_WITH(causal_lm_from_config(R"({"model_type": "gpt2", "vocab_size": 8, "n_embd": 9, "n_layer": 1, "n_head": 2})"),
-                    Catch::Contains("divisible"));
+    "n_head": 2, "activation_function": "relu"})"),
+                    Catch::Contains("activation_function") && Catch::Contains("gelu_new"));
+  CHECK_THROWS_WITH(
+      causal_lm_from_config(R"({"model_type": "gpt2", "vocab_size": 8, "n_embd": 9, "n_layer": 1, "n_head": 2})"),
+      Catch::Contains("divisible"));
   CHECK_THROWS_WITH(causal_lm_from_config(R"({"model_type": "gpt2", "vocab_size": "8"})"),
                     Catch::Contains("'vocab_size' must be an integer"));
   const DecoderConfig qwen3 = decoder_config_from_json(R"({"model_type": "qwen3", "vocab_size": 8, "hidden_size": 8,
@@ -249,7 +256,8 @@ TEST_CASE("Hugging Face directories: single file, shards, dtype casts and strict
   io::save_safetensors(dir / "sharded" / "model-00002-of-00002.safetensors", second);
   std::string index = R"({"metadata": {}, "weight_map": {)";
   for (size_t i = 0; i < named.size(); ++i)
-    index += (i ? ", \"" : "\"") + named[i].first + "\": \"model-0000" + (i < half ? "1" : "2") + "-of-00002.safetensors\"";
+    index +=
+        (i ? ", \"" : "\"") + named[i].first + "\": \"model-0000" + (i < half ? "1" : "2") + "-of-00002.safetensors\"";
   std::ofstream(dir / "sharded" / "model.safetensors.index.json") << index << "}}";
   require_close(load_hf_model(dir / "sharded")->forward(ids), expected, 1e-6, 1e-6);
 
@@ -272,8 +280,9 @@ TEST_CASE("Hugging Face directories: single file, shards, dtype casts and strict
   io::NamedTensors broken(named.begin() + 1, named.end());
   broken.emplace_back("model.layers.9.mlp.up_proj.weight", zeros({2, 2}));
   io::save_safetensors(dir / "broken" / "model.safetensors", broken);
-  CHECK_THROWS_WITH(load_hf_model(dir / "broken"), Catch::Contains("missing [" + named[0].first) &&
-                                                       Catch::Contains("unexpected [model.layers.9.mlp.up_proj.weight"));
+  CHECK_THROWS_WITH(load_hf_model(dir / "broken"),
+                    Catch::Contains("missing [" + named[0].first) &&
+                        Catch::Contains("unexpected [model.layers.9.mlp.up_proj.weight"));
   write_config(dir / "empty");
   CHECK_THROWS_WITH(load_hf_model(dir / "empty"), Catch::Contains("model.safetensors"));
   CHECK_THROWS_WITH(load_hf_model(dir / "missing"), Catch::Contains("config.json"));
@@ -281,10 +290,11 @@ TEST_CASE("Hugging Face directories: single file, shards, dtype casts and strict
 
 TEST_CASE("recipes declare language models with Hugging Face keys or init_from", "[cpu][models]") {
   auto recipe = [](const std::string& model) {
-    return "[run]\nname = \"lm\"\n[model]\n" + model + "\n[optimizer]\nname = \"adamw\"\nlr = 0.001\n[training]\nsteps = 1\n";
+    return "[run]\nname = \"lm\"\n[model]\n" + model +
+           "\n[optimizer]\nname = \"adamw\"\nlr = 0.001\n[training]\nsteps = 1\n";
   };
-  RecipeSpec gpt2 = parse_recipe(recipe("name = \"gpt2\"\nvocab_size = 30\nn_positions = 8\nn_embd = 12\nn_layer = 1\nn_head = 2"),
-                                 "gpt2.toml");
+  RecipeSpec gpt2 = parse_recipe(
+      recipe("name = \"gpt2\"\nvocab_size = 30\nn_positions = 8\nn_embd = 12\nn_layer = 1\nn_head = 2"), "gpt2.toml");
   auto gpt2_model = std::dynamic_pointer_cast<CausalLM>(recipe::build_model(gpt2, kCPU));
   REQUIRE(gpt2_model);
   CHECK(gpt2_model->forward(random_ids(1, 8, 30)).shape() == Shape{1, 8, 30});
@@ -299,7 +309,8 @@ num_attention_heads = 2
 num_key_value_heads = 1
 head_dim = 4
 rope_theta = 100.0
-tie_word_embeddings = true)"), "qwen3.toml");
+tie_word_embeddings = true)"),
+                                  "qwen3.toml");
   auto qwen3_model = std::dynamic_pointer_cast<DecoderLM>(recipe::build_model(qwen3, kCPU));
   REQUIRE(qwen3_model);
   CHECK(qwen3_model->config().head_dim == 4);
@@ -316,7 +327,8 @@ tie_word_embeddings = true)"), "qwen3.toml");
   for (const NamedTensor& p : source->named_parameters()) named.emplace_back(p.name, p.tensor.detach());
   io::save_safetensors(dir / "model.safetensors", named);
   std::ofstream(dir / "config.json") << decoder_json("llama");
-  RecipeSpec fine_tune = parse_recipe(recipe("name = \"llama\"\ninit_from = \"" + dir.path().string() + "\""), "ft.toml");
+  RecipeSpec fine_tune =
+      parse_recipe(recipe("name = \"llama\"\ninit_from = \"" + dir.path().string() + "\""), "ft.toml");
   auto loaded = std::dynamic_pointer_cast<CausalLM>(recipe::build_model(fine_tune, kCPU));
   REQUIRE(loaded);
   Tensor ids = random_ids(1, 4, 40);
@@ -330,7 +342,8 @@ tie_word_embeddings = true)"), "qwen3.toml");
 namespace {
 
 fs::path fixture_dir(const std::string& name) {
-  for (const char* root : std::initializer_list<const char*>{std::getenv("GENESIS_SOURCE_DIR"), GENESIS_SOURCE_DIR, "."}) {
+  for (const char* root :
+       std::initializer_list<const char*>{std::getenv("GENESIS_SOURCE_DIR"), GENESIS_SOURCE_DIR, "."}) {
     if (root && fs::exists(fs::path(root) / "tests/fixtures" / name / "reference.safetensors"))
       return fs::path(root) / "tests/fixtures" / name;
   }
@@ -387,7 +400,15 @@ void check_parity(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("parity with transformers: GPT-2", "[cpu][models][parity]") { check_parity("gpt2"); }
-TEST_CASE("parity with transformers: Llama", "[cpu][models][parity]") { check_parity("llama"); }
-TEST_CASE("parity with transformers: Qwen2", "[cpu][models][parity]") { check_parity("qwen2"); }
-TEST_CASE("parity with transformers: Qwen3", "[cpu][models][parity]") { check_parity("qwen3"); }
+TEST_CASE("parity with transformers: GPT-2", "[cpu][models][parity]") {
+  check_parity("gpt2");
+}
+TEST_CASE("parity with transformers: Llama", "[cpu][models][parity]") {
+  check_parity("llama");
+}
+TEST_CASE("parity with transformers: Qwen2", "[cpu][models][parity]") {
+  check_parity("qwen2");
+}
+TEST_CASE("parity with transformers: Qwen3", "[cpu][models][parity]") {
+  check_parity("qwen3");
+}

@@ -107,7 +107,9 @@ GENESIS_GRADCHECK("scaled_dot_product_attention") {
   gradcheck([](const TensorList& in) { return scaled_dot_product_attention(in[0], in[1], in[2], false, 0.7); },
             {q, k, v});
   Tensor qt = rand_leaf({1, 2, 4, 3}), kt = rand_leaf({1, 2, 4, 3});
-  gradcheck([](const TensorList& in) {
-    return scaled_dot_product_attention(in[0].transpose(2, 3), in[1].transpose(2, 3), in[1].transpose(2, 3));
-  }, {qt, kt});
+  gradcheck(
+      [](const TensorList& in) {
+        return scaled_dot_product_attention(in[0].transpose(2, 3), in[1].transpose(2, 3), in[1].transpose(2, 3));
+      },
+      {qt, kt});
 }

@@ -61,7 +61,9 @@ void swiglu_backward_typed(int64_t n, const T* gate, const T* up, const T* grad_
 }
 
 // Last key position query row t may see (kv_len - 1 without the causal mask).
-int64_t last_key(const AttentionShape& s, int64_t t) { return s.causal ? s.kv_len - s.q_len + t : s.kv_len - 1; }
+int64_t last_key(const AttentionShape& s, int64_t t) {
+  return s.causal ? s.kv_len - s.q_len + t : s.kv_len - 1;
+}
 
 // One task per query row (batch, head, t): scores against the visible keys, a softmax, and
 // the weighted sum of values. Compute bound by the q.k and p.v dot products.

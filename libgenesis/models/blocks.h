@@ -12,7 +12,9 @@ namespace genesis::models::detail {
 class Container final : public nn::Module {
  public:
   explicit Container(std::string description) : description_(std::move(description)) {}
-  Tensor& add_parameter(std::string name, Tensor value) { return register_parameter(std::move(name), std::move(value)); }
+  Tensor& add_parameter(std::string name, Tensor value) {
+    return register_parameter(std::move(name), std::move(value));
+  }
   template <class M>
   std::shared_ptr<M> add_module(std::string name, std::shared_ptr<M> module) {
     return register_module(std::move(name), std::move(module));

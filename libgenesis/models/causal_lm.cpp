@@ -21,8 +21,8 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& ids) {
 
 Tensor greedy_generate(CausalLM& model, const Tensor& prompt, int64_t max_new_tokens, bool use_cache) {
   GENESIS_CHECK(max_new_tokens >= 0, ValueError, "generate: max_new_tokens must be >= 0 (got ", max_new_tokens, ")");
-  GENESIS_CHECK(prompt.dim() == 2 && prompt.size(1) >= 1, ShapeError, "generate: prompt must be [B, T] with T >= 1, got ",
-                prompt.shape());
+  GENESIS_CHECK(prompt.dim() == 2 && prompt.size(1) >= 1, ShapeError,
+                "generate: prompt must be [B, T] with T >= 1, got ", prompt.shape());
   const int64_t total = prompt.size(1) + max_new_tokens;
   GENESIS_CHECK(total <= model.max_positions(), ValueError, "generate: prompt (", prompt.size(1), " tokens) plus ",
                 max_new_tokens, " new tokens exceeds the model's context of ", model.max_positions(), " positions");

@@ -11,7 +11,9 @@ nlohmann::json parse_config_object(std::string_view text, std::string_view what)
   return config;
 }
 
-bool ConfigReader::has(const char* key) const { return config_.contains(key) && !config_.at(key).is_null(); }
+bool ConfigReader::has(const char* key) const {
+  return config_.contains(key) && !config_.at(key).is_null();
+}
 
 int64_t ConfigReader::integer(const char* key, std::optional<int64_t> fallback) const {
   if (!has(key)) {

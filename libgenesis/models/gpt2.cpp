@@ -33,7 +33,8 @@ Gpt2Config gpt2_config_from_json(std::string_view json_text) {
                 ") must be divisible by n_head (", c.n_head, ")");
   const std::string activation = config.string("activation_function", "gelu_new");
   GENESIS_CHECK(activation == "gelu_new" || activation == "gelu_pytorch_tanh", UsageError,
-                "gpt2 config: activation_function '", activation, "' is not supported (supported: gelu_new, gelu_pytorch_tanh)");
+                "gpt2 config: activation_function '", activation,
+                "' is not supported (supported: gelu_new, gelu_pytorch_tanh)");
   GENESIS_CHECK(config.boolean("tie_word_embeddings", true), UsageError,
                 "gpt2 config: tie_word_embeddings = false is not supported (GPT-2's head is tied to wte)");
   GENESIS_CHECK(!config.boolean("add_cross_attention", false), UsageError,
@@ -71,11 +72,13 @@ class Gpt2Block final : public nn::Module {
   Gpt2Block(const Gpt2Config& c, TensorOptions options) : heads_(c.n_head), head_dim_(c.n_embd / c.n_head) {
     const nn::LayerOptions layer{.dtype = options.dtype, .device = options.device};
     const int64_t inner = c.n_inner > 0 ? c.n_inner : 4 * c.n_embd;
-    ln_1_ = register_module("ln_1", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, layer));
+    ln_1_ =
+        register_module("ln_1", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, layer));
     auto attn = register_module("attn", std::make_shared<detail::Container>("GPT2Attention"));
     c_attn_ = attn->add_module("c_attn", std::make_shared<Conv1D>(c.n_embd, 3 * c.n_embd, options));
     attn_proj_ = attn->add_module("c_proj", std::make_shared<Conv1D>(c.n_embd, c.n_embd, options));
-    ln_2_ = register_module("ln_2", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, layer));
+    ln_2_ =
+        register_module("ln_2", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, layer));
     auto mlp = register_module("mlp", std::make_shared<detail::Container>("GPT2MLP"));
     c_fc_ = mlp->add_module("c_fc", std::make_shared<Conv1D>(c.n_embd, inner, options));
     mlp_proj_ = mlp->add_module("c_proj", std::make_shared<Conv1D>(inner, c.n_embd, options));
@@ -115,7 +118,8 @@ Gpt2LM::Gpt2LM(const Gpt2Config& c, nn::LayerOptions o) : config_(c) {
     blocks_.push_back(std::make_shared<Gpt2Block>(c, options));
     layers->append(blocks_.back());
   }
-  ln_f_ = transformer->add_module("ln_f", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, o));
+  ln_f_ =
+      transformer->add_module("ln_f", std::make_shared<nn::LayerNorm>(Shape{c.n_embd}, c.layer_norm_epsilon, true, o));
   detail::init_like_hugging_face(*this, 0.02);
   // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer) at initialization.
   NoGradGuard no_grad;

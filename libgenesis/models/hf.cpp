@@ -33,9 +33,9 @@ std::vector<fs::path> weight_files(const fs::path& dir) {
   GENESIS_CHECK(fs::exists(index_path), IoError, dir.string(),
                 ": no model.safetensors or model.safetensors.index.json (a Hugging Face model directory is expected)");
   const nlohmann::json index = nlohmann::json::parse(io::read_file(index_path), nullptr, false);
-  GENESIS_CHECK(!index.is_discarded() && index.is_object() && index.contains("weight_map") &&
-                    index["weight_map"].is_object(),
-                FormatError, index_path.string(), ": expected a JSON object with a \"weight_map\" object");
+  GENESIS_CHECK(
+      !index.is_discarded() && index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+      FormatError, index_path.string(), ": expected a JSON object with a \"weight_map\" object");
   std::set<std::string> shards;
   for (const auto& [name, file] : index["weight_map"].items()) {
     GENESIS_CHECK(file.is_string(), FormatError, index_path.string(), ": weight_map entry '", name,
@@ -73,13 +73,15 @@ void load_hf_weights(CausalLM& model, const fs::path& dir) {
   try {
     model.load_state_dict(state);
   } catch (const ShapeError& e) {
-    GENESIS_THROW(ShapeError, dir.string(), " does not fit the ", model.model_type(), " model of its config: ", e.what());
+    GENESIS_THROW(ShapeError, dir.string(), " does not fit the ", model.model_type(),
+                  " model of its config: ", e.what());
   }
 }
 
 std::shared_ptr<CausalLM> load_hf_model(const fs::path& dir, nn::LayerOptions options) {
   const fs::path config_path = dir / "config.json";
-  GENESIS_CHECK(fs::exists(config_path), IoError, dir.string(), ": no config.json (a Hugging Face model directory is expected)");
+  GENESIS_CHECK(fs::exists(config_path), IoError, dir.string(),
+                ": no config.json (a Hugging Face model directory is expected)");
   std::shared_ptr<CausalLM> model = causal_lm_from_config(io::read_file(config_path), options);
   load_hf_weights(*model, dir);
   return model;

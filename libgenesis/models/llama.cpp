@@ -17,8 +17,10 @@ namespace {
 // object; returns its rope_theta when it carries one.
 std::optional<double> check_default_rope(const nlohmann::json& rope, const std::string& type, const char* key) {
   std::string kind = "default";
-  if (rope.contains("rope_type") && rope["rope_type"].is_string()) kind = rope["rope_type"].get<std::string>();
-  else if (rope.contains("type") && rope["type"].is_string()) kind = rope["type"].get<std::string>();
+  if (rope.contains("rope_type") && rope["rope_type"].is_string())
+    kind = rope["rope_type"].get<std::string>();
+  else if (rope.contains("type") && rope["type"].is_string())
+    kind = rope["type"].get<std::string>();
   GENESIS_CHECK(rope.is_object() && kind == "default", UsageError, type, " config: ", key, " ", rope.dump(),
                 " is not supported (supported: null or rope_type \"default\")");
   if (rope.contains("rope_theta") && rope["rope_theta"].is_number()) return rope["rope_theta"].get<double>();
@@ -47,9 +49,8 @@ DecoderConfig decoder_config_from_json(std::string_view json_text) {
   if (qwen3 || config.has("head_dim")) {
     c.head_dim = config.size("head_dim", int64_t{128});
   } else {
-    GENESIS_CHECK(c.hidden_size % c.num_attention_heads == 0, UsageError, type, " config: hidden_size (",
-                  c.hidden_size, ") must be divisible by num_attention_heads (", c.num_attention_heads,
-                  ") or head_dim must be given");
+    GENESIS_CHECK(c.hidden_size % c.num_attention_heads == 0, UsageError, type, " config: hidden_size (", c.hidden_size,
+                  ") must be divisible by num_attention_heads (", c.num_attention_heads, ") or head_dim must be given");
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   GENESIS_CHECK(c.head_dim % 2 == 0, UsageError, type, " config: head_dim (", c.head_dim, ") must be even for RoPE");
@@ -86,21 +87,27 @@ class DecoderLayer final : public nn::Module {
   DecoderLayer(const DecoderConfig& c, nn::LayerOptions o)
       : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
     auto attn = register_module("self_attn", std::make_shared<detail::Container>("Attention"));
-    q_proj_ = attn->add_module("q_proj", std::make_shared<nn::Linear>(c.hidden_size, heads_ * head_dim_, c.qkv_bias, o));
-    k_proj_ = attn->add_module("k_proj", std::make_shared<nn::Linear>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, o));
-    v_proj_ = attn->add_module("v_proj", std::make_shared<nn::Linear>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, o));
+    q_proj_ =
+        attn->add_module("q_proj", std::make_shared<nn::Linear>(c.hidden_size, heads_ * head_dim_, c.qkv_bias, o));
+    k_proj_ =
+        attn->add_module("k_proj", std::make_shared<nn::Linear>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, o));
+    v_proj_ =
+        attn->add_module("v_proj", std::make_shared<nn::Linear>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, o));
     o_proj_ = attn->add_module("o_proj", std::make_shared<nn::Linear>(heads_ * head_dim_, c.hidden_size, c.o_bias, o));
     if (c.qk_norm) {
       q_norm_ = attn->add_module("q_norm", std::make_shared<nn::RMSNorm>(Shape{head_dim_}, c.rms_norm_eps, o));
       k_norm_ = attn->add_module("k_norm", std::make_shared<nn::RMSNorm>(Shape{head_dim_}, c.rms_norm_eps, o));
     }
     auto mlp = register_module("mlp", std::make_shared<detail::Container>("SwiGLU MLP"));
-    gate_proj_ = mlp->add_module("gate_proj", std::make_shared<nn::Linear>(c.hidden_size, c.intermediate_size, false, o));
+    gate_proj_ =
+        mlp->add_module("gate_proj", std::make_shared<nn::Linear>(c.hidden_size, c.intermediate_size, false, o));
     up_proj_ = mlp->add_module("up_proj", std::make_shared<nn::Linear>(c.hidden_size, c.intermediate_size, false, o));
-    down_proj_ = mlp->add_module("down_proj", std::make_shared<nn::Linear>(c.intermediate_size, c.hidden_size, false, o));
-    input_layernorm_ = register_module("input_layernorm", std::make_shared<nn::RMSNorm>(Shape{c.hidden_size}, c.rms_norm_eps, o));
-    post_attention_layernorm_ =
-        register_module("post_attention_layernorm", std::make_shared<nn::RMSNorm>(Shape{c.hidden_size}, c.rms_norm_eps, o));
+    down_proj_ =
+        mlp->add_module("down_proj", std::make_shared<nn::Linear>(c.intermediate_size, c.hidden_size, false, o));
+    input_layernorm_ =
+        register_module("input_layernorm", std::make_shared<nn::RMSNorm>(Shape{c.hidden_size}, c.rms_norm_eps, o));
+    post_attention_layernorm_ = register_module("post_attention_layernorm",
+                                                std::make_shared<nn::RMSNorm>(Shape{c.hidden_size}, c.rms_norm_eps, o));
   }
 
   Tensor forward(const Tensor&) override {
@@ -163,8 +170,8 @@ Tensor DecoderLM::forward_with_cache(const Tensor& ids, KVCache* cache) {
   const int64_t start = cache ? cache->length : 0;
   detail::check_lm_input(*this, ids, start);
   Tensor x = embedding(ids, *embed_tokens_);
-  const RopeTables tables = rope_tables(start, ids.size(1), config_.head_dim, config_.rope_theta,
-                                        {.dtype = x.dtype(), .device = x.device()});
+  const RopeTables tables =
+      rope_tables(start, ids.size(1), config_.head_dim, config_.rope_theta, {.dtype = x.dtype(), .device = x.device()});
   for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->run(x, tables, cache, i);
   if (cache) cache->length += ids.size(1);
   return linear(norm_->forward(x), *lm_head_);

@@ -23,12 +23,13 @@ RopeTables rope_tables(int64_t start, int64_t length, int64_t head_dim, double t
   const bool exact = options.dtype == DType::f64;
   for (int64_t i = 0; i < half; ++i) {
     const double exponent = static_cast<double>(2 * i) / static_cast<double>(head_dim);
-    const float inv_freq_f32 = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) /
-                                                                            static_cast<float>(head_dim));
+    const float inv_freq_f32 =
+        1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(head_dim));
     const double inv_freq = exact ? 1.0 / std::pow(theta, exponent) : inv_freq_f32;
     for (int64_t t = 0; t < length; ++t) {
       const double position = static_cast<double>(start + t);
-      const double angle = exact ? position * inv_freq : static_cast<float>(inv_freq_f32 * static_cast<float>(position));
+      const double angle =
+          exact ? position * inv_freq : static_cast<float>(inv_freq_f32 * static_cast<float>(position));
       cos_values[static_cast<size_t>(t * half + i)] = std::cos(angle);
       sin_values[static_cast<size_t>(t * half + i)] = std::sin(angle);
     }
@@ -118,8 +119,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   GENESIS_CHECK(q.dim() == 4 && k.dim() == 4 && k.shape() == v.shape(), ShapeError, op,
                 ": q must be [B, Hq, T, D] and k, v [B, Hkv, S, D], got q ", q.shape(), ", k ", k.shape(), ", v ",
                 v.shape());
-  const kernels::cpu::AttentionShape s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), causal,
-                                       scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)))};
+  const kernels::cpu::AttentionShape s{
+      q.size(0), q.size(1), k.size(1), q.size(2),
+      k.size(2), q.size(3), causal,    scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)))};
   GENESIS_CHECK(k.size(0) == s.batch && k.size(3) == s.head_dim && s.kv_heads > 0 && s.q_heads % s.kv_heads == 0,
                 ShapeError, op, ": q ", q.shape(), " and k ", k.shape(),
                 " must agree in batch and head_dim, and q's heads must be a multiple of k's heads");
@@ -144,9 +146,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
              Tensor gy = g[0].to(qs.dtype()).contiguous();
              Tensor gq = empty_like(qs), gk = empty_like(ks), gv = empty_like(vs);
              Tensor scratch = empty(ps.shape(), {.dtype = ps.dtype()});
-             kernels::cpu::attention_backward(qs.dtype(), s, qs.data_ptr(), ks.data_ptr(), vs.data_ptr(),
-                                              ps.data_ptr(), gy.data_ptr(), gq.data_ptr(), gk.data_ptr(),
-                                              gv.data_ptr(), scratch.data_ptr());
+             kernels::cpu::attention_backward(qs.dtype(), s, qs.data_ptr(), ks.data_ptr(), vs.data_ptr(), ps.data_ptr(),
+                                              gy.data_ptr(), gq.data_ptr(), gk.data_ptr(), gv.data_ptr(),
+                                              scratch.data_ptr());
              return TensorList{gq, gk, gv};
            });
   }
