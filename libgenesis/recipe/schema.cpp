@@ -64,9 +64,9 @@ std::string language_model_size_problem(const RecipeSpec::Model& m) {
   for (const auto& [key, value] : sizes)
     if ((value == 0) == m.init_from.empty()) listed += (listed.empty() ? "" : ", ") + std::string(key);
   if (listed.empty()) return "";
-  return m.init_from.empty() ? "model " + m.name + " needs " + listed + " (or init_from = a Hugging Face directory)"
-                             : "model.init_from takes the architecture from " + m.init_from +
-                                   "/config.json; remove " + listed;
+  return m.init_from.empty()
+             ? "model " + m.name + " needs " + listed + " (or init_from = a Hugging Face directory)"
+             : "model.init_from takes the architecture from " + m.init_from + "/config.json; remove " + listed;
 }
 
 }  // namespace
@@ -74,8 +74,9 @@ std::string language_model_size_problem(const RecipeSpec::Model& m) {
 const std::vector<SectionSpec>& recipe_sections() {
   static const std::vector<SectionSpec> sections = {
       {"run", "Identity of the run and where it executes."},
-      {"model", "The network. Keys marked mlp or cnn are used by that model only; keys marked lm by the language models "
-                 "(gpt2, llama, qwen2, qwen3), with the names and meaning of Hugging Face's config.json."},
+      {"model",
+       "The network. Keys marked mlp or cnn are used by that model only; keys marked lm by the language models "
+       "(gpt2, llama, qwen2, qwen3), with the names and meaning of Hugging Face's config.json."},
       {"data", "The dataset and its loading."},
       {"optimizer", "The optimizer. Keys marked with optimizer names are used by those only."},
       {"scheduler", "Learning-rate schedule, as a factor of optimizer.lr; step counts are optimizer steps."},
