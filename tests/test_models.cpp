@@ -288,6 +288,20 @@ TEST_CASE("Hugging Face directories: single file, shards, dtype casts and strict
   CHECK_THROWS_WITH(load_hf_model(dir / "missing"), Catch::Contains("config.json"));
 }
 
+TEST_CASE("Hugging Face directories: save_hf_model round-trips every model type", "[cpu][models]") {
+  TempDir dir("hf_save");
+  for (const std::string& json : all_model_jsons()) {
+    auto model = causal_lm_from_config(json);
+    const fs::path out = dir / model->model_type();
+    save_hf_model(*model, out);
+    auto loaded = load_hf_model(out);
+    CHECK(loaded->hf_config_json() == model->hf_config_json());
+    Tensor ids = random_ids(2, 4, model->vocab_size());
+    require_close(loaded->forward(ids), model->forward(ids), 0, 0);
+    CHECK(io::SafetensorsFile(out / "model.safetensors").metadata().at("format") == "pt");
+  }
+}
+
 TEST_CASE("recipes declare language models with Hugging Face keys or init_from", "[cpu][models]") {
   auto recipe = [](const std::string& model) {
     return "[run]\nname = \"lm\"\n[model]\n" + model +

@@ -32,6 +32,9 @@ class CausalLM : public nn::Module {
   virtual int64_t max_positions() const = 0;
   // Hugging Face's model_type ("gpt2", "llama", "qwen2", "qwen3").
   virtual std::string model_type() const = 0;
+  // The model's Hugging Face config.json (JSON text): read back by causal_lm_from_config, and
+  // by transformers' AutoModelForCausalLM beside the model's weights.
+  virtual std::string hf_config_json() const = 0;
   // The prefix of the base model's parameters ("transformer" for GPT-2, "model" for the decoders):
   // checkpoints saved from the base model alone (GPT2Model, as the original gpt2 files are) name
   // their tensors without it.

@@ -150,6 +150,27 @@ KVCache Gpt2LM::make_cache(int64_t batch, int64_t capacity) const {
   return cache;
 }
 
+std::string Gpt2LM::hf_config_json() const {
+  const Gpt2Config& c = config_;
+  nlohmann::json config{{"architectures", {"GPT2LMHeadModel"}},
+                        {"model_type", "gpt2"},
+                        {"vocab_size", c.vocab_size},
+                        {"n_positions", c.n_positions},
+                        {"n_embd", c.n_embd},
+                        {"n_layer", c.n_layer},
+                        {"n_head", c.n_head},
+                        {"n_inner", nullptr},
+                        {"layer_norm_epsilon", c.layer_norm_epsilon},
+                        {"activation_function", "gelu_new"},
+                        {"tie_word_embeddings", true},
+                        // genesis trains these models without dropout
+                        {"resid_pdrop", 0.0},
+                        {"embd_pdrop", 0.0},
+                        {"attn_pdrop", 0.0}};
+  if (c.n_inner > 0) config["n_inner"] = c.n_inner;
+  return config.dump(2);
+}
+
 bool Gpt2LM::ignores_checkpoint_tensor(const std::string& name) const {
   return name == "lm_head.weight" || name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
 }

@@ -39,6 +39,7 @@ class Gpt2LM final : public CausalLM {
   int64_t max_positions() const override { return config_.n_positions; }
   std::string model_type() const override { return "gpt2"; }
   std::string base_model_prefix() const override { return "transformer"; }
+  std::string hf_config_json() const override;
   bool ignores_checkpoint_tensor(const std::string& name) const override;
   std::string describe() const override { return "GPT-2"; }
   const Gpt2Config& config() const { return config_; }

@@ -78,6 +78,14 @@ void load_hf_weights(CausalLM& model, const fs::path& dir) {
   }
 }
 
+void save_hf_model(const CausalLM& model, const fs::path& dir) {
+  fs::create_directories(dir);
+  io::NamedTensors tensors;
+  for (const NamedTensor& p : model.state_dict()) tensors.emplace_back(p.name, p.tensor.detach());
+  io::save_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  io::write_file_atomic(dir / "config.json", model.hf_config_json() + "\n");
+}
+
 std::shared_ptr<CausalLM> load_hf_model(const fs::path& dir, nn::LayerOptions options) {
   const fs::path config_path = dir / "config.json";
   GENESIS_CHECK(fs::exists(config_path), IoError, dir.string(),

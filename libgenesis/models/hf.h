@@ -20,6 +20,11 @@ std::shared_ptr<CausalLM> causal_lm_from_config(std::string_view config_json, nn
 // error; tensors the model rebuilds itself (a tied lm_head.weight, GPT-2's mask buffers) are skipped.
 void load_hf_weights(CausalLM& model, const std::filesystem::path& dir);
 
+// Writes `model` as a Hugging Face directory: config.json and model.safetensors (the parameters
+// under their Hugging Face names, in their dtype), which load_hf_model and transformers read.
+// The directory is created when missing.
+void save_hf_model(const CausalLM& model, const std::filesystem::path& dir);
+
 // causal_lm_from_config(dir/config.json) + load_hf_weights(dir).
 std::shared_ptr<CausalLM> load_hf_model(const std::filesystem::path& dir, nn::LayerOptions options = {});
 

@@ -187,6 +187,35 @@ KVCache DecoderLM::make_cache(int64_t batch, int64_t capacity) const {
   return cache;
 }
 
+std::string DecoderLM::hf_config_json() const {
+  const DecoderConfig& c = config_;
+  const char* architecture = c.model_type == "llama"   ? "LlamaForCausalLM"
+                             : c.model_type == "qwen2" ? "Qwen2ForCausalLM"
+                                                       : "Qwen3ForCausalLM";
+  nlohmann::json config{{"architectures", {architecture}},
+                        {"model_type", c.model_type},
+                        {"vocab_size", c.vocab_size},
+                        {"hidden_size", c.hidden_size},
+                        {"intermediate_size", c.intermediate_size},
+                        {"num_hidden_layers", c.num_hidden_layers},
+                        {"num_attention_heads", c.num_attention_heads},
+                        {"num_key_value_heads", c.num_key_value_heads},
+                        {"head_dim", c.head_dim},
+                        {"max_position_embeddings", c.max_position_embeddings},
+                        {"rms_norm_eps", c.rms_norm_eps},
+                        {"rope_theta", c.rope_theta},
+                        {"rope_scaling", nullptr},
+                        {"hidden_act", "silu"},
+                        {"tie_word_embeddings", c.tie_word_embeddings}};
+  if (c.model_type == "qwen2") {
+    config["use_sliding_window"] = false;
+  } else {
+    config["attention_bias"] = c.qkv_bias;
+  }
+  if (c.model_type == "qwen3") config["use_sliding_window"] = false;
+  return config.dump(2);
+}
+
 bool DecoderLM::ignores_checkpoint_tensor(const std::string& name) const {
   return (config_.tie_word_embeddings && name == "lm_head.weight") || name.ends_with("rotary_emb.inv_freq");
 }

@@ -51,6 +51,7 @@ class DecoderLM final : public CausalLM {
   int64_t max_positions() const override { return config_.max_position_embeddings; }
   std::string model_type() const override { return config_.model_type; }
   std::string base_model_prefix() const override { return "model"; }
+  std::string hf_config_json() const override;
   bool ignores_checkpoint_tensor(const std::string& name) const override;
   std::string describe() const override { return config_.model_type + " decoder"; }
   const DecoderConfig& config() const { return config_; }
