@@ -10,7 +10,7 @@
 namespace genesis::models {
 
 struct MlpConfig {
-  Shape input_shape{1, 28, 28};  // per example (C, H, W); flattened on entry
+  Shape input_shape{1, 28, 28};     // per example (C, H, W); flattened on entry
   std::vector<int64_t> hidden{256, 128};
   int64_t num_classes = 10;
   std::string activation = "relu";
@@ -18,9 +18,9 @@ struct MlpConfig {
 };
 
 struct CnnConfig {
-  Shape input_shape{1, 28, 28};           // (C, H, W)
+  Shape input_shape{1, 28, 28};     // (C, H, W)
   std::vector<int64_t> channels{32, 64};  // one 3x3 conv (padding 1) + ReLU + 2x2 max-pool per entry
-  int64_t fc = 128;                       // hidden fully connected width
+  int64_t fc = 128;                 // hidden fully connected width
   int64_t num_classes = 10;
   std::string activation = "relu";
   double dropout = 0.0;
