@@ -2,11 +2,47 @@
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/models/classifier.h"
+#include "libgenesis/models/hf.h"
 #if GENESIS_WITH_CUDA
 #include "libgenesis/cuda/runtime.h"
 #endif
 
+#include <nlohmann/json.hpp>
+
 namespace genesis::recipe {
+
+namespace {
+
+// The recipe's language-model keys as a Hugging Face config.json object (unset keys left
+// out, so the model type's defaults apply).
+std::string language_model_config(const RecipeSpec::Model& m) {
+  nlohmann::json config{{"model_type", m.name}};
+  auto put = [&](const char* key, auto value) {
+    if (value != 0) config[key] = value;
+  };
+  put("vocab_size", m.vocab_size);
+  if (m.name == "gpt2") {
+    put("n_positions", m.n_positions);
+    put("n_embd", m.n_embd);
+    put("n_layer", m.n_layer);
+    put("n_head", m.n_head);
+    return config.dump();
+  }
+  put("hidden_size", m.hidden_size);
+  put("intermediate_size", m.intermediate_size);
+  put("num_hidden_layers", m.num_hidden_layers);
+  put("num_attention_heads", m.num_attention_heads);
+  put("num_key_value_heads", m.num_key_value_heads);
+  put("head_dim", m.head_dim);
+  put("max_position_embeddings", m.max_position_embeddings);
+  put("rms_norm_eps", m.rms_norm_eps);
+  put("rope_theta", m.rope_theta);
+  config["tie_word_embeddings"] = m.tie_word_embeddings;
+  if (m.name != "qwen2") config["attention_bias"] = m.attention_bias;
+  return config.dump();
+}
+
+}  // namespace
 
 Device resolve_device(const std::string& requested) {
   if (requested != "auto") return Device::parse(requested);
@@ -30,8 +66,11 @@ std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
         models::CnnConfig{.input_shape = m.input_shape, .channels = m.channels, .fc = m.fc,
                           .num_classes = m.num_classes, .activation = m.activation, .dropout = m.dropout},
         options);
+  } else if (m.is_language_model()) {
+    model = m.init_from.empty() ? models::causal_lm_from_config(language_model_config(m), options)
+                                : models::load_hf_model(m.init_from, options);
   } else {
-    GENESIS_THROW(RecipeError, "model.name: unknown model '", m.name, "' (valid: mlp, cnn)");
+    GENESIS_THROW(RecipeError, "model.name: unknown model '", m.name, "' (valid: mlp, cnn, gpt2, llama, qwen2, qwen3)");
   }
   if (!device.is_cpu()) model->to(device);
   return model;

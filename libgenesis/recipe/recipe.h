@@ -33,7 +33,7 @@ struct RecipeSpec {
     bool operator==(const Run&) const = default;
   };
   struct Model {
-    std::string name;  // "mlp" or "cnn"
+    std::string name;  // "mlp", "cnn", or a language model: "gpt2", "llama", "qwen2", "qwen3"
     std::vector<int64_t> input_shape;
     int64_t num_classes = 0;
     std::vector<int64_t> hidden;    // mlp
@@ -41,6 +41,25 @@ struct RecipeSpec {
     int64_t fc = 0;                 // cnn
     std::string activation;
     double dropout = 0;
+    // Language models (gpt2, llama, qwen2, qwen3): Hugging Face config.json names, 0 = not set.
+    int64_t vocab_size = 0;
+    int64_t n_positions = 0;  // gpt2
+    int64_t n_embd = 0;       // gpt2
+    int64_t n_layer = 0;      // gpt2
+    int64_t n_head = 0;       // gpt2
+    int64_t hidden_size = 0;
+    int64_t intermediate_size = 0;
+    int64_t num_hidden_layers = 0;
+    int64_t num_attention_heads = 0;
+    int64_t num_key_value_heads = 0;
+    int64_t head_dim = 0;
+    int64_t max_position_embeddings = 0;
+    double rms_norm_eps = 0;  // 0 = the model type's default
+    double rope_theta = 0;    // 0 = the model type's default
+    bool tie_word_embeddings = false;
+    bool attention_bias = false;
+    std::string init_from;  // a Hugging Face model directory to start from
+    bool is_language_model() const { return name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3"; }
     bool operator==(const Model&) const = default;
   };
   struct Data {

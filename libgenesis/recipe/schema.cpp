@@ -47,12 +47,36 @@ std::string check_nonempty_strings(const Value& v) {
   return "";
 }
 
+// The size keys a language model needs (or, with init_from, must leave to its config.json).
+std::string language_model_size_problem(const RecipeSpec::Model& m) {
+  if (!m.is_language_model()) return "";
+  const std::vector<std::pair<const char*, int64_t>> sizes =
+      m.name == "gpt2" ? std::vector<std::pair<const char*, int64_t>>{{"vocab_size", m.vocab_size},
+                                                                      {"n_embd", m.n_embd},
+                                                                      {"n_layer", m.n_layer},
+                                                                      {"n_head", m.n_head}}
+                       : std::vector<std::pair<const char*, int64_t>>{{"vocab_size", m.vocab_size},
+                                                                      {"hidden_size", m.hidden_size},
+                                                                      {"intermediate_size", m.intermediate_size},
+                                                                      {"num_hidden_layers", m.num_hidden_layers},
+                                                                      {"num_attention_heads", m.num_attention_heads}};
+  std::string listed;
+  for (const auto& [key, value] : sizes)
+    if ((value == 0) == m.init_from.empty()) listed += (listed.empty() ? "" : ", ") + std::string(key);
+  if (listed.empty()) return "";
+  return m.init_from.empty()
+             ? "model " + m.name + " needs " + listed + " (or init_from = a Hugging Face directory)"
+             : "model.init_from takes the architecture from " + m.init_from + "/config.json; remove " + listed;
+}
+
 }  // namespace
 
 const std::vector<SectionSpec>& recipe_sections() {
   static const std::vector<SectionSpec> sections = {
       {"run", "Identity of the run and where it executes."},
-      {"model", "The network. Keys marked mlp or cnn are used by that model only."},
+      {"model",
+       "The network. Keys marked mlp or cnn are used by that model only; keys marked lm by the language models "
+       "(gpt2, llama, qwen2, qwen3), with the names and meaning of Hugging Face's config.json."},
       {"data", "The dataset and its loading."},
       {"optimizer", "The optimizer. Keys marked with optimizer names are used by those only."},
       {"scheduler", "Learning-rate schedule, as a factor of optimizer.lr; step counts are optimizer steps."},
@@ -110,8 +134,9 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "model",
        .key = "name",
        .presence = Presence::Required,
-       .choices = {"mlp", "cnn"},
-       .doc = "Architecture: mlp (fully connected) or cnn (convolutional).",
+       .choices = {"mlp", "cnn", "gpt2", "llama", "qwen2", "qwen3"},
+       .doc = "Architecture: mlp (fully connected), cnn (convolutional), or a causal language model: gpt2, "
+              "llama, qwen2, qwen3 (configured with Hugging Face config.json names, below).",
        .field = GENESIS_RECIPE_FIELD(model.name)},
       {.section = "model",
        .key = "input_shape",
@@ -156,6 +181,108 @@ const std::vector<KeySpec>& recipe_schema() {
        .max = below(1),
        .doc = "Dropout probability after each hidden activation; 0 = none.",
        .field = GENESIS_RECIPE_FIELD(model.dropout)},
+      // [model], language models
+      {.section = "model",
+       .key = "vocab_size",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "lm: vocabulary size.",
+       .field = GENESIS_RECIPE_FIELD(model.vocab_size)},
+      {.section = "model",
+       .key = "n_positions",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "gpt2: context length (learned positions); default 1024.",
+       .field = GENESIS_RECIPE_FIELD(model.n_positions)},
+      {.section = "model",
+       .key = "n_embd",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "gpt2: model width.",
+       .field = GENESIS_RECIPE_FIELD(model.n_embd)},
+      {.section = "model",
+       .key = "n_layer",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "gpt2: number of blocks.",
+       .field = GENESIS_RECIPE_FIELD(model.n_layer)},
+      {.section = "model",
+       .key = "n_head",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "gpt2: attention heads.",
+       .field = GENESIS_RECIPE_FIELD(model.n_head)},
+      {.section = "model",
+       .key = "hidden_size",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "llama, qwen2, qwen3: model width.",
+       .field = GENESIS_RECIPE_FIELD(model.hidden_size)},
+      {.section = "model",
+       .key = "intermediate_size",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "llama, qwen2, qwen3: SwiGLU MLP width.",
+       .field = GENESIS_RECIPE_FIELD(model.intermediate_size)},
+      {.section = "model",
+       .key = "num_hidden_layers",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "llama, qwen2, qwen3: number of decoder layers.",
+       .field = GENESIS_RECIPE_FIELD(model.num_hidden_layers)},
+      {.section = "model",
+       .key = "num_attention_heads",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "llama, qwen2, qwen3: query heads.",
+       .field = GENESIS_RECIPE_FIELD(model.num_attention_heads)},
+      {.section = "model",
+       .key = "num_key_value_heads",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "llama, qwen2, qwen3: key/value heads (grouped-query attention); default num_attention_heads.",
+       .field = GENESIS_RECIPE_FIELD(model.num_key_value_heads)},
+      {.section = "model",
+       .key = "head_dim",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "llama, qwen2, qwen3: width of one head; default hidden_size / num_attention_heads (qwen3: 128).",
+       .field = GENESIS_RECIPE_FIELD(model.head_dim)},
+      {.section = "model",
+       .key = "max_position_embeddings",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "llama, qwen2, qwen3: context length; default 2048 (llama) or 32768 (qwen2, qwen3).",
+       .field = GENESIS_RECIPE_FIELD(model.max_position_embeddings)},
+      {.section = "model",
+       .key = "rms_norm_eps",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .doc = "llama, qwen2, qwen3: RMSNorm epsilon; 0 = 1e-6.",
+       .field = GENESIS_RECIPE_FIELD(model.rms_norm_eps)},
+      {.section = "model",
+       .key = "rope_theta",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .doc = "llama, qwen2, qwen3: RoPE base; 0 = 10000.",
+       .field = GENESIS_RECIPE_FIELD(model.rope_theta)},
+      {.section = "model",
+       .key = "tie_word_embeddings",
+       .fallback = false,
+       .doc = "llama, qwen2, qwen3: the output head shares the token embedding (gpt2 always does).",
+       .field = GENESIS_RECIPE_FIELD(model.tie_word_embeddings)},
+      {.section = "model",
+       .key = "attention_bias",
+       .fallback = false,
+       .doc = "llama, qwen3: biases on the q, k, v and o projections (qwen2 always has q, k, v biases).",
+       .field = GENESIS_RECIPE_FIELD(model.attention_bias)},
+      {.section = "model",
+       .key = "init_from",
+       .fallback = S{""},
+       .doc = "lm: a Hugging Face model directory (config.json + model.safetensors or its sharded index) to start "
+              "from (relative paths start at the working directory); its config.json sets the architecture. "
+              "Empty = random initialization.",
+       .field = GENESIS_RECIPE_FIELD(model.init_from)},
       // [data]
       {.section = "data",
        .key = "name",
@@ -465,6 +592,11 @@ const std::vector<RecipeRule>& recipe_rules() {
                           std::to_string(r.model.input_shape.size()) + " entries"
                     : "";
        }},
+      {{"model.name", "model.init_from"},
+       "A language model without init_from needs its size keys (gpt2: vocab_size, n_embd, n_layer, n_head; llama, "
+       "qwen2, qwen3: vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads); with "
+       "init_from it takes them from the directory's config.json and they must not be set.",
+       [](const RecipeSpec& r) -> std::string { return language_model_size_problem(r.model); }},
       {{"model.channels", "model.name"},
        "model cnn needs at least one entry in channels.",
        [](const RecipeSpec& r) -> std::string {

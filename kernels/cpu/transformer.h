@@ -1,0 +1,41 @@
+#pragma once
+// CPU kernels of the transformer ops: rotary embedding, SwiGLU and scaled-dot-product
+// attention. All buffers are contiguous; f16/bf16 compute in f32, f64 in f64.
+#include <cstdint>
+
+#include "libgenesis/core/dtype.h"
+
+namespace genesis::kernels::cpu {
+
+// Rotary embedding in the rotate-half convention over x seen as [outer, seq, dim]: with
+// c = cos[t, i], s = sin[t, i] (tables [seq, dim / 2], x's dtype), pairs (x[i], x[i + dim/2])
+// rotate to (x1 c - x2 s, x2 c + x1 s). `inverse` rotates by the opposite angle, which is the
+// backward pass.
+void rope(DType dtype, bool inverse, int64_t outer, int64_t seq, int64_t dim, const void* x, const void* cos,
+          const void* sin, void* y);
+
+// y = silu(gate) * up over n elements.
+void swiglu(DType dtype, int64_t n, const void* gate, const void* up, void* y);
+void swiglu_backward(DType dtype, int64_t n, const void* gate, const void* up, const void* grad_y, void* grad_gate,
+                     void* grad_up);
+
+// Geometry of one attention call: q [batch, q_heads, q_len, head_dim], k and v
+// [batch, kv_heads, kv_len, head_dim]; query head h reads kv head h / (q_heads / kv_heads).
+// With `causal`, query i sits at position kv_len - q_len + i and sees keys up to it.
+struct AttentionShape {
+  int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
+  bool causal;
+  double scale;
+};
+
+// out [batch, q_heads, q_len, head_dim]; probs [batch, q_heads, q_len, kv_len] receives the
+// attention weights in the accumulator type (f64 for f64, f32 otherwise), zero where masked.
+void attention(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v, void* out,
+               void* probs);
+// Gradients of q, k and v. Each kv head sums its query heads in order (deterministic).
+// `scratch` holds batch * q_heads * q_len * kv_len accumulator values.
+void attention_backward(DType dtype, const AttentionShape& s, const void* q, const void* k, const void* v,
+                        const void* probs, const void* grad_out, void* grad_q, void* grad_k, void* grad_v,
+                        void* scratch);
+
+}  // namespace genesis::kernels::cpu

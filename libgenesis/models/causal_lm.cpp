@@ -1,0 +1,76 @@
+#include "libgenesis/models/causal_lm.h"
+
+#include "libgenesis/autograd/grad_mode.h"
+#include "libgenesis/core/error.h"
+#include "libgenesis/ops/index.h"
+#include "libgenesis/ops/loss.h"
+#include "libgenesis/ops/reduce.h"
+
+namespace genesis::models {
+
+Tensor causal_lm_loss(const Tensor& logits, const Tensor& ids) {
+  GENESIS_CHECK(logits.dim() == 3 && ids.dim() == 2 && logits.size(0) == ids.size(0) && logits.size(1) == ids.size(1),
+                ShapeError, "causal_lm_loss: logits must be [B, T, V] and ids [B, T], got ", logits.shape(), " and ",
+                ids.shape());
+  const int64_t batch = ids.size(0), steps = ids.size(1) - 1, vocab = logits.size(2);
+  GENESIS_CHECK(steps >= 1, ShapeError, "causal_lm_loss: sequences need at least 2 tokens, got ", ids.shape());
+  Tensor predictions = logits.narrow(1, 0, steps).reshape({batch * steps, vocab});
+  Tensor targets = ids.narrow(1, 1, steps).reshape({batch * steps});
+  return cross_entropy(predictions, targets);
+}
+
+Tensor greedy_generate(CausalLM& model, const Tensor& prompt, int64_t max_new_tokens, bool use_cache) {
+  GENESIS_CHECK(max_new_tokens >= 0, ValueError, "generate: max_new_tokens must be >= 0 (got ", max_new_tokens, ")");
+  GENESIS_CHECK(prompt.dim() == 2 && prompt.size(1) >= 1, ShapeError,
+                "generate: prompt must be [B, T] with T >= 1, got ", prompt.shape());
+  const int64_t total = prompt.size(1) + max_new_tokens;
+  GENESIS_CHECK(total <= model.max_positions(), ValueError, "generate: prompt (", prompt.size(1), " tokens) plus ",
+                max_new_tokens, " new tokens exceeds the model's context of ", model.max_positions(), " positions");
+  NoGradGuard no_grad;
+  const Device device = model.parameters().front().device();
+  Tensor sequence = prompt.to(DType::i64).to(device);
+  KVCache cache = use_cache ? model.make_cache(prompt.size(0), total) : KVCache{};
+  Tensor step_input = sequence;
+  std::vector<Tensor> generated;
+  for (int64_t i = 0; i < max_new_tokens; ++i) {
+    Tensor logits = use_cache ? model.forward_with_cache(step_input, &cache) : model.forward(sequence);
+    Tensor last = logits.narrow(1, logits.size(1) - 1, 1).to(kCPU);
+    Tensor next = argmax(last, 2);  // [B, 1]
+    generated.push_back(next);
+    step_input = next.to(device);
+    if (!use_cache) sequence = cat({sequence, step_input}, 1);
+  }
+  if (generated.empty()) return empty({prompt.size(0), 0}, {.dtype = DType::i64});
+  return cat(generated, 1);
+}
+
+namespace detail {
+
+void check_lm_input(const CausalLM& model, const Tensor& ids, int64_t start) {
+  GENESIS_CHECK(ids.dim() == 2 && ids.size(1) >= 1, ShapeError, model.model_type(),
+                ": input ids must be [batch, seq] with seq >= 1, got shape ", ids.shape());
+  GENESIS_CHECK(ids.dtype() == DType::i64 || ids.dtype() == DType::i32, DTypeError, model.model_type(),
+                ": input ids must be i32 or i64, got ", dtype_name(ids.dtype()));
+  GENESIS_CHECK(start + ids.size(1) <= model.max_positions(), ValueError, model.model_type(), ": positions ", start,
+                "..", start + ids.size(1) - 1, " exceed the model's context of ", model.max_positions(),
+                " positions (shorten seq_len or the prompt)");
+}
+
+std::pair<Tensor, Tensor> append_to_cache(KVCache& cache, size_t layer, const Tensor& k, const Tensor& v) {
+  GENESIS_CHECK(layer < cache.keys.size(), ValueError, "KV cache: layer ", layer, " is missing (the cache has ",
+                cache.keys.size(), " layers)");
+  Tensor& keys = cache.keys[layer];
+  Tensor& values = cache.values[layer];
+  const int64_t steps = k.size(2), end = cache.length + steps;
+  GENESIS_CHECK(keys.size(0) == k.size(0) && end <= cache.capacity(), ValueError, "KV cache: cannot append ", steps,
+                " positions of batch ", k.size(0), " to a cache of batch ", keys.size(0), " holding ", cache.length,
+                " of ", cache.capacity(), " positions");
+  NoGradGuard no_grad;
+  keys.narrow(2, cache.length, steps).copy_(k);
+  values.narrow(2, cache.length, steps).copy_(v);
+  return {keys.narrow(2, 0, end), values.narrow(2, 0, end)};
+}
+
+}  // namespace detail
+
+}  // namespace genesis::models

@@ -1,0 +1,64 @@
+#pragma once
+// Causal language models (GPT-2, the Llama / Qwen2 / Qwen3 decoders): the interface the
+// trainer, `genesis generate` and the Hugging Face loader share, a KV cache, the shifted
+// next-token loss and greedy decoding.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libgenesis/nn/module.h"
+
+namespace genesis::models {
+
+// Keys and values of the positions seen so far: per layer [batch, kv_heads, capacity, head_dim],
+// of which the first `length` positions are filled. Filled under no-grad (generation only).
+struct KVCache {
+  std::vector<Tensor> keys;
+  std::vector<Tensor> values;
+  int64_t length = 0;
+  int64_t capacity() const { return keys.empty() ? 0 : keys.front().size(2); }
+};
+
+class CausalLM : public nn::Module {
+ public:
+  // ids [B, T] (i32 or i64) -> logits [B, T, vocab_size].
+  Tensor forward(const Tensor& ids) override { return forward_with_cache(ids, nullptr); }
+  // With a cache, ids continue the cached sequence (positions cache->length ...), attend to the
+  // cached keys, and their keys and values are appended.
+  virtual Tensor forward_with_cache(const Tensor& ids, KVCache* cache) = 0;
+  // An empty cache for `batch` sequences of up to `capacity` positions, on the model's device and dtype.
+  virtual KVCache make_cache(int64_t batch, int64_t capacity) const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t max_positions() const = 0;
+  // Hugging Face's model_type ("gpt2", "llama", "qwen2", "qwen3").
+  virtual std::string model_type() const = 0;
+  // The model's Hugging Face config.json (JSON text): read back by causal_lm_from_config, and
+  // by transformers' AutoModelForCausalLM beside the model's weights.
+  virtual std::string hf_config_json() const = 0;
+  // The prefix of the base model's parameters ("transformer" for GPT-2, "model" for the decoders):
+  // checkpoints saved from the base model alone (GPT2Model, as the original gpt2 files are) name
+  // their tensors without it.
+  virtual std::string base_model_prefix() const = 0;
+  // Names a Hugging Face checkpoint may hold that the model rebuilds itself (GPT-2's causal mask
+  // buffers, a tied lm_head.weight): the loader skips them.
+  virtual bool ignores_checkpoint_tensor(const std::string& name) const = 0;
+};
+
+// Mean cross-entropy of logits [B, T, V] predicting ids [B, T] shifted by one (position t
+// predicts ids[t + 1]), as transformers computes `labels = input_ids`.
+Tensor causal_lm_loss(const Tensor& logits, const Tensor& ids);
+
+// Greedy decoding: appends max_new_tokens argmax tokens to prompt [B, T]; returns the new ids
+// [B, max_new_tokens] (i64, CPU). With use_cache the prompt is encoded once and each step feeds
+// one token; without, every step recomputes the whole sequence.
+Tensor greedy_generate(CausalLM& model, const Tensor& prompt, int64_t max_new_tokens, bool use_cache = true);
+
+namespace detail {
+// Checks ids [B, T] against the model's context: T >= 1 and start + T <= max_positions.
+void check_lm_input(const CausalLM& model, const Tensor& ids, int64_t start);
+// Writes k, v [B, Hkv, T, D] at the end of layer `layer` of the cache and returns views of every
+// filled position (the cache's length is advanced by the model after its last layer).
+std::pair<Tensor, Tensor> append_to_cache(KVCache& cache, size_t layer, const Tensor& k, const Tensor& v);
+}  // namespace detail
+
+}  // namespace genesis::models

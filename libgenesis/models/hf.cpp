@@ -1,0 +1,98 @@
+#include "libgenesis/models/hf.h"
+
+#include <map>
+#include <set>
+
+#include "libgenesis/core/error.h"
+#include "libgenesis/io/file_util.h"
+#include "libgenesis/io/safetensors.h"
+#include "libgenesis/models/config_json.h"
+#include "libgenesis/models/gpt2.h"
+#include "libgenesis/models/llama.h"
+
+namespace genesis::models {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<CausalLM> causal_lm_from_config(std::string_view config_json, nn::LayerOptions options) {
+  const nlohmann::json config = detail::parse_config_object(config_json, "model config");
+  GENESIS_CHECK(config.contains("model_type") && config["model_type"].is_string(), UsageError,
+                "model config: missing model_type (supported: gpt2, llama, qwen2, qwen3)");
+  const std::string type = config["model_type"].get<std::string>();
+  if (type == "gpt2") return std::make_shared<Gpt2LM>(gpt2_config_from_json(config_json), options);
+  return std::make_shared<DecoderLM>(decoder_config_from_json(config_json), options);
+}
+
+namespace {
+
+// The safetensors files of a model directory: model.safetensors, or every shard named by
+// the index's weight_map.
+std::vector<fs::path> weight_files(const fs::path& dir) {
+  if (fs::exists(dir / "model.safetensors")) return {dir / "model.safetensors"};
+  const fs::path index_path = dir / "model.safetensors.index.json";
+  GENESIS_CHECK(fs::exists(index_path), IoError, dir.string(),
+                ": no model.safetensors or model.safetensors.index.json (a Hugging Face model directory is expected)");
+  const nlohmann::json index = nlohmann::json::parse(io::read_file(index_path), nullptr, false);
+  GENESIS_CHECK(
+      !index.is_discarded() && index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+      FormatError, index_path.string(), ": expected a JSON object with a \"weight_map\" object");
+  std::set<std::string> shards;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    GENESIS_CHECK(file.is_string(), FormatError, index_path.string(), ": weight_map entry '", name,
+                  "' must name a file");
+    shards.insert(file.get<std::string>());
+  }
+  std::vector<fs::path> files;
+  for (const std::string& shard : shards) {
+    GENESIS_CHECK(fs::path(shard).filename() == shard, FormatError, index_path.string(), ": shard '", shard,
+                  "' must be a file name inside the directory");
+    files.push_back(dir / shard);
+  }
+  return files;
+}
+
+}  // namespace
+
+void load_hf_weights(CausalLM& model, const fs::path& dir) {
+  std::set<std::string> own;
+  for (const NamedTensor& p : model.state_dict()) own.insert(p.name);
+  const std::string prefix = model.base_model_prefix() + ".";
+  std::vector<NamedTensor> state;
+  std::map<std::string, fs::path> seen;
+  for (const fs::path& file : weight_files(dir)) {
+    io::SafetensorsFile weights(file);
+    for (const std::string& stored : weights.names()) {
+      const std::string name = !own.count(stored) && own.count(prefix + stored) ? prefix + stored : stored;
+      if (model.ignores_checkpoint_tensor(name)) continue;
+      auto [it, inserted] = seen.emplace(name, file);
+      GENESIS_CHECK(inserted, FormatError, dir.string(), ": tensor '", name, "' appears in both ",
+                    it->second.filename().string(), " and ", file.filename().string());
+      state.push_back({name, weights.tensor(stored)});
+    }
+  }
+  try {
+    model.load_state_dict(state);
+  } catch (const ShapeError& e) {
+    GENESIS_THROW(ShapeError, dir.string(), " does not fit the ", model.model_type(),
+                  " model of its config: ", e.what());
+  }
+}
+
+void save_hf_model(const CausalLM& model, const fs::path& dir) {
+  fs::create_directories(dir);
+  io::NamedTensors tensors;
+  for (const NamedTensor& p : model.state_dict()) tensors.emplace_back(p.name, p.tensor.detach());
+  io::save_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  io::write_file_atomic(dir / "config.json", model.hf_config_json() + "\n");
+}
+
+std::shared_ptr<CausalLM> load_hf_model(const fs::path& dir, nn::LayerOptions options) {
+  const fs::path config_path = dir / "config.json";
+  GENESIS_CHECK(fs::exists(config_path), IoError, dir.string(),
+                ": no config.json (a Hugging Face model directory is expected)");
+  std::shared_ptr<CausalLM> model = causal_lm_from_config(io::read_file(config_path), options);
+  load_hf_weights(*model, dir);
+  return model;
+}
+
+}  // namespace genesis::models

@@ -1,0 +1,35 @@
+#pragma once
+// Fused transformer ops: rotary position embedding (Hugging Face's rotate-half layout),
+// SwiGLU, and scaled-dot-product attention with grouped-query heads. CPU kernels only for
+// now (CUDA tensors throw NotImplementedError).
+#include <optional>
+
+#include "libgenesis/core/tensor.h"
+
+namespace genesis {
+
+// cos and sin [length, head_dim / 2] of positions start .. start + length - 1 with the
+// default RoPE frequencies theta^(-2i / head_dim). Like transformers, the angles of non-f64
+// tables are computed in f32, then rounded to options.dtype.
+struct RopeTables {
+  Tensor cos;
+  Tensor sin;
+};
+RopeTables rope_tables(int64_t start, int64_t length, int64_t head_dim, double theta, TensorOptions options = {});
+
+// x [..., seq, head_dim] rotated by the tables of rope_tables (x's dtype, [seq, head_dim / 2]):
+// the halves x1 = x[..., :d/2], x2 = x[..., d/2:] become (x1 cos - x2 sin, x2 cos + x1 sin).
+// Differentiable in x only.
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+// silu(gate) * up (same shape and dtype).
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+
+// softmax(q k^T * scale (+ causal mask)) v with q [B, Hq, T, D] and k, v [B, Hkv, S, D],
+// Hq a multiple of Hkv: query head h attends with kv head h / (Hq / Hkv), no copies of K/V.
+// causal: query i is position S - T + i and sees keys 0 .. S - T + i (a KV cache holds the
+// first S - T). scale defaults to 1 / sqrt(D). Returns [B, Hq, T, D].
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
+                                    std::optional<double> scale = std::nullopt);
+
+}  // namespace genesis
