@@ -1,6 +1,7 @@
 // Joining, splitting and indexing ops: argument checks, dispatch and backward formulas.
-// cat, stack, split, chunk, repeat and flip are built on views and the copy kernel; the
-// index-taking ops validate every index before their CPU kernels touch memory.
+// split, chunk, repeat and flip are built on views and the copy kernel; cat (and stack) copy
+// every input in one CUDA launch; the index-taking ops validate every index before their
+// kernels touch memory.
 #include "libgenesis/ops/index.h"
 
 #include <algorithm>
@@ -10,35 +11,120 @@
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/reduce.h"
+#if GENESIS_WITH_CUDA
+#include "kernels/cuda/index.h"
+#endif
 
 namespace genesis {
 
+namespace detail {
+
+// CUDA indices are validated on the device: one pass finds the first bad position and its
+// single result is read back (the op's one wait on the stream; the CPU validates every index
+// too, so both devices raise the same IndexError before any kernel reads memory).
+BadIndex first_index_out_of_range(const Tensor& index, int64_t bound) {
+  int64_t position = -1;
+  if (index.device().is_cpu()) {
+    position = kernels::cpu::first_out_of_range(index.dtype(), index.numel(), index.data_ptr(), bound);
+  } else {
+    Tensor first = empty({1}, {.dtype = DType::i64, .device = index.device()});
+    GENESIS_ON_CUDA(kernels::cuda::first_out_of_range(index.dtype(), index.numel(), index.data_ptr(), bound,
+                                                      first.data<int64_t>(), cuda::current_stream()));
+    position = first.to(kCPU).data<int64_t>()[0];
+  }
+  if (position < 0) return {};
+  Tensor entry = index.reshape({-1}).narrow(0, position, 1).to(kCPU).to(DType::i64);
+  return {position, entry.data<int64_t>()[0]};
+}
+
+}  // namespace detail
+
 namespace {
 
-// Throws IndexError naming the first entry of the contiguous CPU `index` outside [0, bound).
+// Throws IndexError naming the first entry of the contiguous `index` outside [0, bound).
 void check_indices(const char* op, const Tensor& index, int64_t axis, int64_t bound) {
-  int64_t bad = kernels::cpu::first_out_of_range(index.dtype(), index.numel(), index.data_ptr(), bound);
-  if (bad < 0) return;
-  int64_t value = index.dtype() == DType::i32 ? index.data<int32_t>()[bad] : index.data<int64_t>()[bad];
-  GENESIS_THROW(IndexError, op, ": index ", value, " is out of range for axis ", axis, " of size ", bound,
-                value < 0 ? " (negative indices are not supported)" : "");
+  detail::BadIndex bad = detail::first_index_out_of_range(index, bound);
+  if (bad.position < 0) return;
+  GENESIS_THROW(IndexError, op, ": index ", bad.value, " is out of range for axis ", axis, " of size ", bound,
+                bad.value < 0 ? " (negative indices are not supported)" : "");
 }
 
 // out[p] = x[p with coordinate `axis` replaced by index[p]] over index's shape; indices already checked.
 Tensor gather_checked(const Tensor& x, int64_t axis, const Tensor& index) {
-  Tensor out = empty(index.shape(), {.dtype = x.dtype()});
-  kernels::cpu::gather(x.dtype(), index.dtype(), static_cast<int>(index.dim()), index.shape().data(),
-                       static_cast<int>(axis), x.data_ptr(), x.strides().data(), index.data_ptr(),
-                       index.strides().data(), out.data_ptr(), out.strides().data());
+  Tensor out = empty(index.shape(), {.dtype = x.dtype(), .device = x.device()});
+  const int ndim = static_cast<int>(index.dim());
+  if (x.device().is_cpu()) {
+    kernels::cpu::gather(x.dtype(), index.dtype(), ndim, index.shape().data(), static_cast<int>(axis), x.data_ptr(),
+                         x.strides().data(), index.data_ptr(), index.strides().data(), out.data_ptr(),
+                         out.strides().data());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::gather(x.dtype(), index.dtype(), ndim, index.shape().data(), static_cast<int>(axis),
+                                          x.data_ptr(), x.strides().data(), index.data_ptr(), index.strides().data(),
+                                          out.data_ptr(), out.strides().data(), cuda::current_stream()));
+  }
   return out;
 }
 
-// dst[p with coordinate `axis` replaced by index[p]] += src[p] over index's shape; indices already checked.
+// dst[p with coordinate `axis` replaced by index[p]] += src[p] over index's shape; indices already
+// checked, dst contiguous. On CUDA the sort workspace comes from the caching allocator.
 void scatter_add_checked(const Tensor& dst, int64_t axis, const Tensor& index, const Tensor& src) {
-  kernels::cpu::scatter_add(dst.dtype(), index.dtype(), static_cast<int>(index.dim()), index.shape().data(),
-                            static_cast<int>(axis), dst.data_ptr(), dst.strides().data(), index.data_ptr(),
-                            index.strides().data(), src.data_ptr(), src.strides().data());
+  const int ndim = static_cast<int>(index.dim());
+  if (dst.device().is_cpu()) {
+    kernels::cpu::scatter_add(dst.dtype(), index.dtype(), ndim, index.shape().data(), static_cast<int>(axis),
+                              dst.data_ptr(), dst.strides().data(), index.data_ptr(), index.strides().data(),
+                              src.data_ptr(), src.strides().data());
+    return;
+  }
+  GENESIS_ON_CUDA({
+    const size_t bytes = kernels::cuda::scatter_add_workspace_bytes(index.numel(), dst.numel());
+    Tensor workspace = empty({static_cast<int64_t>(bytes)}, {.dtype = DType::boolean, .device = dst.device()});
+    kernels::cuda::scatter_add(dst.dtype(), index.dtype(), ndim, index.shape().data(), static_cast<int>(axis),
+                               dst.data_ptr(), dst.strides().data(), dst.numel(), index.data_ptr(),
+                               index.strides().data(), src.data_ptr(), src.strides().data(), workspace.data_ptr(),
+                               bytes, cuda::current_stream());
+  });
 }
+
+#if GENESIS_WITH_CUDA
+// index_select's gradient: the picks are sorted once and each element of grad_x sums its own,
+// rather than sorting one contribution per element of grad_out as scatter_add would.
+Tensor index_select_backward_cuda(const Shape& in, DType dtype, int64_t axis, const Tensor& positions,
+                                  const Tensor& grad_out) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    if (d < axis) outer *= in[static_cast<size_t>(d)];
+    if (d > axis) inner *= in[static_cast<size_t>(d)];
+  }
+  const int64_t bound = in[static_cast<size_t>(axis)], length = positions.numel();
+  Tensor gy = grad_out.to(dtype).contiguous();
+  Tensor gx = empty(in, {.dtype = dtype, .device = gy.device()});
+  const size_t bytes = kernels::cuda::scatter_add_workspace_bytes(length, bound);
+  Tensor workspace = empty({static_cast<int64_t>(bytes)}, {.dtype = DType::boolean, .device = gy.device()});
+  kernels::cuda::index_select_backward(dtype, positions.dtype(), outer, bound, inner, length, positions.data_ptr(),
+                                       gy.data_ptr(), gx.data_ptr(), workspace.data_ptr(), bytes,
+                                       cuda::current_stream());
+  return gx;
+}
+
+// One launch copies every input (cast to the output dtype, made contiguous) into its columns.
+void cat_cuda(const std::vector<Tensor>& tensors, int64_t axis, const Tensor& out) {
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= out.size(d);
+  if (outer == 0 || out.numel() == 0) return;
+  const int64_t element = static_cast<int64_t>(out.element_size());
+  std::vector<Tensor> pieces;
+  std::vector<kernels::cuda::CatPiece> layout;
+  int64_t column = 0;
+  for (const Tensor& t : tensors) {
+    pieces.push_back(t.to(out.dtype()).contiguous());
+    const int64_t row_bytes = t.numel() / outer * element;
+    layout.push_back({pieces.back().data_ptr(), row_bytes, column});
+    column += row_bytes;
+  }
+  kernels::cuda::cat(outer, column, layout.data(), static_cast<int64_t>(layout.size()), out.data_ptr(),
+                     cuda::current_stream());
+}
+#endif
 
 // The index must have `bounded`'s rank and fit inside it in every dimension except `axis` (unless including_axis).
 void check_index_fits(const char* op, const Tensor& index, int64_t axis, const Tensor& bounded, const char* what,
@@ -70,20 +156,22 @@ int64_t split_axis(const char* op, const Tensor& x, int64_t axis) {
 
 Tensor triangle(const char* op, bool lower, const Tensor& x, int64_t diagonal) {
   detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {x});
   GENESIS_CHECK(x.dim() >= 2, ShapeError, op, ": input must have at least 2 dimensions, got shape ", x.shape());
-  Tensor out = empty(x.shape(), {.dtype = x.dtype()});
+  Tensor out = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   if (out.numel() > 0) {
     NoGradGuard forward_only;
     Tensor xc = x.contiguous();
-    const int64_t rows = x.size(-2), cols = x.size(-1);
-    kernels::cpu::triangle(x.dtype(), lower, x.numel() / (rows * cols), rows, cols, diagonal, xc.data_ptr(),
-                           out.data_ptr());
+    const int64_t rows = x.size(-2), cols = x.size(-1), batch = x.numel() / (rows * cols);
+    if (x.device().is_cpu()) {
+      kernels::cpu::triangle(x.dtype(), lower, batch, rows, cols, diagonal, xc.data_ptr(), out.data_ptr());
+    } else {
+      GENESIS_ON_CUDA(kernels::cuda::triangle(x.dtype(), lower, batch, rows, cols, diagonal, xc.data_ptr(),
+                                              out.data_ptr(), cuda::current_stream()));
+    }
   }
   if (is_floating(x.dtype()) && needs_grad({x})) {
-    record(op, {x}, {out}, [op, lower, diagonal](const TensorList& g) {
-      return TensorList{triangle(op, lower, g[0], diagonal)};
-    });
+    record(op, {x}, {out},
+           [op, lower, diagonal](const TensorList& g) { return TensorList{triangle(op, lower, g[0], diagonal)}; });
   }
   return out;
 }
@@ -116,10 +204,14 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t axis) {
   Tensor out = empty(shape, {.dtype = dtype, .device = first.device()});
   {
     NoGradGuard forward_only;
-    int64_t start = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      out.narrow(ax, start, sizes[i]).copy_(tensors[i]);
-      start += sizes[i];
+    if (out.device().is_cpu()) {
+      int64_t start = 0;
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        out.narrow(ax, start, sizes[i]).copy_(tensors[i]);
+        start += sizes[i];
+      }
+    } else {
+      GENESIS_ON_CUDA(cat_cuda(tensors, ax, out));
     }
   }
   if (is_floating(dtype) && needs_grad(tensors)) {
@@ -168,8 +260,8 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     GENESIS_CHECK(n >= 0, ValueError, "split: sizes must be non-negative (got ", shape_str(sizes), ")");
     total += n;
   }
-  GENESIS_CHECK(total == x.size(ax), ShapeError, "split: sizes ", shape_str(sizes), " sum to ", total, " but axis ",
-                ax, " of the input of shape ", x.shape(), " has size ", x.size(ax));
+  GENESIS_CHECK(total == x.size(ax), ShapeError, "split: sizes ", shape_str(sizes), " sum to ", total, " but axis ", ax,
+                " of the input of shape ", x.shape(), " has size ", x.size(ax));
   return split_checked(x, sizes, ax);
 }
 
@@ -183,7 +275,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t axis) {
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
   detail::check_defined("index_select", x, "input");
   detail::check_defined("index_select", index, "index");
-  detail::require_cpu("index_select", {x, index});
+  detail::check_same_device("index_select", {x, index});
   detail::check_index_dtype("index_select", index);
   GENESIS_CHECK(x.dim() >= 1, ShapeError, "index_select: input must have at least one dimension");
   GENESIS_CHECK(index.dim() <= 1, ShapeError, "index_select: index must be 1-D, got shape ", index.shape());
@@ -200,7 +292,10 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
     out = gather_checked(x, ax, spread);
   }
   if (is_floating(x.dtype()) && needs_grad({x})) {
-    record("index_select", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), spread](const TensorList& g) {
+    record("index_select", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), positions, spread](const TensorList& g) {
+      if (!g[0].device().is_cpu()) {
+        GENESIS_ON_CUDA(return TensorList{index_select_backward_cuda(in, dtype, ax, positions, g[0])});
+      }
       Tensor gx = zeros(in, {.dtype = dtype});
       scatter_add_checked(gx, ax, spread, g[0].to(dtype));
       return TensorList{gx};
@@ -212,7 +307,7 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
   detail::check_defined("gather", x, "input");
   detail::check_defined("gather", index, "index");
-  detail::require_cpu("gather", {x, index});
+  detail::check_same_device("gather", {x, index});
   detail::check_index_dtype("gather", index);
   GENESIS_CHECK(x.dim() >= 1, ShapeError, "gather: input must have at least one dimension");
   const int64_t ax = normalize_axis(axis, x.dim(), "gather");
@@ -226,7 +321,7 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
   }
   if (is_floating(x.dtype()) && needs_grad({x})) {
     record("gather", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), positions](const TensorList& g) {
-      Tensor gx = zeros(in, {.dtype = dtype});
+      Tensor gx = zeros(in, {.dtype = dtype, .device = g[0].device()});
       scatter_add_checked(gx, ax, positions, g[0].to(dtype));
       return TensorList{gx};
     });
@@ -238,7 +333,7 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
   detail::check_defined("scatter_add", x, "input");
   detail::check_defined("scatter_add", index, "index");
   detail::check_defined("scatter_add", src, "src");
-  detail::require_cpu("scatter_add", {x, index, src});
+  detail::check_same_device("scatter_add", {x, index, src});
   detail::check_index_dtype("scatter_add", index);
   detail::check_same_dtype("scatter_add", x, src);
   GENESIS_CHECK(x.dim() >= 1, ShapeError, "scatter_add: input must have at least one dimension");
@@ -258,7 +353,7 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
       Tensor picked = gather_checked(g[0], ax, positions);
       if (picked.shape() == src_shape) return TensorList{g[0], picked};
       // src entries beyond the index's extent were never added: their gradient is zero.
-      Tensor gsrc = zeros(src_shape, {.dtype = picked.dtype()});
+      Tensor gsrc = zeros(src_shape, {.dtype = picked.dtype(), .device = picked.device()});
       Tensor region = gsrc;
       for (int64_t d = 0; d < picked.dim(); ++d) region = region.narrow(d, 0, picked.size(d));
       region.copy_(picked);
@@ -268,8 +363,12 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
   return out;
 }
 
-Tensor tril(const Tensor& x, int64_t diagonal) { return triangle("tril", true, x, diagonal); }
-Tensor triu(const Tensor& x, int64_t diagonal) { return triangle("triu", false, x, diagonal); }
+Tensor tril(const Tensor& x, int64_t diagonal) {
+  return triangle("tril", true, x, diagonal);
+}
+Tensor triu(const Tensor& x, int64_t diagonal) {
+  return triangle("triu", false, x, diagonal);
+}
 
 Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
   detail::check_defined("repeat", x, "input");

@@ -28,4 +28,18 @@ Tensor triu(const Tensor& x, int64_t diagonal = 0);
 Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats);
 Tensor flip(const Tensor& x, const std::vector<int64_t>& axes);
 
+namespace detail {
+
+// The first entry of an index tensor outside [0, bound): position in row-major order (-1 when
+// every entry is inside) and value.
+struct BadIndex {
+  int64_t position = -1;
+  int64_t value = 0;
+};
+// Works on either device; `index` is contiguous, i32 or i64. On CUDA a device pass finds the
+// position and only its result is read back (one wait on the current stream).
+BadIndex first_index_out_of_range(const Tensor& index, int64_t bound);
+
+}  // namespace detail
+
 }  // namespace genesis

@@ -12,7 +12,10 @@
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/index.h"
 #if GENESIS_WITH_CUDA
+#include "kernels/cuda/dropout.h"
+#include "kernels/cuda/index.h"
 #include "kernels/cuda/nn.h"
 #endif
 
@@ -270,17 +273,51 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
   return out;
 }
 
+#if GENESIS_WITH_CUDA
+namespace {
+
+// One fused kernel draws the mask (the bits of the CPU's bernoulli at the same generator state,
+// which advances by as many counters) and scales; backward applies the saved mask.
+Tensor dropout_cuda(const Tensor& x, double p, double scale, Generator* gen) {
+  const DType dt = x.dtype();
+  const int64_t n = x.numel();
+  const GeneratorState state = (gen ? *gen : default_generator()).advance(static_cast<uint64_t>((n + 3) / 4));
+  Tensor keep = empty(x.shape(), {.dtype = DType::boolean, .device = x.device()});
+  Tensor y = empty(x.shape(), {.dtype = dt, .device = x.device()});
+  {
+    NoGradGuard forward_only;
+    Tensor xc = x.contiguous();
+    kernels::cuda::dropout_forward(dt, n, xc.data_ptr(), 1.0 - p, scale, state.seed, state.offset, keep.data<bool>(),
+                                   y.data_ptr(), cuda::current_stream());
+  }
+  if (needs_grad({x})) {
+    record("dropout", {x}, {y}, [dt, scale, keeps = saved(keep)](const TensorList& g) {
+      Tensor gy = g[0].to(dt).contiguous();
+      Tensor gx = empty(gy.shape(), {.dtype = dt, .device = gy.device()});
+      kernels::cuda::dropout_backward(dt, gy.numel(), keeps.data<bool>(), gy.data_ptr(), scale, gx.data_ptr(),
+                                      cuda::current_stream());
+      return TensorList{gx};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+#endif
+
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   detail::check_defined("dropout", x, "input");
   detail::check_floating("dropout", x);
   GENESIS_CHECK(p >= 0.0 && p <= 1.0, ValueError, "dropout: p must be in [0, 1] (got ", p, ")");
   if (!training || p == 0.0) return x;
   const DType dt = x.dtype();
-  Tensor scale = scalar_tensor(p < 1.0 ? 1.0 / (1.0 - p) : 0.0, {.dtype = acc_dtype(dt), .device = x.device()});
+  const double scale_value = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
+  if (!x.device().is_cpu()) GENESIS_ON_CUDA(return dropout_cuda(x, p, scale_value, gen));
+  Tensor scale = scalar_tensor(scale_value, {.dtype = acc_dtype(dt)});
   Tensor keep, y;
   {
     NoGradGuard forward_only;
-    keep = bernoulli(x.shape(), 1.0 - p, {.dtype = DType::boolean, .device = x.device()}, gen);
+    keep = bernoulli(x.shape(), 1.0 - p, {.dtype = DType::boolean}, gen);
     y = where(keep, mul(x, scale).to(dt), 0.0);
   }
   if (needs_grad({x})) {
@@ -293,21 +330,33 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   detail::check_defined("one_hot", indices, "indices");
-  detail::require_cpu("one_hot", {indices});
   detail::check_index_dtype("one_hot", indices);
   Tensor idx = indices.contiguous();
   if (num_classes < 0) {
     GENESIS_CHECK(idx.numel() > 0, ValueError,
                   "one_hot: cannot infer num_classes from an empty index tensor; pass num_classes");
-    kernels::cpu::IndexStats s = kernels::cpu::index_stats(idx.dtype(), idx.numel(), idx.data_ptr(), std::nullopt);
+    // The output shape depends on the largest index, so CUDA indices are read on the host.
+    Tensor host_idx = idx.to(kCPU);
+    kernels::cpu::IndexStats s =
+        kernels::cpu::index_stats(host_idx.dtype(), host_idx.numel(), host_idx.data_ptr(), std::nullopt);
     GENESIS_CHECK(s.min >= 0, IndexError, "one_hot: index ", s.min, " is negative");
     num_classes = s.max + 1;
+  } else if (idx.device().is_cpu()) {
+    detail::check_index_values("one_hot", idx, num_classes, std::nullopt, "index", "classes");
+  } else {
+    detail::BadIndex bad = detail::first_index_out_of_range(idx, num_classes);
+    GENESIS_CHECK(bad.position < 0, IndexError, "one_hot: index ", bad.value, " is out of range for ", num_classes,
+                  " classes");
   }
-  detail::check_index_values("one_hot", idx, num_classes, std::nullopt, "index", "classes");
   Shape out_shape = indices.shape();
   out_shape.push_back(num_classes);
-  Tensor out = empty(out_shape, {.dtype = DType::i64});
-  kernels::cpu::one_hot(idx.dtype(), idx.numel(), idx.data_ptr(), num_classes, out.data<int64_t>());
+  Tensor out = empty(out_shape, {.dtype = DType::i64, .device = idx.device()});
+  if (idx.device().is_cpu()) {
+    kernels::cpu::one_hot(idx.dtype(), idx.numel(), idx.data_ptr(), num_classes, out.data<int64_t>());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::one_hot(idx.dtype(), idx.numel(), idx.data_ptr(), num_classes, out.data<int64_t>(),
+                                           cuda::current_stream()));
+  }
   return out;
 }
 

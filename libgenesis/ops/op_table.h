@@ -95,31 +95,31 @@ namespace genesis {
   X(layer_norm, "nn", true, true)                        \
   X(rms_norm, "nn", true, true)                          \
   X(embedding, "nn", true, true)                         \
-  X(dropout, "nn", true, false)                          \
+  X(dropout, "nn", true, true)                           \
   X(cross_entropy, "loss", true, true)                   \
   X(nll_loss, "loss", true, true)                        \
   X(mse_loss, "loss", true, true)                        \
   X(l1_loss, "loss", true, true)                         \
   X(binary_cross_entropy_with_logits, "loss", true, true) \
-  X(conv2d, "conv", true, false)                         \
-  X(max_pool2d, "conv", true, false)                     \
-  X(avg_pool2d, "conv", true, false)                     \
-  X(one_hot, "nn", false, false)                         \
+  X(conv2d, "conv", true, true)                          \
+  X(max_pool2d, "conv", true, true)                      \
+  X(avg_pool2d, "conv", true, true)                      \
+  X(one_hot, "nn", false, true)                          \
   X(rope, "nn", true, false)                             \
   X(swiglu, "nn", true, false)                           \
   X(scaled_dot_product_attention, "nn", true, false)     \
   /* shape and indexing */                               \
-  X(cat, "index", true, false)                           \
-  X(stack, "index", true, false)                         \
-  X(split, "index", true, false)                         \
-  X(chunk, "index", true, false)                         \
-  X(index_select, "index", true, false)                  \
-  X(gather, "index", true, false)                        \
-  X(scatter_add, "index", true, false)                   \
-  X(tril, "index", true, false)                          \
-  X(triu, "index", true, false)                          \
-  X(repeat, "index", true, false)                        \
-  X(flip, "index", true, false)
+  X(cat, "index", true, true)                            \
+  X(stack, "index", true, true)                          \
+  X(split, "index", true, true)                          \
+  X(chunk, "index", true, true)                          \
+  X(index_select, "index", true, true)                   \
+  X(gather, "index", true, true)                         \
+  X(scatter_add, "index", true, true)                    \
+  X(tril, "index", true, true)                           \
+  X(triu, "index", true, true)                           \
+  X(repeat, "index", true, true)                         \
+  X(flip, "index", true, true)
 
 struct OpInfo {
   std::string_view name;

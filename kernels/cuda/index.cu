@@ -1,0 +1,410 @@
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/index.h"
+#include "libgenesis/core/error.h"
+
+namespace genesis::kernels::cuda {
+
+namespace {
+
+// Pure data movement only needs the element width: one instantiation per size, not per dtype.
+template <size_t Bytes>
+struct BitsOf;
+template <>
+struct BitsOf<1> {
+  using type = uint8_t;
+};
+template <>
+struct BitsOf<2> {
+  using type = uint16_t;
+};
+template <>
+struct BitsOf<4> {
+  using type = uint32_t;
+};
+template <>
+struct BitsOf<8> {
+  using type = uint64_t;
+};
+template <>
+struct BitsOf<16> {
+  using type = uint4;
+};
+
+#define GENESIS_CUDA_DISPATCH_WIDTH(BYTES, ...) \
+  switch (BYTES) {                              \
+    case 1: {                                   \
+      using bits_t = BitsOf<1>::type;           \
+      __VA_ARGS__;                              \
+    } break;                                    \
+    case 2: {                                   \
+      using bits_t = BitsOf<2>::type;           \
+      __VA_ARGS__;                              \
+    } break;                                    \
+    case 4: {                                   \
+      using bits_t = BitsOf<4>::type;           \
+      __VA_ARGS__;                              \
+    } break;                                    \
+    case 8: {                                   \
+      using bits_t = BitsOf<8>::type;           \
+      __VA_ARGS__;                              \
+    } break;                                    \
+    default: {                                  \
+      using bits_t = BitsOf<16>::type;          \
+      __VA_ARGS__;                              \
+    }                                           \
+  }
+
+#define GENESIS_CUDA_DISPATCH_INDEX(DTYPE, ...) \
+  if ((DTYPE) == DType::i32) {                  \
+    using index_t = int32_t;                    \
+    __VA_ARGS__;                                \
+  } else {                                      \
+    using index_t = int64_t;                    \
+    __VA_ARGS__;                                \
+  }
+
+// The CPU's acc_t with the device's half types: float for f32/f16/bf16, double, int64 for integers.
+template <class T>
+using sum_acc_t = std::conditional_t<kIsFloat<T>, float_acc_t<T>, int64_t>;
+
+__device__ __forceinline__ int64_t thread_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t thread_count() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// Unsigned minimum over the bad positions: -1 (all bits set) survives when every entry is valid.
+template <class I>
+__global__ void first_out_of_range_kernel(int64_t n, const I* index, int64_t bound, unsigned long long* first_bad) {
+  for (int64_t i = thread_index(); i < n; i += thread_count()) {
+    const int64_t k = static_cast<int64_t>(index[i]);
+    if (k < 0 || k >= bound) atomicMin(first_bad, static_cast<unsigned long long>(i));
+  }
+}
+
+constexpr int kMaxCatPieces = 64;
+
+// Up to kMaxCatPieces pieces passed by value, in units of the copy width.
+struct CatBatch {
+  const void* data[kMaxCatPieces];
+  int64_t row_units[kMaxCatPieces];
+  int64_t column_units[kMaxCatPieces];
+};
+
+// blockIdx.y picks the piece; its threads stream the contiguous piece in order and write each of
+// its rows as a contiguous run of the output row, so reads and writes are coalesced. Index is
+// 32-bit where the output allows (the per-element division is then cheap).
+template <class Unit, class Index>
+__global__ void cat_kernel(CatBatch batch, Index outer, Index out_row_units, Unit* out) {
+  const Unit* src = static_cast<const Unit*>(batch.data[blockIdx.y]);
+  const Index row = static_cast<Index>(batch.row_units[blockIdx.y]);
+  const Index column = static_cast<Index>(batch.column_units[blockIdx.y]);
+  const Index total = outer * row;
+  for (Index e = static_cast<Index>(thread_index()); e < total; e += static_cast<Index>(thread_count())) {
+    const Index r = e / row;
+    out[r * out_row_units + column + (e - r * row)] = src[e];
+  }
+}
+
+// Thread i handles output position i (row-major over the index's shape): writes are coalesced,
+// and reads of x too wherever the gathered axis is not the innermost.
+template <class T, class I, class Index>
+__global__ void gather_kernel(Geometry<3> g, Index n, int64_t x_axis_stride, const T* x, const I* index, T* out) {
+  for (Index i = static_cast<Index>(thread_index()); i < n; i += static_cast<Index>(thread_count())) {
+    Index off[3];
+    offsets_of(g, i, off);
+    out[off[0]] = x[static_cast<int64_t>(off[1]) + static_cast<int64_t>(index[off[2]]) * x_axis_stride];
+  }
+}
+
+// Contribution i: its destination offset (the sort key) and its src offset (the payload).
+template <class I>
+__global__ void scatter_keys_kernel(Geometry<3> g, int64_t n, int64_t dst_axis_stride, const I* index,
+                                    unsigned long long* keys, int64_t* src_offsets) {
+  for (int64_t i = thread_index(); i < n; i += thread_count()) {
+    int64_t off[3];
+    offsets_of(g, i, off);
+    keys[i] = static_cast<unsigned long long>(off[0] + static_cast<int64_t>(index[off[1]]) * dst_axis_stride);
+    src_offsets[i] = off[2];
+  }
+}
+
+// After the stable sort each destination's contributions are one run in increasing position
+// order; the thread at the head of a run adds them in that order, one rounding per addition.
+template <class T>
+__global__ void scatter_runs_kernel(int64_t n, const unsigned long long* keys, const int64_t* src_offsets, const T* src,
+                                    T* dst) {
+  using A = sum_acc_t<T>;
+  for (int64_t i = thread_index(); i < n; i += thread_count()) {
+    const unsigned long long key = keys[i];
+    if (i > 0 && keys[i - 1] == key) continue;
+    T value = dst[key];
+    for (int64_t j = i; j < n && keys[j] == key; ++j)
+      value = from_acc<T>(static_cast<A>(to_acc<A>(value) + to_acc<A>(src[src_offsets[j]])));
+    dst[key] = value;
+  }
+}
+
+// Sort input of index_select's gradient: key = the picked row, payload = the position of the pick.
+template <class I>
+__global__ void pick_keys_kernel(int64_t length, const I* index, unsigned long long* keys, int64_t* positions) {
+  for (int64_t i = thread_index(); i < length; i += thread_count()) {
+    keys[i] = static_cast<unsigned long long>(index[i]);
+    positions[i] = i;
+  }
+}
+
+// Element e of grad_x [outer, bound, inner] sums the picks of its row, found by binary search in
+// the sorted keys, in ascending position order; neighbouring threads walk the same run and read
+// neighbouring grad_out elements (coalesced), and every element is written once.
+template <class T>
+__global__ void index_select_backward_kernel(int64_t total, int64_t bound, int64_t inner, int64_t length,
+                                             const unsigned long long* keys, const int64_t* positions,
+                                             const T* grad_out, T* grad_x) {
+  using A = sum_acc_t<T>;
+  for (int64_t e = thread_index(); e < total; e += thread_count()) {
+    const int64_t line = e / inner, column = e - line * inner;
+    const int64_t outer_index = line / bound;
+    const auto row = static_cast<unsigned long long>(line - outer_index * bound);
+    int64_t lo = 0, hi = length;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (keys[mid] < row) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    const T* picks = grad_out + outer_index * length * inner + column;
+    T value = from_acc<T>(A(0));
+    for (int64_t j = lo; j < length && keys[j] == row; ++j)
+      value = from_acc<T>(static_cast<A>(to_acc<A>(value) + to_acc<A>(picks[positions[j] * inner])));
+    grad_x[e] = value;
+  }
+}
+
+// Element e of the contiguous [batch, rows, cols] buffers: coalesced reads and writes.
+template <class Bits>
+__global__ void triangle_kernel(bool lower, int64_t n, int64_t rows, int64_t cols, int64_t diagonal, const Bits* x,
+                                Bits* out) {
+  for (int64_t e = thread_index(); e < n; e += thread_count()) {
+    const int64_t line = e / cols;
+    const int64_t j = e - line * cols, i = line % rows;
+    const bool keep = lower ? j - i <= diagonal : j - i >= diagonal;
+    out[e] = keep ? x[e] : Bits{};
+  }
+}
+
+// Element e of out [n, num_classes]: coalesced writes, each index read by a run of threads.
+template <class I>
+__global__ void one_hot_kernel(int64_t total, const I* index, int64_t num_classes, int64_t* out) {
+  for (int64_t e = thread_index(); e < total; e += thread_count()) {
+    const int64_t row = e / num_classes;
+    out[e] = static_cast<int64_t>(index[row]) == e - row * num_classes ? 1 : 0;
+  }
+}
+
+// The widest copy unit (16 bytes down to 1) dividing every address and extent of `values`.
+int copy_width(uint64_t values) {
+  int width = 16;
+  while (width > 1 && values % static_cast<uint64_t>(width) != 0) width /= 2;
+  return width;
+}
+
+// Workspace regions start on 256-byte boundaries (what cub expects of its temporary storage).
+size_t aligned(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+// The radix sort only looks at the key bits that destination offsets below `extent` use.
+int key_bits(int64_t extent) {
+  int bits = 1;
+  while (bits < 63 && (int64_t{1} << bits) < extent) ++bits;
+  return bits;
+}
+
+size_t radix_sort_temp_bytes(int64_t n, int64_t dst_extent) {
+  size_t bytes = 0;
+  GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, bytes, static_cast<const unsigned long long*>(nullptr), static_cast<unsigned long long*>(nullptr),
+      static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), n, 0, key_bits(dst_extent)));
+  return bytes;
+}
+
+}  // namespace
+
+void first_out_of_range(DType index_dtype, int64_t n, const void* index, int64_t bound, int64_t* first_bad,
+                        cudaStream_t stream) {
+  GENESIS_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xFF, sizeof(int64_t), stream));
+  if (n <= 0) return;
+  auto* result = reinterpret_cast<unsigned long long*>(first_bad);
+  GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
+    first_out_of_range_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(n, static_cast<const index_t*>(index), bound,
+                                                                       result);
+    GENESIS_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void cat(int64_t outer, int64_t out_row_bytes, const CatPiece* pieces, int64_t num_pieces, void* out,
+         cudaStream_t stream) {
+  if (outer <= 0) return;
+  uint64_t layout = reinterpret_cast<uintptr_t>(out) | static_cast<uint64_t>(out_row_bytes);
+  for (int64_t p = 0; p < num_pieces; ++p)
+    layout |= reinterpret_cast<uintptr_t>(pieces[p].data) | static_cast<uint64_t>(pieces[p].row_bytes) |
+              static_cast<uint64_t>(pieces[p].column);
+  const int width = copy_width(layout);
+  for (int64_t first = 0; first < num_pieces;) {
+    CatBatch batch{};
+    int count = 0;
+    int64_t largest = 0;
+    for (; first < num_pieces && count < kMaxCatPieces; ++first) {
+      const CatPiece& piece = pieces[first];
+      if (piece.row_bytes == 0) continue;
+      batch.data[count] = piece.data;
+      batch.row_units[count] = piece.row_bytes / width;
+      batch.column_units[count] = piece.column / width;
+      largest = std::max(largest, outer * batch.row_units[count]);
+      ++count;
+    }
+    if (count == 0) continue;
+    const dim3 grid(std::max(1u, grid_size(largest) / static_cast<unsigned>(count)), static_cast<unsigned>(count));
+    const int64_t out_row_units = out_row_bytes / width;
+    GENESIS_CUDA_DISPATCH_WIDTH(width, {
+      auto* target = static_cast<bits_t*>(out);
+      if (outer * out_row_units <= INT32_MAX / 2) {
+        cat_kernel<bits_t, int32_t><<<grid, kBlockSize, 0, stream>>>(batch, static_cast<int32_t>(outer),
+                                                                     static_cast<int32_t>(out_row_units), target);
+      } else {
+        cat_kernel<bits_t, int64_t><<<grid, kBlockSize, 0, stream>>>(batch, outer, out_row_units, target);
+      }
+      GENESIS_CUDA_LAUNCH_CHECK();
+    });
+  }
+}
+
+void gather(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int axis, const void* x,
+            const int64_t* x_strides, const void* index, const int64_t* index_strides, void* out,
+            const int64_t* out_strides, cudaStream_t stream) {
+  const int64_t n = numel_of(ndim, shape);
+  if (n == 0) return;
+  int64_t x_strides_off_axis[kMaxDims];
+  std::copy(x_strides, x_strides + ndim, x_strides_off_axis);
+  x_strides_off_axis[axis] = 0;
+  const Geometry<3> g(ndim, shape, {out_strides, x_strides_off_axis, index_strides});
+  const bool narrow = g.fits_int32(n);
+  GENESIS_CUDA_DISPATCH_WIDTH(dtype_size(dtype), {
+    GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
+      const auto* source = static_cast<const bits_t*>(x);
+      const auto* positions = static_cast<const index_t*>(index);
+      auto* target = static_cast<bits_t*>(out);
+      if (narrow) {
+        gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, static_cast<int32_t>(n), x_strides[axis], source,
+                                                               positions, target);
+      } else {
+        gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, n, x_strides[axis], source, positions, target);
+      }
+      GENESIS_CUDA_LAUNCH_CHECK();
+    });
+  });
+}
+
+size_t scatter_add_workspace_bytes(int64_t n, int64_t dst_extent) {
+  if (n <= 0) return 0;
+  return 4 * aligned(static_cast<size_t>(n) * sizeof(int64_t)) + radix_sort_temp_bytes(n, dst_extent);
+}
+
+void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int axis, void* dst,
+                 const int64_t* dst_strides, int64_t dst_extent, const void* index, const int64_t* index_strides,
+                 const void* src, const int64_t* src_strides, void* workspace, size_t workspace_bytes,
+                 cudaStream_t stream) {
+  if (dtype == DType::boolean) throw_unsupported_dtype("scatter_add", dtype);
+  const int64_t n = numel_of(ndim, shape);
+  if (n == 0) return;
+  const size_t region = aligned(static_cast<size_t>(n) * sizeof(int64_t));
+  char* base = static_cast<char*>(workspace);
+  auto* keys = reinterpret_cast<unsigned long long*>(base);
+  auto* sorted_keys = reinterpret_cast<unsigned long long*>(base + region);
+  auto* src_offsets = reinterpret_cast<int64_t*>(base + 2 * region);
+  auto* sorted_src_offsets = reinterpret_cast<int64_t*>(base + 3 * region);
+  size_t temp_bytes = radix_sort_temp_bytes(n, dst_extent);
+  GENESIS_CHECK(workspace_bytes >= 4 * region + temp_bytes, ValueError, "scatter_add: workspace of ", workspace_bytes,
+                " bytes is smaller than the ", 4 * region + temp_bytes, " bytes needed");
+
+  int64_t dst_strides_off_axis[kMaxDims];
+  std::copy(dst_strides, dst_strides + ndim, dst_strides_off_axis);
+  dst_strides_off_axis[axis] = 0;
+  const Geometry<3> g(ndim, shape, {dst_strides_off_axis, index_strides, src_strides});
+  GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
+    scatter_keys_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, n, dst_strides[axis],
+                                                                 static_cast<const index_t*>(index), keys, src_offsets);
+    GENESIS_CUDA_LAUNCH_CHECK();
+  });
+  // Radix sort is stable, and positions were numbered row-major: within one destination the
+  // contributions stay in increasing order of their axis coordinate.
+  GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + 4 * region, temp_bytes, keys, sorted_keys, src_offsets,
+                                                     sorted_src_offsets, n, 0, key_bits(dst_extent), stream));
+  GENESIS_CUDA_DISPATCH_ALL(dtype, {
+    scatter_runs_kernel<scalar_t><<<grid_size(n), kBlockSize, 0, stream>>>(
+        n, sorted_keys, sorted_src_offsets, static_cast<const scalar_t*>(src), static_cast<scalar_t*>(dst));
+    GENESIS_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void index_select_backward(DType dtype, DType index_dtype, int64_t outer, int64_t bound, int64_t inner, int64_t length,
+                           const void* index, const void* grad_out, void* grad_x, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream) {
+  const int64_t total = outer * bound * inner;
+  if (total == 0) return;
+  unsigned long long* sorted_keys = nullptr;
+  int64_t* sorted_positions = nullptr;
+  if (length > 0) {
+    const size_t region = aligned(static_cast<size_t>(length) * sizeof(int64_t));
+    char* base = static_cast<char*>(workspace);
+    auto* keys = reinterpret_cast<unsigned long long*>(base);
+    sorted_keys = reinterpret_cast<unsigned long long*>(base + region);
+    auto* positions = reinterpret_cast<int64_t*>(base + 2 * region);
+    sorted_positions = reinterpret_cast<int64_t*>(base + 3 * region);
+    size_t temp_bytes = radix_sort_temp_bytes(length, bound);
+    GENESIS_CHECK(workspace_bytes >= 4 * region + temp_bytes, ValueError, "index_select backward: workspace of ",
+                  workspace_bytes, " bytes is smaller than the ", 4 * region + temp_bytes, " bytes needed");
+    GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
+      pick_keys_kernel<<<grid_size(length), kBlockSize, 0, stream>>>(length, static_cast<const index_t*>(index), keys,
+                                                                     positions);
+      GENESIS_CUDA_LAUNCH_CHECK();
+    });
+    GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + 4 * region, temp_bytes, keys, sorted_keys, positions,
+                                                       sorted_positions, length, 0, key_bits(bound), stream));
+  }
+  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "index_select backward", {
+    index_select_backward_kernel<<<grid_size(total), kBlockSize, 0, stream>>>(
+        total, bound, inner, length, sorted_keys, sorted_positions, static_cast<const scalar_t*>(grad_out),
+        static_cast<scalar_t*>(grad_x));
+    GENESIS_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void triangle(DType dtype, bool lower, int64_t batch, int64_t rows, int64_t cols, int64_t diagonal, const void* x,
+              void* out, cudaStream_t stream) {
+  const int64_t n = batch * rows * cols;
+  if (n == 0) return;
+  GENESIS_CUDA_DISPATCH_WIDTH(dtype_size(dtype), {
+    triangle_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(lower, n, rows, cols, diagonal,
+                                                             static_cast<const bits_t*>(x), static_cast<bits_t*>(out));
+    GENESIS_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void one_hot(DType index_dtype, int64_t n, const void* index, int64_t num_classes, int64_t* out, cudaStream_t stream) {
+  const int64_t total = n * num_classes;
+  if (total == 0) return;
+  GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
+    one_hot_kernel<<<grid_size(total), kBlockSize, 0, stream>>>(total, static_cast<const index_t*>(index), num_classes,
+                                                                out);
+    GENESIS_CUDA_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace genesis::kernels::cuda
