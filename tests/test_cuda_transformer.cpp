@@ -65,8 +65,8 @@ void check_deterministic(const Fn& fn, const TensorList& inputs) {
 // ---- rope ----------------------------------------------------------------------------------
 
 struct RopeCase {
-  Shape stored;                                     // the generated tensor
-  std::function<Tensor(const Tensor&)> view;        // the rope input viewed from it
+  Shape stored;                               // the generated tensor
+  std::function<Tensor(const Tensor&)> view;  // the rope input viewed from it
   int64_t seq, dim;
 };
 
@@ -82,7 +82,12 @@ const std::vector<RopeCase>& rope_cases() {
       {{33, 8}, [](const Tensor& t) { return t; }, 33, 8},
       {{2, 5, 6}, [](const Tensor& t) { return t; }, 5, 6},
       // Three leading dimensions that do not merge, and head_dim not unit-stride: copied.
-      {{2, 7, 3, 2, 16}, [](const Tensor& t) { return t.permute({3, 0, 2, 1, 4}); }, 7, 16},
+      {{2, 7, 3, 2, 16},
+       [](const Tensor& t) {
+         return t.permute({3, 0, 2, 1, 4});
+       },
+       7,
+       16},
       {{2, 3, 16, 7}, [](const Tensor& t) { return t.transpose(2, 3); }, 7, 16},
   };
   return cases;
@@ -110,7 +115,9 @@ GENESIS_CUDA_PARITY("rope") {
   }
   const RopeTables tables = rope_tables(0, 33, 16, 500.0);
   check_deterministic(
-      [tables](const TensorList& in) { return rope(in[0].transpose(1, 2), tables.cos.to(kCuda0), tables.sin.to(kCuda0)); },
+      [tables](const TensorList& in) {
+        return rope(in[0].transpose(1, 2), tables.cos.to(kCuda0), tables.sin.to(kCuda0));
+      },
       {random_input({3, 33, 4, 16}, DType::f32)});
 }
 
@@ -167,17 +174,17 @@ struct AttentionCase {
 // Odd lengths, a single query (decoding with a cache), kv_len > q_len (the cache offset),
 // kv_len < q_len without the mask, rows longer than a warp's 1024 columns, groups of 1, 2, 6.
 const AttentionCase kAttentionCases[] = {
-    {1, 4, 4, 1, 1, 8, true, {}},        {1, 4, 4, 7, 7, 16, true, {}},       {3, 4, 2, 7, 12, 8, true, {}},
-    {3, 4, 2, 33, 33, 64, false, {}},    {1, 6, 1, 33, 40, 16, true, 0.3},    {3, 6, 1, 1, 9, 64, true, {}},
-    {1, 4, 2, 129, 129, 64, true, {}},   {3, 4, 4, 129, 140, 8, false, 1.7}, {1, 6, 1, 7, 3, 16, false, {}},
-    {3, 4, 2, 1, 1, 16, false, {}},      {1, 4, 4, 33, 1100, 16, false, {}}, {3, 6, 1, 129, 129, 8, true, {}},
+    {1, 4, 4, 1, 1, 8, true, {}},      {1, 4, 4, 7, 7, 16, true, {}},      {3, 4, 2, 7, 12, 8, true, {}},
+    {3, 4, 2, 33, 33, 64, false, {}},  {1, 6, 1, 33, 40, 16, true, 0.3},   {3, 6, 1, 1, 9, 64, true, {}},
+    {1, 4, 2, 129, 129, 64, true, {}}, {3, 4, 4, 129, 140, 8, false, 1.7}, {1, 6, 1, 7, 3, 16, false, {}},
+    {3, 4, 2, 1, 1, 16, false, {}},    {1, 4, 4, 33, 1100, 16, false, {}}, {3, 6, 1, 129, 129, 8, true, {}},
 };
 
 using Layout = std::function<Tensor(const Tensor&)>;
 
 struct AttentionLayout {
   const char* name;
-  bool heads_second;  // stored [B, H, L, D]; otherwise [B, L, H, D] transposed into place
+  bool heads_second;   // stored [B, H, L, D]; otherwise [B, L, H, D] transposed into place
   int64_t extra_rows;  // stored with this many more rows, narrowed away (a KV cache's capacity)
 };
 const AttentionLayout kAttentionLayouts[] = {
@@ -212,9 +219,8 @@ GENESIS_CUDA_PARITY("scaled_dot_product_attention") {
   for (DType dtype : kFloatDTypes) {
     INFO("dtype " << dtype_name(dtype));
     for (const AttentionCase& c : kAttentionCases) {
-      INFO("B " << c.batch << ", Hq " << c.q_heads << ", Hkv " << c.kv_heads << ", T " << c.q_len << ", S "
-                << c.kv_len << ", D " << c.head_dim << ", causal " << c.causal << ", scale "
-                << (c.scale ? *c.scale : 0.0));
+      INFO("B " << c.batch << ", Hq " << c.q_heads << ", Hkv " << c.kv_heads << ", T " << c.q_len << ", S " << c.kv_len
+                << ", D " << c.head_dim << ", causal " << c.causal << ", scale " << (c.scale ? *c.scale : 0.0));
       for (const AttentionLayout& layout : kAttentionLayouts) {
         INFO("layout: " << layout.name);
         const TensorList inputs = attention_inputs(c, layout, dtype);
@@ -268,7 +274,8 @@ TEST_CASE("cuda attention refuses mixed devices", "[cuda][transformer]") {
 namespace {
 
 fs::path fixture_dir(const std::string& name) {
-  for (const char* root : std::initializer_list<const char*>{std::getenv("GENESIS_SOURCE_DIR"), GENESIS_SOURCE_DIR, "."}) {
+  for (const char* root :
+       std::initializer_list<const char*>{std::getenv("GENESIS_SOURCE_DIR"), GENESIS_SOURCE_DIR, "."}) {
     if (root && fs::exists(fs::path(root) / "tests/fixtures" / name / "reference.safetensors"))
       return fs::path(root) / "tests/fixtures" / name;
   }

@@ -205,8 +205,8 @@ __device__ __forceinline__ A rescaled(A l, A m, A to) {
 }
 
 // Rows of the grid-stride loop, one warp each.
-#define GENESIS_FOR_EACH_WARP_ROW(r, rows)                                                                    \
-  for (int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; r < (rows);         \
+#define GENESIS_FOR_EACH_WARP_ROW(r, rows)                                                            \
+  for (int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; r < (rows); \
        r += static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp)
 
 // Scores (already scaled) to probabilities in place, one warp per row of kv_len: lane l reads
@@ -289,8 +289,18 @@ void grouped_gemm(DType dtype, const cpu::AttentionShape& s, bool trans_a, bool 
                                        static_cast<size_t>(s.batch * s.kv_heads * m * n * element), stream));
     return;
   }
-  cpu::GemmArgs args{.trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k, .a = a.data, .lda = a.ld,
-                     .b = b.data, .ldb = b.ld, .c = const_cast<void*>(c.data), .ldc = c.ld, .alpha = alpha};
+  cpu::GemmArgs args{.trans_a = trans_a,
+                     .trans_b = trans_b,
+                     .m = m,
+                     .n = n,
+                     .k = k,
+                     .a = a.data,
+                     .lda = a.ld,
+                     .b = b.data,
+                     .ldb = b.ld,
+                     .c = const_cast<void*>(c.data),
+                     .ldc = c.ld,
+                     .alpha = alpha};
   if (collapses(s, a) && collapses(s, b) && collapses(s, c)) {
     args.stride_a = collapsed_stride(s, a);
     args.stride_b = collapsed_stride(s, b);
@@ -348,8 +358,8 @@ template <class A>
 void launch_softmax_backward(const cpu::AttentionShape& s, const A* probs, A* grad, cudaStream_t stream) {
   const int64_t rows = s.batch * s.q_heads * s.q_len;
   if (rows == 0 || s.kv_len == 0) return;
-  softmax_scores_backward_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(
-      rows, s.q_len, s.kv_len, s.causal, static_cast<A>(s.scale), probs, grad);
+  softmax_scores_backward_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(rows, s.q_len, s.kv_len, s.causal,
+                                                                                 static_cast<A>(s.scale), probs, grad);
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 
