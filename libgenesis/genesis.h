@@ -16,4 +16,5 @@
 #include "libgenesis/ops/nn.h"
 #include "libgenesis/ops/op_table.h"
 #include "libgenesis/ops/reduce.h"
+#include "libgenesis/ops/transformer.h"
 #include "libgenesis/recipe/recipe.h"

@@ -106,9 +106,9 @@ namespace genesis {
   X(max_pool2d, "conv", true, true)                      \
   X(avg_pool2d, "conv", true, true)                      \
   X(one_hot, "nn", false, true)                          \
-  X(rope, "nn", true, false)                             \
-  X(swiglu, "nn", true, false)                           \
-  X(scaled_dot_product_attention, "nn", true, false)     \
+  X(rope, "nn", true, true)                              \
+  X(swiglu, "nn", true, true)                            \
+  X(scaled_dot_product_attention, "nn", true, true)      \
   /* shape and indexing */                               \
   X(cat, "index", true, true)                            \
   X(stack, "index", true, true)                          \

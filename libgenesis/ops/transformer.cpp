@@ -9,8 +9,95 @@
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/factory.h"
+#if GENESIS_WITH_CUDA
+#include "kernels/cuda/transformer.h"
+#endif
 
 namespace genesis {
+
+#if GENESIS_WITH_CUDA
+namespace {
+
+// rope on cuda: x [..., seq, dim] read through its strides when its leading dimensions merge
+// into two and dim is unit-stride (the [B, H, T, D] view of a [B, T, H, D] projection), else
+// from a contiguous copy; y is contiguous.
+void rope_cuda(bool inverse, const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& y) {
+  const int64_t seq = x.size(-2), dim = x.size(-1);
+  std::vector<int64_t> sizes, strides;
+  for (int64_t d = 0; d + 2 < x.dim(); ++d) {
+    if (x.size(d) == 1) continue;
+    if (!sizes.empty() && strides.back() == x.stride(d) * x.size(d)) {
+      sizes.back() *= x.size(d);
+      strides.back() = x.stride(d);
+    } else {
+      sizes.push_back(x.size(d));
+      strides.push_back(x.stride(d));
+    }
+  }
+  if (sizes.size() > 2 || (dim > 1 && x.stride(-1) != 1)) {
+    rope_cuda(inverse, x.contiguous(), cos, sin, y);
+    return;
+  }
+  while (sizes.size() < 2) {
+    sizes.insert(sizes.begin(), 1);
+    strides.insert(strides.begin(), 0);
+  }
+  const kernels::cuda::RopeInput input{x.data_ptr(), sizes[0], sizes[1], strides[0], strides[1], x.stride(-2)};
+  kernels::cuda::rope(x.dtype(), inverse, input, seq, dim, cos.data_ptr(), sin.data_ptr(), y.data_ptr(),
+                      cuda::current_stream());
+}
+
+kernels::cuda::HeadsLayout heads_layout(const Tensor& t) {
+  return {t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// t itself when the attention GEMMs can read it through its strides (unit-stride head_dim,
+// evenly strided rows; q's group rows stackable), else a contiguous copy.
+Tensor attention_operand(const Tensor& t, const kernels::cpu::AttentionShape& s, bool is_query) {
+  const bool unit_cols = t.size(3) <= 1 || t.stride(3) == 1;
+  const kernels::cuda::HeadsLayout layout = heads_layout(t);
+  const bool rows_ok = is_query ? kernels::cuda::attention_query_stackable(s, layout)
+                                : kernels::cuda::gemm_rows_ok(t.size(2), t.size(3), layout.row);
+  return unit_cols && rows_ok ? t : t.contiguous();
+}
+
+// Attention on cuda. 16-bit inputs run the f32 path (cuBLAS writes f32 scores only from f32
+// operands; the CPU kernel also multiplies in f32) and round the output once.
+Tensor attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s) {
+  if (q.dtype() == DType::f16 || q.dtype() == DType::bf16) {
+    return attention_cuda(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), s).to(q.dtype());
+  }
+  const Device device = q.device();
+  Tensor qv, kv, vv;
+  Tensor out = empty(q.shape(), {.dtype = q.dtype(), .device = device});
+  Tensor probs = empty({s.batch, s.q_heads, s.q_len, s.kv_len}, {.dtype = q.dtype(), .device = device});
+  {
+    NoGradGuard forward_only;
+    qv = attention_operand(q, s, true);
+    kv = attention_operand(k, s, false);
+    vv = attention_operand(v, s, false);
+    kernels::cuda::attention(q.dtype(), s, qv.data_ptr(), heads_layout(qv), kv.data_ptr(), heads_layout(kv),
+                             vv.data_ptr(), heads_layout(vv), out.data_ptr(), probs.data_ptr(), cuda::current_stream());
+  }
+  if (needs_grad({q, k, v})) {
+    record("scaled_dot_product_attention", {q, k, v}, {out},
+           [s, qs = saved(qv), ks = saved(kv), vs = saved(vv), ps = saved(probs)](const TensorList& g) {
+             Tensor gy = g[0].to(qs.dtype()).contiguous();
+             const TensorOptions options{.dtype = qs.dtype(), .device = qs.device()};
+             Tensor gq = empty(qs.shape(), options), gk = empty(ks.shape(), options), gv = empty(vs.shape(), options);
+             Tensor scratch = empty(ps.shape(), options);
+             kernels::cuda::attention_backward(qs.dtype(), s, qs.data_ptr(), heads_layout(qs), ks.data_ptr(),
+                                               heads_layout(ks), vs.data_ptr(), heads_layout(vs), ps.data_ptr(),
+                                               gy.data_ptr(), gq.data_ptr(), gk.data_ptr(), gv.data_ptr(),
+                                               scratch.data_ptr(), cuda::current_stream());
+             return TensorList{gq, gk, gv};
+           });
+  }
+  return out;
+}
+
+}  // namespace
+#endif
 
 RopeTables rope_tables(int64_t start, int64_t length, int64_t head_dim, double theta, TensorOptions options) {
   GENESIS_CHECK(head_dim > 0 && head_dim % 2 == 0, ValueError, "rope_tables: head_dim must be positive and even (got ",
@@ -47,7 +134,7 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   detail::check_defined("rope", x, "input");
   detail::check_defined("rope", cos, "cos");
   detail::check_defined("rope", sin, "sin");
-  detail::require_cpu("rope", {x, cos, sin});
+  detail::check_same_device("rope", {x, cos, sin});
   detail::check_floating("rope", x);
   GENESIS_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0, ShapeError,
                 "rope: input must be [..., seq, head_dim] with an even head_dim, got shape ", x.shape());
@@ -61,17 +148,26 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
                 dtype_name(x.dtype()), ")");
   const int64_t outer = seq * dim == 0 ? 0 : x.numel() / (seq * dim);
   Tensor cc = cos.contiguous(), sc = sin.contiguous();
-  Tensor y = empty(x.shape(), {.dtype = x.dtype()});
+  Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   {
     NoGradGuard forward_only;
-    Tensor xc = x.contiguous();
-    kernels::cpu::rope(x.dtype(), false, outer, seq, dim, xc.data_ptr(), cc.data_ptr(), sc.data_ptr(), y.data_ptr());
+    if (x.device().is_cpu()) {
+      Tensor xc = x.contiguous();
+      kernels::cpu::rope(x.dtype(), false, outer, seq, dim, xc.data_ptr(), cc.data_ptr(), sc.data_ptr(), y.data_ptr());
+    } else {
+      GENESIS_ON_CUDA(rope_cuda(false, x, cc, sc, y));
+    }
   }
   if (needs_grad({x})) {
     record("rope", {x}, {y}, [outer, seq, dim, cs = saved(cc), ss = saved(sc)](const TensorList& g) {
       Tensor gy = g[0].to(cs.dtype()).contiguous();
-      Tensor gx = empty(gy.shape(), {.dtype = gy.dtype()});
-      kernels::cpu::rope(gy.dtype(), true, outer, seq, dim, gy.data_ptr(), cs.data_ptr(), ss.data_ptr(), gx.data_ptr());
+      Tensor gx = empty(gy.shape(), {.dtype = gy.dtype(), .device = gy.device()});
+      if (gy.device().is_cpu()) {
+        kernels::cpu::rope(gy.dtype(), true, outer, seq, dim, gy.data_ptr(), cs.data_ptr(), ss.data_ptr(),
+                           gx.data_ptr());
+      } else {
+        GENESIS_ON_CUDA(rope_cuda(true, gy, cs, ss, gx));
+      }
       return TensorList{gx};
     });
   }
@@ -81,25 +177,36 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
   detail::check_defined("swiglu", gate, "gate");
   detail::check_defined("swiglu", up, "up");
-  detail::require_cpu("swiglu", {gate, up});
+  detail::check_same_device("swiglu", {gate, up});
   detail::check_floating("swiglu", gate);
   detail::check_same_dtype("swiglu", gate, up);
   GENESIS_CHECK(gate.shape() == up.shape(), ShapeError, "swiglu: gate ", gate.shape(), " and up ", up.shape(),
                 " must have the same shape");
   Tensor gc, uc;
-  Tensor y = empty(gate.shape(), {.dtype = gate.dtype()});
+  Tensor y = empty(gate.shape(), {.dtype = gate.dtype(), .device = gate.device()});
   {
     NoGradGuard forward_only;
     gc = gate.contiguous();
     uc = up.contiguous();
-    kernels::cpu::swiglu(gate.dtype(), gate.numel(), gc.data_ptr(), uc.data_ptr(), y.data_ptr());
+    if (gate.device().is_cpu()) {
+      kernels::cpu::swiglu(gate.dtype(), gate.numel(), gc.data_ptr(), uc.data_ptr(), y.data_ptr());
+    } else {
+      GENESIS_ON_CUDA(kernels::cuda::swiglu(gate.dtype(), gate.numel(), gc.data_ptr(), uc.data_ptr(), y.data_ptr(),
+                                            cuda::current_stream()));
+    }
   }
   if (needs_grad({gate, up})) {
     record("swiglu", {gate, up}, {y}, [gs = saved(gc), us = saved(uc)](const TensorList& g) {
       Tensor gy = g[0].to(gs.dtype()).contiguous();
       Tensor grad_gate = empty_like(gs), grad_up = empty_like(us);
-      kernels::cpu::swiglu_backward(gs.dtype(), gs.numel(), gs.data_ptr(), us.data_ptr(), gy.data_ptr(),
-                                    grad_gate.data_ptr(), grad_up.data_ptr());
+      if (gs.device().is_cpu()) {
+        kernels::cpu::swiglu_backward(gs.dtype(), gs.numel(), gs.data_ptr(), us.data_ptr(), gy.data_ptr(),
+                                      grad_gate.data_ptr(), grad_up.data_ptr());
+      } else {
+        GENESIS_ON_CUDA(kernels::cuda::swiglu_backward(gs.dtype(), gs.numel(), gs.data_ptr(), us.data_ptr(),
+                                                       gy.data_ptr(), grad_gate.data_ptr(), grad_up.data_ptr(),
+                                                       cuda::current_stream()));
+      }
       return TensorList{grad_gate, grad_up};
     });
   }
@@ -112,7 +219,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   detail::check_defined(op, q, "q");
   detail::check_defined(op, k, "k");
   detail::check_defined(op, v, "v");
-  detail::require_cpu(op, {q, k, v});
+  detail::check_same_device(op, {q, k, v});
   detail::check_floating(op, q);
   detail::check_same_dtype(op, q, k);
   detail::check_same_dtype(op, q, v);
@@ -128,6 +235,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   GENESIS_CHECK(!causal || s.q_len <= s.kv_len, ShapeError, op, ": causal attention needs at least as many keys (",
                 s.kv_len, ") as queries (", s.q_len, ")");
   GENESIS_CHECK(std::isfinite(s.scale), ValueError, op, ": scale must be finite (got ", s.scale, ")");
+  if (!q.device().is_cpu()) {
+    Tensor out;
+    GENESIS_ON_CUDA(out = attention_cuda(q, k, v, s));
+    return out;
+  }
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor qc, kc, vc;
   Tensor out = empty(q.shape(), {.dtype = q.dtype()});

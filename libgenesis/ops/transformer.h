@@ -1,7 +1,7 @@
 #pragma once
 // Fused transformer ops: rotary position embedding (Hugging Face's rotate-half layout),
-// SwiGLU, and scaled-dot-product attention with grouped-query heads. CPU kernels only for
-// now (CUDA tensors throw NotImplementedError).
+// SwiGLU, and scaled-dot-product attention with grouped-query heads. CPU and CUDA kernels;
+// rope_tables computes on the host and copies to options.device.
 #include <optional>
 
 #include "libgenesis/core/tensor.h"

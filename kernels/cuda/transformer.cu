@@ -1,0 +1,471 @@
+// CUDA kernels of the transformer ops. Rotary embedding and SwiGLU are elementwise passes with
+// 16-byte vector accesses where the layout allows. Attention materializes the scores: cuBLAS
+// GEMMs batched over (batch, kv head), with the query heads of a kv head's group stacked as the
+// rows of one matrix (so K/V are never repeated and the group's gradient sums happen inside one
+// GEMM), around warp-per-row softmax and softmax-backward kernels.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/linalg.h"
+#include "kernels/cuda/transformer.h"
+#include "libgenesis/core/error.h"
+
+namespace genesis::kernels::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+
+template <class T, int VEC>
+struct Pack {
+  T v[VEC];
+};
+
+// Loads and stores go through a plain vector type of the same size, so that a pack of 16-bit
+// floats compiles to one wide access.
+template <int BYTES>
+struct RawVector;
+template <>
+struct RawVector<16> {
+  using type = uint4;
+};
+template <>
+struct RawVector<8> {
+  using type = uint2;
+};
+template <>
+struct RawVector<4> {
+  using type = uint32_t;
+};
+template <>
+struct RawVector<2> {
+  using type = uint16_t;
+};
+
+template <int VEC, class T>
+__device__ __forceinline__ Pack<T, VEC> load_pack(const T* p) {
+  using Raw = typename RawVector<sizeof(T) * VEC>::type;
+  Raw raw = *reinterpret_cast<const Raw*>(p);
+  Pack<T, VEC> pack;
+  memcpy(&pack, &raw, sizeof(Raw));
+  return pack;
+}
+
+template <int VEC, class T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, VEC>& pack) {
+  using Raw = typename RawVector<sizeof(T) * VEC>::type;
+  Raw raw;
+  memcpy(&raw, &pack, sizeof(Raw));
+  *reinterpret_cast<Raw*>(p) = raw;
+}
+
+// Elements of T in 16 bytes.
+template <class T>
+inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
+
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// ---- rotary embedding ------------------------------------------------------------------------
+
+// One thread per VEC consecutive pairs (i, i + dim/2) of a row: reads VEC elements from each half
+// of x and from the cos/sin rows of its position, writes both halves of the contiguous output.
+template <int VEC, class T>
+__global__ void rope_kernel(bool inverse, RopeInput x, int64_t seq, int64_t half, const T* cos, const T* sin, T* y) {
+  using A = float_acc_t<T>;
+  const int64_t packs_per_row = half / VEC;
+  const int64_t items = x.outer0 * x.outer1 * seq * packs_per_row;
+  const A sign = inverse ? A(-1) : A(1);
+  const T* xs = static_cast<const T*>(x.data);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t col = (i % packs_per_row) * VEC, row = i / packs_per_row;
+    const int64_t t = row % seq, outer = row / seq;
+    const T* xr = xs + (outer / x.outer1) * x.stride0 + (outer % x.outer1) * x.stride1 + t * x.seq_stride;
+    T* yr = y + row * 2 * half;
+    const Pack<T, VEC> x1 = load_pack<VEC>(xr + col), x2 = load_pack<VEC>(xr + half + col);
+    const Pack<T, VEC> c = load_pack<VEC>(cos + t * half + col), s = load_pack<VEC>(sin + t * half + col);
+    Pack<T, VEC> y1, y2;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const A cj = to_acc<A>(c.v[j]), sj = sign * to_acc<A>(s.v[j]);
+      const A a = to_acc<A>(x1.v[j]), b = to_acc<A>(x2.v[j]);
+      y1.v[j] = from_acc<T>(a * cj - b * sj);
+      y2.v[j] = from_acc<T>(b * cj + a * sj);
+    }
+    store_pack<VEC>(yr + col, y1);
+    store_pack<VEC>(yr + half + col, y2);
+  }
+}
+
+template <class T>
+void launch_rope(bool inverse, const RopeInput& x, int64_t seq, int64_t dim, const T* cos, const T* sin, T* y,
+                 cudaStream_t stream) {
+  const int64_t half = dim / 2, rows = x.outer0 * x.outer1 * seq;
+  if (rows * half == 0) return;
+  constexpr int V = kVec<T>;
+  const bool vectorized = half % V == 0 && x.stride0 % V == 0 && x.stride1 % V == 0 && x.seq_stride % V == 0 &&
+                          aligned16(x.data) && aligned16(cos) && aligned16(sin) && aligned16(y);
+  if (vectorized) {
+    rope_kernel<V><<<grid_size(rows * half / V), kBlockSize, 0, stream>>>(inverse, x, seq, half, cos, sin, y);
+  } else {
+    rope_kernel<1><<<grid_size(rows * half), kBlockSize, 0, stream>>>(inverse, x, seq, half, cos, sin, y);
+  }
+  GENESIS_CUDA_LAUNCH_CHECK();
+}
+
+// ---- SwiGLU --------------------------------------------------------------------------------
+
+template <class A>
+__device__ __forceinline__ A sigmoid_of(A v) {
+  if constexpr (std::is_same_v<A, double>) {
+    return 1.0 / (1.0 + exp(-v));
+  } else {
+    return 1.0f / (1.0f + expf(-v));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ T swiglu_value(T gate, T up) {
+  using A = float_acc_t<T>;
+  const A g = to_acc<A>(gate);
+  return from_acc<T>(g * sigmoid_of(g) * to_acc<A>(up));
+}
+
+template <class T>
+__device__ __forceinline__ void swiglu_grads(T gate, T up, T grad_y, T& grad_gate, T& grad_up) {
+  using A = float_acc_t<T>;
+  const A g = to_acc<A>(gate), u = to_acc<A>(up), gy = to_acc<A>(grad_y);
+  const A sig = sigmoid_of(g);
+  grad_gate = from_acc<T>(gy * u * sig * (A(1) + g * (A(1) - sig)));
+  grad_up = from_acc<T>(gy * g * sig);
+}
+
+// Thread p of the grid-stride loop handles elements [p * VEC, p * VEC + VEC) of every buffer
+// (one vector access each, coalesced across the warp); the last n % VEC elements go one per thread.
+template <int VEC, class T>
+__global__ void swiglu_kernel(int64_t n, const T* gate, const T* up, T* y) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t packs = n / VEC;
+  for (int64_t p = first; p < packs; p += stride) {
+    const Pack<T, VEC> g = load_pack<VEC>(gate + p * VEC), u = load_pack<VEC>(up + p * VEC);
+    Pack<T, VEC> out;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out.v[j] = swiglu_value(g.v[j], u.v[j]);
+    store_pack<VEC>(y + p * VEC, out);
+  }
+  for (int64_t i = packs * VEC + first; i < n; i += stride) y[i] = swiglu_value(gate[i], up[i]);
+}
+
+template <int VEC, class T>
+__global__ void swiglu_backward_kernel(int64_t n, const T* gate, const T* up, const T* grad_y, T* grad_gate,
+                                       T* grad_up) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t packs = n / VEC;
+  for (int64_t p = first; p < packs; p += stride) {
+    const Pack<T, VEC> g = load_pack<VEC>(gate + p * VEC), u = load_pack<VEC>(up + p * VEC);
+    const Pack<T, VEC> gy = load_pack<VEC>(grad_y + p * VEC);
+    Pack<T, VEC> gg, gu;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) swiglu_grads(g.v[j], u.v[j], gy.v[j], gg.v[j], gu.v[j]);
+    store_pack<VEC>(grad_gate + p * VEC, gg);
+    store_pack<VEC>(grad_up + p * VEC, gu);
+  }
+  for (int64_t i = packs * VEC + first; i < n; i += stride) {
+    swiglu_grads(gate[i], up[i], grad_y[i], grad_gate[i], grad_up[i]);
+  }
+}
+
+// ---- attention -----------------------------------------------------------------------------
+
+// Keys query row t sees: all kv_len, or up to its position kv_len - q_len + t when causal.
+__device__ __forceinline__ int64_t visible_keys(bool causal, int64_t q_len, int64_t kv_len, int64_t t) {
+  return causal ? kv_len - q_len + t + 1 : kv_len;
+}
+
+template <class A>
+__device__ __forceinline__ A exp_of(A v) {
+  if constexpr (std::is_same_v<A, double>) {
+    return exp(v);
+  } else {
+    return expf(v);
+  }
+}
+
+// Sum of exponentials l relative to max m, moved to max `to` (a lane that saw no key has l = 0).
+template <class A>
+__device__ __forceinline__ A rescaled(A l, A m, A to) {
+  return l == A(0) ? A(0) : l * exp_of(m - to);
+}
+
+// Rows of the grid-stride loop, one warp each.
+#define GENESIS_FOR_EACH_WARP_ROW(r, rows)                                                            \
+  for (int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; r < (rows); \
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp)
+
+// Scores (already scaled) to probabilities in place, one warp per row of kv_len: lane l reads
+// columns l, l + 32, ... keeping a running max and rescaled sum (one read), the lanes merge
+// theirs by a butterfly (same order on every run), then a second pass writes exp(s - max) / sum
+// and zeros past the causal limit.
+template <class A>
+__global__ void softmax_scores_kernel(int64_t rows, int64_t q_len, int64_t kv_len, bool causal, A* scores) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  GENESIS_FOR_EACH_WARP_ROW(r, rows) {
+    A* row = scores + r * kv_len;
+    const int64_t visible = visible_keys(causal, q_len, kv_len, r % q_len);
+    A m = -std::numeric_limits<A>::infinity(), l = 0;
+    for (int64_t c = lane; c < visible; c += kWarp) {
+      const A x = row[c];
+      if (x > m) {
+        l = rescaled(l, m, x) + A(1);
+        m = x;
+      } else {
+        l += exp_of(x - m);
+      }
+    }
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
+      const A other_m = __shfl_xor_sync(0xffffffffu, m, offset), other_l = __shfl_xor_sync(0xffffffffu, l, offset);
+      const A merged = other_m > m ? other_m : m;
+      l = rescaled(l, m, merged) + rescaled(other_l, other_m, merged);
+      m = merged;
+    }
+    const A inv = A(1) / l;
+    for (int64_t c = lane; c < kv_len; c += kWarp) row[c] = c < visible ? exp_of(row[c] - m) * inv : A(0);
+  }
+}
+
+// grad of the scaled scores in place over grad_probs, one warp per row:
+// scale * p * (dp - sum(dp * p)), zero past the causal limit.
+template <class A>
+__global__ void softmax_scores_backward_kernel(int64_t rows, int64_t q_len, int64_t kv_len, bool causal, A scale,
+                                               const A* probs, A* grad) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  GENESIS_FOR_EACH_WARP_ROW(r, rows) {
+    const A* p = probs + r * kv_len;
+    A* g = grad + r * kv_len;
+    const int64_t visible = visible_keys(causal, q_len, kv_len, r % q_len);
+    A weighted = 0;
+    for (int64_t c = lane; c < visible; c += kWarp) weighted += g[c] * p[c];
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset >>= 1) weighted += __shfl_xor_sync(0xffffffffu, weighted, offset);
+    for (int64_t c = lane; c < kv_len; c += kWarp) g[c] = c < visible ? scale * p[c] * (g[c] - weighted) : A(0);
+  }
+}
+
+unsigned warp_row_grid(int64_t rows) {
+  return grid_size(rows * kWarp);
+}
+
+// A GEMM operand per (batch, kv head): element strides between batches and between kv heads, and
+// the row stride of its row-major matrix.
+struct Operand {
+  const void* data;
+  int64_t batch_stride, group_stride, ld;
+};
+
+// The (batch, kv head) pairs as one strided batch when an operand's two strides allow it.
+bool collapses(const cpu::AttentionShape& s, const Operand& o) {
+  return s.batch == 1 || s.kv_heads == 1 || o.batch_stride == s.kv_heads * o.group_stride;
+}
+
+int64_t collapsed_stride(const cpu::AttentionShape& s, const Operand& o) {
+  return s.kv_heads == 1 ? o.batch_stride : o.group_stride;
+}
+
+// C[b, h] = alpha * op(A[b, h]) op(B[b, h]) for every batch b and kv head h: one strided-batched
+// GEMM, or one per batch when an operand's batch stride is not kv_heads times its head stride.
+void grouped_gemm(DType dtype, const cpu::AttentionShape& s, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, const Operand& a, const Operand& b, const Operand& c, double alpha, cudaStream_t stream) {
+  const auto element = static_cast<int64_t>(dtype_size(dtype));
+  if (k == 0) {  // an empty sum (no keys): zeros, which cuBLAS is not asked to produce
+    GENESIS_CUDA_CHECK(cudaMemsetAsync(const_cast<void*>(c.data), 0,
+                                       static_cast<size_t>(s.batch * s.kv_heads * m * n * element), stream));
+    return;
+  }
+  cpu::GemmArgs args{.trans_a = trans_a,
+                     .trans_b = trans_b,
+                     .m = m,
+                     .n = n,
+                     .k = k,
+                     .a = a.data,
+                     .lda = a.ld,
+                     .b = b.data,
+                     .ldb = b.ld,
+                     .c = const_cast<void*>(c.data),
+                     .ldc = c.ld,
+                     .alpha = alpha};
+  if (collapses(s, a) && collapses(s, b) && collapses(s, c)) {
+    args.stride_a = collapsed_stride(s, a);
+    args.stride_b = collapsed_stride(s, b);
+    args.stride_c = collapsed_stride(s, c);
+    args.batch = s.batch * s.kv_heads;
+    gemm(dtype, args, stream);
+    return;
+  }
+  args.stride_a = a.group_stride;
+  args.stride_b = b.group_stride;
+  args.stride_c = c.group_stride;
+  args.batch = s.kv_heads;
+  for (int64_t i = 0; i < s.batch; ++i) {
+    args.a = static_cast<const char*>(a.data) + i * a.batch_stride * element;
+    args.b = static_cast<const char*>(b.data) + i * b.batch_stride * element;
+    args.c = static_cast<char*>(const_cast<void*>(c.data)) + i * c.batch_stride * element;
+    gemm(dtype, args, stream);
+  }
+}
+
+int64_t group_of(const cpu::AttentionShape& s) {
+  return s.q_heads / s.kv_heads;
+}
+
+// A single-row matrix's stride is never followed; cuBLAS still wants it >= the row length.
+int64_t leading(int64_t rows, int64_t cols, int64_t row_stride) {
+  return rows <= 1 ? cols : row_stride;
+}
+
+// The group's query rows (group * q_len of them) of q as one matrix per (batch, kv head).
+Operand stacked_queries(const cpu::AttentionShape& s, const void* data, const HeadsLayout& q) {
+  const int64_t group = group_of(s), rows = group * s.q_len;
+  const int64_t row_stride = group > 1 && s.q_len == 1 ? q.head : q.row;
+  return {data, q.batch, group * q.head, leading(rows, s.head_dim, row_stride)};
+}
+
+Operand kv_operand(const cpu::AttentionShape& s, const void* data, const HeadsLayout& layout) {
+  return {data, layout.batch, layout.head, leading(s.kv_len, s.head_dim, layout.row)};
+}
+
+// Contiguous [batch, kv_heads, rows, cols] buffers (scores, outputs, gradients).
+Operand dense(const cpu::AttentionShape& s, const void* data, int64_t rows, int64_t cols) {
+  return {data, s.kv_heads * rows * cols, rows * cols, cols};
+}
+
+template <class A>
+void launch_softmax(const cpu::AttentionShape& s, A* scores, cudaStream_t stream) {
+  const int64_t rows = s.batch * s.q_heads * s.q_len;
+  if (rows == 0 || s.kv_len == 0) return;
+  softmax_scores_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(rows, s.q_len, s.kv_len, s.causal, scores);
+  GENESIS_CUDA_LAUNCH_CHECK();
+}
+
+template <class A>
+void launch_softmax_backward(const cpu::AttentionShape& s, const A* probs, A* grad, cudaStream_t stream) {
+  const int64_t rows = s.batch * s.q_heads * s.q_len;
+  if (rows == 0 || s.kv_len == 0) return;
+  softmax_scores_backward_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(rows, s.q_len, s.kv_len, s.causal,
+                                                                                 static_cast<A>(s.scale), probs, grad);
+  GENESIS_CUDA_LAUNCH_CHECK();
+}
+
+void check_attention_dtype(DType dtype) {
+  GENESIS_CHECK(dtype == DType::f32 || dtype == DType::f64, DTypeError,
+                "scaled_dot_product_attention: the CUDA kernels take f32 or f64 (got ", dtype_name(dtype),
+                "); 16-bit inputs are computed in f32 by the op");
+}
+
+}  // namespace
+
+void rope(DType dtype, bool inverse, const RopeInput& x, int64_t seq, int64_t dim, const void* cos, const void* sin,
+          void* y, cudaStream_t stream) {
+  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "rope", {
+    launch_rope(inverse, x, seq, dim, static_cast<const scalar_t*>(cos), static_cast<const scalar_t*>(sin),
+                static_cast<scalar_t*>(y), stream);
+  });
+}
+
+void swiglu(DType dtype, int64_t n, const void* gate, const void* up, void* y, cudaStream_t stream) {
+  if (n == 0) return;
+  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "swiglu", {
+    const auto* g = static_cast<const scalar_t*>(gate);
+    const auto* u = static_cast<const scalar_t*>(up);
+    auto* out = static_cast<scalar_t*>(y);
+    constexpr int V = kVec<scalar_t>;
+    if (aligned16(g) && aligned16(u) && aligned16(out)) {
+      swiglu_kernel<V><<<grid_size((n + V - 1) / V), kBlockSize, 0, stream>>>(n, g, u, out);
+    } else {
+      swiglu_kernel<1><<<grid_size(n), kBlockSize, 0, stream>>>(n, g, u, out);
+    }
+  });
+  GENESIS_CUDA_LAUNCH_CHECK();
+}
+
+void swiglu_backward(DType dtype, int64_t n, const void* gate, const void* up, const void* grad_y, void* grad_gate,
+                     void* grad_up, cudaStream_t stream) {
+  if (n == 0) return;
+  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "swiglu", {
+    const auto* g = static_cast<const scalar_t*>(gate);
+    const auto* u = static_cast<const scalar_t*>(up);
+    const auto* gy = static_cast<const scalar_t*>(grad_y);
+    auto* gg = static_cast<scalar_t*>(grad_gate);
+    auto* gu = static_cast<scalar_t*>(grad_up);
+    constexpr int V = kVec<scalar_t>;
+    if (aligned16(g) && aligned16(u) && aligned16(gy) && aligned16(gg) && aligned16(gu)) {
+      swiglu_backward_kernel<V><<<grid_size((n + V - 1) / V), kBlockSize, 0, stream>>>(n, g, u, gy, gg, gu);
+    } else {
+      swiglu_backward_kernel<1><<<grid_size(n), kBlockSize, 0, stream>>>(n, g, u, gy, gg, gu);
+    }
+  });
+  GENESIS_CUDA_LAUNCH_CHECK();
+}
+
+bool gemm_rows_ok(int64_t rows, int64_t cols, int64_t row_stride) {
+  return rows <= 1 || row_stride >= cols;
+}
+
+bool attention_query_stackable(const cpu::AttentionShape& s, const HeadsLayout& q) {
+  const int64_t group = group_of(s);
+  if (group == 1) return gemm_rows_ok(s.q_len, s.head_dim, q.row);
+  if (s.q_len == 1) return gemm_rows_ok(group, s.head_dim, q.head);
+  return q.head == s.q_len * q.row && gemm_rows_ok(group * s.q_len, s.head_dim, q.row);
+}
+
+void attention(DType dtype, const cpu::AttentionShape& s, const void* q, const HeadsLayout& q_layout, const void* k,
+               const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout, void* out, void* probs,
+               cudaStream_t stream) {
+  check_attention_dtype(dtype);
+  const int64_t rows = group_of(s) * s.q_len;
+  const Operand scores = dense(s, probs, rows, s.kv_len);
+  grouped_gemm(dtype, s, false, true, rows, s.kv_len, s.head_dim, stacked_queries(s, q, q_layout),
+               kv_operand(s, k, k_layout), scores, s.scale, stream);
+  if (dtype == DType::f64) {
+    launch_softmax(s, static_cast<double*>(probs), stream);
+  } else {
+    launch_softmax(s, static_cast<float*>(probs), stream);
+  }
+  grouped_gemm(dtype, s, false, false, rows, s.head_dim, s.kv_len, scores, kv_operand(s, v, v_layout),
+               dense(s, out, rows, s.head_dim), 1.0, stream);
+}
+
+void attention_backward(DType dtype, const cpu::AttentionShape& s, const void* q, const HeadsLayout& q_layout,
+                        const void* k, const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout,
+                        const void* probs, const void* grad_out, void* grad_q, void* grad_k, void* grad_v,
+                        void* scratch, cudaStream_t stream) {
+  check_attention_dtype(dtype);
+  const int64_t rows = group_of(s) * s.q_len;
+  const Operand p = dense(s, probs, rows, s.kv_len), grad_scores = dense(s, scratch, rows, s.kv_len);
+  const Operand grad_o = dense(s, grad_out, rows, s.head_dim);
+  const Operand grad_k_out = dense(s, grad_k, s.kv_len, s.head_dim);
+  // dV = P^T dO and dP = dO V^T; the group's rows are the inner dimension of dV's product.
+  grouped_gemm(dtype, s, true, false, s.kv_len, s.head_dim, rows, p, grad_o, dense(s, grad_v, s.kv_len, s.head_dim),
+               1.0, stream);
+  grouped_gemm(dtype, s, false, true, rows, s.kv_len, s.head_dim, grad_o, kv_operand(s, v, v_layout), grad_scores, 1.0,
+               stream);
+  if (dtype == DType::f64) {
+    launch_softmax_backward(s, static_cast<const double*>(probs), static_cast<double*>(scratch), stream);
+  } else {
+    launch_softmax_backward(s, static_cast<const float*>(probs), static_cast<float*>(scratch), stream);
+  }
+  // dQ = dS K and dK = dS^T Q (dS already carries the scale).
+  grouped_gemm(dtype, s, false, false, rows, s.head_dim, s.kv_len, grad_scores, kv_operand(s, k, k_layout),
+               dense(s, grad_q, rows, s.head_dim), 1.0, stream);
+  grouped_gemm(dtype, s, true, false, s.kv_len, s.head_dim, rows, grad_scores, stacked_queries(s, q, q_layout),
+               grad_k_out, 1.0, stream);
+}
+
+}  // namespace genesis::kernels::cuda
