@@ -279,8 +279,8 @@ void reduce_columns(int64_t outer, int64_t extent, int64_t inner, const T* in, c
   int64_t splits = 1;
   if (column_blocks < resident_blocks) {
     splits = std::min(ceil_div(resident_blocks, column_blocks), ceil_div(extent, 8 * height));
-    splits = std::clamp<int64_t>(splits, 1,
-                                 std::min<int64_t>(65535, static_cast<int64_t>(kScratchBytes / sizeof(Acc)) / columns));
+    const int64_t fitting = static_cast<int64_t>(kScratchBytes / sizeof(Acc)) / columns;
+    splits = std::max<int64_t>(1, std::min({splits, fitting, int64_t{65535}}));
   }
   const int64_t split_len = ceil_div(extent, splits);
   splits = ceil_div(extent, split_len);
