@@ -6,7 +6,8 @@
 //   void store(int64_t output, Acc);
 // Rows (inner == 1) are reduced by groups of 32..512 threads with 16-byte loads when the rows
 // are aligned; columns (inner > 1) by threads that each walk one column (or one 16-byte vector
-// of columns), so a warp's loads are consecutive in memory. When the outputs are too few to
+// of columns), so a warp's loads are consecutive in memory; rows of at most 8 elements by one
+// thread each, as columns of a [rows, cols, 1] block. When the outputs are too few to
 // fill the GPU, the extent is cut into slices reduced by separate blocks into a scratch buffer
 // and a second launch combines each output's slices in order. Every combination follows a
 // fixed tree that depends only on the shape and the device, so results are bit-reproducible.
@@ -23,6 +24,8 @@ namespace genesis::kernels::cuda::reduce_engine {
 constexpr int kWarp = 32;
 constexpr int kMaxRowGroup = 512;
 constexpr int kColumnBlock = 256;
+// Rows up to this long are folded by one thread each (a warp per row would idle most lanes).
+constexpr int64_t kThreadRowLimit = 8;
 // Loads each thread keeps in flight before folding them in.
 constexpr int kUnroll = 4;
 // Partial results of split reductions live in a per-(device, stream) buffer of this size.
@@ -165,7 +168,8 @@ __global__ void __launch_bounds__(kColumnBlock) reduce_columns_kernel(ColumnTask
     for (; r + (kUnroll - 1) * step < end; r += kUnroll * step) {
       Pack<In, L> packs[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) packs[u] = *reinterpret_cast<const Pack<In, L>*>(base + (r + u * step) * t.inner);
+      for (int u = 0; u < kUnroll; ++u)
+        packs[u] = *reinterpret_cast<const Pack<In, L>*>(base + (r + u * step) * t.inner);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
@@ -261,7 +265,8 @@ void reduce_rows(int64_t rows, int64_t cols, const T* in, const Op& op, cudaStre
   launch_rows_pass<false>(RowTasks{rows, 1, slices, slices, 0}, partials, FromPartials<Op>{op}, stream);
 }
 
-// [outer, extent, inner] with inner > 1, reduced along extent.
+// [outer, extent, inner] reduced along extent: one thread per output column (inner > 1), or
+// per short row (inner == 1, extent <= kThreadRowLimit).
 template <class Op, class T>
 void reduce_columns(int64_t outer, int64_t extent, int64_t inner, const T* in, const Op& op, cudaStream_t stream) {
   using Acc = typename Op::Acc;
@@ -308,9 +313,13 @@ template <class Op, class T>
 void reduce(ReduceShape s, const T* in, const Op& op, cudaStream_t stream) {
   const int64_t outputs = s.outer * s.inner;
   if (outputs == 0) return;
-  if (s.extent == 0) reduce_rows(outputs, int64_t{0}, in, op, stream);
-  else if (s.inner == 1) reduce_rows(s.outer, s.extent, in, op, stream);
-  else reduce_columns(s.outer, s.extent, s.inner, in, op, stream);
+  if (s.extent == 0) {
+    reduce_rows(outputs, int64_t{0}, in, op, stream);
+  } else if (s.inner == 1 && s.extent > kThreadRowLimit) {
+    reduce_rows(s.outer, s.extent, in, op, stream);
+  } else {
+    reduce_columns(s.outer, s.extent, s.inner, in, op, stream);
+  }
 }
 
 }  // namespace genesis::kernels::cuda::reduce_engine

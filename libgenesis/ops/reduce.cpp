@@ -300,7 +300,9 @@ Tensor prod(const Tensor& x, const Axes& axes_in, bool keepdim) {
   Axes axes = checked_axes("prod", x, axes_in);
   Tensor out = reduce_into(
       x, axes, keepdim, sum_dtype(x.dtype()),
-      [&](int64_t rows, int64_t cols, const void* in, void* o) { kernels::cpu::prod_rows(x.dtype(), rows, cols, in, o); },
+      [&](int64_t rows, int64_t cols, const void* in, void* o) {
+        kernels::cpu::prod_rows(x.dtype(), rows, cols, in, o);
+      },
       [&](auto shape, const void* in, void* o, auto stream) {
         GENESIS_ON_CUDA(kernels::cuda::prod(x.dtype(), shape, in, o, stream));
       });
@@ -401,7 +403,9 @@ Tensor norm(const Tensor& x, double p, const Axes& axes_in, bool keepdim) {
   Tensor xf = to_floating(x);
   Tensor out = reduce_into(
       xf, axes, keepdim, xf.dtype(),
-      [&](int64_t rows, int64_t cols, const void* in, void* o) { kernels::cpu::norm_rows(xf.dtype(), rows, cols, p, in, o); },
+      [&](int64_t rows, int64_t cols, const void* in, void* o) {
+        kernels::cpu::norm_rows(xf.dtype(), rows, cols, p, in, o);
+      },
       [&](auto shape, const void* in, void* o, auto stream) {
         GENESIS_ON_CUDA(kernels::cuda::norm(xf.dtype(), shape, p, in, o, stream));
       });
