@@ -143,18 +143,18 @@ detail::ReductionLayout layout_of(const Tensor& x, const Axes& axes) {
 kernels::cuda::ReduceShape shape_of(const detail::ReductionLayout& l) { return {l.outer, l.extent, l.inner}; }
 #endif
 
-// A reduction of x over axes into a new tensor of out_dtype: cpu(rows, cols, in, out) over the
-// as_rows layout, cuda(shape, in, out, stream) over layout_of. No autograd.
+// A reduction of x over axes into a new tensor of out_dtype: cpu_kernel(rows, cols, in, out) over
+// the as_rows layout, cuda_kernel(shape, in, out, stream) over layout_of. No autograd.
 template <class CpuKernel, class CudaKernel>
-Tensor reduce_into(const Tensor& x, const Axes& axes, bool keepdim, DType out_dtype, CpuKernel&& cpu,
-                   [[maybe_unused]] CudaKernel&& cuda) {
+Tensor reduce_into(const Tensor& x, const Axes& axes, bool keepdim, DType out_dtype, CpuKernel&& cpu_kernel,
+                   [[maybe_unused]] CudaKernel&& cuda_kernel) {
   NoGradGuard forward_only;
   detail::ReductionLayout l = layout_of(x, axes);
   Tensor out = empty({l.outer * l.inner}, {.dtype = out_dtype, .device = x.device()});
   if (x.device().is_cpu()) {
-    cpu(l.outer, l.extent, l.source.data_ptr(), out.data_ptr());
+    cpu_kernel(l.outer, l.extent, l.source.data_ptr(), out.data_ptr());
   } else {
-    GENESIS_ON_CUDA(cuda(shape_of(l), l.source.data_ptr(), out.data_ptr(), cuda::current_stream()));
+    GENESIS_ON_CUDA(cuda_kernel(shape_of(l), l.source.data_ptr(), out.data_ptr(), cuda::current_stream()));
   }
   return out.view(detail::reduced_shape(x.shape(), axes, keepdim));
 }
