@@ -90,8 +90,8 @@ struct RowTasks {
 };
 
 // A group of `group` threads per (row, slice): thread t folds columns t*L.., stepping by
-// group*L (L = vector width), kUnroll loads at a time; then warp shuffles and, for groups
-// wider than a warp, a shared-memory step.
+// group*L (L = vector width), issuing up to kUnroll loads before folding them; then warp
+// shuffles and, for groups wider than a warp, a shared-memory step.
 template <class Op, class In, bool kVector>
 __global__ void __launch_bounds__(kMaxRowGroup) reduce_rows_kernel(RowTasks t, const In* in, Op op) {
   using Acc = typename Op::Acc;
@@ -105,20 +105,16 @@ __global__ void __launch_bounds__(kMaxRowGroup) reduce_rows_kernel(RowTasks t, c
     const int64_t end = begin + t.slice_len < t.cols ? begin + t.slice_len : t.cols;
     const In* row = in + (task / t.slices) * t.cols;
     const int64_t stride = static_cast<int64_t>(group) * L;
-    int64_t c = begin + static_cast<int64_t>(member) * L;
-    for (; c + (kUnroll - 1) * stride < end; c += kUnroll * stride) {
+    for (int64_t c = begin + static_cast<int64_t>(member) * L; c < end; c += kUnroll * stride) {
       Pack<In, L> packs[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) packs[u] = *reinterpret_cast<const Pack<In, L>*>(row + c + u * stride);
+      for (int u = 0; u < kUnroll; ++u)
+        if (c + u * stride < end) packs[u] = *reinterpret_cast<const Pack<In, L>*>(row + c + u * stride);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-        for (int k = 0; k < L; ++k) acc = op.step(acc, packs[u].v[k], c + u * stride + k);
-    }
-    for (; c < end; c += stride) {
-      const Pack<In, L> pack = *reinterpret_cast<const Pack<In, L>*>(row + c);
-#pragma unroll
-      for (int k = 0; k < L; ++k) acc = op.step(acc, pack.v[k], c + k);
+        for (int k = 0; k < L; ++k)
+          if (c + u * stride < end) acc = op.step(acc, packs[u].v[k], c + u * stride + k);
     }
   }
   acc = warp_combine(op, acc);
@@ -164,21 +160,16 @@ __global__ void __launch_bounds__(kColumnBlock) reduce_columns_kernel(ColumnTask
     const int64_t split_end = (static_cast<int64_t>(blockIdx.y) + 1) * t.split_len;
     const int64_t end = split_end < t.extent ? split_end : t.extent;
     const int64_t step = blockDim.y;
-    int64_t r = static_cast<int64_t>(blockIdx.y) * t.split_len + threadIdx.y;
-    for (; r + (kUnroll - 1) * step < end; r += kUnroll * step) {
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * t.split_len + threadIdx.y; r < end; r += kUnroll * step) {
       Pack<In, L> packs[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        packs[u] = *reinterpret_cast<const Pack<In, L>*>(base + (r + u * step) * t.inner);
+        if (r + u * step < end) packs[u] = *reinterpret_cast<const Pack<In, L>*>(base + (r + u * step) * t.inner);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-        for (int k = 0; k < L; ++k) acc[k] = op.step(acc[k], packs[u].v[k], r + u * step);
-    }
-    for (; r < end; r += step) {
-      const Pack<In, L> pack = *reinterpret_cast<const Pack<In, L>*>(base + r * t.inner);
-#pragma unroll
-      for (int k = 0; k < L; ++k) acc[k] = op.step(acc[k], pack.v[k], r);
+        for (int k = 0; k < L; ++k)
+          if (r + u * step < end) acc[k] = op.step(acc[k], packs[u].v[k], r + u * step);
     }
   }
   __shared__ Acc tile[kColumnBlock];
