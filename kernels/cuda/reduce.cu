@@ -1,8 +1,5 @@
-// CUDA row sums. Short rows are reduced by one warp each, long rows by one block each; when
-// there are too few rows to fill the GPU, each row is cut into slices summed by separate
-// blocks and the partial sums are added by a second launch. Every sum is taken in a fixed
-// order (no atomics), so repeated runs on a device give identical bits.
-#include <algorithm>
+// CUDA sum, prod, max/min with their indices, and the product's backward, on the engine of
+// reduce_engine.cuh.
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -11,82 +8,16 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/reduce.h"
+#include "kernels/cuda/reduce_engine.cuh"
 #include "libgenesis/core/error.h"
 
 namespace genesis::kernels::cuda {
 
-namespace {
+namespace reduce_engine {
 
-template <class T>
-using sum_acc_t = std::conditional_t<kIsFloat<T>, float_acc_t<T>, int64_t>;
-template <class T>
-using sum_out_t = std::conditional_t<kIsFloat<T>, T, int64_t>;
-
-constexpr int kWarp = 32;
-// Rows up to this length are summed by a single warp; longer rows get a whole block.
-constexpr int64_t kWarpRowLimit = 512;
-constexpr int kRowBlock = 512;
-// A slice of a split row is at least this long, so each thread still sums 16 or more values.
-constexpr int64_t kMinSlice = 16 * kRowBlock;
-// Blocks of kRowBlock threads resident per multiprocessor (2048 threads).
-constexpr int kBlocksPerMultiprocessor = 2048 / kRowBlock;
-// Partial sums of split rows: at most rows * slices <= 2 * (blocks that fit on the GPU) values.
-constexpr size_t kScratchBytes = size_t{256} << 10;
-
-template <class A>
-__device__ __forceinline__ A warp_sum(A v) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// One warp per row: lane l sums columns l, l + 32, ... (coalesced), then a shuffle tree.
-template <class In, class A, class Out>
-__global__ void sum_rows_warp(int64_t rows, int64_t cols, const In* in, Out* out) {
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int64_t warps_per_block = blockDim.x / kWarp;
-  const int64_t total_warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
-  for (int64_t r = blockIdx.x * warps_per_block + threadIdx.x / kWarp; r < rows; r += total_warps) {
-    const In* row = in + r * cols;
-    A acc = 0;
-    for (int64_t c = lane; c < cols; c += kWarp) acc += to_acc<A>(row[c]);
-    acc = warp_sum(acc);
-    if (lane == 0) out[r] = from_acc<Out>(acc);
-  }
-}
-
-// One block per slice: slice s covers columns [c * slice_len, (c + 1) * slice_len) of row
-// s / slices, c = s % slices (a whole row when slices == 1). Thread t sums columns t, t + 512,
-// ... of it; each warp reduces by shuffles, then warp 0 adds the per-warp sums from shared memory.
-template <class In, class A, class Out>
-__global__ void __launch_bounds__(kRowBlock)
-    sum_slices_block(int64_t total_slices, int64_t slices, int64_t slice_len, int64_t cols, const In* in, Out* out) {
-  __shared__ A partial[kRowBlock / kWarp];
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  for (int64_t s = blockIdx.x; s < total_slices; s += gridDim.x) {
-    const int64_t begin = (s % slices) * slice_len;
-    const int64_t end = begin + slice_len < cols ? begin + slice_len : cols;
-    const In* row = in + (s / slices) * cols;
-    A acc = 0;
-    for (int64_t c = begin + threadIdx.x; c < end; c += kRowBlock) acc += to_acc<A>(row[c]);
-    acc = warp_sum(acc);
-    if (lane == 0) partial[warp] = acc;
-    __syncthreads();
-    if (warp == 0) {
-      acc = lane < kRowBlock / kWarp ? partial[lane] : A(0);
-      acc = warp_sum(acc);
-      if (lane == 0) out[s] = from_acc<Out>(acc);
-    }
-    __syncthreads();  // `partial` is rewritten for the next slice
-  }
-}
-
-// Per (device, stream) buffer for the partial sums, allocated on first use and kept: the two
-// launches of a split sum are ordered on their stream, so reuse needs no synchronization.
 void* scratch(cudaStream_t stream) {
   static std::mutex mutex;
-  static auto* buffers = new std::map<std::pair<int, cudaStream_t>, void*>;
+  static auto* buffers = new std::map<std::pair<int, cudaStream_t>, void*>;  // kept for the process
   int device = 0;
   GENESIS_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard lock(mutex);
@@ -95,45 +26,177 @@ void* scratch(cudaStream_t stream) {
   return buffer;
 }
 
+}  // namespace reduce_engine
+
+namespace {
+
 template <class T>
-void sum_rows_typed(int64_t rows, int64_t cols, const T* in, sum_out_t<T>* out, cudaStream_t stream) {
-  using A = sum_acc_t<T>;
-  using Out = sum_out_t<T>;
-  if (cols <= kWarpRowLimit) {
-    sum_rows_warp<T, A, Out><<<grid_size(rows * kWarp), kBlockSize, 0, stream>>>(rows, cols, in, out);
-    GENESIS_CUDA_LAUNCH_CHECK();
-    return;
+using sum_acc_t = std::conditional_t<kIsFloat<T>, float_acc_t<T>, int64_t>;
+template <class T>
+using sum_out_t = std::conditional_t<kIsFloat<T>, T, int64_t>;
+
+template <class T>
+struct SumOp {
+  using Acc = sum_acc_t<T>;
+  sum_out_t<T>* out;
+  __device__ Acc identity() const { return Acc(0); }
+  __device__ Acc step(Acc acc, T x, int64_t) const { return acc + to_acc<Acc>(x); }
+  __device__ Acc combine(Acc a, Acc b) const { return a + b; }
+  __device__ void store(int64_t i, Acc acc) const { out[i] = from_acc<sum_out_t<T>>(acc); }
+};
+
+template <class T>
+struct ProdOp {
+  using Acc = sum_acc_t<T>;
+  sum_out_t<T>* out;
+  __device__ Acc identity() const { return Acc(1); }
+  __device__ Acc step(Acc acc, T x, int64_t) const { return combine(acc, to_acc<Acc>(x)); }
+  __device__ Acc combine(Acc a, Acc b) const {
+    if constexpr (kIsFloat<T>) {
+      return a * b;
+    } else {  // wraps around like the CPU (signed overflow would be undefined)
+      return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+    }
   }
-  const int64_t resident_blocks = static_cast<int64_t>(multiprocessor_count()) * kBlocksPerMultiprocessor;
-  int64_t slices = 1;
-  if (rows < resident_blocks) {
-    slices = std::min((resident_blocks + rows - 1) / rows, (cols + kMinSlice - 1) / kMinSlice);
+  __device__ void store(int64_t i, Acc acc) const { out[i] = from_acc<sum_out_t<T>>(acc); }
+};
+
+// Values compare as float for f16/bf16 and as int for bool.
+template <class T>
+using compare_t = std::conditional_t<kIsHalf<T>, float, std::conditional_t<std::is_same_v<T, bool>, int32_t, T>>;
+
+template <class C>
+__device__ __forceinline__ bool is_nan(C v) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return v != v;
+  } else {
+    return false;
   }
-  const auto blocks = [&](int64_t work) { return static_cast<unsigned>(std::min(work, resident_blocks)); };
-  if (slices == 1) {
-    sum_slices_block<T, A, Out><<<blocks(rows), kRowBlock, 0, stream>>>(rows, 1, cols, cols, in, out);
-    GENESIS_CUDA_LAUNCH_CHECK();
-    return;
+}
+
+template <class T, Extreme kWhich>
+struct ExtremeOp {
+  using C = compare_t<T>;
+  struct Acc {
+    C value;
+    int64_t index;  // -1: no element yet
+  };
+  T* values;
+  int64_t* indices;
+
+  // True when `candidate` replaces `best`: a NaN beats everything, and ties keep `best`.
+  __device__ static bool beats(C candidate, C best) {
+    if (is_nan(best)) return false;
+    if (is_nan(candidate)) return true;
+    return kWhich == Extreme::max ? candidate > best : candidate < best;
   }
-  GENESIS_CHECK(static_cast<size_t>(rows * slices) * sizeof(A) <= kScratchBytes, Error,
-                "sum_rows: scratch buffer too small for ", rows, " x ", slices, " partial sums");
-  A* partials = static_cast<A*>(scratch(stream));
-  const int64_t slice_len = (cols + slices - 1) / slices;
-  sum_slices_block<T, A, A>
-      <<<blocks(rows * slices), kRowBlock, 0, stream>>>(rows * slices, slices, slice_len, cols, in, partials);
-  GENESIS_CUDA_LAUNCH_CHECK();
-  sum_rows_warp<A, A, Out><<<grid_size(rows * kWarp), kBlockSize, 0, stream>>>(rows, slices, partials, out);
-  GENESIS_CUDA_LAUNCH_CHECK();
+  __device__ Acc identity() const { return {C(0), -1}; }
+  // Indices grow along a thread's walk, so a later element only wins by beating the value.
+  __device__ Acc step(Acc acc, T x, int64_t index) const {
+    const C v = to_acc<C>(x);
+    return acc.index < 0 || beats(v, acc.value) ? Acc{v, index} : acc;
+  }
+  // The better value, or the lower index between equal values (or two NaNs): the same
+  // answer in any combination order.
+  __device__ Acc combine(Acc a, Acc b) const {
+    if (b.index < 0) return a;
+    if (a.index < 0) return b;
+    if (beats(b.value, a.value)) return b;
+    if (beats(a.value, b.value)) return a;
+    return b.index < a.index ? b : a;
+  }
+  __device__ void store(int64_t i, Acc acc) const {
+    if (values) values[i] = from_acc<T>(acc.value);
+    if (indices) indices[i] = acc.index;
+  }
+};
+
+// One warp per row, in chunks of 32 columns: a shuffle scan gives each lane the product of the
+// chunk's earlier (then later) elements, and a carry holds the product of the earlier (later)
+// chunks. The forward walk stores prefixes into grad_in; the backward walk multiplies them by
+// suffix * grad_out. Lane l owns column c = l (mod 32) in both walks, so no barrier is needed.
+template <class A>
+__global__ void prod_rows_backward_kernel(int64_t rows, int64_t cols, const A* in, const A* grad_out, A* grad_in) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {
+    const A* x = in + r * cols;
+    A* gx = grad_in + r * cols;
+    A carry = 1;
+    for (int64_t base = 0; base < cols; base += 32) {
+      const int64_t c = base + lane;
+      A inclusive = c < cols ? x[c] : A(1);
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const A other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset) inclusive *= other;
+      }
+      A exclusive = __shfl_up_sync(0xffffffffu, inclusive, 1);
+      if (lane == 0) exclusive = 1;
+      if (c < cols) gx[c] = carry * exclusive;
+      carry *= __shfl_sync(0xffffffffu, inclusive, 31);
+    }
+    carry = grad_out[r];
+    for (int64_t base = (cols - 1) / 32 * 32; base >= 0; base -= 32) {
+      const int64_t c = base + lane;
+      A inclusive = c < cols ? x[c] : A(1);
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const A other = __shfl_down_sync(0xffffffffu, inclusive, offset);
+        if (lane + offset < 32) inclusive *= other;
+      }
+      A exclusive = __shfl_down_sync(0xffffffffu, inclusive, 1);
+      if (lane == 31) exclusive = 1;
+      if (c < cols) gx[c] *= carry * exclusive;
+      carry *= __shfl_sync(0xffffffffu, inclusive, 0);
+    }
+  }
 }
 
 }  // namespace
 
-void sum_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out, cudaStream_t stream) {
-  if (rows <= 0) return;
+void sum(DType dtype, ReduceShape shape, const void* in, void* out, cudaStream_t stream) {
   GENESIS_CUDA_DISPATCH_ALL(dtype, {
-    sum_rows_typed<scalar_t>(rows, cols, static_cast<const scalar_t*>(in), static_cast<sum_out_t<scalar_t>*>(out),
-                             stream);
+    reduce_engine::reduce(shape, static_cast<const scalar_t*>(in),
+                          SumOp<scalar_t>{static_cast<sum_out_t<scalar_t>*>(out)}, stream);
   });
+}
+
+void sum_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out, cudaStream_t stream) {
+  sum(dtype, ReduceShape{rows, cols, 1}, in, out, stream);
+}
+
+void prod(DType dtype, ReduceShape shape, const void* in, void* out, cudaStream_t stream) {
+  GENESIS_CUDA_DISPATCH_ALL(dtype, {
+    reduce_engine::reduce(shape, static_cast<const scalar_t*>(in),
+                          ProdOp<scalar_t>{static_cast<sum_out_t<scalar_t>*>(out)}, stream);
+  });
+}
+
+void extreme(Extreme which, DType dtype, ReduceShape shape, const void* in, void* values, int64_t* indices,
+             cudaStream_t stream) {
+  GENESIS_CHECK(shape.extent > 0 || shape.outer * shape.inner == 0, ValueError,
+                "max/min: cannot reduce an extent of size 0");
+  GENESIS_CUDA_DISPATCH_ALL(dtype, {
+    const auto* x = static_cast<const scalar_t*>(in);
+    auto* v = static_cast<scalar_t*>(values);
+    if (which == Extreme::max)
+      reduce_engine::reduce(shape, x, ExtremeOp<scalar_t, Extreme::max>{v, indices}, stream);
+    else
+      reduce_engine::reduce(shape, x, ExtremeOp<scalar_t, Extreme::min>{v, indices}, stream);
+  });
+}
+
+void prod_rows_backward(DType dtype, int64_t rows, int64_t cols, const void* in, const void* grad_out, void* grad_in,
+                        cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  auto launch = [&](auto tag) {
+    using A = decltype(tag);
+    prod_rows_backward_kernel<A><<<grid_size(rows * 32), kBlockSize, 0, stream>>>(
+        rows, cols, static_cast<const A*>(in), static_cast<const A*>(grad_out), static_cast<A*>(grad_in));
+    GENESIS_CUDA_LAUNCH_CHECK();
+  };
+  if (dtype == DType::f32) launch(float{});
+  else if (dtype == DType::f64) launch(double{});
+  else throw_unsupported_dtype("prod backward on CUDA (f16/bf16 go through f32)", dtype);
 }
 
 }  // namespace genesis::kernels::cuda

@@ -76,15 +76,15 @@ namespace genesis {
   /* reductions */                                       \
   X(sum, "reduce", true, true)                           \
   X(mean, "reduce", true, true)                          \
-  X(prod, "reduce", true, false)                         \
-  X(max, "reduce", true, false)                          \
-  X(min, "reduce", true, false)                          \
-  X(argmax, "reduce", false, false)                      \
-  X(argmin, "reduce", false, false)                      \
-  X(var, "reduce", true, false)                          \
-  X(std, "reduce", true, false)                          \
-  X(logsumexp, "reduce", true, false)                    \
-  X(norm, "reduce", true, false)                         \
+  X(prod, "reduce", true, true)                          \
+  X(max, "reduce", true, true)                           \
+  X(min, "reduce", true, true)                           \
+  X(argmax, "reduce", false, true)                       \
+  X(argmin, "reduce", false, true)                       \
+  X(var, "reduce", true, true)                           \
+  X(std, "reduce", true, true)                           \
+  X(logsumexp, "reduce", true, true)                     \
+  X(norm, "reduce", true, true)                          \
   /* linear algebra */                                   \
   X(matmul, "linalg", true, true)                        \
   X(bmm, "linalg", true, true)                           \

@@ -80,6 +80,45 @@ Tensor from_rows(const Tensor& rows, const Shape& shape, const Axes& axes) {
   return rows.view(permuted).permute(inverse);
 }
 
+std::optional<ReductionLayout> strided_layout(const Tensor& x, const Axes& axes) {
+  int64_t kept = 1, reduced = 1;
+  struct Dim {
+    int64_t axis, size, stride;
+    bool reduced;
+  };
+  std::vector<Dim> dims;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const bool is_reduced = std::binary_search(axes.begin(), axes.end(), d);
+    (is_reduced ? reduced : kept) *= x.size(d);
+    if (x.size(d) != 1) dims.push_back({d, x.size(d), x.stride(d), is_reduced});
+  }
+  if (x.numel() == 0) return ReductionLayout{x, kept, reduced, 1};  // nothing is read
+  // Memory order: the strides, largest first, must tile the elements without gaps.
+  std::stable_sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& b) { return a.stride > b.stride; });
+  int64_t expected_stride = 1;
+  for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
+    if (it->stride != expected_stride) return std::nullopt;
+    expected_stride *= it->size;
+  }
+  // Then kept dims, the reduced block, kept dims; the kept ones in their logical order so the
+  // [outer, inner] results are the output in row-major order.
+  ReductionLayout layout{x, 1, 1, 1};
+  bool after_block = false;
+  int64_t last_kept_axis = -1;
+  for (const Dim& d : dims) {
+    if (d.reduced) {
+      if (after_block && layout.inner > 1) return std::nullopt;
+      layout.extent *= d.size;
+      after_block = true;
+      continue;
+    }
+    if (d.axis < last_kept_axis) return std::nullopt;
+    last_kept_axis = d.axis;
+    (after_block ? layout.inner : layout.outer) *= d.size;
+  }
+  return layout;
+}
+
 Tensor unsqueeze_reduced(const Tensor& t, const Shape& input_shape, const Axes& axes, bool keepdim) {
   if (keepdim) return t;
   return t.reshape(reduced_shape(input_shape, axes, /*keepdim=*/true));
@@ -91,20 +130,38 @@ namespace {
 
 using detail::unsqueeze_reduced;
 
-// Runs kernel(rows, cols, in, out) over x laid out by as_rows and shapes the result. No autograd.
-template <class RowKernel>
-Tensor reduce_rows(const Tensor& x, const Axes& axes, bool keepdim, DType out_dtype, RowKernel&& kernel) {
-  NoGradGuard forward_only;
+// On the CPU the as_rows copy (inner = 1); on CUDA x itself where its layout allows.
+detail::ReductionLayout layout_of(const Tensor& x, const Axes& axes) {
+  if (x.device().is_cuda()) {
+    if (auto layout = detail::strided_layout(x, axes)) return *layout;
+  }
   Tensor rows = detail::as_rows(x, axes);
-  Tensor out = empty({rows.size(0)}, {.dtype = out_dtype, .device = x.device()});
-  kernel(rows.size(0), rows.size(1), rows.data_ptr(), out.data_ptr());
+  return {rows, rows.size(0), rows.size(1), 1};
+}
+
+#if GENESIS_WITH_CUDA
+kernels::cuda::ReduceShape shape_of(const detail::ReductionLayout& l) { return {l.outer, l.extent, l.inner}; }
+#endif
+
+// A reduction of x over axes into a new tensor of out_dtype: cpu_kernel(rows, cols, in, out) over
+// the as_rows layout, cuda_kernel(shape, in, out, stream) over layout_of. No autograd.
+template <class CpuKernel, class CudaKernel>
+Tensor reduce_into(const Tensor& x, const Axes& axes, bool keepdim, DType out_dtype, CpuKernel&& cpu_kernel,
+                   [[maybe_unused]] CudaKernel&& cuda_kernel) {
+  NoGradGuard forward_only;
+  detail::ReductionLayout l = layout_of(x, axes);
+  Tensor out = empty({l.outer * l.inner}, {.dtype = out_dtype, .device = x.device()});
+  if (x.device().is_cpu()) {
+    cpu_kernel(l.outer, l.extent, l.source.data_ptr(), out.data_ptr());
+  } else {
+    GENESIS_ON_CUDA(cuda_kernel(shape_of(l), l.source.data_ptr(), out.data_ptr(), cuda::current_stream()));
+  }
   return out.view(detail::reduced_shape(x.shape(), axes, keepdim));
 }
 
-// Argument checks of the reductions that only have CPU kernels; returns the normalized axes.
-Axes cpu_reduction_axes(const char* op, const Tensor& x, const Axes& axes) {
+// Argument checks shared by the reductions; returns the normalized axes.
+Axes checked_axes(const char* op, const Tensor& x, const Axes& axes) {
   detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {x});
   return detail::reduction_axes(axes, x.dim(), op);
 }
 
@@ -119,31 +176,36 @@ Tensor to_floating(const Tensor& x) { return is_floating(x.dtype()) ? x : x.to(D
 DType sum_dtype(DType t) { return is_floating(t) ? t : DType::i64; }
 
 Tensor sum_forward(const Tensor& x, const Axes& axes, bool keepdim) {
-  return reduce_rows(
-      x, axes, keepdim, sum_dtype(x.dtype()), [&](int64_t rows, int64_t cols, const void* in, void* out) {
-        if (x.device().is_cpu()) {
-          kernels::cpu::sum_rows(x.dtype(), rows, cols, in, out);
-        } else {
-          GENESIS_ON_CUDA(kernels::cuda::sum_rows(x.dtype(), rows, cols, in, out, cuda::current_stream()));
-        }
+  return reduce_into(
+      x, axes, keepdim, sum_dtype(x.dtype()),
+      [&](int64_t rows, int64_t cols, const void* in, void* out) {
+        kernels::cpu::sum_rows(x.dtype(), rows, cols, in, out);
+      },
+      [&](auto shape, const void* in, void* out, auto stream) {
+        GENESIS_ON_CUDA(kernels::cuda::sum(x.dtype(), shape, in, out, stream));
       });
 }
 
 // max/min values and first indices over `axes`, which must not be empty. No autograd.
 ValuesIndices extreme_forward(Extreme which, const Tensor& x, const Axes& axes, bool keepdim) {
   NoGradGuard forward_only;
-  Tensor rows = detail::as_rows(x, axes);
-  Tensor values = empty({rows.size(0)}, {.dtype = x.dtype()});
-  Tensor indices = empty({rows.size(0)}, {.dtype = DType::i64});
-  kernels::cpu::extreme_rows(which, x.dtype(), rows.size(0), rows.size(1), rows.data_ptr(), values.data_ptr(),
-                             indices.data<int64_t>());
+  detail::ReductionLayout l = layout_of(x, axes);
+  Tensor values = empty({l.outer * l.inner}, {.dtype = x.dtype(), .device = x.device()});
+  Tensor indices = empty({l.outer * l.inner}, {.dtype = DType::i64, .device = x.device()});
+  if (x.device().is_cpu()) {
+    kernels::cpu::extreme_rows(which, x.dtype(), l.outer, l.extent, l.source.data_ptr(), values.data_ptr(),
+                               indices.data<int64_t>());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::extreme(which, x.dtype(), shape_of(l), l.source.data_ptr(), values.data_ptr(),
+                                           indices.data<int64_t>(), cuda::current_stream()));
+  }
   Shape shape = detail::reduced_shape(x.shape(), axes, keepdim);
   return {values.view(shape), indices.view(shape)};
 }
 
 // The single normalized axis of max/min/argmax/argmin (none for a 0-d input); refuses an empty axis.
 Axes extreme_axis(const char* op, const Tensor& x, int64_t axis) {
-  Axes axes = cpu_reduction_axes(op, x, {axis});
+  Axes axes = checked_axes(op, x, {axis});
   GENESIS_CHECK(reduced_count(x.shape(), axes) > 0, ValueError, op, ": cannot reduce over axis ", axis,
                 " of size 0 (input shape ", x.shape(), ")");
   return axes;
@@ -159,7 +221,7 @@ ValuesIndices extreme_along(Extreme which, const char* op, const Tensor& x, int6
       const auto ax = static_cast<size_t>(axes[0]);
       Shape position_shape(in.size(), 1);
       position_shape[ax] = in[ax];
-      Tensor positions = arange(in[ax]).view(position_shape);
+      Tensor positions = arange(in[ax], {.dtype = DType::i64, .device = idx.device()}).view(position_shape);
       Tensor selected = eq(positions, unsqueeze_reduced(idx, in, axes, keepdim));
       return TensorList{where(selected, unsqueeze_reduced(g[0], in, axes, keepdim), 0.0)};
     });
@@ -169,7 +231,6 @@ ValuesIndices extreme_along(Extreme which, const char* op, const Tensor& x, int6
 
 Tensor extreme_all(Extreme which, const char* op, const Tensor& x) {
   detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {x});
   GENESIS_CHECK(x.numel() > 0, ValueError, op, ": cannot reduce an empty tensor (shape ", x.shape(), ")");
   Tensor out = extreme_forward(which, x, detail::reduction_axes({}, x.dim(), op), false).values;
   if (needs_grad({x})) {
@@ -184,9 +245,14 @@ Tensor extreme_all(Extreme which, const char* op, const Tensor& x) {
 
 Tensor var_forward(const Tensor& x, const Axes& axes, int64_t correction, bool keepdim) {
   Tensor xf = to_floating(x);
-  return reduce_rows(xf, axes, keepdim, xf.dtype(), [&](int64_t rows, int64_t cols, const void* in, void* out) {
-    kernels::cpu::var_rows(xf.dtype(), rows, cols, correction, in, out);
-  });
+  return reduce_into(
+      xf, axes, keepdim, xf.dtype(),
+      [&](int64_t rows, int64_t cols, const void* in, void* out) {
+        kernels::cpu::var_rows(xf.dtype(), rows, cols, correction, in, out);
+      },
+      [&](auto shape, const void* in, void* out, auto stream) {
+        GENESIS_ON_CUDA(kernels::cuda::var(xf.dtype(), shape, correction, in, out, stream));
+      });
 }
 
 // x - mean(x) over axes (kept as size 1) and the divisor n - correction of var.
@@ -231,20 +297,33 @@ Tensor mean(const Tensor& x, const Axes& axes_in, bool keepdim) {
 }
 
 Tensor prod(const Tensor& x, const Axes& axes_in, bool keepdim) {
-  Axes axes = cpu_reduction_axes("prod", x, axes_in);
-  Tensor out = reduce_rows(x, axes, keepdim, sum_dtype(x.dtype()), [&](int64_t rows, int64_t cols, const void* in,
-                                                                       void* o) {
-    kernels::cpu::prod_rows(x.dtype(), rows, cols, in, o);
-  });
+  Axes axes = checked_axes("prod", x, axes_in);
+  Tensor out = reduce_into(
+      x, axes, keepdim, sum_dtype(x.dtype()),
+      [&](int64_t rows, int64_t cols, const void* in, void* o) {
+        kernels::cpu::prod_rows(x.dtype(), rows, cols, in, o);
+      },
+      [&](auto shape, const void* in, void* o, auto stream) {
+        GENESIS_ON_CUDA(kernels::cuda::prod(x.dtype(), shape, in, o, stream));
+      });
   if (needs_grad({x})) {
     record("prod", {x}, {out}, [xs = saved(x), axes](const TensorList& g) {
       // Each element's gradient is the product of the others in its row (exact with zeros).
-      Tensor rows = detail::as_rows(xs, axes);
-      Tensor grad_out = g[0].to(xs.dtype()).contiguous();
-      Tensor grad_rows = empty(rows.shape(), {.dtype = xs.dtype()});
-      kernels::cpu::prod_rows_backward(xs.dtype(), rows.size(0), rows.size(1), rows.data_ptr(), grad_out.data_ptr(),
-                                       grad_rows.data_ptr());
-      return TensorList{detail::from_rows(grad_rows, xs.shape(), axes)};
+      // CUDA computes f16/bf16 in f32, as its prefix products are kept in the output buffer.
+      const bool on_cpu = xs.device().is_cpu();
+      const DType compute = on_cpu || xs.dtype() == DType::f64 ? xs.dtype() : DType::f32;
+      Tensor rows = detail::as_rows(xs.to(compute), axes);
+      Tensor grad_out = g[0].to(compute).contiguous();
+      Tensor grad_rows = empty(rows.shape(), {.dtype = compute, .device = xs.device()});
+      if (on_cpu) {
+        kernels::cpu::prod_rows_backward(compute, rows.size(0), rows.size(1), rows.data_ptr(), grad_out.data_ptr(),
+                                         grad_rows.data_ptr());
+      } else {
+        GENESIS_ON_CUDA(kernels::cuda::prod_rows_backward(compute, rows.size(0), rows.size(1), rows.data_ptr(),
+                                                          grad_out.data_ptr(), grad_rows.data_ptr(),
+                                                          cuda::current_stream()));
+      }
+      return TensorList{detail::from_rows(grad_rows.to(xs.dtype()), xs.shape(), axes)};
     });
   }
   return out;
@@ -267,7 +346,7 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
 }
 
 Tensor var(const Tensor& x, const Axes& axes_in, bool unbiased, bool keepdim) {
-  Axes axes = cpu_reduction_axes("var", x, axes_in);
+  Axes axes = checked_axes("var", x, axes_in);
   int64_t correction = unbiased ? 1 : 0;
   Tensor out = var_forward(x, axes, correction, keepdim);
   if (needs_grad({x})) {
@@ -280,7 +359,7 @@ Tensor var(const Tensor& x, const Axes& axes_in, bool unbiased, bool keepdim) {
 }
 
 Tensor std(const Tensor& x, const Axes& axes_in, bool unbiased, bool keepdim) {
-  Axes axes = cpu_reduction_axes("std", x, axes_in);
+  Axes axes = checked_axes("std", x, axes_in);
   int64_t correction = unbiased ? 1 : 0;
   Tensor out = sqrt(var_forward(x, axes, correction, keepdim));
   if (needs_grad({x})) {
@@ -296,11 +375,16 @@ Tensor std(const Tensor& x, const Axes& axes_in, bool unbiased, bool keepdim) {
 }
 
 Tensor logsumexp(const Tensor& x, const Axes& axes_in, bool keepdim) {
-  Axes axes = cpu_reduction_axes("logsumexp", x, axes_in);
+  Axes axes = checked_axes("logsumexp", x, axes_in);
   Tensor xf = to_floating(x);
-  Tensor out = reduce_rows(xf, axes, keepdim, xf.dtype(), [&](int64_t rows, int64_t cols, const void* in, void* o) {
-    kernels::cpu::logsumexp_rows(xf.dtype(), rows, cols, in, o);
-  });
+  Tensor out = reduce_into(
+      xf, axes, keepdim, xf.dtype(),
+      [&](int64_t rows, int64_t cols, const void* in, void* o) {
+        kernels::cpu::logsumexp_rows(xf.dtype(), rows, cols, in, o);
+      },
+      [&](auto shape, const void* in, void* o, auto stream) {
+        GENESIS_ON_CUDA(kernels::cuda::logsumexp(xf.dtype(), shape, in, o, stream));
+      });
   if (needs_grad({x})) {
     record("logsumexp", {x}, {out}, [xs = saved(x), os = saved(out), axes, keepdim](const TensorList& g) {
       // g * softmax(x); rows that are all -inf (result -inf) get a zero gradient, not NaN.
@@ -314,12 +398,17 @@ Tensor logsumexp(const Tensor& x, const Axes& axes_in, bool keepdim) {
 }
 
 Tensor norm(const Tensor& x, double p, const Axes& axes_in, bool keepdim) {
-  Axes axes = cpu_reduction_axes("norm", x, axes_in);
+  Axes axes = checked_axes("norm", x, axes_in);
   GENESIS_CHECK(!std::isnan(p), ValueError, "norm: p must be a number or +-inf (got NaN)");
   Tensor xf = to_floating(x);
-  Tensor out = reduce_rows(xf, axes, keepdim, xf.dtype(), [&](int64_t rows, int64_t cols, const void* in, void* o) {
-    kernels::cpu::norm_rows(xf.dtype(), rows, cols, p, in, o);
-  });
+  Tensor out = reduce_into(
+      xf, axes, keepdim, xf.dtype(),
+      [&](int64_t rows, int64_t cols, const void* in, void* o) {
+        kernels::cpu::norm_rows(xf.dtype(), rows, cols, p, in, o);
+      },
+      [&](auto shape, const void* in, void* o, auto stream) {
+        GENESIS_ON_CUDA(kernels::cuda::norm(xf.dtype(), shape, p, in, o, stream));
+      });
   if (needs_grad({x})) {
     record("norm", {x}, {out}, [xs = saved(x), os = saved(out), p, axes, keepdim](const TensorList& g) {
       return TensorList{norm_backward(xs, unsqueeze_reduced(os, xs.shape(), axes, keepdim),

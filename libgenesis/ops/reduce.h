@@ -2,8 +2,9 @@
 // Reductions over any set of axes (empty axes = all; negative axes count from the end),
 // with keepdim. The CPU kernels accumulate in double and return the input's floating dtype;
 // integer and bool sums and prods give i64; max/min keep the input dtype and propagate NaN;
-// var, std, logsumexp and norm of integers compute in f32. Only sum and mean have CUDA
-// kernels; the others throw NotImplementedError for CUDA tensors.
+// var, std, logsumexp and norm of integers compute in f32. Every reduction runs on CUDA too,
+// accumulating in f32 (f64 for f64, i64 for integer sums and products), deterministically.
+#include <optional>
 #include <vector>
 
 #include "libgenesis/core/tensor.h"
@@ -48,6 +49,15 @@ Shape reduced_shape(const Shape& shape, const Axes& axes, bool keepdim);
 Tensor as_rows(const Tensor& x, const Axes& axes);
 // The inverse of as_rows: a [outer, inner] tensor back to `shape` (a permuted view).
 Tensor from_rows(const Tensor& rows, const Shape& shape, const Axes& axes);
+// A tensor's elements read as a contiguous [outer, extent, inner] block reduced over extent.
+struct ReductionLayout {
+  Tensor source;
+  int64_t outer = 1, extent = 1, inner = 1;
+};
+// x itself as such a block when its memory holds the reduced axes as one run between the kept
+// axes (any dense layout whose kept axes keep their order: contiguous tensors, transposes);
+// nullopt otherwise (as_rows then makes a copy that is).
+std::optional<ReductionLayout> strided_layout(const Tensor& x, const Axes& axes);
 // Re-inserts reduced axes as size 1 so a keepdim=false result broadcasts against the input.
 Tensor unsqueeze_reduced(const Tensor& t, const Shape& input_shape, const Axes& axes, bool keepdim);
 }  // namespace detail
