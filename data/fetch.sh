@@ -31,9 +31,9 @@ pack() {
   echo "fetch: npm pack $name" >&2
   local tmp
   tmp=$(mktemp -d "$cache/packages/.pack.XXXXXX")
-  if ! (cd "$tmp" && npm pack --silent "$name" >/dev/null 2>"$tmp/npm.err"); then
+  if ! (cd "$tmp" && npm pack --loglevel=error --fetch-retries=1 --fetch-timeout=60000 "$name" >/dev/null 2>"$tmp/npm.err"); then
     local reason
-    reason=$(grep -m1 -E "npm (ERR!|error)" "$tmp/npm.err" || tail -n1 "$tmp/npm.err")
+    reason=$(grep -m1 -E "FetchError|E404|code E" "$tmp/npm.err" || tail -n1 "$tmp/npm.err")
     rm -rf "$tmp"
     unavailable "npm pack $name failed (registry unreachable or offline?): $reason"
   fi
