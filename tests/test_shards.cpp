@@ -106,7 +106,8 @@ TEST_CASE("corrupt token shards are refused with the reason and the file", "[cpu
                Contains("ok.bin") && Contains("100 tokens") && Contains("seq_len + 1 = 101"));
   opt.seq_len = 10;
   opt.batch_size = 20;
-  REQUIRE_THAT(message_of([&] { TokenWindowLoader l({dir / "ok.bin"}, opt); }), Contains("fewer than one global batch"));
+  REQUIRE_THAT(message_of([&] { TokenWindowLoader l({dir / "ok.bin"}, opt); }),
+               Contains("fewer than one global batch"));
   opt.batch_size = 2;
   opt.rank = 2;
   opt.world_size = 2;

@@ -21,7 +21,9 @@ const fs::path kSource = GENESIS_SOURCE_DIR;
 const fs::path kGpt2Dir = kSource / "data/cache/gpt2";
 const fs::path kFixture = kSource / "tests/fixtures/tokenizer_bpe";
 
-void write(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+void write(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
 
 // A token's bytes written in GPT-2's byte-level alphabet (UTF-8 of the mapped code points).
 std::string mapped(const std::string& bytes) {
@@ -46,23 +48,24 @@ nlohmann::json tiny_tokenizer_json() {
   for (int b = 0; b < 256; ++b) vocab[mapped(std::string(1, static_cast<char>(b)))] = b;
   vocab["ab"] = 256;
   vocab["abc"] = 257;
-  return {{"version", "1.0"},
-          {"added_tokens",
-           {{{"id", 258}, {"content", "<a>"}, {"special", true}},
-            {{"id", 259}, {"content", "<a>b"}, {"special", true}}}},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-          {"decoder", {{"type", "ByteLevel"}}},
-          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", "ab c"}}}}};
+  return {
+      {"version", "1.0"},
+      {"added_tokens",
+       {{{"id", 258}, {"content", "<a>"}, {"special", true}}, {{"id", 259}, {"content", "<a>b"}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", "ab c"}}}}};
 }
 
 std::vector<std::string> awkward_byte_strings() {
   std::vector<std::string> out = {"",
                                   "\xff\xfe",
-                                  "abc\x80" "def",
-                                  "\xc3",                   // truncated 2-byte sequence
-                                  "\xed\xa0\x80",           // a UTF-16 surrogate in UTF-8
-                                  "\xc0\xaf",               // overlong '/'
+                                  "abc\x80"
+                                  "def",
+                                  "\xc3",                                       // truncated 2-byte sequence
+                                  "\xed\xa0\x80",                               // a UTF-16 surrogate in UTF-8
+                                  "\xc0\xaf",                                   // overlong '/'
                                   "caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x99\x82",  // valid multi-byte
                                   std::string("\0\0 \0x", 5),
                                   "  \t\r\n\n  trailing   "};

@@ -154,8 +154,7 @@ void add_tokenize(CLI::App* data_cmd) {
   sub->add_option("--val-fraction", a->val_fraction, "Fraction of each document's tokens that goes to val.bin")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.99));
-  sub->add_option("--separator", a->separator, "Token that starts every document ('' for none)")
-      ->capture_default_str();
+  sub->add_option("--separator", a->separator, "Token that starts every document ('' for none)")->capture_default_str();
   register_command(sub, [=] { return run_tokenize(*a); });
 }
 

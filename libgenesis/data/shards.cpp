@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <utility>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/data/permutation.h"
@@ -91,8 +91,8 @@ TokenShard::TokenShard(const fs::path& path) : path_(path) {
       GENESIS_CHECK(version == kVersion, ValueError, "token shard ", path.string(), ": version ", version,
                     " is not supported (genesis reads version ", kVersion, ")");
       token_bytes_ = static_cast<int>(get<uint32_t>(bytes + 12));
-      GENESIS_CHECK(token_bytes_ == 2 || token_bytes_ == 4, ValueError, "token shard ", path.string(),
-                    ": token width ", token_bytes_, " bytes (expected 2 or 4)");
+      GENESIS_CHECK(token_bytes_ == 2 || token_bytes_ == 4, ValueError, "token shard ", path.string(), ": token width ",
+                    token_bytes_, " bytes (expected 2 or 4)");
       count_ = static_cast<int64_t>(get<uint64_t>(bytes + 16));
       vocab_size_ = get<uint64_t>(bytes + 24);
       header_bytes = kHeaderBytes;
@@ -152,7 +152,9 @@ void TokenShard::read(int64_t start, int64_t n, int64_t* out) const {
   }
 }
 
-std::string TokenWindowCursor::to_json() const { return nlohmann::json{{"epoch", epoch}, {"step", step}}.dump(); }
+std::string TokenWindowCursor::to_json() const {
+  return nlohmann::json{{"epoch", epoch}, {"step", step}}.dump();
+}
 
 TokenWindowCursor TokenWindowCursor::from_json(std::string_view text) {
   try {
@@ -182,9 +184,9 @@ TokenWindowLoader::TokenWindowLoader(const std::vector<fs::path>& shards, TokenW
   }
   int64_t global_batch = options.batch_size * options.world_size;
   steps_per_epoch_ = total_windows_ / global_batch;
-  GENESIS_CHECK(steps_per_epoch_ > 0, ValueError, "token shards hold ", total_windows_, " windows of seq_len + 1 = ",
-                options.seq_len + 1, " tokens, fewer than one global batch (batch_size ", options.batch_size,
-                " x world_size ", options.world_size, ")");
+  GENESIS_CHECK(steps_per_epoch_ > 0, ValueError, "token shards hold ", total_windows_,
+                " windows of seq_len + 1 = ", options.seq_len + 1, " tokens, fewer than one global batch (batch_size ",
+                options.batch_size, " x world_size ", options.world_size, ")");
 }
 
 int64_t TokenWindowLoader::tokens() const {

@@ -26,8 +26,8 @@ Regex::Regex(const std::string& pattern, const std::string& origin) {
   int error = 0;
   PCRE2_SIZE offset = 0;
   uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error,
-                                   &offset, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
@@ -39,7 +39,9 @@ Regex::Regex(const std::string& pattern, const std::string& origin) {
   code_ = code;
 }
 
-Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+Regex::~Regex() {
+  pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
 
 bool Regex::next_match(std::string_view text, size_t from, void* match_data, size_t& begin, size_t& end) const {
   auto* md = static_cast<pcre2_match_data*>(match_data);
@@ -62,7 +64,9 @@ MatchData::MatchData(const Regex& regex)
   GENESIS_CHECK(data_ != nullptr, Error, "out of memory for PCRE2 match data");
 }
 
-MatchData::~MatchData() { pcre2_match_data_free(static_cast<pcre2_match_data*>(data_)); }
+MatchData::~MatchData() {
+  pcre2_match_data_free(static_cast<pcre2_match_data*>(data_));
+}
 
 }  // namespace detail
 
@@ -70,7 +74,9 @@ namespace {
 
 constexpr size_t kMaxCachedWords = 1 << 20;
 
-uint64_t pair_key(TokenId left, TokenId right) { return (uint64_t{left} << 32) | right; }
+uint64_t pair_key(TokenId left, TokenId right) {
+  return (uint64_t{left} << 32) | right;
+}
 
 // A merge candidate: the pair starting at symbol `pos`; lowest rank first, then leftmost.
 struct Candidate {
@@ -225,7 +231,9 @@ std::string Tokenizer::decode(const std::vector<TokenId>& ids) const {
   return out;
 }
 
-size_t Tokenizer::vocab_size() const { return impl_->id_to_bytes.size(); }
+size_t Tokenizer::vocab_size() const {
+  return impl_->id_to_bytes.size();
+}
 
 std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
   auto it = impl_->bytes_to_id.find(token);
@@ -233,7 +241,9 @@ std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
   return it->second;
 }
 
-const std::string& Tokenizer::source() const { return impl_->source; }
+const std::string& Tokenizer::source() const {
+  return impl_->source;
+}
 
 size_t Tokenizer::cached_words() const {
   std::lock_guard lock(impl_->cache_mutex);

@@ -1,7 +1,8 @@
 #pragma once
 // Byte-level BPE tokenizers (GPT-2, Qwen2, Llama 3): loaded from GPT-2's encoder.json +
 // vocab.bpe or from a Hugging Face tokenizer.json. Tokens are byte strings over the 256-byte
-// alphabet, so encode/decode round-trips any byte string exactly, invalid UTF-8 included.
+// alphabet, so encode/decode round-trips any byte string exactly, invalid UTF-8 included
+// (a ByteLevel pre-tokenizer with add_prefix_space adds its space, as Hugging Face's does).
 //
 // Encoding: added (special) tokens are matched first; the text between them is split by the
 // pre-tokenization regex (PCRE2, Unicode classes, JIT) into words; each word is BPE-merged

@@ -80,11 +80,11 @@ std::array<uint32_t, 256> byte_to_code_point();
 namespace genesis::data {
 
 struct Tokenizer::Impl {
-  std::string source;                      // the file(s) it was loaded from, for messages
-  std::vector<std::string> id_to_bytes;    // every id's bytes
-  std::vector<bool> id_defined;            // ids without a token (gaps) are not decodable
-  detail::StringMap<TokenId> bytes_to_id;  // BPE tokens and added tokens
-  std::array<TokenId, 256> byte_ids{};     // the single-byte tokens
+  std::string source;                                  // the file(s) it was loaded from, for messages
+  std::vector<std::string> id_to_bytes;                // every id's bytes
+  std::vector<bool> id_defined;                        // ids without a token (gaps) are not decodable
+  detail::StringMap<TokenId> bytes_to_id;              // BPE tokens and added tokens
+  std::array<TokenId, 256> byte_ids{};                 // the single-byte tokens
   std::unordered_map<uint64_t, detail::Merge> merges;  // (left id << 32 | right id)
   std::vector<std::unique_ptr<detail::Regex>> splits;  // pre-tokenization, applied in turn
   bool add_prefix_space = false;

@@ -15,8 +15,7 @@ using nlohmann::json;
 namespace {
 
 // GPT-2's pre-tokenization pattern (also what a ByteLevel pre-tokenizer with use_regex uses).
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 std::string read_existing(const fs::path& path, const char* what) {
   GENESIS_CHECK(fs::is_regular_file(path), IoError, what, " not found: ", path.string());
@@ -87,6 +86,7 @@ void Tokenizer::Impl::finish(const std::string& where) {
                   " (not a byte-level BPE vocabulary)");
     byte_ids[b] = it->second;
   }
+  cache.reserve(1 << 16);  // a book's distinct words without rehashing
   source = where;
 }
 
@@ -185,8 +185,8 @@ Tokenizer Tokenizer::from_hf_json(const fs::path& tokenizer_json) {
                 ": byte_fallback BPE (SentencePiece style) is not supported; genesis reads byte-level BPE");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     auto it = model.find(key);
-    GENESIS_CHECK(it == model.end() || it->is_null() || it->get<std::string>().empty(), ValueError, where,
-                  ": model.", key, " is not supported");
+    GENESIS_CHECK(it == model.end() || it->is_null() || it->get<std::string>().empty(), ValueError, where, ": model.",
+                  key, " is not supported");
   }
   if (auto n = root.find("normalizer"); n != root.end() && !n->is_null()) {
     std::string normalizer = n->value("type", "");
@@ -209,7 +209,8 @@ Tokenizer Tokenizer::from_hf_json(const fs::path& tokenizer_json) {
       impl->add_merge(merge[0].get<std::string>(), merge[1].get<std::string>(), rank++, where);
       continue;
     }
-    GENESIS_CHECK(merge.is_string(), ValueError, where, ": merge ", rank, " is neither \"left right\" nor [left, right]");
+    GENESIS_CHECK(merge.is_string(), ValueError, where, ": merge ", rank,
+                  " is neither \"left right\" nor [left, right]");
     std::string line = merge.get<std::string>();
     size_t space = line.find(' ');
     GENESIS_CHECK(space != std::string::npos, ValueError, where, ": merge '", line, "' has no space");
