@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <bit>
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/data/tokenizer_impl.h"
@@ -59,6 +60,30 @@ bool Regex::next_match(std::string_view text, size_t from, void* match_data, siz
   return true;
 }
 
+void MergeTable::insert(TokenId left, TokenId right, Merge merge) {
+  if (2 * (size_ + 1) > slots_.size()) grow();  // load factor <= 1/2 keeps probes short
+  uint64_t key = pack(left, right);
+  size_t i = slot_of(key);
+  while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask_;
+  if (slots_[i].key == key) return;
+  slots_[i] = {key, merge};
+  ++size_;
+}
+
+void MergeTable::grow() {
+  std::vector<Slot> old = std::move(slots_);
+  size_t capacity = std::max<size_t>(64, old.size() * 2);
+  slots_.assign(capacity, Slot{});
+  mask_ = capacity - 1;
+  shift_ = 64 - std::countr_zero(capacity);
+  for (const Slot& slot : old) {
+    if (slot.key == kEmpty) continue;
+    size_t i = slot_of(slot.key);
+    while (slots_[i].key != kEmpty) i = (i + 1) & mask_;
+    slots_[i] = slot;
+  }
+}
+
 MatchData::MatchData(const Regex& regex)
     : data_(pcre2_match_data_create_from_pattern(static_cast<const pcre2_code*>(regex.code_), nullptr)) {
   GENESIS_CHECK(data_ != nullptr, Error, "out of memory for PCRE2 match data");
@@ -74,14 +99,12 @@ namespace {
 
 constexpr size_t kMaxCachedWords = 1 << 20;
 
-uint64_t pair_key(TokenId left, TokenId right) {
-  return (uint64_t{left} << 32) | right;
-}
-
-// A merge candidate: the pair starting at symbol `pos`; lowest rank first, then leftmost.
+// A merge candidate: the pair (left, right) starting at symbol `pos`; lowest rank first, then
+// leftmost. It is stale once either symbol has changed.
 struct Candidate {
   uint32_t rank;
   int32_t pos;
+  TokenId left, right, merged;
   bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
 };
 
@@ -104,9 +127,9 @@ void Tokenizer::Impl::bpe(std::string_view word, std::vector<TokenId>& out) cons
   std::vector<Candidate> heap;
   auto push_pair = [&](int32_t pos) {
     if (pos < 0 || next[pos] < 0) return;
-    auto it = merges.find(pair_key(id[pos], id[next[pos]]));
-    if (it == merges.end()) return;
-    heap.push_back({it->second.rank, pos});
+    const detail::Merge* merge = merges.find(id[pos], id[next[pos]]);
+    if (merge == nullptr) return;
+    heap.push_back({merge->rank, pos, id[pos], id[next[pos]], merge->merged});
     std::push_heap(heap.begin(), heap.end(), std::greater<>{});
   };
   for (int i = 0; i + 1 < n; ++i) push_pair(i);
@@ -115,11 +138,8 @@ void Tokenizer::Impl::bpe(std::string_view word, std::vector<TokenId>& out) cons
     Candidate c = heap.back();
     heap.pop_back();
     int32_t right = next[c.pos];
-    // Stale when the symbol was absorbed or either side has merged since the push.
-    if (id[c.pos] == TokenId(-1) || right < 0) continue;
-    auto it = merges.find(pair_key(id[c.pos], id[right]));
-    if (it == merges.end() || it->second.rank != c.rank) continue;
-    id[c.pos] = it->second.merged;
+    if (right < 0 || id[c.pos] != c.left || id[right] != c.right) continue;  // stale
+    id[c.pos] = c.merged;
     id[right] = TokenId(-1);
     next[c.pos] = next[right];
     if (next[right] >= 0) prev[next[right]] = c.pos;

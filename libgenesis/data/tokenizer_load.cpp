@@ -76,7 +76,7 @@ void Tokenizer::Impl::add_merge(std::string_view left, std::string_view right, u
   GENESIS_CHECK(l != bytes_to_id.end() && r != bytes_to_id.end() && m != bytes_to_id.end(), ValueError, where,
                 ": merge '", left, " ", right, "' names a token that is not in the vocabulary");
   // The first (lowest-rank) occurrence of a pair wins.
-  merges.emplace((uint64_t{l->second} << 32) | r->second, detail::Merge{rank, m->second});
+  merges.insert(l->second, r->second, detail::Merge{rank, m->second});
 }
 
 void Tokenizer::Impl::finish(const std::string& where) {
