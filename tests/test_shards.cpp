@@ -196,3 +196,37 @@ TEST_CASE("a saved cursor resumes the same windows", "[cpu][shards]") {
   REQUIRE_THROWS_AS(resumed.seek({0, 15}), genesis::ValueError);
   REQUIRE_THROWS_AS(TokenWindowCursor::from_json("{\"epoch\": 1}"), genesis::ValueError);
 }
+
+TEST_CASE("tokenize_to_shards: documents start with the separator; each one's tail goes to val", "[cpu][shards]") {
+  genesis::testing::TempDir dir;
+  Tokenizer tok = Tokenizer::load(fs::path(GENESIS_SOURCE_DIR) / "tests/fixtures/tokenizer_bpe/tokenizer.json");
+  std::ofstream(dir / "a.txt") << "Call me Ishmael. Some years ago, never mind how long precisely.";
+  std::ofstream(dir / "b.txt") << "<|im_end|> is text here";
+  std::vector<fs::path> docs = {dir / "a.txt", dir / "b.txt"};
+  TokenizeOptions opt;
+  opt.val_fraction = 0.25;
+  size_t seen = 0;
+  opt.on_document = [&](const fs::path&, size_t, size_t) { ++seen; };
+  TokenizeSummary s = tokenize_to_shards(tok, docs, dir / "out", opt);
+  REQUIRE(seen == 2);
+  auto a = tok.encode_ordinary("Call me Ishmael. Some years ago, never mind how long precisely.");
+  auto b = tok.encode_ordinary("<|im_end|> is text here");
+  REQUIRE(s.train_tokens + s.val_tokens == a.size() + b.size() + 2);
+  TokenShard train(s.train_path), val(s.val_path);
+  REQUIRE(train.size() == static_cast<int64_t>(s.train_tokens));
+  REQUIRE(val.size() == static_cast<int64_t>(s.val_tokens));
+  REQUIRE(train[0] == 0);  // <|endoftext|>
+  REQUIRE(train[1] == a[0]);
+  REQUIRE(val[val.size() - 1] == b.back());
+  REQUIRE(val.size() >= 2);
+
+  opt.separator = "<|nope|>";
+  REQUIRE_THROWS_AS(tokenize_to_shards(tok, docs, dir / "out2", opt), genesis::UsageError);
+  opt.separator = "";
+  opt.val_fraction = 0;
+  TokenizeSummary no_val = tokenize_to_shards(tok, docs, dir / "out3", opt);
+  REQUIRE(no_val.val_path.empty());
+  REQUIRE(no_val.train_tokens == a.size() + b.size());
+  opt.val_fraction = 1.0;
+  REQUIRE_THROWS_AS(tokenize_to_shards(tok, docs, dir / "out4", opt), genesis::ValueError);
+}

@@ -98,47 +98,23 @@ struct TokenizeArgs {
   std::string tokenizer;
   std::vector<std::string> inputs;
   std::string out;
-  double val_fraction = 0.1;
-  std::string separator = "<|endoftext|>";
+  data::TokenizeOptions options;
 };
 
-// Each input file is a document: [separator] + its tokens. Its last val_fraction of tokens
-// go to val.bin, the rest to train.bin, so every document is represented in both.
-int run_tokenize(const TokenizeArgs& a) {
+int run_tokenize(TokenizeArgs a) {
   auto tok = data::Tokenizer::load(a.tokenizer);
-  std::optional<data::TokenId> separator;
-  if (!a.separator.empty()) {
-    separator = tok.token_to_id(a.separator);
-    GENESIS_CHECK(separator.has_value(), UsageError, "tokenize: the tokenizer has no token '", a.separator,
-                  "'; pass --separator TOKEN (or --separator '' for none)");
-  }
-  std::vector<uint32_t> train, val;
-  uint64_t bytes = 0;
   auto start = std::chrono::steady_clock::now();
-  for (const auto& input : a.inputs) {
-    std::string text = io::read_file(input);
-    std::vector<data::TokenId> doc;
-    if (separator) doc.push_back(*separator);
-    auto ids = tok.encode_ordinary(text);
-    doc.insert(doc.end(), ids.begin(), ids.end());
-    auto cut = static_cast<size_t>(static_cast<double>(doc.size()) * (1.0 - a.val_fraction) + 0.5);
-    train.insert(train.end(), doc.begin(), doc.begin() + static_cast<std::ptrdiff_t>(cut));
-    val.insert(val.end(), doc.begin() + static_cast<std::ptrdiff_t>(cut), doc.end());
-    bytes += text.size();
-    std::cerr << "tokenize: " << input << ": " << text.size() << " bytes -> " << ids.size() << " tokens\n";
-  }
-  fs::create_directories(a.out);
-  data::write_token_shard(fs::path(a.out) / "train.bin", train, tok.vocab_size());
+  a.options.on_document = [](const fs::path& path, size_t bytes, size_t tokens) {
+    std::cerr << "tokenize: " << path.string() << ": " << bytes << " bytes -> " << tokens << " tokens\n";
+  };
+  auto s = data::tokenize_to_shards(tok, std::vector<fs::path>(a.inputs.begin(), a.inputs.end()), a.out, a.options);
   nlohmann::json summary{{"tokenizer", tok.source()},
                          {"vocab_size", tok.vocab_size()},
                          {"documents", a.inputs.size()},
-                         {"bytes", bytes},
-                         {"train", {{"path", (fs::path(a.out) / "train.bin").string()}, {"tokens", train.size()}}},
+                         {"bytes", s.bytes},
+                         {"train", {{"path", s.train_path.string()}, {"tokens", s.train_tokens}}},
                          {"seconds", seconds_since(start)}};
-  if (a.val_fraction > 0) {
-    data::write_token_shard(fs::path(a.out) / "val.bin", val, tok.vocab_size());
-    summary["val"] = {{"path", (fs::path(a.out) / "val.bin").string()}, {"tokens", val.size()}};
-  }
+  if (!s.val_path.empty()) summary["val"] = {{"path", s.val_path.string()}, {"tokens", s.val_tokens}};
   std::cout << summary.dump(2) << "\n";
   return 0;
 }
@@ -151,10 +127,11 @@ void add_tokenize(CLI::App* data_cmd) {
       ->required();
   sub->add_option("--input", a->inputs, "Text files, one document each")->required()->expected(1, -1);
   sub->add_option("--out", a->out, "Output directory")->required();
-  sub->add_option("--val-fraction", a->val_fraction, "Fraction of each document's tokens that goes to val.bin")
+  sub->add_option("--val-fraction", a->options.val_fraction, "Fraction of each document's tokens that goes to val.bin")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.99));
-  sub->add_option("--separator", a->separator, "Token that starts every document ('' for none)")->capture_default_str();
+  sub->add_option("--separator", a->options.separator, "Token that starts every document ('' for none)")
+      ->capture_default_str();
   register_command(sub, [=] { return run_tokenize(*a); });
 }
 

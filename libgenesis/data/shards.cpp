@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 
 #include "libgenesis/core/error.h"
@@ -61,6 +62,43 @@ void write_token_shard(const fs::path& path, const std::vector<uint32_t>& tokens
     file.write(narrow.data(), narrow.size() * sizeof(uint16_t));
   }
   file.commit();
+}
+
+TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector<fs::path>& documents,
+                                   const fs::path& out_dir, const TokenizeOptions& options) {
+  GENESIS_CHECK(options.val_fraction >= 0 && options.val_fraction < 1, ValueError, "tokenize: val_fraction ",
+                options.val_fraction, " is outside [0, 1)");
+  std::optional<TokenId> separator;
+  if (!options.separator.empty()) {
+    separator = tokenizer.token_to_id(options.separator);
+    GENESIS_CHECK(separator.has_value(), UsageError, "tokenize: the tokenizer has no token '", options.separator,
+                  "' to start documents with; name another separator token (genesis data tokenize --separator TOKEN, "
+                  "or '' for none)");
+  }
+  std::vector<uint32_t> train, val;
+  TokenizeSummary summary;
+  for (const auto& path : documents) {
+    std::string text = io::read_file(path);
+    std::vector<TokenId> doc;
+    if (separator) doc.push_back(*separator);
+    auto ids = tokenizer.encode_ordinary(text);
+    doc.insert(doc.end(), ids.begin(), ids.end());
+    auto cut = static_cast<std::ptrdiff_t>(static_cast<double>(doc.size()) * (1.0 - options.val_fraction) + 0.5);
+    train.insert(train.end(), doc.begin(), doc.begin() + cut);
+    val.insert(val.end(), doc.begin() + cut, doc.end());
+    summary.bytes += text.size();
+    if (options.on_document) options.on_document(path, text.size(), ids.size());
+  }
+  fs::create_directories(out_dir);
+  summary.train_path = out_dir / "train.bin";
+  summary.train_tokens = train.size();
+  write_token_shard(summary.train_path, train, tokenizer.vocab_size());
+  if (options.val_fraction > 0) {
+    summary.val_path = out_dir / "val.bin";
+    summary.val_tokens = val.size();
+    write_token_shard(summary.val_path, val, tokenizer.vocab_size());
+  }
+  return summary;
 }
 
 TokenShard::TokenShard(const fs::path& path) : path_(path) {

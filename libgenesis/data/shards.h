@@ -9,11 +9,13 @@
 // 256 int32 (magic 20240520, version 1, count at [2]) then u16 tokens.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "libgenesis/core/tensor.h"
+#include "libgenesis/data/tokenizer.h"
 
 namespace genesis::data {
 
@@ -22,6 +24,26 @@ enum class ShardFormat { genesis, llmc };
 // Writes `tokens` as a genesis shard (u16 when every id fits the vocabulary below 65536, else
 // u32), atomically. Throws ValueError if a token is >= vocab_size (when vocab_size > 0).
 void write_token_shard(const std::filesystem::path& path, const std::vector<uint32_t>& tokens, uint64_t vocab_size);
+
+struct TokenizeOptions {
+  double val_fraction = 0.1;                // of each document's tokens, its last part
+  std::string separator = "<|endoftext|>";  // token that starts every document; "" for none
+  // Called after each document with its path, bytes and tokens (progress for the caller).
+  std::function<void(const std::filesystem::path&, size_t, size_t)> on_document;
+};
+
+struct TokenizeSummary {
+  std::filesystem::path train_path, val_path;  // val_path is empty when val_fraction is 0
+  size_t train_tokens = 0, val_tokens = 0;
+  size_t bytes = 0;  // of text read
+};
+
+// Encodes each file as one document ([separator] + its tokens, added tokens' strings taken
+// as ordinary text) and writes out_dir/train.bin and, when val_fraction > 0, out_dir/val.bin
+// holding the last val_fraction of every document's tokens. Throws UsageError when the
+// tokenizer lacks the separator, ValueError when val_fraction is outside [0, 1).
+TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector<std::filesystem::path>& documents,
+                                   const std::filesystem::path& out_dir, const TokenizeOptions& options);
 
 // A read-only, memory-mapped shard of either format. Throws IoError (missing/unreadable) or
 // ValueError (bad magic or version, truncated or oversized body), naming the file.
