@@ -62,7 +62,8 @@ double thread_cpu_seconds() {
 void add_encode(CLI::App* data_cmd) {
   auto tokenizer = std::make_shared<std::string>();
   auto input = std::make_shared<std::string>();
-  CLI::App* sub = data_cmd->add_subcommand("encode", "Print the token ids of a file's text, separated by spaces");
+  CLI::App* sub = data_cmd->add_subcommand(
+      "encode", "Print the token ids of a file's text, separated by spaces (added tokens like <|endoftext|> matched)");
   sub->add_option("--tokenizer", *tokenizer, "tokenizer.json, or a directory with it or encoder.json + vocab.bpe")
       ->required();
   sub->add_option("--input", *input, "Text file to encode")->required();

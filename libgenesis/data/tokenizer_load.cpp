@@ -178,7 +178,8 @@ Tokenizer Tokenizer::from_hf_json(const fs::path& tokenizer_json) {
   json root = parse_json(read_existing(tokenizer_json, "tokenizer.json"), tokenizer_json);
   GENESIS_CHECK(root.is_object(), ValueError, where, ": expected a JSON object");
   const json& model = member(root, "model", where);
-  std::string type = model.value("type", "");
+  // Files from early versions of tokenizers name no model type; a merge list means BPE there.
+  std::string type = model.value("type", model.contains("merges") ? "BPE" : "");
   GENESIS_CHECK(type == "BPE", ValueError, where, ": model type is '", type,
                 "', genesis reads only byte-level BPE tokenizers (model.type \"BPE\")");
   GENESIS_CHECK(!flag(model, "byte_fallback"), ValueError, where,
