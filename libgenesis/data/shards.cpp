@@ -1,0 +1,275 @@
+#include "libgenesis/data/shards.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
+
+#include "libgenesis/core/error.h"
+#include "libgenesis/data/permutation.h"
+#include "libgenesis/io/file_util.h"
+
+namespace genesis::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'G', 'E', 'N', 'T', 'O', 'K', 'E', 'N'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderBytes = 32;
+constexpr int32_t kLlmcMagic = 20240520;
+constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
+
+template <class T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+template <class T>
+T get(const unsigned char* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+}  // namespace
+
+void write_token_shard(const fs::path& path, const std::vector<uint32_t>& tokens, uint64_t vocab_size) {
+  uint32_t max_token = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
+  GENESIS_CHECK(vocab_size == 0 || max_token < vocab_size, ValueError, "write_token_shard ", path.string(), ": token ",
+                max_token, " is outside the vocabulary of ", vocab_size);
+  uint32_t width = (vocab_size > 0 ? vocab_size <= 65536 : max_token < 65536) ? 2 : 4;
+  std::string header;
+  header.append(kMagic, sizeof(kMagic));
+  put<uint32_t>(header, kVersion);
+  put<uint32_t>(header, width);
+  put<uint64_t>(header, tokens.size());
+  put<uint64_t>(header, vocab_size);
+  io::AtomicFile file(path);
+  file.write(header.data(), header.size());
+  if (width == 4) {
+    file.write(tokens.data(), tokens.size() * sizeof(uint32_t));
+  } else {
+    std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
+    file.write(narrow.data(), narrow.size() * sizeof(uint16_t));
+  }
+  file.commit();
+}
+
+TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector<fs::path>& documents,
+                                   const fs::path& out_dir, const TokenizeOptions& options) {
+  GENESIS_CHECK(options.val_fraction >= 0 && options.val_fraction < 1, ValueError, "tokenize: val_fraction ",
+                options.val_fraction, " is outside [0, 1)");
+  std::optional<TokenId> separator;
+  if (!options.separator.empty()) {
+    separator = tokenizer.token_to_id(options.separator);
+    GENESIS_CHECK(separator.has_value(), UsageError, "tokenize: the tokenizer has no token '", options.separator,
+                  "' to start documents with; name another separator token (genesis data tokenize --separator TOKEN, "
+                  "or '' for none)");
+  }
+  std::vector<uint32_t> train, val;
+  TokenizeSummary summary;
+  for (const auto& path : documents) {
+    std::string text = io::read_file(path);
+    std::vector<TokenId> doc;
+    if (separator) doc.push_back(*separator);
+    auto ids = tokenizer.encode_ordinary(text);
+    doc.insert(doc.end(), ids.begin(), ids.end());
+    auto cut = static_cast<std::ptrdiff_t>(static_cast<double>(doc.size()) * (1.0 - options.val_fraction) + 0.5);
+    train.insert(train.end(), doc.begin(), doc.begin() + cut);
+    val.insert(val.end(), doc.begin() + cut, doc.end());
+    summary.bytes += text.size();
+    if (options.on_document) options.on_document(path, text.size(), ids.size());
+  }
+  fs::create_directories(out_dir);
+  summary.train_path = out_dir / "train.bin";
+  summary.train_tokens = train.size();
+  write_token_shard(summary.train_path, train, tokenizer.vocab_size());
+  if (options.val_fraction > 0) {
+    summary.val_path = out_dir / "val.bin";
+    summary.val_tokens = val.size();
+    write_token_shard(summary.val_path, val, tokenizer.vocab_size());
+  }
+  return summary;
+}
+
+TokenShard::TokenShard(const fs::path& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) io::throw_io_error("cannot open token shard", path, errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    io::throw_io_error("cannot stat token shard", path, err);
+  }
+  map_bytes_ = static_cast<size_t>(st.st_size);
+  if (map_bytes_ > 0) {
+    map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map_ == MAP_FAILED) {
+      int err = errno;
+      map_ = nullptr;
+      ::close(fd);
+      io::throw_io_error("cannot map token shard", path, err);
+    }
+  }
+  ::close(fd);
+  try {
+    const auto* bytes = static_cast<const unsigned char*>(map_);
+    size_t header_bytes = 0;
+    if (map_bytes_ >= kHeaderBytes && std::memcmp(bytes, kMagic, sizeof(kMagic)) == 0) {
+      uint32_t version = get<uint32_t>(bytes + 8);
+      GENESIS_CHECK(version == kVersion, ValueError, "token shard ", path.string(), ": version ", version,
+                    " is not supported (genesis reads version ", kVersion, ")");
+      token_bytes_ = static_cast<int>(get<uint32_t>(bytes + 12));
+      GENESIS_CHECK(token_bytes_ == 2 || token_bytes_ == 4, ValueError, "token shard ", path.string(), ": token width ",
+                    token_bytes_, " bytes (expected 2 or 4)");
+      count_ = static_cast<int64_t>(get<uint64_t>(bytes + 16));
+      vocab_size_ = get<uint64_t>(bytes + 24);
+      header_bytes = kHeaderBytes;
+      format_ = ShardFormat::genesis;
+    } else if (map_bytes_ >= kLlmcHeaderBytes && get<int32_t>(bytes) == kLlmcMagic) {
+      int32_t version = get<int32_t>(bytes + 4);
+      GENESIS_CHECK(version == 1, ValueError, "llm.c token shard ", path.string(), ": version ", version,
+                    " is not supported (genesis reads version 1, u16 tokens)");
+      count_ = get<int32_t>(bytes + 8);
+      GENESIS_CHECK(count_ >= 0, ValueError, "llm.c token shard ", path.string(), ": negative token count ", count_);
+      token_bytes_ = 2;
+      header_bytes = kLlmcHeaderBytes;
+      format_ = ShardFormat::llmc;
+    } else {
+      GENESIS_THROW(ValueError, "token shard ", path.string(),
+                    ": bad magic (neither a genesis shard, \"GENTOKEN\", nor an llm.c shard, 20240520)");
+    }
+    size_t expected = header_bytes + static_cast<size_t>(count_) * static_cast<size_t>(token_bytes_);
+    GENESIS_CHECK(map_bytes_ >= expected, ValueError, "token shard ", path.string(), " is truncated: its header says ",
+                  count_, " tokens (", expected, " bytes) but the file has ", map_bytes_, " bytes");
+    GENESIS_CHECK(map_bytes_ == expected, ValueError, "token shard ", path.string(), " has ", map_bytes_ - expected,
+                  " bytes beyond the ", count_, " tokens its header announces");
+    tokens_ = bytes + header_bytes;
+  } catch (...) {
+    if (map_ != nullptr) ::munmap(map_, map_bytes_);
+    throw;
+  }
+}
+
+TokenShard::TokenShard(TokenShard&& other) noexcept
+    : path_(std::move(other.path_)),
+      map_(std::exchange(other.map_, nullptr)),
+      map_bytes_(std::exchange(other.map_bytes_, 0)),
+      tokens_(std::exchange(other.tokens_, nullptr)),
+      count_(std::exchange(other.count_, 0)),
+      token_bytes_(other.token_bytes_),
+      format_(other.format_),
+      vocab_size_(other.vocab_size_) {}
+
+TokenShard::~TokenShard() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+}
+
+uint32_t TokenShard::operator[](int64_t i) const {
+  GENESIS_CHECK(i >= 0 && i < count_, IndexError, "token ", i, " is outside shard ", path_.string(), " (", count_,
+                " tokens)");
+  return token_bytes_ == 2 ? get<uint16_t>(tokens_ + 2 * i) : get<uint32_t>(tokens_ + 4 * i);
+}
+
+void TokenShard::read(int64_t start, int64_t n, int64_t* out) const {
+  GENESIS_CHECK(start >= 0 && n >= 0 && start + n <= count_, IndexError, "tokens [", start, ", ", start + n,
+                ") are outside shard ", path_.string(), " (", count_, " tokens)");
+  if (token_bytes_ == 2) {
+    for (int64_t i = 0; i < n; ++i) out[i] = get<uint16_t>(tokens_ + 2 * (start + i));
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = get<uint32_t>(tokens_ + 4 * (start + i));
+  }
+}
+
+std::string TokenWindowCursor::to_json() const {
+  return nlohmann::json{{"epoch", epoch}, {"step", step}}.dump();
+}
+
+TokenWindowCursor TokenWindowCursor::from_json(std::string_view text) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    return {j.at("epoch").get<int64_t>(), j.at("step").get<int64_t>()};
+  } catch (const nlohmann::json::exception& e) {
+    GENESIS_THROW(ValueError, "token window cursor '", text, "' is not {\"epoch\": E, \"step\": S}: ", e.what());
+  }
+}
+
+TokenWindowLoader::TokenWindowLoader(const std::vector<fs::path>& shards, TokenWindowOptions options)
+    : options_(options) {
+  GENESIS_CHECK(!shards.empty(), ValueError, "token window loader: no shards given");
+  GENESIS_CHECK(options.batch_size > 0 && options.seq_len > 0, ValueError,
+                "token window loader: batch_size and seq_len must be positive (got ", options.batch_size, ", ",
+                options.seq_len, ")");
+  GENESIS_CHECK(options.world_size > 0 && options.rank >= 0 && options.rank < options.world_size, ValueError,
+                "token window loader: rank ", options.rank, " is not in [0, world_size ", options.world_size, ")");
+  first_window_.push_back(0);
+  for (const auto& path : shards) {
+    shards_.emplace_back(path);
+    const TokenShard& shard = shards_.back();
+    GENESIS_CHECK(shard.size() >= options.seq_len + 1, ValueError, "token shard ", path.string(), " holds ",
+                  shard.size(), " tokens, fewer than seq_len + 1 = ", options.seq_len + 1);
+    total_windows_ += (shard.size() - 1) / options.seq_len;
+    first_window_.push_back(total_windows_);
+  }
+  int64_t global_batch = options.batch_size * options.world_size;
+  steps_per_epoch_ = total_windows_ / global_batch;
+  GENESIS_CHECK(steps_per_epoch_ > 0, ValueError, "token shards hold ", total_windows_,
+                " windows of seq_len + 1 = ", options.seq_len + 1, " tokens, fewer than one global batch (batch_size ",
+                options.batch_size, " x world_size ", options.world_size, ")");
+}
+
+int64_t TokenWindowLoader::tokens() const {
+  int64_t n = 0;
+  for (const auto& s : shards_) n += s.size();
+  return n;
+}
+
+const std::vector<int64_t>& TokenWindowLoader::order_for(int64_t epoch) {
+  if (order_epoch_ != epoch) {
+    if (options_.shuffle) {
+      order_ = permutation(total_windows_, options_.seed, static_cast<uint64_t>(epoch));
+    } else {
+      order_.resize(total_windows_);
+      for (int64_t i = 0; i < total_windows_; ++i) order_[i] = i;
+    }
+    order_epoch_ = epoch;
+  }
+  return order_;
+}
+
+TokenBatch TokenWindowLoader::next() {
+  const int64_t B = options_.batch_size, T = options_.seq_len;
+  const auto& order = order_for(cursor_.epoch);
+  TokenBatch batch{empty({B, T}, {DType::i64}), empty({B, T}, {DType::i64}), cursor_};
+  auto* inputs = batch.inputs.data<int64_t>();
+  auto* targets = batch.targets.data<int64_t>();
+  std::vector<int64_t> window(T + 1);
+  int64_t first = (cursor_.step * options_.world_size + options_.rank) * B;
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t w = order[first + b];
+    auto shard = std::upper_bound(first_window_.begin(), first_window_.end(), w) - first_window_.begin() - 1;
+    shards_[shard].read((w - first_window_[shard]) * T, T + 1, window.data());
+    std::copy(window.begin(), window.end() - 1, inputs + b * T);
+    std::copy(window.begin() + 1, window.end(), targets + b * T);
+  }
+  if (++cursor_.step == steps_per_epoch_) cursor_ = {cursor_.epoch + 1, 0};
+  return batch;
+}
+
+void TokenWindowLoader::seek(TokenWindowCursor cursor) {
+  GENESIS_CHECK(cursor.epoch >= 0 && cursor.step >= 0 && cursor.step < steps_per_epoch_, ValueError,
+                "token window cursor (epoch ", cursor.epoch, ", step ", cursor.step, ") is outside the ",
+                steps_per_epoch_, " steps of an epoch");
+  cursor_ = cursor;
+}
+
+}  // namespace genesis::data

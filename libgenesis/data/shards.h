@@ -1,0 +1,133 @@
+#pragma once
+// Token shards: flat files of token ids, memory-mapped for reading, and a loader that cuts
+// them into (input, target) windows for language-model training.
+//
+// genesis format (little-endian): a 32-byte header
+//   char magic[8] = "GENTOKEN", u32 version = 1, u32 token_bytes (2 or 4),
+//   u64 count (tokens), u64 vocab_size (0 = unknown)
+// then `count` tokens of `token_bytes` bytes each. llm.c's format is read too: a header of
+// 256 int32 (magic 20240520, version 1, count at [2]) then u16 tokens.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "libgenesis/core/tensor.h"
+#include "libgenesis/data/tokenizer.h"
+
+namespace genesis::data {
+
+enum class ShardFormat { genesis, llmc };
+
+// Writes `tokens` as a genesis shard (u16 when every id fits the vocabulary below 65536, else
+// u32), atomically. Throws ValueError if a token is >= vocab_size (when vocab_size > 0).
+void write_token_shard(const std::filesystem::path& path, const std::vector<uint32_t>& tokens, uint64_t vocab_size);
+
+struct TokenizeOptions {
+  double val_fraction = 0.1;                // of each document's tokens, its last part
+  std::string separator = "<|endoftext|>";  // token that starts every document; "" for none
+  // Called after each document with its path, bytes and tokens (progress for the caller).
+  std::function<void(const std::filesystem::path&, size_t, size_t)> on_document;
+};
+
+struct TokenizeSummary {
+  std::filesystem::path train_path, val_path;  // val_path is empty when val_fraction is 0
+  size_t train_tokens = 0, val_tokens = 0;
+  size_t bytes = 0;  // of text read
+};
+
+// Encodes each file as one document ([separator] + its tokens, added tokens' strings taken
+// as ordinary text) and writes out_dir/train.bin and, when val_fraction > 0, out_dir/val.bin
+// holding the last val_fraction of every document's tokens. Throws UsageError when the
+// tokenizer lacks the separator, ValueError when val_fraction is outside [0, 1).
+TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector<std::filesystem::path>& documents,
+                                   const std::filesystem::path& out_dir, const TokenizeOptions& options);
+
+// A read-only, memory-mapped shard of either format. Throws IoError (missing/unreadable) or
+// ValueError (bad magic or version, truncated or oversized body), naming the file.
+class TokenShard {
+ public:
+  explicit TokenShard(const std::filesystem::path& path);
+  ~TokenShard();
+  TokenShard(TokenShard&& other) noexcept;
+  TokenShard& operator=(TokenShard&&) = delete;
+  TokenShard(const TokenShard&) = delete;
+  TokenShard& operator=(const TokenShard&) = delete;
+
+  int64_t size() const { return count_; }
+  int token_bytes() const { return token_bytes_; }
+  ShardFormat format() const { return format_; }
+  uint64_t vocab_size() const { return vocab_size_; }  // 0 when the format does not say
+  const std::filesystem::path& path() const { return path_; }
+  uint32_t operator[](int64_t i) const;
+  // Copies tokens [start, start + n) into out as int64.
+  void read(int64_t start, int64_t n, int64_t* out) const;
+
+ private:
+  std::filesystem::path path_;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  const unsigned char* tokens_ = nullptr;
+  int64_t count_ = 0;
+  int token_bytes_ = 2;
+  ShardFormat format_ = ShardFormat::genesis;
+  uint64_t vocab_size_ = 0;
+};
+
+struct TokenWindowOptions {
+  int64_t batch_size = 8;  // windows per rank per step
+  int64_t seq_len = 256;   // T: each window holds T + 1 tokens
+  bool shuffle = true;     // a seeded permutation of the windows per epoch, else shard order
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+};
+
+// Where the loader stands: the step within the epoch that next() returns. Checkpoints keep
+// it (to_json) so that a resumed run reads the same windows as an uninterrupted one.
+struct TokenWindowCursor {
+  int64_t epoch = 0;
+  int64_t step = 0;
+  std::string to_json() const;
+  static TokenWindowCursor from_json(std::string_view json);
+  friend bool operator==(const TokenWindowCursor&, const TokenWindowCursor&) = default;
+};
+
+struct TokenBatch {
+  Tensor inputs;   // i64 [B, T]
+  Tensor targets;  // i64 [B, T]: inputs shifted left by one token
+  TokenWindowCursor at;
+};
+
+// Windows of seq_len + 1 tokens start every seq_len tokens of each shard (no window crosses
+// shards). A step's global batch is batch_size * world_size consecutive windows of the
+// epoch's order; rank r takes its r-th slice, so ranks never share a window. Windows left
+// over at the end of an epoch (fewer than a global batch) are skipped.
+class TokenWindowLoader {
+ public:
+  TokenWindowLoader(const std::vector<std::filesystem::path>& shards, TokenWindowOptions options);
+
+  TokenBatch next();
+  int64_t windows() const { return total_windows_; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t tokens() const;  // in all shards
+  TokenWindowCursor cursor() const { return cursor_; }
+  // Throws ValueError when the step lies beyond the epoch.
+  void seek(TokenWindowCursor cursor);
+
+ private:
+  const std::vector<int64_t>& order_for(int64_t epoch);
+
+  std::vector<TokenShard> shards_;
+  std::vector<int64_t> first_window_;  // prefix sums: shard s holds windows [first[s], first[s+1])
+  TokenWindowOptions options_;
+  int64_t total_windows_ = 0;
+  int64_t steps_per_epoch_ = 0;
+  TokenWindowCursor cursor_;
+  int64_t order_epoch_ = -1;
+  std::vector<int64_t> order_;
+};
+
+}  // namespace genesis::data

@@ -1,0 +1,254 @@
+// Loading byte-level BPE tokenizers: GPT-2's encoder.json + vocab.bpe, and Hugging Face
+// tokenizer.json (model.type "BPE" with a ByteLevel pre-tokenizer).
+#include <nlohmann/json.hpp>
+
+#include "libgenesis/core/error.h"
+#include "libgenesis/data/tokenizer.h"
+#include "libgenesis/data/tokenizer_impl.h"
+#include "libgenesis/io/file_util.h"
+
+namespace genesis::data {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// GPT-2's pre-tokenization pattern (also what a ByteLevel pre-tokenizer with use_regex uses).
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+std::string read_existing(const fs::path& path, const char* what) {
+  GENESIS_CHECK(fs::is_regular_file(path), IoError, what, " not found: ", path.string());
+  return io::read_file(path);
+}
+
+json parse_json(const std::string& text, const fs::path& path) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    GENESIS_THROW(ValueError, "malformed JSON in ", path.string(), ": ", e.what());
+  }
+}
+
+// Token strings are written over GPT-2's byte alphabet (UTF-8 of the mapped code points);
+// returns the raw bytes they stand for.
+std::string unmap_bytes(std::string_view token, const std::string& where) {
+  static const std::vector<int> code_point_to_byte = [] {
+    std::vector<int> table(512, -1);
+    auto forward = detail::byte_to_code_point();
+    for (int b = 0; b < 256; ++b) table[forward[b]] = b;
+    return table;
+  }();
+  std::string out;
+  out.reserve(token.size());
+  for (size_t i = 0; i < token.size();) {
+    auto c = static_cast<unsigned char>(token[i]);
+    uint32_t cp = 0;
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : 0;
+    if (len == 1) cp = c;
+    if (len == 2 && i + 1 < token.size()) cp = ((c & 0x1F) << 6) | (static_cast<unsigned char>(token[i + 1]) & 0x3F);
+    GENESIS_CHECK(len != 0 && cp < code_point_to_byte.size() && code_point_to_byte[cp] >= 0, ValueError, where,
+                  ": token '", token, "' is not written in the byte-level alphabet (not a byte-level BPE vocabulary)");
+    out += static_cast<char>(code_point_to_byte[cp]);
+    i += len;
+  }
+  return out;
+}
+
+void set_token(Tokenizer::Impl& impl, TokenId id, std::string bytes, const std::string& where) {
+  GENESIS_CHECK(id < (1u << 30), ValueError, where, ": token id ", id, " is implausibly large");
+  if (id >= impl.id_to_bytes.size()) {
+    impl.id_to_bytes.resize(id + 1);
+    impl.id_defined.resize(id + 1, false);
+  }
+  impl.id_to_bytes[id] = bytes;
+  impl.id_defined[id] = true;
+  impl.bytes_to_id.emplace(std::move(bytes), id);
+}
+
+}  // namespace
+
+void Tokenizer::Impl::add_merge(std::string_view left, std::string_view right, uint32_t rank,
+                                const std::string& where) {
+  std::string left_bytes = unmap_bytes(left, where), right_bytes = unmap_bytes(right, where);
+  auto l = bytes_to_id.find(left_bytes), r = bytes_to_id.find(right_bytes);
+  auto m = bytes_to_id.find(left_bytes + right_bytes);
+  GENESIS_CHECK(l != bytes_to_id.end() && r != bytes_to_id.end() && m != bytes_to_id.end(), ValueError, where,
+                ": merge '", left, " ", right, "' names a token that is not in the vocabulary");
+  // The first (lowest-rank) occurrence of a pair wins.
+  merges.insert(l->second, r->second, detail::Merge{rank, m->second});
+}
+
+void Tokenizer::Impl::finish(const std::string& where) {
+  for (int b = 0; b < 256; ++b) {
+    auto it = bytes_to_id.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
+    GENESIS_CHECK(it != bytes_to_id.end(), ValueError, where, ": the vocabulary has no token for byte ", b,
+                  " (not a byte-level BPE vocabulary)");
+    byte_ids[b] = it->second;
+  }
+  cache.reserve(1 << 16);  // a book's distinct words without rehashing
+  source = where;
+}
+
+Tokenizer Tokenizer::from_gpt2_files(const fs::path& encoder_json, const fs::path& vocab_bpe) {
+  auto impl = std::make_unique<Impl>();
+  json vocab = parse_json(read_existing(encoder_json, "GPT-2 encoder.json"), encoder_json);
+  GENESIS_CHECK(vocab.is_object(), ValueError, encoder_json.string(), ": expected a JSON object token -> id");
+  std::string where = encoder_json.string();
+  for (const auto& [token, id] : vocab.items()) {
+    GENESIS_CHECK(id.is_number_unsigned(), ValueError, where, ": the id of token '", token, "' is not an integer");
+    set_token(*impl, id.get<TokenId>(), unmap_bytes(token, where), where);
+  }
+  std::string merges = read_existing(vocab_bpe, "GPT-2 vocab.bpe");
+  uint32_t rank = 0;
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < merges.size();) {
+    size_t end = merges.find('\n', pos);
+    if (end == std::string::npos) end = merges.size();
+    std::string_view line(merges.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (line.empty() || line.starts_with("#version")) continue;
+    size_t space = line.find(' ');
+    GENESIS_CHECK(space != std::string_view::npos && line.find(' ', space + 1) == std::string_view::npos, ValueError,
+                  vocab_bpe.string(), ":", line_no, ": expected 'left right', got '", line, "'");
+    impl->add_merge(line.substr(0, space), line.substr(space + 1), rank++,
+                    vocab_bpe.string() + ":" + std::to_string(line_no));
+  }
+  impl->splits.push_back(std::make_unique<detail::Regex>(kGpt2Pattern, "GPT-2"));
+  impl->finish(encoder_json.parent_path().string() + " (GPT-2 encoder.json + vocab.bpe)");
+  // GPT-2 separates documents with <|endoftext|>; as in Hugging Face's GPT-2 tokenizer it is
+  // a special token that encode() matches in text.
+  if (auto eot = impl->bytes_to_id.find(std::string_view("<|endoftext|>")); eot != impl->bytes_to_id.end())
+    impl->added.push_back({eot->first, eot->second});
+  return Tokenizer(std::move(impl));
+}
+
+namespace {
+
+const json& member(const json& object, const char* key, const std::string& where) {
+  auto it = object.find(key);
+  GENESIS_CHECK(it != object.end(), ValueError, where, ": missing key '", key, "'");
+  return *it;
+}
+
+bool flag(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_boolean() && it->get<bool>();
+}
+
+// Adds the pre-tokenizer `p`'s regex stages; returns whether it includes a ByteLevel step.
+bool add_pre_tokenizer(Tokenizer::Impl& impl, const json& p, const std::string& where) {
+  std::string type = member(p, "type", where + " pre_tokenizer").get<std::string>();
+  if (type == "Sequence") {
+    bool byte_level = false;
+    for (const auto& step : member(p, "pretokenizers", where)) byte_level |= add_pre_tokenizer(impl, step, where);
+    return byte_level;
+  }
+  if (type == "ByteLevel") {
+    impl.add_prefix_space = flag(p, "add_prefix_space");
+    if (!p.contains("use_regex") || flag(p, "use_regex"))
+      impl.splits.push_back(std::make_unique<detail::Regex>(kGpt2Pattern, where + " ByteLevel"));
+    return true;
+  }
+  if (type == "Split") {
+    const json& pattern = member(p, "pattern", where + " Split");
+    std::string behavior = p.value("behavior", "Isolated");
+    GENESIS_CHECK(behavior == "Isolated" && !flag(p, "invert"), ValueError, where,
+                  ": Split pre-tokenizer with behavior '", behavior,
+                  "' or invert is not supported (genesis supports Isolated, not inverted)");
+    std::string regex;
+    if (pattern.contains("Regex")) {
+      regex = pattern["Regex"].get<std::string>();
+    } else {
+      // A literal String pattern: quote it for PCRE2.
+      regex = "\\Q" + member(pattern, "String", where).get<std::string>() + "\\E";
+    }
+    impl.splits.push_back(std::make_unique<detail::Regex>(regex, where + " Split"));
+    return false;
+  }
+  GENESIS_THROW(ValueError, where, ": pre-tokenizer type '", type,
+                "' is not supported (genesis supports ByteLevel, Split and Sequence of them)");
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_hf_json(const fs::path& tokenizer_json) {
+  std::string where = tokenizer_json.string();
+  json root = parse_json(read_existing(tokenizer_json, "tokenizer.json"), tokenizer_json);
+  GENESIS_CHECK(root.is_object(), ValueError, where, ": expected a JSON object");
+  const json& model = member(root, "model", where);
+  // Files from early versions of tokenizers name no model type; a merge list means BPE there.
+  std::string type = model.value("type", model.contains("merges") ? "BPE" : "");
+  GENESIS_CHECK(type == "BPE", ValueError, where, ": model type is '", type,
+                "', genesis reads only byte-level BPE tokenizers (model.type \"BPE\")");
+  GENESIS_CHECK(!flag(model, "byte_fallback"), ValueError, where,
+                ": byte_fallback BPE (SentencePiece style) is not supported; genesis reads byte-level BPE");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    auto it = model.find(key);
+    GENESIS_CHECK(it == model.end() || it->is_null() || it->get<std::string>().empty(), ValueError, where, ": model.",
+                  key, " is not supported");
+  }
+  if (auto n = root.find("normalizer"); n != root.end() && !n->is_null()) {
+    std::string normalizer = n->value("type", "");
+    GENESIS_CHECK(normalizer == "NFC", ValueError, where, ": normalizer '", normalizer,
+                  "' is not supported (none, or NFC, whose input genesis takes as already NFC)");
+  }
+
+  auto impl = std::make_unique<Impl>();
+  impl->ignore_merges = flag(model, "ignore_merges");
+  const json& vocab = member(model, "vocab", where);
+  GENESIS_CHECK(vocab.is_object(), ValueError, where, ": model.vocab is not an object token -> id");
+  for (const auto& [token, id] : vocab.items()) {
+    GENESIS_CHECK(id.is_number_unsigned(), ValueError, where, ": the id of token '", token, "' is not an integer");
+    set_token(*impl, id.get<TokenId>(), unmap_bytes(token, where), where);
+  }
+  const json& merges = member(model, "merges", where);
+  uint32_t rank = 0;
+  for (const auto& merge : merges) {
+    if (merge.is_array() && merge.size() == 2) {
+      impl->add_merge(merge[0].get<std::string>(), merge[1].get<std::string>(), rank++, where);
+      continue;
+    }
+    GENESIS_CHECK(merge.is_string(), ValueError, where, ": merge ", rank,
+                  " is neither \"left right\" nor [left, right]");
+    std::string line = merge.get<std::string>();
+    size_t space = line.find(' ');
+    GENESIS_CHECK(space != std::string::npos, ValueError, where, ": merge '", line, "' has no space");
+    impl->add_merge(std::string_view(line).substr(0, space), std::string_view(line).substr(space + 1), rank++, where);
+  }
+
+  bool byte_level = false;
+  if (auto p = root.find("pre_tokenizer"); p != root.end() && !p->is_null())
+    byte_level = add_pre_tokenizer(*impl, *p, where);
+  GENESIS_CHECK(byte_level, ValueError, where,
+                ": the pre-tokenizer has no ByteLevel step; genesis reads only byte-level BPE tokenizers");
+
+  if (auto added = root.find("added_tokens"); added != root.end()) {
+    for (const auto& token : *added) {
+      std::string content = member(token, "content", where).get<std::string>();
+      GENESIS_CHECK(!content.empty(), ValueError, where, ": an added token has empty content");
+      GENESIS_CHECK(!flag(token, "single_word") && !flag(token, "lstrip") && !flag(token, "rstrip"), ValueError, where,
+                    ": added token '", content, "' uses single_word/lstrip/rstrip, which genesis does not support");
+      auto id = member(token, "id", where).get<TokenId>();
+      set_token(*impl, id, content, where);
+      impl->added.push_back({content, id});
+    }
+  }
+  impl->finish(where);
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::load(const fs::path& path) {
+  if (fs::is_directory(path)) {
+    if (fs::exists(path / "tokenizer.json")) return from_hf_json(path / "tokenizer.json");
+    GENESIS_CHECK(fs::exists(path / "encoder.json") && fs::exists(path / "vocab.bpe"), IoError, "tokenizer directory ",
+                  path.string(), " holds neither tokenizer.json nor encoder.json + vocab.bpe");
+    return from_gpt2_files(path / "encoder.json", path / "vocab.bpe");
+  }
+  GENESIS_CHECK(fs::exists(path), IoError, "tokenizer not found: ", path.string(),
+                " (a tokenizer.json file or a directory with tokenizer.json or encoder.json + vocab.bpe)");
+  return from_hf_json(path);
+}
+
+}  // namespace genesis::data

