@@ -131,7 +131,7 @@ void print_row(const json& r, const BenchCase& c) {
   std::string status = r["status"].get<std::string>();
   if (status == "ok") status += " (err " + num("check_rel_err", "%.1e") + ")";
   else if (r["message"].is_string()) status += ": " + r["message"].get<std::string>();
-  std::printf("%-30.30s %-24.24s %-5s %9s %9s %9s %14s %6s %8s  %s\n", c.name.c_str(), shape_column(c).c_str(),
+  std::printf("%-38.38s %-22.22s %-5s %9s %9s %9s %14s %6s %8s  %s\n", c.name.c_str(), shape_column(c).c_str(),
               r["dtype"].get<std::string>().c_str(), num("median_ms", "%.4f").c_str(), num("p10_ms", "%.4f").c_str(),
               num("p90_ms", "%.4f").c_str(), rate.c_str(), num("pct_of_ceiling", "%.1f").c_str(),
               num("host_us", "%.1f").c_str(), status.c_str());
@@ -172,7 +172,7 @@ int run_ops(const OpsFlags& flags) {
   std::printf("# %s (%s): copy %.4g GB/s, GEMM f32 %.3g / bf16 %.3g TFLOP/s; %s, cache flush %zu MiB\n",
               timer.device_name().c_str(), timer.device().str().c_str(), ceilings.copy_gbps, ceilings.gemm_f32_tflops,
               ceilings.gemm_bf16_tflops, timer.method().c_str(), timer.flush_bytes() >> 20);
-  std::printf("%-30s %-24s %-5s %9s %9s %9s %14s %6s %8s  %s\n", "case", "shape", "dtype", "median ms", "p10 ms",
+  std::printf("%-38s %-22s %-5s %9s %9s %9s %14s %6s %8s  %s\n", "case", "shape", "dtype", "median ms", "p10 ms",
               "p90 ms", "rate", "%ceil", "host us", "check");
   json results = json::array();
   int ok = 0, failed = 0, unsupported = 0, errors = 0;

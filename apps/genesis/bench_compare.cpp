@@ -33,6 +33,13 @@ std::string label(const json& j) {
   return j.value("tool", std::string("?")) + " on " + j.value("device_name", std::string("?"));
 }
 
+// Two decimals, or two significant digits for ratios far below one.
+std::string ratio_text(double ratio) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, ratio >= 0.1 ? "%.2fx" : "%.2gx", ratio);
+  return buf;
+}
+
 const char* verdict(double ratio) { return ratio >= 1.05 ? "A faster" : ratio <= 1 / 1.05 ? "A slower" : "par"; }
 
 struct Summary {
@@ -48,15 +55,15 @@ struct Summary {
       std::printf("no comparable cases (%d without a timing on both sides)\n", incomparable);
       return;
     }
-    std::printf("%d cases compared: geomean B/A %.2fx, %d below 1.0x (A slower), %d not comparable\n", compared,
-                std::exp(log_sum / compared), below, incomparable);
+    std::printf("%d cases compared: geomean B/A %s, %d below 1.0x (A slower), %d not comparable\n", compared,
+                ratio_text(std::exp(log_sum / compared)).c_str(), below, incomparable);
   }
 };
 
 int compare_ops(const json& a, const json& b) {
   std::map<std::string, const json*> b_cases;
   for (const json& c : b.at("cases")) b_cases[c.at("name").get<std::string>() + "|" + c.at("dtype").get<std::string>()] = &c;
-  std::printf("%-30s %-24s %-5s %10s %10s %8s  %s\n", "case", "shape", "dtype", "A ms", "B ms", "B/A", "verdict");
+  std::printf("%-38s %-22s %-5s %10s %10s %8s  %s\n", "case", "shape", "dtype", "A ms", "B ms", "B/A", "verdict");
   Summary summary;
   for (const json& ca : a.at("cases")) {
     std::string key = ca.at("name").get<std::string>() + "|" + ca.at("dtype").get<std::string>();
@@ -75,7 +82,7 @@ int compare_ops(const json& a, const json& b) {
     std::string why;
     if (!std::isnan(ma) && !std::isnan(mb)) {
       double ratio = mb / ma;
-      std::snprintf(r_txt, sizeof r_txt, "%.2fx", ratio);
+      std::snprintf(r_txt, sizeof r_txt, "%s", ratio_text(ratio).c_str());
       why = verdict(ratio);
       summary.add(ratio);
     } else {
@@ -87,7 +94,7 @@ int compare_ops(const json& a, const json& b) {
         else why.append("not in B");
       }
     }
-    std::printf("%-30.30s %-24.24s %-5s %10s %10s %8s  %s\n", ca.at("name").get<std::string>().c_str(), shapes.c_str(),
+    std::printf("%-38.38s %-22.22s %-5s %10s %10s %8s  %s\n", ca.at("name").get<std::string>().c_str(), shapes.c_str(),
                 ca.at("dtype").get<std::string>().c_str(), a_txt, b_txt, r_txt, why.c_str());
   }
   summary.print();
@@ -109,8 +116,8 @@ int compare_alloc(const json& a, const json& b) {
     }
     double na = sa.at("allocator_ns").get<double>(), nb = it->second->at("allocator_ns").get<double>();
     summary.add(nb / na);
-    std::printf("%-14s %12.0f %12.0f %7.2fx  %s\n", sa.at("name").get<std::string>().c_str(), na, nb, nb / na,
-                verdict(nb / na));
+    std::printf("%-14s %12.0f %12.0f %8s  %s\n", sa.at("name").get<std::string>().c_str(), na, nb,
+                ratio_text(nb / na).c_str(), verdict(nb / na));
   }
   summary.print();
   return 0;

@@ -296,8 +296,8 @@ class AdamWWorkload:
 
 
 def make_adamw(params, device):
-    fused = str(device).startswith("cuda")
-    return torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1, fused=fused)
+    fused = {"fused": True} if str(device).startswith("cuda") else {}
+    return torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1, **fused)
 
 
 # --- timing -----------------------------------------------------------------------------
@@ -437,8 +437,10 @@ def run_case(c, dtype, timer, ceilings, args):
             row["pct_of_ceiling"] = 100 * rate / ceiling
         if timer.cuda and row["median_ms"] < 0.1:
             row["host_us"], row["back_to_back_us"] = timer.host_overhead_us(work.run, 200)
-    except (RuntimeError, NotImplementedError, TypeError, ValueError) as e:
-        row["status"] = "unsupported" if isinstance(e, NotImplementedError) else "error"
+    except (RuntimeError, TypeError, ValueError, AttributeError) as e:
+        # NotImplementedError (a RuntimeError) and AttributeError (an op this torch lacks, e.g.
+        # F.rms_norm before 2.4) mean the op is not available here.
+        row["status"] = "unsupported" if isinstance(e, (NotImplementedError, AttributeError)) else "error"
         row["message"] = str(e).splitlines()[0] if str(e) else type(e).__name__
     timer.sync()
     return row
@@ -475,7 +477,7 @@ def run_ops(args):
         r = run_case(c, dtype, timer, ceilings, args)
         rate = f"{r['tflops']:.3g} TFLOP/s" if r["tflops"] else fmt(r["gbps"], ".4g") + " GB/s"
         status = r["status"] + (f" (err {r['check_rel_err']:.1e})" if r["status"] == "ok" else f": {r['message']}")
-        print(f"{c['name'][:30]:30} {dtype:5} {fmt(r['median_ms'], '9.4f'):>9} {fmt(r['p10_ms'], '9.4f'):>9} "
+        print(f"{c['name'][:38]:38} {dtype:5} {fmt(r['median_ms'], '9.4f'):>9} {fmt(r['p10_ms'], '9.4f'):>9} "
               f"{fmt(r['p90_ms'], '9.4f'):>9} {rate:>14} {fmt(r['pct_of_ceiling'], '6.1f'):>6} "
               f"{fmt(r['host_us'], '8.1f'):>8}  {status}", flush=True)
         rows.append(r)
