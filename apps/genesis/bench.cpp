@@ -49,10 +49,14 @@ void write_json(const std::string& path, const json& j) {
 
 double default_tolerance(DType dtype) {
   switch (dtype) {
-    case DType::f64: return 1e-9;
-    case DType::f32: return 1e-3;
-    case DType::f16: return 1e-2;
-    default: return 2e-2;
+    case DType::f64:
+      return 1e-9;
+    case DType::f32:
+      return 1e-3;
+    case DType::f16:
+      return 1e-2;
+    default:
+      return 2e-2;
   }
 }
 
@@ -76,11 +80,27 @@ struct OpsFlags {
 json run_case(const BenchCase& c, DType dtype, DeviceTimer& timer, const Ceilings& ceilings, const OpsFlags& flags) {
   Cost cost = case_cost(c, dtype);
   double tolerance = c.tolerance > 0 ? c.tolerance : default_tolerance(dtype);
-  json row{{"name", c.name}, {"op", c.op}, {"shapes", c.shapes}, {"dtype", std::string(dtype_name(dtype))},
-           {"backward", c.backward}, {"where", c.where}, {"bytes", cost.bytes}, {"flops", cost.flops},
-           {"tolerance", tolerance}, {"status", "ok"}, {"message", nullptr}, {"check_rel_err", nullptr},
-           {"median_ms", nullptr}, {"p10_ms", nullptr}, {"p90_ms", nullptr}, {"reps", nullptr}, {"gbps", nullptr},
-           {"tflops", nullptr}, {"pct_of_ceiling", nullptr}, {"host_us", nullptr}, {"back_to_back_us", nullptr}};
+  json row{{"name", c.name},
+           {"op", c.op},
+           {"shapes", c.shapes},
+           {"dtype", std::string(dtype_name(dtype))},
+           {"backward", c.backward},
+           {"where", c.where},
+           {"bytes", cost.bytes},
+           {"flops", cost.flops},
+           {"tolerance", tolerance},
+           {"status", "ok"},
+           {"message", nullptr},
+           {"check_rel_err", nullptr},
+           {"median_ms", nullptr},
+           {"p10_ms", nullptr},
+           {"p90_ms", nullptr},
+           {"reps", nullptr},
+           {"gbps", nullptr},
+           {"tflops", nullptr},
+           {"pct_of_ceiling", nullptr},
+           {"host_us", nullptr},
+           {"back_to_back_us", nullptr}};
   try {
     std::unique_ptr<Workload> work = make_workload(c, dtype, timer.device(), timer.cache_bytes());
     double err = work->check();
@@ -101,7 +121,8 @@ json run_case(const BenchCase& c, DType dtype, DeviceTimer& timer, const Ceiling
     bool arithmetic = cost.flops > 0;
     double rate = arithmetic ? cost.flops / (s.median_ms * 1e9) : cost.bytes / (s.median_ms * 1e6);
     row[arithmetic ? "tflops" : "gbps"] = rate;
-    if (std::optional<double> ceiling = ceiling_for(ceilings, arithmetic, dtype)) row["pct_of_ceiling"] = 100 * rate / *ceiling;
+    if (std::optional<double> ceiling = ceiling_for(ceilings, arithmetic, dtype))
+      row["pct_of_ceiling"] = 100 * rate / *ceiling;
     if (timer.device().is_cuda() && s.median_ms < 0.1) {
       auto [host_us, wall_us] = timer.host_overhead_us(fn, 200);
       row["host_us"] = host_us;
@@ -129,8 +150,10 @@ void print_row(const json& r, const BenchCase& c) {
   };
   std::string rate = r["tflops"].is_number() ? num("tflops", "%.3g TFLOP/s") : num("gbps", "%.4g GB/s");
   std::string status = r["status"].get<std::string>();
-  if (status == "ok") status += " (err " + num("check_rel_err", "%.1e") + ")";
-  else if (r["message"].is_string()) status += ": " + r["message"].get<std::string>();
+  if (status == "ok")
+    status += " (err " + num("check_rel_err", "%.1e") + ")";
+  else if (r["message"].is_string())
+    status += ": " + r["message"].get<std::string>();
   std::printf("%-38.38s %-22.22s %-5s %9s %9s %9s %14s %6s %8s  %s\n", c.name.c_str(), shape_column(c).c_str(),
               r["dtype"].get<std::string>().c_str(), num("median_ms", "%.4f").c_str(), num("p10_ms", "%.4f").c_str(),
               num("p90_ms", "%.4f").c_str(), rate.c_str(), num("pct_of_ceiling", "%.1f").c_str(),
@@ -144,7 +167,8 @@ int run_ops(const OpsFlags& flags) {
   std::optional<DType> only;
   if (!flags.dtype.empty()) {
     only = parse_dtype(flags.dtype);
-    GENESIS_CHECK(only && is_floating(*only), UsageError, "--dtype: expected f32, bf16, f16 or f64 (got '", flags.dtype, "')");
+    GENESIS_CHECK(only && is_floating(*only), UsageError, "--dtype: expected f32, bf16, f16 or f64 (got '", flags.dtype,
+                  "')");
   }
   std::regex filter;
   try {
@@ -166,7 +190,8 @@ int run_ops(const OpsFlags& flags) {
   if (!flags.ceilings_path.empty()) {
     ceilings = read_ceilings(flags.ceilings_path);
   } else {
-    std::cerr << "genesis bench: measuring the ceilings of " << timer.device_name() << " (--ceilings FILE skips this)\n";
+    std::cerr << "genesis bench: measuring the ceilings of " << timer.device_name()
+              << " (--ceilings FILE skips this)\n";
     ceilings = measure_ceilings(timer, timer.device().is_cuda() ? 8192 : 512);
   }
   std::printf("# %s (%s): copy %.4g GB/s, GEMM f32 %.3g / bf16 %.3g TFLOP/s; %s, cache flush %zu MiB\n",
@@ -207,7 +232,8 @@ void add_bench_command(CLI::App& app) {
   bench->require_subcommand(1);
 
   auto ops = std::make_shared<OpsFlags>();
-  CLI::App* ops_cmd = bench->add_subcommand("ops", "Time the suite's ops after checking each against the CPU in float64");
+  CLI::App* ops_cmd =
+      bench->add_subcommand("ops", "Time the suite's ops after checking each against the CPU in float64");
   ops_cmd->add_option("--device", ops->device, "cuda, cuda:N, cpu or auto (cuda when present)");
   ops_cmd->add_option("--dtype", ops->dtype, "Run only this dtype of each case (f32, bf16, f16, f64)");
   ops_cmd->add_option("--suite", ops->suite, "Suite TOML (default recipes/bench/ops.toml)");
@@ -217,7 +243,9 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 100000));
   ops_cmd->add_option("--budget-ms", ops->budget_ms, "Time budget per case that sets the repetitions")
       ->check(CLI::PositiveNumber);
-  ops_cmd->add_option("--flush-mib", ops->flush_mib, "Cache flush buffer written before each repetition (0: none; default twice the L2 / L3)")
+  ops_cmd
+      ->add_option("--flush-mib", ops->flush_mib,
+                   "Cache flush buffer written before each repetition (0: none; default twice the L2 / L3)")
       ->check(CLI::Range(int64_t{0}, int64_t{65536}));
   ops_cmd->add_option("--ceilings", ops->ceilings_path, "Read the ceilings from this JSON instead of measuring");
   register_command(ops_cmd, [ops] { return run_ops(*ops); });
@@ -252,7 +280,8 @@ void add_bench_command(CLI::App& app) {
     int64_t pairs = 20000;
   };
   auto af = std::make_shared<AllocFlags>();
-  CLI::App* alloc_cmd = bench->add_subcommand("alloc", "Caching allocator vs raw cudaMalloc/cudaFree (malloc/free on the CPU)");
+  CLI::App* alloc_cmd =
+      bench->add_subcommand("alloc", "Caching allocator vs raw cudaMalloc/cudaFree (malloc/free on the CPU)");
   alloc_cmd->add_option("--device", af->device, "cuda, cuda:N, cpu or auto");
   alloc_cmd->add_option("--pairs", af->pairs, "Allocation + free pairs of the simple scenarios (default 20000)");
   alloc_cmd->add_option("--json", af->json_path, "Write the results as JSON");
@@ -265,8 +294,8 @@ void add_bench_command(CLI::App& app) {
         std::printf("%-14s error: %s\n", s["name"].get<std::string>().c_str(), s["error"].get<std::string>().c_str());
         continue;
       }
-      std::printf("%-14s %12.0f %12.0f %8.1fx  %s\n", s["name"].get<std::string>().c_str(), s["allocator_ns"].get<double>(),
-                  s["raw_ns"].get<double>(), s["raw_over_allocator"].get<double>(),
+      std::printf("%-14s %12.0f %12.0f %8.1fx  %s\n", s["name"].get<std::string>().c_str(),
+                  s["allocator_ns"].get<double>(), s["raw_ns"].get<double>(), s["raw_over_allocator"].get<double>(),
                   s["description"].get<std::string>().c_str());
     }
     json out = header("genesis.bench.alloc/1", timer);

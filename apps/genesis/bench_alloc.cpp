@@ -88,7 +88,9 @@ double random_window(const Backend& b, size_t lo, size_t hi, size_t window, size
   SizeStream rng(seed);
   std::vector<std::pair<void*, size_t>> live;
   size_t live_bytes = 0;
-  auto draw = [&] { return std::min(rng.log_uniform(lo, hi), live_bytes + 512 < live_cap ? live_cap - live_bytes : 512); };
+  auto draw = [&] {
+    return std::min(rng.log_uniform(lo, hi), live_bytes + 512 < live_cap ? live_cap - live_bytes : 512);
+  };
   while (live.size() < window && live_bytes < live_cap) {
     size_t s = draw();
     live.push_back({b.alloc(s), s});
@@ -145,11 +147,12 @@ nlohmann::json run_alloc_bench(Device device, int64_t pairs) {
     int64_t pairs, raw_pairs;
   };
   std::vector<Scenario> scenarios{
-      {"same_1MiB", "1 MiB allocated and freed repeatedly", [&](const Backend& b, int64_t n) { return same_size(b, kMiB, n); },
-       pairs, raw_pairs},
+      {"same_1MiB", "1 MiB allocated and freed repeatedly",
+       [&](const Backend& b, int64_t n) { return same_size(b, kMiB, n); }, pairs, raw_pairs},
       {"large_64MiB", "64 MiB allocated and freed repeatedly",
        [&](const Backend& b, int64_t n) { return same_size(b, 64 * kMiB, n); }, pairs, raw_pairs},
-      {"transformer", "12-layer activations (" + std::to_string(tokens) + " tokens, d 768, bf16) forward, freed in reverse",
+      {"transformer",
+       "12-layer activations (" + std::to_string(tokens) + " tokens, d 768, bf16) forward, freed in reverse",
        [&](const Backend& b, int64_t n) { return transformer(b, tokens, n); }, std::max<int64_t>(2, pairs / 500),
        std::max<int64_t>(1, raw_pairs / 100)},
       {"pressure", "random live set held near " + std::to_string(pressure_cap / kMiB) + " MiB (the cap under genesis)",
@@ -164,7 +167,8 @@ nlohmann::json run_alloc_bench(Device device, int64_t pairs) {
 
   nlohmann::json out = nlohmann::json::array();
   for (const Scenario& s : scenarios) {
-    nlohmann::json row{{"name", s.name}, {"description", s.description}, {"pairs", s.pairs}, {"raw_pairs", s.raw_pairs}};
+    nlohmann::json row{
+        {"name", s.name}, {"description", s.description}, {"pairs", s.pairs}, {"raw_pairs", s.raw_pairs}};
     try {
       double ns;
 #if GENESIS_WITH_CUDA
@@ -177,8 +181,10 @@ nlohmann::json run_alloc_bench(Device device, int64_t pairs) {
         std::optional<std::string> saved = previous ? std::optional<std::string>(previous) : std::nullopt;
         setenv("GENESIS_CUDA_MEMORY_FRACTION", fraction.c_str(), 1);
         cuda::CachingAllocator capped(device.index);
-        if (saved) setenv("GENESIS_CUDA_MEMORY_FRACTION", saved->c_str(), 1);
-        else unsetenv("GENESIS_CUDA_MEMORY_FRACTION");
+        if (saved)
+          setenv("GENESIS_CUDA_MEMORY_FRACTION", saved->c_str(), 1);
+        else
+          unsetenv("GENESIS_CUDA_MEMORY_FRACTION");
         ns = s.run(wrap(capped), s.pairs);
       } else {
         ns = s.run(genesis_backend, s.pairs);

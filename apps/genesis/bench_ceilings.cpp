@@ -24,7 +24,8 @@ double gemm_tflops(DeviceTimer& timer, int64_t n, DType dtype) {
   Generator gen(7);
   TensorOptions options{.dtype = DType::f32, .device = timer.device()};
   Tensor a = randn({n, n}, options, &gen).to(dtype), b = randn({n, n}, options, &gen).to(dtype);
-  double ms = median_ms(timer, [&](int) { matmul(a, b); }, 30);
+  double ms = median_ms(
+      timer, [&](int) { matmul(a, b); }, 30);
   return 2.0 * static_cast<double>(n) * n * n / (ms * 1e9);
 }
 
@@ -38,7 +39,9 @@ Ceilings measure_ceilings(DeviceTimer& timer, int64_t gemm_size) {
   Tensor src = empty({bytes / 4}, {.dtype = DType::f32, .device = device});
   Tensor dst = empty({bytes / 4}, {.dtype = DType::f32, .device = device});
   src.fill_(1.0);
-  std::function<void(int)> raw_copy = [&](int) { std::memcpy(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(bytes)); };
+  std::function<void(int)> raw_copy = [&](int) {
+    std::memcpy(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(bytes));
+  };
 #if GENESIS_WITH_CUDA
   if (device.is_cuda()) {
     raw_copy = [&](int) {
@@ -48,7 +51,10 @@ Ceilings measure_ceilings(DeviceTimer& timer, int64_t gemm_size) {
   }
 #endif
   c.copy_gbps = 2.0 * static_cast<double>(bytes) / (median_ms(timer, raw_copy, 30) * 1e6);
-  c.copy_kernel_gbps = 2.0 * static_cast<double>(bytes) / (median_ms(timer, [&](int) { dst.copy_(src); }, 30) * 1e6);
+  c.copy_kernel_gbps = 2.0 * static_cast<double>(bytes) /
+                       (median_ms(
+                            timer, [&](int) { dst.copy_(src); }, 30) *
+                        1e6);
   c.gemm_size = gemm_size;
   c.gemm_f32_tflops = gemm_tflops(timer, gemm_size, DType::f32);
   c.gemm_bf16_tflops = gemm_tflops(timer, gemm_size, DType::bf16);

@@ -2,7 +2,6 @@
 // The device's measured ceilings: copy bandwidth (bytes read + written) and GEMM rates.
 // `genesis bench ops` divides each case's GB/s or TFLOP/s by these.
 #include <nlohmann/json.hpp>
-
 #include <optional>
 #include <string>
 

@@ -1,11 +1,10 @@
 #include "apps/genesis/bench_compare.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "libgenesis/core/error.h"
 
@@ -40,7 +39,9 @@ std::string ratio_text(double ratio) {
   return buf;
 }
 
-const char* verdict(double ratio) { return ratio >= 1.05 ? "A faster" : ratio <= 1 / 1.05 ? "A slower" : "par"; }
+const char* verdict(double ratio) {
+  return ratio >= 1.05 ? "A faster" : ratio <= 1 / 1.05 ? "A slower" : "par";
+}
 
 struct Summary {
   double log_sum = 0;
@@ -62,7 +63,8 @@ struct Summary {
 
 int compare_ops(const json& a, const json& b) {
   std::map<std::string, const json*> b_cases;
-  for (const json& c : b.at("cases")) b_cases[c.at("name").get<std::string>() + "|" + c.at("dtype").get<std::string>()] = &c;
+  for (const json& c : b.at("cases"))
+    b_cases[c.at("name").get<std::string>() + "|" + c.at("dtype").get<std::string>()] = &c;
   std::printf("%-38s %-22s %-5s %10s %10s %8s  %s\n", "case", "shape", "dtype", "A ms", "B ms", "B/A", "verdict");
   Summary summary;
   for (const json& ca : a.at("cases")) {
@@ -74,7 +76,9 @@ int compare_ops(const json& a, const json& b) {
     }
     auto it = b_cases.find(key);
     const json* cb = it == b_cases.end() ? nullptr : it->second;
-    auto ms = [](const json* c) { return c && c->at("median_ms").is_number() ? c->at("median_ms").get<double>() : NAN; };
+    auto ms = [](const json* c) {
+      return c && c->at("median_ms").is_number() ? c->at("median_ms").get<double>() : NAN;
+    };
     double ma = ms(&ca), mb = ms(cb);
     char a_txt[32] = "-", b_txt[32] = "-", r_txt[32] = "-";
     if (!std::isnan(ma)) std::snprintf(a_txt, sizeof a_txt, "%.4f", ma);
@@ -90,8 +94,10 @@ int compare_ops(const json& a, const json& b) {
       if (std::isnan(ma)) why.append("A ").append(ca.at("status").get<std::string>());
       if (std::isnan(mb)) {
         if (!why.empty()) why.append(", ");
-        if (cb) why.append("B ").append(cb->at("status").get<std::string>());
-        else why.append("not in B");
+        if (cb)
+          why.append("B ").append(cb->at("status").get<std::string>());
+        else
+          why.append("not in B");
       }
     }
     std::printf("%-38.38s %-22.22s %-5s %10s %10s %8s  %s\n", ca.at("name").get<std::string>().c_str(), shapes.c_str(),
@@ -111,7 +117,8 @@ int compare_alloc(const json& a, const json& b) {
     bool both = sa.contains("allocator_ns") && it != b_rows.end() && it->second->contains("allocator_ns");
     if (!both) {
       ++summary.incomparable;
-      std::printf("%-14s %12s %12s %8s  %s\n", sa.at("name").get<std::string>().c_str(), "-", "-", "-", "not comparable");
+      std::printf("%-14s %12s %12s %8s  %s\n", sa.at("name").get<std::string>().c_str(), "-", "-", "-",
+                  "not comparable");
       continue;
     }
     double na = sa.at("allocator_ns").get<double>(), nb = it->second->at("allocator_ns").get<double>();

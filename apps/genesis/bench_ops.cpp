@@ -38,7 +38,9 @@ struct OpDef {
   std::vector<size_t> row_inputs;
 };
 
-double n(const Shape& s) { return static_cast<double>(numel_of(s)); }
+double n(const Shape& s) {
+  return static_cast<double>(numel_of(s));
+}
 
 Shape broadcast(const Shape& a, const Shape& b) {
   Shape out(std::max(a.size(), b.size()), 1);
@@ -81,7 +83,9 @@ Cost matrix_product(const BenchCase& c, double es) {
   return {c.backward ? 3 * bytes : bytes, c.backward ? 3 * flops : flops};
 }
 
-Axes logsumexp_axes(const BenchCase& c) { return c.axes.empty() ? Axes{c.dim} : c.axes; }
+Axes logsumexp_axes(const BenchCase& c) {
+  return c.axes.empty() ? Axes{c.dim} : c.axes;
+}
 
 const std::vector<OpDef>& registry() {
   auto binary = [](Tensor (*fn)(const Tensor&, const Tensor&)) {
@@ -92,7 +96,9 @@ const std::vector<OpDef>& registry() {
     double fwd = (a + b + out) * es;
     return Cost{c.backward ? 2 * fwd : fwd, 0};
   };
-  auto unary = [](Tensor (*fn)(const Tensor&)) { return [fn](const BenchCase&, const Inputs& in) { return fn(in[0]); }; };
+  auto unary = [](Tensor (*fn)(const Tensor&)) {
+    return [fn](const BenchCase&, const Inputs& in) { return fn(in[0]); };
+  };
   auto norm_inputs = [](int params) {
     return [params](const BenchCase& c) {
       std::vector<InputSpec> specs{{c.shapes[0], 0, c.backward}};
@@ -110,42 +116,94 @@ const std::vector<OpDef>& registry() {
   static const std::vector<OpDef> ops{
       {"add", 2, 2, data_inputs, binary(&add), binary_cost, {}},
       {"mul", 2, 2, data_inputs, binary(&mul), binary_cost, {}},
-      {"mul_scalar", 1, 1, data_inputs, [](const BenchCase& c, const Inputs& in) { return mul(in[0], c.scalar); },
-       streaming, {}},
-      {"gelu", 1, 1, data_inputs,
+      {"mul_scalar",
+       1,
+       1,
+       data_inputs,
+       [](const BenchCase& c, const Inputs& in) { return mul(in[0], c.scalar); },
+       streaming,
+       {}},
+      {"gelu",
+       1,
+       1,
+       data_inputs,
        [](const BenchCase& c, const Inputs& in) {
          return gelu(in[0], c.variant == "tanh" ? GeluApproximation::tanh : GeluApproximation::none);
        },
-       streaming, {}},
+       streaming,
+       {}},
       {"silu", 1, 1, data_inputs, unary(&silu), streaming, {}},
       {"exp", 1, 1, data_inputs, unary(&exp), streaming, {}},
-      {"sum", 1, 1, data_inputs, [](const BenchCase& c, const Inputs& in) { return sum(in[0], c.axes); },
-       [](const BenchCase& c, double es) { return reduction(c, es, c.axes); }, {}},
-      {"mean", 1, 1, data_inputs, [](const BenchCase& c, const Inputs& in) { return mean(in[0], c.axes); },
-       [](const BenchCase& c, double es) { return reduction(c, es, c.axes); }, {}},
-      {"softmax", 1, 1, data_inputs, [](const BenchCase& c, const Inputs& in) { return softmax(in[0], c.dim); },
-       streaming, {}},
-      {"log_softmax", 1, 1, data_inputs,
-       [](const BenchCase& c, const Inputs& in) { return log_softmax(in[0], c.dim); }, streaming, {}},
-      {"logsumexp", 1, 1, data_inputs,
+      {"sum",
+       1,
+       1,
+       data_inputs,
+       [](const BenchCase& c, const Inputs& in) { return sum(in[0], c.axes); },
+       [](const BenchCase& c, double es) { return reduction(c, es, c.axes); },
+       {}},
+      {"mean",
+       1,
+       1,
+       data_inputs,
+       [](const BenchCase& c, const Inputs& in) { return mean(in[0], c.axes); },
+       [](const BenchCase& c, double es) { return reduction(c, es, c.axes); },
+       {}},
+      {"softmax",
+       1,
+       1,
+       data_inputs,
+       [](const BenchCase& c, const Inputs& in) { return softmax(in[0], c.dim); },
+       streaming,
+       {}},
+      {"log_softmax",
+       1,
+       1,
+       data_inputs,
+       [](const BenchCase& c, const Inputs& in) { return log_softmax(in[0], c.dim); },
+       streaming,
+       {}},
+      {"logsumexp",
+       1,
+       1,
+       data_inputs,
        [](const BenchCase& c, const Inputs& in) { return logsumexp(in[0], logsumexp_axes(c)); },
-       [](const BenchCase& c, double es) { return reduction(c, es, logsumexp_axes(c)); }, {}},
-      {"cat", 2, 64, data_inputs, [](const BenchCase& c, const Inputs& in) { return cat(in, c.dim); },
+       [](const BenchCase& c, double es) { return reduction(c, es, logsumexp_axes(c)); },
+       {}},
+      {"cat",
+       2,
+       64,
+       data_inputs,
+       [](const BenchCase& c, const Inputs& in) { return cat(in, c.dim); },
        [](const BenchCase& c, double es) {
          double total = 0;
          for (const Shape& s : c.shapes) total += n(s) * es;
          return Cost{c.backward ? 4 * total : 2 * total, 0};
        },
        {}},
-      {"transpose_copy", 1, 1, data_inputs,
-       [](const BenchCase&, const Inputs& in) { return in[0].transpose(-2, -1).contiguous(); }, streaming, {}},
-      {"layer_norm", 1, 1, norm_inputs(2),
+      {"transpose_copy",
+       1,
+       1,
+       data_inputs,
+       [](const BenchCase&, const Inputs& in) { return in[0].transpose(-2, -1).contiguous(); },
+       streaming,
+       {}},
+      {"layer_norm",
+       1,
+       1,
+       norm_inputs(2),
        [](const BenchCase& c, const Inputs& in) { return layer_norm(in[0], {c.shapes[0].back()}, in[1], in[2]); },
-       norm_cost(2), {}},
-      {"rms_norm", 1, 1, norm_inputs(1),
+       norm_cost(2),
+       {}},
+      {"rms_norm",
+       1,
+       1,
+       norm_inputs(1),
        [](const BenchCase& c, const Inputs& in) { return rms_norm(in[0], {c.shapes[0].back()}, in[1]); },
-       norm_cost(1), {}},
-      {"cross_entropy", 1, 1,
+       norm_cost(1),
+       {}},
+      {"cross_entropy",
+       1,
+       1,
        [](const BenchCase& c) {
          return std::vector<InputSpec>{{c.shapes[0], 0, c.backward}, {{c.shapes[0][0]}, c.shapes[0][1], false}};
        },
@@ -155,7 +213,9 @@ const std::vector<OpDef>& registry() {
          return Cost{n(c.shapes[0]) * es * (c.backward ? 2 : 1) + 8 * static_cast<double>(c.shapes[0][0]), 0};
        },
        {}},
-      {"embedding", 2, 2,
+      {"embedding",
+       2,
+       2,
        [](const BenchCase& c) {
          return std::vector<InputSpec>{{c.shapes[0], 0, c.backward}, {c.shapes[1], c.shapes[0][0], false}};
        },
@@ -168,7 +228,10 @@ const std::vector<OpDef>& registry() {
        {1}},
       {"matmul", 2, 2, data_inputs, binary(&matmul), matrix_product, {0}},
       {"bmm", 2, 2, data_inputs, binary(&bmm), matrix_product, {0, 1}},
-      {"linear", 2, 3, data_inputs,
+      {"linear",
+       2,
+       3,
+       data_inputs,
        [](const BenchCase&, const Inputs& in) { return linear(in[0], in[1], in.size() > 2 ? in[2] : Tensor()); },
        [](const BenchCase& c, double es) {
          BenchCase as_product = c;
@@ -178,7 +241,11 @@ const std::vector<OpDef>& registry() {
        },
        {0}},
       // AdamW has its own workload (AdamWWorkload below); listed here for validation and cost.
-      {"adamw", 1, 64, data_inputs, nullptr,
+      {"adamw",
+       1,
+       64,
+       data_inputs,
+       nullptr,
        [](const BenchCase& c, double es) {
          double params = 0;
          for (const Shape& s : c.shapes) params += n(s);
@@ -196,8 +263,9 @@ const OpDef& find_def(const BenchCase& c) {
 }
 
 Tensor draw(const InputSpec& spec, DType dtype, Device device, Generator& gen) {
-  Tensor t = spec.index_bound > 0 ? randint(0, spec.index_bound, spec.shape, {.dtype = DType::i64, .device = device}, &gen)
-                                  : randn(spec.shape, {.dtype = DType::f32, .device = device}, &gen).to(dtype);
+  Tensor t = spec.index_bound > 0
+                 ? randint(0, spec.index_bound, spec.shape, {.dtype = DType::i64, .device = device}, &gen)
+                 : randn(spec.shape, {.dtype = DType::f32, .device = device}, &gen).to(dtype);
   if (spec.grad) t.requires_grad_(true);
   return t;
 }
@@ -214,7 +282,11 @@ Tensor reference_copy(const Tensor& t, bool grad) {
 class OpWorkload final : public Workload {
  public:
   OpWorkload(const BenchCase& c, DType dtype, Device device, size_t cache_bytes)
-      : def_(find_def(c)), case_(c), dtype_(dtype), device_(device), specs_(def_.inputs(c)),
+      : def_(find_def(c)),
+        case_(c),
+        dtype_(dtype),
+        device_(device),
+        specs_(def_.inputs(c)),
         gen_(std::hash<std::string>{}(c.name)) {
     double bytes = 0;
     for (const InputSpec& s : specs_) bytes += n(s.shape) * static_cast<double>(dtype_size(dtype));
@@ -237,8 +309,7 @@ class OpWorkload final : public Workload {
         NoGradGuard no_grad;
         probe = def_.forward(case_, in);
       }
-      if (probe.dim() > 0)
-        grad_out_ = randn(probe.shape(), {.dtype = DType::f32, .device = device_}, &gen_).to(dtype_);
+      if (probe.dim() > 0) grad_out_ = randn(probe.shape(), {.dtype = DType::f32, .device = device_}, &gen_).to(dtype_);
     }
     std::vector<Tensor> got = outputs(in, grad_out_);
     Inputs ref_in;
@@ -283,8 +354,10 @@ class OpWorkload final : public Workload {
     }
     int64_t rows = out.size(0), half = std::max<int64_t>(1, case_.check_rows / 2);
     std::vector<std::pair<int64_t, int64_t>> blocks{{0, std::min(rows, half)}};
-    if (rows > 2 * half) blocks.push_back({rows - half, half});
-    else if (rows > half) blocks[0].second = rows;
+    if (rows > 2 * half)
+      blocks.push_back({rows - half, half});
+    else if (rows > half)
+      blocks[0].second = rows;
     double worst = 0;
     for (auto [start, count] : blocks) {
       Inputs ref_in;
@@ -375,9 +448,9 @@ void validate_case(const BenchCase& c) {
     GENESIS_THROW(UsageError, "bench suite ", c.where, ": case '", c.name, "' (", c.op, "): ", why);
   };
   if (c.shapes.size() < d.min_shapes || c.shapes.size() > d.max_shapes)
-    fail(d.min_shapes == d.max_shapes ? detail::concat("expects ", d.min_shapes, " shapes, got ", c.shapes.size())
-                                      : detail::concat("expects ", d.min_shapes, " to ", d.max_shapes, " shapes, got ",
-                                                       c.shapes.size()));
+    fail(d.min_shapes == d.max_shapes
+             ? detail::concat("expects ", d.min_shapes, " shapes, got ", c.shapes.size())
+             : detail::concat("expects ", d.min_shapes, " to ", d.max_shapes, " shapes, got ", c.shapes.size()));
   auto rank = [&](size_t i) { return c.shapes[i].size(); };
   if ((c.op == "matmul" || c.op == "linear") && (rank(0) < 2 || rank(1) < 2)) fail("operands must have rank >= 2");
   if (c.op == "bmm" && (rank(0) != 3 || rank(1) != 3)) fail("bmm operands are [B, M, K] and [B, K, N]");
@@ -385,11 +458,14 @@ void validate_case(const BenchCase& c) {
   if (c.op == "embedding" && rank(0) != 2) fail("the first shape is the [num, dim] table");
   if (!c.variant.empty() && !(c.op == "gelu" && (c.variant == "tanh" || c.variant == "none")))
     fail(detail::concat("variant '", c.variant, "' is not known (only gelu takes variant = \"tanh\" or \"none\")"));
-  if (c.check_rows > 0 && d.row_inputs.empty()) fail("check_rows is supported by matmul, bmm, linear and embedding only");
+  if (c.check_rows > 0 && d.row_inputs.empty())
+    fail("check_rows is supported by matmul, bmm, linear and embedding only");
   if (c.backward && c.op == "adamw") fail("an optimizer step has no backward");
 }
 
-Cost case_cost(const BenchCase& c, DType dtype) { return find_def(c).cost(c, static_cast<double>(dtype_size(dtype))); }
+Cost case_cost(const BenchCase& c, DType dtype) {
+  return find_def(c).cost(c, static_cast<double>(dtype_size(dtype)));
+}
 
 std::unique_ptr<Workload> make_workload(const BenchCase& c, DType dtype, Device device, size_t cache_bytes) {
   if (c.op == "adamw") return std::make_unique<AdamWWorkload>(c, dtype, device);

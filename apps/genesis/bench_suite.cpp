@@ -44,15 +44,17 @@ std::vector<int64_t> read_ints(const toml::node& node, const std::string& where,
 }
 
 BenchCase read_case(const toml::table& table, const std::string& file, const std::vector<std::string>& known_ops) {
-  static const std::set<std::string> keys{"name",    "op",         "shapes",   "dtypes",   "backward", "axes",
-                                          "dim",     "scalar",     "variant",  "check_rows", "tolerance"};
+  static const std::set<std::string> keys{"name", "op",     "shapes",  "dtypes",     "backward", "axes",
+                                          "dim",  "scalar", "variant", "check_rows", "tolerance"};
   BenchCase c;
   c.where = where_of(file, table);
   const std::string& where = c.where;
   for (const auto& [key, value] : table) {
     std::string k(key.str());
     std::string at = where_of(file, value);
-    if (!keys.count(k)) fail(at, "unknown key '" + k + "' (valid: name, op, shapes, dtypes, backward, axes, dim, scalar, variant, check_rows, tolerance)");
+    if (!keys.count(k))
+      fail(at, "unknown key '" + k +
+                   "' (valid: name, op, shapes, dtypes, backward, axes, dim, scalar, variant, check_rows, tolerance)");
     if (k == "name" || k == "op" || k == "variant") {
       auto s = value.value<std::string>();
       if (!s || s->empty()) fail(at, "'" + k + "' must be a non-empty string");
@@ -110,7 +112,8 @@ std::vector<BenchCase> load_suite(const std::string& path, const std::vector<std
     fail(path + ":" + std::to_string(e.source().begin.line), std::string(e.description()));
   }
   for (const auto& [key, value] : root)
-    if (key.str() != "case") fail(where_of(path, value), "unknown top-level key '" + std::string(key.str()) + "'; cases are [[case]] tables");
+    if (key.str() != "case")
+      fail(where_of(path, value), "unknown top-level key '" + std::string(key.str()) + "'; cases are [[case]] tables");
   const toml::array* cases = root["case"].as_array();
   if (!cases || cases->empty()) fail(path, "no [[case]] tables");
   std::vector<BenchCase> out;

@@ -11,18 +11,18 @@
 namespace genesis::cli::bench {
 
 struct BenchCase {
-  std::string name;             // unique in the suite; JSON results are matched on (name, dtype)
-  std::string op;               // a key of the op registry (bench_ops.cpp)
-  std::vector<Shape> shapes;    // input shapes, meaning fixed per op
-  std::vector<DType> dtypes;    // floating dtypes to run (default f32 and bf16)
-  bool backward = false;        // time forward + backward (gradients are checked too)
-  std::vector<int64_t> axes;    // reductions; empty = all axes
-  int64_t dim = -1;             // softmax family, cat
-  double scalar = 2.0;          // mul_scalar
-  std::string variant;          // op-specific flavour, e.g. gelu "tanh"
-  int64_t check_rows = 0;       // > 0: check only this many output rows (row-separable ops)
-  double tolerance = 0.0;       // relative L2 error allowed; 0 = the dtype's default
-  std::string where;            // "file:line" of the [[case]] table, for messages
+  std::string name;           // unique in the suite; JSON results are matched on (name, dtype)
+  std::string op;             // a key of the op registry (bench_ops.cpp)
+  std::vector<Shape> shapes;  // input shapes, meaning fixed per op
+  std::vector<DType> dtypes;  // floating dtypes to run (default f32 and bf16)
+  bool backward = false;      // time forward + backward (gradients are checked too)
+  std::vector<int64_t> axes;  // reductions; empty = all axes
+  int64_t dim = -1;           // softmax family, cat
+  double scalar = 2.0;        // mul_scalar
+  std::string variant;        // op-specific flavour, e.g. gelu "tanh"
+  int64_t check_rows = 0;     // > 0: check only this many output rows (row-separable ops)
+  double tolerance = 0.0;     // relative L2 error allowed; 0 = the dtype's default
+  std::string where;          // "file:line" of the [[case]] table, for messages
 };
 
 // Parses and validates a suite file; throws UsageError naming file:line on unknown keys,

@@ -49,7 +49,7 @@ for c in r["cases"]:
 c = json.load(open(sys.argv[2]))
 assert c["schema"] == "genesis.bench.ceilings/1" and c["ceilings"]["copy_gbps"] > 0
 PY
-  PYTHONPYCACHEPREFIX="$tmp/pycache" python3 -m py_compile "$src/scripts/bench/torch_ops.py" \
+  PYTHONPYCACHEPREFIX="$tmp/pycache" python3 -m py_compile "$src/scripts/bench/torch_ops.py" "$src/scripts/bench/torch_alloc.py" \
     || fail "scripts/bench/torch_ops.py does not compile"
 fi
 
