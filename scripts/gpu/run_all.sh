@@ -34,6 +34,9 @@ note() { echo "$*" | tee -a "$out/summary.txt"; }
 note "steps: $steps"
 
 # CPU comparison on cores 0-1 (genesis) and 2-3 (PyTorch), in the background.
+if has fashion && [ -z "$data" ]; then
+  note "fashion: skipped (no FASHION_MNIST_DIR argument)"; steps=${steps//fashion/}
+fi
 if has fashion; then
   (
     for r in mlp cnn; do
