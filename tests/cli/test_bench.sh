@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# genesis bench on the CPU: ceilings, a tiny ops suite (every case checked and timed), the
+# JSON schema, compare, alloc, and bad input (exit 2 naming the case and file:line).
+#   tests/cli/test_bench.sh PATH_TO_GENESIS SOURCE_DIR
+set -u
+genesis=${1:?path to the genesis executable}
+src=${2:?source directory}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $1"; failures=$((failures + 1)); }
+check() {  # check NAME EXPECTED_RC ACTUAL_RC
+  if [ "$2" != "$3" ]; then fail "$1: exit code $3, expected $2"; else echo "ok: $1"; fi
+}
+suite="$src/tests/data/bench_suite.toml"
+fast=(--device cpu --reps 3 --budget-ms 5 --flush-mib 1)
+
+"$genesis" bench ceilings --device cpu --gemm-size 48 --json "$tmp/ceilings.json" > "$tmp/ceilings.txt"
+check "bench ceilings" 0 $?
+grep -q "GB/s" "$tmp/ceilings.txt" || fail "bench ceilings prints no bandwidth"
+
+"$genesis" bench ops "${fast[@]}" --suite "$suite" --ceilings "$tmp/ceilings.json" --json "$tmp/a.json" > "$tmp/a.txt"
+check "bench ops on the tiny suite" 0 $?
+grep -q "ok (err" "$tmp/a.txt" || fail "bench ops prints no checked rows"
+tail -1 "$tmp/a.txt" | grep -q " 0 FAIL" || fail "bench ops summary line: $(tail -1 "$tmp/a.txt")"
+
+"$genesis" bench ops "${fast[@]}" --suite "$suite" --ceilings "$tmp/ceilings.json" --filter 'softmax|layer_norm' \
+  --dtype f32 --json "$tmp/b.json" > "$tmp/b.txt"
+check "bench ops --filter --dtype" 0 $?
+[ "$(grep -c "ok (err" "$tmp/b.txt")" = 2 ] || fail "--filter 'softmax|layer_norm' --dtype f32 should run 2 cases"
+
+if command -v python3 >/dev/null; then
+  python3 - "$tmp/a.json" "$tmp/ceilings.json" <<'PY' || fail "bench ops JSON does not follow the schema"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["schema"] == "genesis.bench.ops/1" and r["tool"] == "genesis" and r["device"] == "cpu", r
+for key in ("device_name", "suite", "timing", "ceilings", "cases"):
+    assert key in r, key
+assert set(r["ceilings"]) >= {"copy_gbps", "gemm_tflops", "gemm_size"}
+case_keys = {"name", "op", "shapes", "dtype", "backward", "status", "message", "where", "check_rel_err", "tolerance",
+             "median_ms", "p10_ms", "p90_ms", "reps", "bytes", "flops", "gbps", "tflops", "pct_of_ceiling",
+             "host_us", "back_to_back_us"}
+assert len(r["cases"]) == 24, len(r["cases"])
+for c in r["cases"]:
+    assert set(c) == case_keys, set(c) ^ case_keys
+    assert c["status"] == "ok" and c["check_rel_err"] <= c["tolerance"], c
+    assert c["p10_ms"] <= c["median_ms"] <= c["p90_ms"] and c["reps"] >= 3, c
+    assert (c["tflops"] is not None) == (c["op"] in ("matmul", "linear")), c
+c = json.load(open(sys.argv[2]))
+assert c["schema"] == "genesis.bench.ceilings/1" and c["ceilings"]["copy_gbps"] > 0
+PY
+  PYTHONPYCACHEPREFIX="$tmp/pycache" python3 -m py_compile "$src/scripts/bench/torch_ops.py" "$src/scripts/bench/torch_alloc.py" \
+    || fail "scripts/bench/torch_ops.py does not compile"
+fi
+
+"$genesis" bench compare "$tmp/a.json" "$tmp/b.json" > "$tmp/compare.txt"
+check "bench compare" 0 $?
+grep -q "^softmax 32x50 .*f32 .*x  " "$tmp/compare.txt" || fail "compare has no softmax ratio row"
+grep -q "not in B" "$tmp/compare.txt" || fail "compare does not mark cases missing from B"
+grep -q "2 cases compared: geomean B/A" "$tmp/compare.txt" || fail "compare summary: $(tail -1 "$tmp/compare.txt")"
+
+"$genesis" bench alloc --device cpu --pairs 200 --json "$tmp/alloc.json" > "$tmp/alloc.txt"
+check "bench alloc" 0 $?
+for s in same_1MiB large_64MiB transformer pressure random_sizes; do
+  grep -q "^$s " "$tmp/alloc.txt" || fail "bench alloc lacks scenario $s"
+done
+"$genesis" bench compare "$tmp/alloc.json" "$tmp/alloc.json" | grep -q "5 cases compared: geomean B/A 1.00x" \
+  || fail "compare of two alloc results"
+
+# Bad input: exit 2 with one line that names the problem.
+err=$("$genesis" bench ops --device cpu --suite "$src/tests/data/bench_bad_op.toml" 2>&1 >/dev/null)
+check "unknown op in the suite" 2 $?
+echo "$err" | grep -q "bench_bad_op.toml:6: case 'typo': unknown op 'addd'" || fail "unknown op message: $err"
+printf '[[case]]\nname = "x"\nop = "add"\nshapes = [[2, 2], [2, 2]]\nrepeat = 3\n' > "$tmp/bad_key.toml"
+err=$("$genesis" bench ops --device cpu --suite "$tmp/bad_key.toml" 2>&1 >/dev/null)
+check "unknown key in a case" 2 $?
+echo "$err" | grep -q "bad_key.toml:5: unknown key 'repeat'" || fail "unknown key message: $err"
+printf '[[case]]\nname = "x"\nop = "matmul"\nshapes = [[2, 2]]\n' > "$tmp/bad_shapes.toml"
+err=$("$genesis" bench ops --device cpu --suite "$tmp/bad_shapes.toml" 2>&1 >/dev/null)
+check "wrong number of shapes" 2 $?
+echo "$err" | grep -q "bad_shapes.toml:1: case 'x' (matmul): expects 2 shapes, got 1" || fail "shapes message: $err"
+"$genesis" bench ops --device cpu --suite "$tmp/missing.toml" >/dev/null 2>&1
+check "missing suite file" 2 $?
+"$genesis" bench ops --device cpu --suite "$suite" --filter '(' >/dev/null 2>&1
+check "invalid --filter" 2 $?
+"$genesis" bench ops --device cpu --suite "$suite" --filter 'no such case' >/dev/null 2>&1
+check "--filter matching nothing" 2 $?
+"$genesis" bench compare "$tmp/a.json" "$tmp/alloc.json" >/dev/null 2>&1
+check "compare of different schemas" 2 $?
+"$genesis" bench compare "$tmp/a.json" "$tmp/nothing.json" >/dev/null 2>&1
+check "compare of a missing file" 2 $?
+
+[ "$failures" -eq 0 ] && echo "bench: all checks passed" && exit 0
+echo "bench: $failures check(s) failed"
+exit 1
