@@ -4,10 +4,12 @@
 #if GENESIS_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <set>
+#include <thread>
 
 #include "libgenesis/cuda/caching_allocator.h"
 #include "libgenesis/cuda/runtime.h"
@@ -135,6 +137,65 @@ TEST_CASE("CUDA allocator statistics and empty_cache", "[cuda]") {
   s = allocator.stats();
   CHECK(s.reserved == 0);
   CHECK(s.allocated == 0);
+}
+
+TEST_CASE("CUDA allocator reports peak reserved and stranded bytes", "[cuda]") {
+  if (!cuda_ready()) return;
+  CachingAllocator allocator(0);
+  // Three blocks carved from one 2 MiB small segment; freeing the middle one strands it.
+  char* a = allocate(allocator, 256 * 1024);
+  char* b = allocate(allocator, 256 * 1024);
+  char* c = allocate(allocator, 256 * 1024);
+  allocator.deallocate(b, 256 * 1024);
+  cuda::MemoryStats s = allocator.stats();
+  CHECK(s.peak_reserved == 2 * kMiB);
+  CHECK(s.cached() == 2 * kMiB - 512 * 1024);
+  // Both the freed middle block and the segment's unused tail sit next to live blocks.
+  CHECK(s.inactive_split == s.cached());
+  CHECK(s.fragmentation() == 1.0);
+  allocator.deallocate(a, 256 * 1024);
+  allocator.deallocate(c, 256 * 1024);
+  s = allocator.stats();
+  CHECK(s.inactive_split == 0);  // one whole free segment again
+  CHECK(s.fragmentation() == 0.0);
+  allocator.empty_cache();
+  CHECK(allocator.stats().reserved == 0);
+  CHECK(allocator.stats().peak_reserved == 2 * kMiB);
+  allocator.reset_peak_stats();
+  CHECK(allocator.stats().peak_reserved == 0);
+}
+
+// A host callback that holds its stream until the test lets it go.
+void CUDART_CB wait_for_release(void* flag) {
+  auto* released = static_cast<std::atomic<bool>*>(flag);
+  while (!released->load()) std::this_thread::yield();
+}
+
+TEST_CASE("CUDA allocator holds a block used on another stream until that work is done", "[cuda]") {
+  if (!cuda_ready()) return;
+  CachingAllocator allocator(0);
+  cudaStream_t side = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess);
+  char* block = allocate(allocator, 4096);
+  allocator.record_stream(block, side);
+  allocator.record_stream(block, side);  // recording twice is harmless
+  std::atomic<bool> released{false};
+  REQUIRE(cudaLaunchHostFunc(side, wait_for_release, &released) == cudaSuccess);
+  allocator.deallocate(block, 4096);
+  CHECK(allocator.stats().pending_free == 4096);
+  char* next = allocate(allocator, 4096);
+  CHECK(next != block);  // the side stream is still "using" it
+  released.store(true);
+  REQUIRE(cudaStreamSynchronize(side) == cudaSuccess);
+  allocator.deallocate(next, 4096);
+  char* reused = allocate(allocator, 4096);
+  CHECK(allocator.stats().pending_free == 0);
+  CHECK((reused == block || reused == next));
+  allocator.deallocate(reused, 4096);
+  allocator.empty_cache();
+  CHECK(allocator.stats().reserved == 0);
+  CHECK_THROWS_AS(allocator.record_stream(block, side), ValueError);
+  cudaStreamDestroy(side);
 }
 
 TEST_CASE("CUDA allocator reports out of memory and stays usable", "[cuda][oom]") {

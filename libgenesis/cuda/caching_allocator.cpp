@@ -65,6 +65,7 @@ CachingAllocator::~CachingAllocator() {
   std::vector<Block*> blocks(small_pool_.begin(), small_pool_.end());
   blocks.insert(blocks.end(), large_pool_.begin(), large_pool_.end());
   for (const auto& [ptr, block] : active_) blocks.push_back(block);
+  for (const PendingFree& pending : pending_) blocks.push_back(pending.block);
   int previous = 0;
   bool switched =
       cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
@@ -72,6 +73,9 @@ CachingAllocator::~CachingAllocator() {
     if (!block->prev) cudaFree(block->ptr);  // a segment's first block holds the cudaMalloc pointer
   }
   for (Block* block : blocks) delete block;
+  for (const PendingFree& pending : pending_)
+    for (cudaEvent_t event : pending.events) cudaEventDestroy(event);
+  for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
   if (switched) cudaSetDevice(previous);
 }
 
@@ -85,6 +89,7 @@ void* CachingAllocator::allocate(size_t nbytes) {
     if (nbytes > kMaxRequest) throw_out_of_memory(nbytes);
     size_t size = round_up(std::max<size_t>(nbytes, 1), kMinBlockSize);
     bool small = size <= kSmallSize;
+    if (!pending_.empty()) process_pending_frees(false);
     Block* block = take_cached_block(stream, size, small);
     if (block) {
       ++stats_.num_cache_hits;
@@ -111,9 +116,43 @@ void CachingAllocator::deallocate(void* ptr, size_t) {
                 " was not allocated here or was already freed");
   Block* block = it->second;
   active_.erase(it);
-  block->allocated = false;
   stats_.allocated -= block->size;
   ++stats_.num_frees;
+  if (block->other_streams.empty()) {
+    free_block(block);
+    return;
+  }
+  DeviceGuard guard(device_);  // events belong to the device of the streams they are recorded on
+  PendingFree pending{block, {}};
+  for (cudaStream_t stream : block->other_streams) {
+    cudaEvent_t event = nullptr;
+    if (spare_events_.empty()) {
+      GENESIS_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    } else {
+      event = spare_events_.back();
+      spare_events_.pop_back();
+    }
+    GENESIS_CUDA_CHECK(cudaEventRecord(event, stream));
+    pending.events.push_back(event);
+  }
+  block->other_streams.clear();
+  stats_.pending_free += block->size;
+  pending_.push_back(std::move(pending));
+}
+
+void CachingAllocator::record_stream(void* ptr, cudaStream_t stream) {
+  std::lock_guard lock(mutex_);
+  auto it = active_.find(ptr);
+  GENESIS_CHECK(it != active_.end(), ValueError, "record_stream: pointer ", ptr, " is not a live block of cuda:",
+                device_);
+  Block* block = it->second;
+  if (stream == block->stream) return;
+  if (std::find(block->other_streams.begin(), block->other_streams.end(), stream) == block->other_streams.end())
+    block->other_streams.push_back(stream);
+}
+
+void CachingAllocator::free_block(Block* block) {
+  block->allocated = false;
   Pool& pool = pool_of(block->small);
   if (Block* prev = block->prev; prev && !prev->allocated) {
     pool.erase(prev);
@@ -131,6 +170,20 @@ void CachingAllocator::deallocate(void* ptr, size_t) {
     delete next;
   }
   pool.insert(block);
+}
+
+void CachingAllocator::process_pending_frees(bool wait) {
+  std::erase_if(pending_, [&](PendingFree& pending) {
+    for (cudaEvent_t event : pending.events) {
+      cudaError_t status = wait ? cudaEventSynchronize(event) : cudaEventQuery(event);
+      if (status == cudaErrorNotReady) return false;
+      GENESIS_CUDA_CHECK(status);
+    }
+    spare_events_.insert(spare_events_.end(), pending.events.begin(), pending.events.end());
+    stats_.pending_free -= pending.block->size;
+    free_block(pending.block);
+    return true;
+  });
 }
 
 CachingAllocator::Block* CachingAllocator::take_cached_block(cudaStream_t stream, size_t size, bool small) {
@@ -162,6 +215,7 @@ CachingAllocator::Block* CachingAllocator::new_segment(cudaStream_t stream, size
   }
   ++stats_.num_cuda_mallocs;
   stats_.reserved += segment;
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
   auto* block = new Block;
   block->ptr = static_cast<char*>(ptr);
   block->size = segment;
@@ -189,6 +243,7 @@ void CachingAllocator::split(Block* block, size_t size) {
 }
 
 void CachingAllocator::release_free_segments() {
+  process_pending_frees(true);
   std::vector<Block*> whole;
   for (Pool* pool : {&small_pool_, &large_pool_}) {
     for (Block* block : *pool)
@@ -213,12 +268,25 @@ void CachingAllocator::empty_cache() {
 
 MemoryStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  MemoryStats stats = stats_;
+  stats.inactive_split = inactive_split_bytes();
+  return stats;
+}
+
+size_t CachingAllocator::inactive_split_bytes() const {
+  // Free neighbours coalesce, so a cached block with a neighbour shares its segment with a live one.
+  size_t bytes = 0;
+  for (const Pool* pool : {&small_pool_, &large_pool_}) {
+    for (const Block* block : *pool)
+      if (block->prev || block->next) bytes += block->size;
+  }
+  return bytes;
 }
 
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard lock(mutex_);
   stats_.peak_allocated = stats_.allocated;
+  stats_.peak_reserved = stats_.reserved;
 }
 
 void CachingAllocator::throw_out_of_memory(size_t requested) const {
@@ -230,6 +298,7 @@ void CachingAllocator::throw_out_of_memory(size_t requested) const {
      << mib(stats_.peak_allocated) << ", device free " << mib(free_bytes) << " of " << mib(total_bytes);
   if (limit_ != std::numeric_limits<size_t>::max())
     os << ", limit " << mib(limit_) << " (GENESIS_CUDA_MEMORY_FRACTION)";
+  os << ", stranded between live blocks " << mib(inactive_split_bytes());
   os << "; " << stats_.num_allocs << " allocs, " << stats_.num_frees << " frees, " << stats_.num_cuda_mallocs
      << " cudaMallocs, " << stats_.num_cache_hits << " cache hits";
   throw Error(os.str());
@@ -277,6 +346,10 @@ void reset_peak_stats(int device) {
 
 void empty_cache(int device) {
   allocator_of(resolve(device)).empty_cache();
+}
+
+void record_stream(void* ptr, int device, cudaStream_t stream) {
+  allocator_of(resolve(device)).record_stream(ptr, stream);
 }
 
 void set_poison_allocations(bool on, int device) {

@@ -11,6 +11,9 @@
 // Streams: a block belongs to the stream that was current when it was allocated. Freeing
 // returns it to that stream's pool without synchronizing, and only allocations on the same
 // stream reuse it, so the next user is ordered after all work the previous one enqueued.
+// A block also used on other streams is marked with record_stream(); when it is freed, an
+// event is recorded on each of those streams and the block returns to the pool only once all
+// of them have completed (checked without blocking at the next allocation).
 //
 // Limits: GENESIS_CUDA_MEMORY_FRACTION=f, f in (0, 1], caps the reserved bytes at f times the
 // device's total memory. When a segment cannot be obtained (cap reached or cudaMalloc failing),
@@ -26,6 +29,7 @@
 #include <mutex>
 #include <set>
 #include <unordered_map>
+#include <vector>
 
 #include "libgenesis/core/allocator.h"
 
@@ -39,6 +43,17 @@ struct MemoryStats {
   uint64_t num_frees = 0;
   uint64_t num_cuda_mallocs = 0;  // segments obtained from the driver
   uint64_t num_cache_hits = 0;    // allocations served from a cached block
+  size_t peak_reserved = 0;       // highest `reserved` since creation or reset_peak_stats()
+  // Cached bytes in segments that also hold live blocks: they serve only requests that fit
+  // between those blocks and cannot go back to the driver (PyTorch's "inactive split").
+  size_t inactive_split = 0;
+  size_t pending_free = 0;  // freed bytes still waiting for another stream's work (record_stream)
+
+  size_t cached() const { return reserved - allocated; }
+  // Share of the cache stranded between live blocks, in [0, 1].
+  double fragmentation() const {
+    return reserved == allocated ? 0.0 : static_cast<double>(inactive_split) / static_cast<double>(cached());
+  }
 };
 
 class CachingAllocator final : public Allocator {
@@ -53,6 +68,9 @@ class CachingAllocator final : public Allocator {
   // A block on this device for the current stream of this device.
   void* allocate(size_t nbytes) override;
   void deallocate(void* ptr, size_t nbytes) override;
+  // Declares that work on `stream` uses the block at ptr (allocated here, on another stream), so
+  // that freeing it waits for that work before another allocation reuses the memory.
+  void record_stream(void* ptr, cudaStream_t stream);
 
   // Waits for the device, then returns every fully free segment to the driver.
   void empty_cache();
@@ -74,6 +92,11 @@ class CachingAllocator final : public Allocator {
     bool allocated = false;
     Block* prev = nullptr;  // neighbours within the same segment
     Block* next = nullptr;
+    std::vector<cudaStream_t> other_streams;  // from record_stream, until the block is freed
+  };
+  struct PendingFree {
+    Block* block;
+    std::vector<cudaEvent_t> events;
   };
   struct BlockOrder {
     bool operator()(const Block* a, const Block* b) const;
@@ -84,7 +107,12 @@ class CachingAllocator final : public Allocator {
   Block* take_cached_block(cudaStream_t stream, size_t size, bool small);
   Block* new_segment(cudaStream_t stream, size_t size, bool small, size_t requested);
   void split(Block* block, size_t size);
+  void free_block(Block* block);
+  // Returns pending blocks whose events have completed to their pool (all of them, waiting for
+  // the events, when `wait` is set).
+  void process_pending_frees(bool wait);
   void release_free_segments();
+  size_t inactive_split_bytes() const;  // caller holds mutex_
   [[noreturn]] void throw_out_of_memory(size_t requested) const;
 
   int device_;
@@ -93,6 +121,8 @@ class CachingAllocator final : public Allocator {
   mutable std::mutex mutex_;
   Pool small_pool_, large_pool_;
   std::unordered_map<void*, Block*> active_;
+  std::vector<PendingFree> pending_;
+  std::vector<cudaEvent_t> spare_events_;
   MemoryStats stats_;
 };
 
@@ -103,6 +133,8 @@ Allocator* device_allocator(int device);
 MemoryStats memory_stats(int device = -1);
 void reset_peak_stats(int device = -1);
 void empty_cache(int device = -1);
+// The allocator's record_stream for the device memory at ptr (see CachingAllocator).
+void record_stream(void* ptr, int device, cudaStream_t stream);
 void set_poison_allocations(bool on, int device = -1);
 
 }  // namespace genesis::cuda

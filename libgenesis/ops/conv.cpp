@@ -1,4 +1,5 @@
-// Convolution and pooling: argument checks, CPU dispatch and backward formulas.
+// Convolution and pooling: argument checks, dispatch to the CPU or CUDA kernels, and backward
+// formulas. Half types convolve in f32 on both devices.
 #include "libgenesis/ops/conv.h"
 
 #include <climits>
@@ -7,6 +8,9 @@
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/reduce.h"
+#if GENESIS_WITH_CUDA
+#include "kernels/cuda/conv.h"
+#endif
 
 namespace genesis {
 
@@ -80,7 +84,6 @@ Conv2dShape conv_shape(const Tensor& x, const Tensor& weight, const Tensor& bias
 
 Pool2dShape pool_shape(const char* op, const Tensor& x, const Pool2dOptions& o) {
   detail::check_defined(op, x, "input");
-  detail::require_cpu(op, {x});
   detail::check_floating(op, x);
   GENESIS_CHECK(x.dim() == 4, ShapeError, op, ": input must be 4-D [N, C, H, W], got shape ", x.shape());
   const Pair stride = o.stride == Pair{0, 0} ? o.kernel : o.stride;
@@ -112,44 +115,110 @@ Pool2dShape pool_shape(const char* op, const Tensor& x, const Pool2dOptions& o) 
 
 Shape pooled_shape(const Tensor& x, const Pool2dShape& s) { return {x.size(0), x.size(1), s.out_h, s.out_w}; }
 
+Tensor conv2d_forward_cpu(const Conv2dShape& s, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const DType compute = conv_compute_type(x.dtype());
+  Tensor xc = x.to(compute).contiguous(), wc = weight.to(compute).contiguous();
+  Tensor bc = bias.defined() ? bias.to(compute).contiguous() : Tensor();
+  Tensor y = empty({s.batch, s.out_channels, s.out_h, s.out_w}, {.dtype = compute});
+  kernels::cpu::conv2d_forward(compute, s, xc.data_ptr(), wc.data_ptr(), bc.defined() ? bc.data_ptr() : nullptr,
+                               y.data_ptr());
+  return y.to(x.dtype());
+}
+
+struct ConvGrads {
+  Tensor x, w;
+};
+
+// Gradients of the input and weight (where asked) from grad_y `gy`, contiguous in the compute type.
+ConvGrads conv2d_backward_cpu(const Conv2dShape& s, const Tensor& x, const Tensor& weight, const Tensor& gy,
+                              bool need_x, bool need_w) {
+  const DType compute = gy.dtype();
+  ConvGrads grads;
+  if (need_x) {
+    Tensor wc = weight.to(compute).contiguous();
+    grads.x = empty(x.shape(), {.dtype = compute});
+    kernels::cpu::conv2d_backward_input(compute, s, gy.data_ptr(), wc.data_ptr(), grads.x.data_ptr());
+    grads.x = grads.x.to(x.dtype());
+  }
+  if (need_w) {
+    Tensor xc = x.to(compute).contiguous();
+    grads.w = empty(weight.shape(), {.dtype = compute});
+    kernels::cpu::conv2d_backward_weight(compute, s, xc.data_ptr(), gy.data_ptr(), grads.w.data_ptr());
+    grads.w = grads.w.to(weight.dtype());
+  }
+  return grads;
+}
+
+#if GENESIS_WITH_CUDA
+// The CUDA kernels read x through its strides and widen half types while gathering columns.
+Tensor conv2d_forward_cuda(const Conv2dShape& s, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const DType dtype = x.dtype(), compute = conv_compute_type(dtype);
+  const TensorOptions scratch{.dtype = compute, .device = x.device()};
+  Tensor wc = weight.to(compute).contiguous();
+  Tensor bc = bias.defined() ? bias.to(compute).contiguous() : Tensor();
+  Tensor y = empty({s.batch, s.out_channels, s.out_h, s.out_w}, {.dtype = dtype, .device = x.device()});
+  Tensor y_acc = dtype == compute ? y : empty(y.shape(), scratch);
+  Tensor columns = empty({kernels::cuda::conv2d_column_elements(s)}, scratch);
+  kernels::cuda::conv2d_forward(dtype, s, x.data_ptr(), x.strides().data(), wc.data_ptr(),
+                                bc.defined() ? bc.data_ptr() : nullptr, columns.data_ptr(), y_acc.data_ptr(),
+                                y.data_ptr(), cuda::current_stream());
+  return y;
+}
+
+ConvGrads conv2d_backward_cuda(const Conv2dShape& s, const Tensor& x, const Tensor& weight, const Tensor& gy,
+                               bool need_x, bool need_w) {
+  const DType compute = gy.dtype();
+  ConvGrads grads;
+  if (!need_x && !need_w) return grads;
+  Tensor columns = empty({kernels::cuda::conv2d_column_elements(s)}, {.dtype = compute, .device = x.device()});
+  if (need_x) {
+    Tensor wc = weight.to(compute).contiguous();
+    grads.x = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+    kernels::cuda::conv2d_backward_input(x.dtype(), s, gy.data_ptr(), wc.data_ptr(), columns.data_ptr(),
+                                         grads.x.data_ptr(), cuda::current_stream());
+  }
+  if (need_w) {
+    // [C_out, N, oH, oW]: one GEMM per group then sums over every sample of a block.
+    Tensor gy_t = gy.transpose(0, 1).contiguous();
+    grads.w = empty(weight.shape(), {.dtype = compute, .device = x.device()});
+    kernels::cuda::conv2d_backward_weight(x.dtype(), s, x.data_ptr(), x.strides().data(), gy_t.data_ptr(),
+                                          columns.data_ptr(), grads.w.data_ptr(), cuda::current_stream());
+    grads.w = grads.w.to(weight.dtype());
+  }
+  return grads;
+}
+#endif
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions options) {
   detail::check_defined("conv2d", x, "input");
   detail::check_defined("conv2d", weight, "weight");
-  detail::require_cpu("conv2d", {x, weight, bias});
+  detail::check_same_device("conv2d", {x, weight, bias});
   const Conv2dShape s = conv_shape(x, weight, bias, options);
-  const DType dtype = x.dtype(), compute = conv_compute_type(dtype);
   Tensor y;
   {
     NoGradGuard forward_only;
-    Tensor xc = x.to(compute).contiguous(), wc = weight.to(compute).contiguous();
-    Tensor bc = bias.defined() ? bias.to(compute).contiguous() : Tensor();
-    y = empty({s.batch, s.out_channels, s.out_h, s.out_w}, {.dtype = compute});
-    kernels::cpu::conv2d_forward(compute, s, xc.data_ptr(), wc.data_ptr(), bc.defined() ? bc.data_ptr() : nullptr,
-                                 y.data_ptr());
-    y = y.to(dtype);
+    if (x.device().is_cpu()) {
+      y = conv2d_forward_cpu(s, x, weight, bias);
+    } else {
+      GENESIS_ON_CUDA(y = conv2d_forward_cuda(s, x, weight, bias));
+    }
   }
   if (needs_grad({x, weight, bias})) {
     record("conv2d", {x, weight, bias}, {y},
-           [s, compute, xs = saved(x), ws = saved(weight), need_x = x.requires_grad(),
-            need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad()](const TensorList& g) {
+           [s, xs = saved(x), ws = saved(weight), need_x = x.requires_grad(), need_w = weight.requires_grad(),
+            need_b = bias.defined() && bias.requires_grad()](const TensorList& g) {
+             const DType compute = conv_compute_type(xs.dtype());
              Tensor gy = g[0].to(compute).contiguous();
-             Tensor gx, gw, gb;
-             if (need_x) {
-               Tensor wc = ws.to(compute).contiguous();
-               gx = empty(xs.shape(), {.dtype = compute});
-               kernels::cpu::conv2d_backward_input(compute, s, gy.data_ptr(), wc.data_ptr(), gx.data_ptr());
-               gx = gx.to(xs.dtype());
+             ConvGrads grads;
+             if (xs.device().is_cpu()) {
+               grads = conv2d_backward_cpu(s, xs, ws, gy, need_x, need_w);
+             } else {
+               GENESIS_ON_CUDA(grads = conv2d_backward_cuda(s, xs, ws, gy, need_x, need_w));
              }
-             if (need_w) {
-               Tensor xc = xs.to(compute).contiguous();
-               gw = empty(ws.shape(), {.dtype = compute});
-               kernels::cpu::conv2d_backward_weight(compute, s, xc.data_ptr(), gy.data_ptr(), gw.data_ptr());
-               gw = gw.to(ws.dtype());
-             }
-             if (need_b) gb = sum(gy, {0, 2, 3}).to(xs.dtype());
-             return TensorList{gx, gw, gb};
+             Tensor gb = need_b ? sum(gy, {0, 2, 3}).to(xs.dtype()) : Tensor();
+             return TensorList{grads.x, grads.w, gb};
            });
   }
   return y;
@@ -157,19 +226,27 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
 
 Tensor max_pool2d(const Tensor& x, Pool2dOptions options) {
   const Pool2dShape s = pool_shape("max_pool2d", x, options);
-  Tensor y, argmax;
-  {
+  const DType dtype = x.dtype();
+  Tensor y = empty(pooled_shape(x, s), {.dtype = dtype, .device = x.device()});
+  Tensor argmax = empty(y.shape(), {.dtype = DType::i64, .device = x.device()});
+  if (x.device().is_cpu()) {
     NoGradGuard forward_only;
     Tensor xc = x.contiguous();
-    y = empty(pooled_shape(x, s), {.dtype = x.dtype()});
-    argmax = empty(y.shape(), {.dtype = DType::i64});
-    kernels::cpu::max_pool2d_forward(x.dtype(), s, xc.data_ptr(), y.data_ptr(), argmax.data<int64_t>());
+    kernels::cpu::max_pool2d_forward(dtype, s, xc.data_ptr(), y.data_ptr(), argmax.data<int64_t>());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::max_pool2d_forward(dtype, s, x.size(1), x.data_ptr(), x.strides().data(),
+                                                      y.data_ptr(), argmax.data<int64_t>(), cuda::current_stream()));
   }
   if (needs_grad({x})) {
-    record("max_pool2d", {x}, {y}, [s, in = x.shape(), dtype = x.dtype(), argmax](const TensorList& g) {
+    record("max_pool2d", {x}, {y}, [s, in = x.shape(), dtype, argmax](const TensorList& g) {
       Tensor gy = g[0].to(dtype).contiguous();
-      Tensor gx = empty(in, {.dtype = dtype});
-      kernels::cpu::max_pool2d_backward(dtype, s, gy.data_ptr(), argmax.data<int64_t>(), gx.data_ptr());
+      Tensor gx = empty(in, {.dtype = dtype, .device = gy.device()});
+      if (gy.device().is_cpu()) {
+        kernels::cpu::max_pool2d_backward(dtype, s, gy.data_ptr(), argmax.data<int64_t>(), gx.data_ptr());
+      } else {
+        GENESIS_ON_CUDA(kernels::cuda::max_pool2d_backward(dtype, s, gy.data_ptr(), argmax.data<int64_t>(),
+                                                           gx.data_ptr(), cuda::current_stream()));
+      }
       return TensorList{gx};
     });
   }
@@ -178,18 +255,26 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions options) {
 
 Tensor avg_pool2d(const Tensor& x, Pool2dOptions options) {
   const Pool2dShape s = pool_shape("avg_pool2d", x, options);
-  Tensor y;
-  {
+  const DType dtype = x.dtype();
+  Tensor y = empty(pooled_shape(x, s), {.dtype = dtype, .device = x.device()});
+  if (x.device().is_cpu()) {
     NoGradGuard forward_only;
     Tensor xc = x.contiguous();
-    y = empty(pooled_shape(x, s), {.dtype = x.dtype()});
-    kernels::cpu::avg_pool2d_forward(x.dtype(), s, xc.data_ptr(), y.data_ptr());
+    kernels::cpu::avg_pool2d_forward(dtype, s, xc.data_ptr(), y.data_ptr());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::avg_pool2d_forward(dtype, s, x.size(1), x.data_ptr(), x.strides().data(),
+                                                      y.data_ptr(), cuda::current_stream()));
   }
   if (needs_grad({x})) {
-    record("avg_pool2d", {x}, {y}, [s, in = x.shape(), dtype = x.dtype()](const TensorList& g) {
+    record("avg_pool2d", {x}, {y}, [s, in = x.shape(), dtype](const TensorList& g) {
       Tensor gy = g[0].to(dtype).contiguous();
-      Tensor gx = empty(in, {.dtype = dtype});
-      kernels::cpu::avg_pool2d_backward(dtype, s, gy.data_ptr(), gx.data_ptr());
+      Tensor gx = empty(in, {.dtype = dtype, .device = gy.device()});
+      if (gy.device().is_cpu()) {
+        kernels::cpu::avg_pool2d_backward(dtype, s, gy.data_ptr(), gx.data_ptr());
+      } else {
+        GENESIS_ON_CUDA(
+            kernels::cuda::avg_pool2d_backward(dtype, s, gy.data_ptr(), gx.data_ptr(), cuda::current_stream()));
+      }
       return TensorList{gx};
     });
   }

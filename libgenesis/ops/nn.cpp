@@ -13,6 +13,7 @@
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #if GENESIS_WITH_CUDA
+#include "kernels/cuda/dropout.h"
 #include "kernels/cuda/nn.h"
 #endif
 
@@ -270,17 +271,51 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
   return out;
 }
 
+#if GENESIS_WITH_CUDA
+namespace {
+
+// One fused kernel draws the mask (the bits of the CPU's bernoulli at the same generator state,
+// which advances by as many counters) and scales; backward applies the saved mask.
+Tensor dropout_cuda(const Tensor& x, double p, double scale, Generator* gen) {
+  const DType dt = x.dtype();
+  const int64_t n = x.numel();
+  const GeneratorState state = (gen ? *gen : default_generator()).advance(static_cast<uint64_t>((n + 3) / 4));
+  Tensor keep = empty(x.shape(), {.dtype = DType::boolean, .device = x.device()});
+  Tensor y = empty(x.shape(), {.dtype = dt, .device = x.device()});
+  {
+    NoGradGuard forward_only;
+    Tensor xc = x.contiguous();
+    kernels::cuda::dropout_forward(dt, n, xc.data_ptr(), 1.0 - p, scale, state.seed, state.offset, keep.data<bool>(),
+                                   y.data_ptr(), cuda::current_stream());
+  }
+  if (needs_grad({x})) {
+    record("dropout", {x}, {y}, [dt, scale, keeps = saved(keep)](const TensorList& g) {
+      Tensor gy = g[0].to(dt).contiguous();
+      Tensor gx = empty(gy.shape(), {.dtype = dt, .device = gy.device()});
+      kernels::cuda::dropout_backward(dt, gy.numel(), keeps.data<bool>(), gy.data_ptr(), scale, gx.data_ptr(),
+                                      cuda::current_stream());
+      return TensorList{gx};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+#endif
+
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   detail::check_defined("dropout", x, "input");
   detail::check_floating("dropout", x);
   GENESIS_CHECK(p >= 0.0 && p <= 1.0, ValueError, "dropout: p must be in [0, 1] (got ", p, ")");
   if (!training || p == 0.0) return x;
   const DType dt = x.dtype();
-  Tensor scale = scalar_tensor(p < 1.0 ? 1.0 / (1.0 - p) : 0.0, {.dtype = acc_dtype(dt), .device = x.device()});
+  const double scale_value = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
+  if (!x.device().is_cpu()) GENESIS_ON_CUDA(return dropout_cuda(x, p, scale_value, gen));
+  Tensor scale = scalar_tensor(scale_value, {.dtype = acc_dtype(dt)});
   Tensor keep, y;
   {
     NoGradGuard forward_only;
-    keep = bernoulli(x.shape(), 1.0 - p, {.dtype = DType::boolean, .device = x.device()}, gen);
+    keep = bernoulli(x.shape(), 1.0 - p, {.dtype = DType::boolean}, gen);
     y = where(keep, mul(x, scale).to(dt), 0.0);
   }
   if (needs_grad({x})) {

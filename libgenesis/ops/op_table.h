@@ -95,15 +95,15 @@ namespace genesis {
   X(layer_norm, "nn", true, true)                        \
   X(rms_norm, "nn", true, true)                          \
   X(embedding, "nn", true, true)                         \
-  X(dropout, "nn", true, false)                          \
+  X(dropout, "nn", true, true)                           \
   X(cross_entropy, "loss", true, true)                   \
   X(nll_loss, "loss", true, true)                        \
   X(mse_loss, "loss", true, true)                        \
   X(l1_loss, "loss", true, true)                         \
   X(binary_cross_entropy_with_logits, "loss", true, true) \
-  X(conv2d, "conv", true, false)                         \
-  X(max_pool2d, "conv", true, false)                     \
-  X(avg_pool2d, "conv", true, false)                     \
+  X(conv2d, "conv", true, true)                          \
+  X(max_pool2d, "conv", true, true)                      \
+  X(avg_pool2d, "conv", true, true)                      \
   X(one_hot, "nn", false, false)                         \
   X(rope, "nn", true, false)                             \
   X(swiglu, "nn", true, false)                           \
