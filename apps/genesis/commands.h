@@ -17,5 +17,7 @@ int run_selected(CLI::App& app);
 void add_ops_command(CLI::App& app);
 void add_train_commands(CLI::App& app);
 void add_info_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
 
 }  // namespace genesis::cli

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   genesis::cli::add_train_commands(app);
   genesis::cli::add_ops_command(app);
   genesis::cli::add_info_command(app);
+  genesis::cli::add_convert_command(app);
+  genesis::cli::add_inspect_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
