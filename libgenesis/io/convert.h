@@ -48,8 +48,8 @@ nlohmann::json inspect_model(const std::filesystem::path& path);
 std::string format_inspect_report(const nlohmann::json& report);
 
 struct ConvertOptions {
-  std::string to;               // "hf" or "genesis"; empty: the other side of the source's format
-  std::optional<DType> dtype;   // f32, bf16 or f16 (round to nearest even); unset keeps each tensor's dtype
+  std::string to = "";          // "hf" or "genesis"; empty: the other side of the source's format
+  std::optional<DType> dtype = std::nullopt;  // f32, bf16 or f16 (round to nearest even); unset keeps each tensor's dtype
   uint64_t max_shard_bytes = 2'000'000'000;
   bool model_only = false;      // skip generation_config.json and tokenizer files
   bool overwrite = false;       // replace an existing destination (atomically)

@@ -120,9 +120,10 @@ ModelSource open_model_source(const fs::path& path) {
   if (source.format.empty()) {
     auto format = source.weights.metadata().find("format");
     const bool genesis_written = format != source.weights.metadata().end() && format->second == "genesis";
-    if (source.config.contains("genesis_classifier")) source.format = "classifier-export";
+    const bool has_config = is_file(dir / "config.json");
+    if (has_config && source.config.contains("genesis_classifier")) source.format = "classifier-export";
     else if (source.training || genesis_written || !source.recipe_toml.empty()) source.format = "genesis-checkpoint";
-    else if (is_file(dir / "config.json")) source.format = "huggingface";
+    else if (has_config) source.format = "huggingface";
     else throw_unknown(path);
   }
   GENESIS_CHECK(!source.architecture.empty(), UsageError, "'", dir.string(),
