@@ -334,6 +334,18 @@ TEST_CASE("convert and inspect: bad input is a clear error and leaves nothing be
     fs::copy_file(file, tmp / "model" / "model.safetensors");
     CHECK_THROWS_AS(io::convert_model(tmp / "model", tmp / "out", {}), FormatError);
   }
+  SECTION("a checkpoint whose recipe names no model convert knows is inspected but not converted") {
+    fs::create_directories(tmp / "ckpt");
+    io::save_safetensors(tmp / "ckpt" / "model.safetensors", {{"w", ones({2, 3})}}, {{"format", "genesis"}});
+    io::write_file_atomic(tmp / "ckpt" / "trainer.json", R"({"step": 4, "optimizer": "sgd"})");
+    io::write_file_atomic(tmp / "ckpt" / "recipe.toml", "[model]\nname = \"transformer\"\n");
+    const json report = io::inspect_model(tmp / "ckpt");
+    CHECK(report["format"] == "genesis-checkpoint");
+    CHECK(report["architecture"].is_null());
+    CHECK(report["training"]["step"] == 4);
+    CHECK(report["total_parameters"] == 6);
+    CHECK_THROWS_WITH(io::convert_model(tmp / "ckpt", tmp / "out", {}), Catch::Contains("config.json"));
+  }
   SECTION("weights that do not fit the config") {
     const fs::path wide = edited_model(tmp, "qwen2", [](json& c) { c["hidden_size"] = 48; });
     CHECK_THROWS_WITH(io::convert_model(wide, tmp / "out", {}), Catch::Contains("mis-shaped"));

@@ -190,6 +190,9 @@ ConvertResult convert_model(const fs::path& src, const fs::path& dst, const Conv
   result.architecture = source.architecture;
   result.to = !options.to.empty() ? options.to : source.format == "huggingface" ? "genesis" : "hf";
   const bool to_hf = result.to == "hf";
+  GENESIS_CHECK(!source.architecture.empty(), UsageError, "'", source.dir.string(),
+                "' has weights but no config.json, and no recipe.toml of an mlp or cnn, to say what model they "
+                "belong to (language-model checkpoints need their Hugging Face config.json)");
   GENESIS_CHECK(source.format != "classifier-export" || to_hf, UsageError, "'", src.string(),
                 "' is a classifier export; convert the genesis checkpoint it came from instead");
 

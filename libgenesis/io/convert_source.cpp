@@ -50,6 +50,15 @@ json classifier_config(const RecipeSpec::Model& model) {
   return config;
 }
 
+std::optional<RecipeSpec> parse_recipe_quietly(const ModelSource& source) {
+  if (source.recipe_toml.empty()) return std::nullopt;
+  try {
+    return parse_recipe(source.recipe_toml, (source.dir / "recipe.toml").string());
+  } catch (const RecipeError&) {
+    return std::nullopt;
+  }
+}
+
 // Fills architecture and config from config.json, else from the recipe.
 void read_architecture(ModelSource& source) {
   if (is_file(source.dir / "config.json")) {
@@ -63,13 +72,13 @@ void read_architecture(ModelSource& source) {
     }
     return;
   }
-  if (source.recipe_toml.empty()) return;
-  const RecipeSpec spec = parse_recipe(source.recipe_toml, (source.dir / "recipe.toml").string());
-  GENESIS_CHECK(spec.model.name == "mlp" || spec.model.name == "cnn", FormatError, "checkpoint '",
-                source.dir.string(), "' holds a ", spec.model.name,
-                " model but no config.json (language-model checkpoints carry their Hugging Face config.json)");
-  source.architecture = spec.model.name;
-  source.config = classifier_config(spec.model);
+  // A recipe this build cannot read, or one of a language model (whose checkpoints carry their
+  // config.json), leaves the architecture unknown: inspect still reports the tensors.
+  if (std::optional<RecipeSpec> spec = parse_recipe_quietly(source);
+      spec && (spec->model.name == "mlp" || spec->model.name == "cnn")) {
+    source.architecture = spec->model.name;
+    source.config = classifier_config(spec->model);
+  }
 }
 
 std::string read_recipe_near(const fs::path& checkpoint, const std::optional<fs::path>& run_dir) {
@@ -126,8 +135,6 @@ ModelSource open_model_source(const fs::path& path) {
     else if (has_config) source.format = "huggingface";
     else throw_unknown(path);
   }
-  GENESIS_CHECK(!source.architecture.empty(), UsageError, "'", dir.string(),
-                "' has weights but neither config.json nor recipe.toml to say what model they belong to");
   return source;
 }
 
@@ -176,13 +183,12 @@ json training_summary(const ModelSource& source) {
   json scheduler = json::object();
   if (trainer.contains("scheduler")) scheduler["name"] = trainer["scheduler"];
   if (trainer.contains("optimizer_steps")) scheduler["step"] = trainer["optimizer_steps"];
-  if (!source.recipe_toml.empty()) {
-    const RecipeSpec spec = parse_recipe(source.recipe_toml, (source.dir / "recipe.toml").string());
-    scheduler["base_lr"] = spec.optimizer.lr;
-    scheduler["warmup_steps"] = spec.scheduler.warmup_steps;
-    scheduler["min_lr_factor"] = spec.scheduler.min_lr_factor;
-    if (spec.training.steps_given()) scheduler["total_steps"] = spec.training.steps;
-    else scheduler["epochs"] = spec.training.epochs;
+  if (std::optional<RecipeSpec> spec = parse_recipe_quietly(source)) {
+    scheduler["base_lr"] = spec->optimizer.lr;
+    scheduler["warmup_steps"] = spec->scheduler.warmup_steps;
+    scheduler["min_lr_factor"] = spec->scheduler.min_lr_factor;
+    if (spec->training.steps_given()) scheduler["total_steps"] = spec->training.steps;
+    else scheduler["epochs"] = spec->training.epochs;
   }
   out["scheduler"] = scheduler;
   return out;
