@@ -28,9 +28,13 @@ fs::path source_root() {
   return {};
 }
 
-fs::path fixture(const std::string& name) { return source_root() / "tests/fixtures" / name; }
+fs::path fixture(const std::string& name) {
+  return source_root() / "tests/fixtures" / name;
+}
 
-json read_json(const fs::path& path) { return json::parse(io::read_file(path)); }
+json read_json(const fs::path& path) {
+  return json::parse(io::read_file(path));
+}
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() &&
@@ -53,8 +57,12 @@ bool is_round_to_nearest_even(float x, uint16_t bits, float (*decode)(uint16_t))
   return true;
 }
 
-float decode_bf16(uint16_t bits) { return genesis::detail::bf16_bits_to_float(bits); }
-float decode_f16(uint16_t bits) { return genesis::detail::half_bits_to_float(bits); }
+float decode_bf16(uint16_t bits) {
+  return genesis::detail::bf16_bits_to_float(bits);
+}
+float decode_f16(uint16_t bits) {
+  return genesis::detail::half_bits_to_float(bits);
+}
 
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -119,8 +127,8 @@ TEST_CASE("convert: HF -> genesis -> HF keeps every tensor bit-identical and the
 TEST_CASE("convert: bf16 and f16 exports round each f32 weight to nearest even", "[cpu][convert]") {
   TempDir tmp("convert");
   const io::WeightSet original = io::WeightSet::open_directory(fixture("llama"));
-  for (const auto& [dtype, decode, label] : {std::tuple{DType::bf16, &decode_bf16, "bfloat16"},
-                                              std::tuple{DType::f16, &decode_f16, "float16"}}) {
+  for (const auto& [dtype, decode, label] :
+       {std::tuple{DType::bf16, &decode_bf16, "bfloat16"}, std::tuple{DType::f16, &decode_f16, "float16"}}) {
     const fs::path out = tmp / std::string(label);
     io::convert_model(fixture("llama"), out, {.to = "hf", .dtype = dtype});
     CHECK(read_json(out / "config.json")["dtype"] == label);
@@ -133,7 +141,8 @@ TEST_CASE("convert: bf16 and f16 exports round each f32 weight to nearest even",
       const float* x = f32.data<float>();
       const auto* bits = static_cast<const uint16_t*>(half.data_ptr());
       for (int64_t i = 0; i < f32.numel(); ++i, ++checked) {
-        if (!is_round_to_nearest_even(x[i], bits[i], decode)) FAIL(name << "[" << i << "] = " << x[i] << " -> 0x" << std::hex << bits[i]);
+        if (!is_round_to_nearest_even(x[i], bits[i], decode))
+          FAIL(name << "[" << i << "] = " << x[i] << " -> 0x" << std::hex << bits[i]);
       }
     }
     CHECK(checked > 10000);
@@ -192,12 +201,36 @@ TEST_CASE("convert: tied weights are written once", "[cpu][convert]") {
   CHECK(read_json(tmp / "tied_hf" / "config.json")["tie_word_embeddings"] == true);
 }
 
+TEST_CASE("convert: tokenizer files travel with the model unless --model-only", "[cpu][convert]") {
+  TempDir tmp("convert");
+  const fs::path src = edited_model(tmp, "qwen2", [](json&) {});
+  fs::copy_file(fixture("tokenizer_bpe") / "tokenizer.json", src / "tokenizer.json");
+  io::convert_model(src, tmp / "genesis", {.to = "genesis"});
+  CHECK(io::read_file(tmp / "genesis" / "tokenizer.json") == io::read_file(src / "tokenizer.json"));
+  io::convert_model(tmp / "genesis", tmp / "hf", {.to = "hf"});
+  CHECK(io::read_file(tmp / "hf" / "tokenizer.json") == io::read_file(src / "tokenizer.json"));
+  io::convert_model(src, tmp / "bare", {.to = "hf", .model_only = true});
+  CHECK_FALSE(fs::exists(tmp / "bare" / "tokenizer.json"));
+  CHECK_FALSE(fs::exists(tmp / "bare" / "generation_config.json"));
+  // GPT-2's encoder.json / vocab.bpe are Hugging Face's vocab.json / merges.txt.
+  const fs::path gpt2 = edited_model(tmp, "gpt2", [](json&) {});
+  write_bytes(gpt2 / "encoder.json", R"({"a": 0})");
+  write_bytes(gpt2 / "vocab.bpe", "#version: 0.2\na b\n");
+  io::convert_model(gpt2, tmp / "gpt2_hf", {.to = "hf"});
+  CHECK(io::read_file(tmp / "gpt2_hf" / "vocab.json") == R"({"a": 0})");
+  CHECK(io::read_file(tmp / "gpt2_hf" / "merges.txt") == "#version: 0.2\na b\n");
+}
+
 TEST_CASE("convert: configs without transformers 5 keys get both rope forms and architectures", "[cpu][convert]") {
   TempDir tmp("convert");
-  const json config = io::hf_config_for(
-      {{"model_type", "qwen2"}, {"vocab_size", 96}, {"hidden_size", 32}, {"intermediate_size", 64},
-       {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"rope_theta", 1e6}},
-      DType::bf16);
+  const json config = io::hf_config_for({{"model_type", "qwen2"},
+                                         {"vocab_size", 96},
+                                         {"hidden_size", 32},
+                                         {"intermediate_size", 64},
+                                         {"num_hidden_layers", 2},
+                                         {"num_attention_heads", 4},
+                                         {"rope_theta", 1e6}},
+                                        DType::bf16);
   CHECK(config["architectures"] == json::array({"Qwen2ForCausalLM"}));
   CHECK(config["rope_theta"] == 1e6);
   CHECK(config["rope_parameters"] == json({{"rope_theta", 1e6}, {"rope_type", "default"}}));
@@ -236,8 +269,8 @@ TEST_CASE("inspect: Hugging Face directories and single files, headers only", "[
 
 TEST_CASE("inspect and convert: a training checkpoint of the MLP recipe", "[cpu][convert]") {
   TempDir tmp("convert");
-  const RecipeSpec spec = load_recipe(source_root() / "recipes/fashion_mnist_mlp.toml",
-                                      {"model.hidden=[16]", "training.steps=3"});
+  const RecipeSpec spec =
+      load_recipe(source_root() / "recipes/fashion_mnist_mlp.toml", {"model.hidden=[16]", "training.steps=3"});
   auto model = recipe::build_model(spec, kCPU);
   auto optimizer = recipe::build_optimizer(spec, *model);
   sum(model->forward(randn({2, 1, 28, 28}))).backward();
@@ -366,7 +399,8 @@ TEST_CASE("convert and inspect: bad input is a clear error and leaves nothing be
     CHECK(io::parse_byte_size("1GiB") == 1ull << 30);
     CHECK(io::parse_byte_size("500mb") == 500'000'000);
     CHECK(io::parse_byte_size("4096") == 4096);
-    for (const char* bad : {"", "GB", "2XB", "0", "-1GB", "1.5GB"}) CHECK_THROWS_AS(io::parse_byte_size(bad), UsageError);
+    for (const char* bad : {"", "GB", "2XB", "0", "-1GB", "1.5GB"})
+      CHECK_THROWS_AS(io::parse_byte_size(bad), UsageError);
   }
   // Failed conversions leave neither the destination nor a temporary directory beside it.
   for (const auto& entry : fs::directory_iterator(tmp.path())) {

@@ -1,10 +1,11 @@
 // genesis convert: a model between the Hugging Face and genesis formats (libgenesis/io/convert.h).
+#include "libgenesis/io/convert.h"
+
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
-#include "libgenesis/io/convert.h"
 
 namespace genesis::cli {
 
@@ -35,8 +36,8 @@ void add_convert_command(CLI::App& app) {
     options.model_only = args->model_only;
     options.overwrite = args->overwrite;
     const io::ConvertResult result = io::convert_model(args->src, args->dst, options);
-    std::cerr << "converted " << result.architecture << " (" << result.from_format << " -> " << result.to << "): "
-              << result.tensors << " tensors, " << result.bytes << " bytes\n";
+    std::cerr << "converted " << result.architecture << " (" << result.from_format << " -> " << result.to
+              << "): " << result.tensors << " tensors, " << result.bytes << " bytes\n";
     for (const auto& file : result.files) std::cout << (std::filesystem::path(args->dst) / file).string() << "\n";
     return 0;
   });

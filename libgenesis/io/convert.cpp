@@ -1,10 +1,12 @@
 // `genesis convert`: writes a model found by open_model_source as a Hugging Face directory or a
 // genesis checkpoint, into a temporary sibling of the destination renamed at the end.
+#include "libgenesis/io/convert.h"
+
+#include <algorithm>
 #include <set>
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/io/checkpoint_dir.h"
-#include "libgenesis/io/convert.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/gpt2.h"
 #include "libgenesis/models/hf.h"
@@ -19,11 +21,16 @@ namespace {
 
 const char* hf_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "float32";
-    case DType::bf16: return "bfloat16";
-    case DType::f16: return "float16";
-    case DType::f64: return "float64";
-    default: GENESIS_THROW(ValueError, "convert: no Hugging Face dtype name for ", dtype_name(dtype));
+    case DType::f32:
+      return "float32";
+    case DType::bf16:
+      return "bfloat16";
+    case DType::f16:
+      return "float16";
+    case DType::f64:
+      return "float64";
+    default:
+      GENESIS_THROW(ValueError, "convert: no Hugging Face dtype name for ", dtype_name(dtype));
   }
 }
 
@@ -64,9 +71,9 @@ std::vector<std::string> language_model_tensors(const ModelSource& source) {
     for (size_t i = 0; i < items.size() && i < 8; ++i) out += (i ? ", " : "") + items[i];
     return items.size() > 8 ? out + ", ... (" + std::to_string(items.size()) + " in all)" : out;
   };
-  GENESIS_CHECK(missing.empty() && unexpected.empty() && mismatched.empty(), FormatError, "'",
-                source.dir.string(), "' does not fit the ", source.architecture, " model of its config.json:",
-                missing.empty() ? "" : " missing " + list(missing) + ";",
+  GENESIS_CHECK(missing.empty() && unexpected.empty() && mismatched.empty(), FormatError, "'", source.dir.string(),
+                "' does not fit the ", source.architecture,
+                " model of its config.json:", missing.empty() ? "" : " missing " + list(missing) + ";",
                 unexpected.empty() ? "" : " unexpected " + list(unexpected) + ";",
                 mismatched.empty() ? "" : " mis-shaped " + list(mismatched) + ";");
   return names;
@@ -87,11 +94,14 @@ std::optional<DType> common_dtype(const std::vector<std::string>& names, const M
 // Copies the tokenizer files found next to the checkpoint (or in its run directory); GPT-2's
 // encoder.json / vocab.bpe are Hugging Face's vocab.json / merges.txt under other names.
 std::vector<std::string> copy_tokenizer_files(const ModelSource& source, const fs::path& out) {
-  static const std::pair<const char*, const char*> kFiles[] = {
-      {"tokenizer.json", "tokenizer.json"},     {"tokenizer_config.json", "tokenizer_config.json"},
-      {"special_tokens_map.json", "special_tokens_map.json"}, {"added_tokens.json", "added_tokens.json"},
-      {"vocab.json", "vocab.json"},             {"merges.txt", "merges.txt"},
-      {"encoder.json", "vocab.json"},           {"vocab.bpe", "merges.txt"}};
+  static const std::pair<const char*, const char*> kFiles[] = {{"tokenizer.json", "tokenizer.json"},
+                                                               {"tokenizer_config.json", "tokenizer_config.json"},
+                                                               {"special_tokens_map.json", "special_tokens_map.json"},
+                                                               {"added_tokens.json", "added_tokens.json"},
+                                                               {"vocab.json", "vocab.json"},
+                                                               {"merges.txt", "merges.txt"},
+                                                               {"encoder.json", "vocab.json"},
+                                                               {"vocab.bpe", "merges.txt"}};
   std::vector<fs::path> places = {source.dir};
   if (source.format == "genesis-run") places.push_back(source.path);
   std::vector<std::string> copied;
@@ -176,11 +186,11 @@ json hf_config_for(const json& source_config, std::optional<DType> dtype) {
 }
 
 ConvertResult convert_model(const fs::path& src, const fs::path& dst, const ConvertOptions& options) {
-  GENESIS_CHECK(options.to.empty() || options.to == "hf" || options.to == "genesis", UsageError, "--to '",
-                options.to, "' is not a target (hf or genesis)");
-  GENESIS_CHECK(!options.dtype || *options.dtype == DType::f32 || *options.dtype == DType::bf16 ||
-                    *options.dtype == DType::f16,
-                UsageError, "--dtype must be f32, bf16 or f16");
+  GENESIS_CHECK(options.to.empty() || options.to == "hf" || options.to == "genesis", UsageError, "--to '", options.to,
+                "' is not a target (hf or genesis)");
+  GENESIS_CHECK(
+      !options.dtype || *options.dtype == DType::f32 || *options.dtype == DType::bf16 || *options.dtype == DType::f16,
+      UsageError, "--dtype must be f32, bf16 or f16");
   check_destination(src, dst, options.overwrite);
   const ModelSource source = open_model_source(src);
   GENESIS_CHECK(source.format != "safetensors", UsageError, "'", src.string(),

@@ -25,14 +25,14 @@
 namespace genesis::io {
 
 struct ModelSource {
-  std::string format;  // huggingface, genesis-checkpoint, genesis-run, classifier-export, safetensors
+  std::string format;          // huggingface, genesis-checkpoint, genesis-run, classifier-export, safetensors
   std::filesystem::path path;  // as given
   std::filesystem::path dir;   // the directory holding the weights (a run's resolved checkpoint)
   WeightSet weights;
-  std::string architecture;    // gpt2, llama, qwen2, qwen3 (any config.json model_type), mlp, cnn; "" unknown
-  nlohmann::json config;       // config.json, or a classifier's model section; null when unknown
-  std::string recipe_toml;     // the checkpoint's (or run's) recipe.toml, when there is one
-  bool training = false;       // trainer.json is present
+  std::string architecture;  // gpt2, llama, qwen2, qwen3 (any config.json model_type), mlp, cnn; "" unknown
+  nlohmann::json config;     // config.json, or a classifier's model section; null when unknown
+  std::string recipe_toml;   // the checkpoint's (or run's) recipe.toml, when there is one
+  bool training = false;     // trainer.json is present
   bool is_language_model() const { return config.is_object() && config.contains("model_type"); }
 };
 
@@ -48,11 +48,12 @@ nlohmann::json inspect_model(const std::filesystem::path& path);
 std::string format_inspect_report(const nlohmann::json& report);
 
 struct ConvertOptions {
-  std::string to = "";          // "hf" or "genesis"; empty: the other side of the source's format
-  std::optional<DType> dtype = std::nullopt;  // f32, bf16 or f16 (round to nearest even); unset keeps each tensor's dtype
+  std::string to = "";  // "hf" or "genesis"; empty: the other side of the source's format
+  std::optional<DType> dtype =
+      std::nullopt;  // f32, bf16 or f16 (round to nearest even); unset keeps each tensor's dtype
   uint64_t max_shard_bytes = 2'000'000'000;
-  bool model_only = false;      // skip generation_config.json and tokenizer files
-  bool overwrite = false;       // replace an existing destination (atomically)
+  bool model_only = false;  // skip generation_config.json and tokenizer files
+  bool overwrite = false;   // replace an existing destination (atomically)
 };
 
 struct ConvertResult {

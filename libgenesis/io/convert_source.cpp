@@ -26,12 +26,13 @@ bool is_dir(const fs::path& path) {
   return fs::is_directory(path, ec);
 }
 
-bool has_weights(const fs::path& dir) { return is_file(dir / kWeightsFile) || is_file(dir / kWeightsIndexFile); }
+bool has_weights(const fs::path& dir) {
+  return is_file(dir / kWeightsFile) || is_file(dir / kWeightsIndexFile);
+}
 
 json read_json_object(const fs::path& path) {
   json value = json::parse(read_file(path), nullptr, false);
-  GENESIS_CHECK(!value.is_discarded() && value.is_object(), FormatError, "'", path.string(),
-                "' is not a JSON object");
+  GENESIS_CHECK(!value.is_discarded() && value.is_object(), FormatError, "'", path.string(), "' is not a JSON object");
   return value;
 }
 
@@ -115,8 +116,8 @@ ModelSource open_model_source(const fs::path& path) {
     source.format = "genesis-run";
     run_dir = path;
     dir = resolve_checkpoint(path / "checkpoints");
-  } else if (!has_weights(path) && (fs::exists(fs::symlink_status(path / "latest", ec)) ||
-                                    !list_checkpoints(path).empty())) {
+  } else if (!has_weights(path) &&
+             (fs::exists(fs::symlink_status(path / "latest", ec)) || !list_checkpoints(path).empty())) {
     source.format = "genesis-checkpoint";
     dir = resolve_checkpoint(path);
   }
@@ -130,17 +131,23 @@ ModelSource open_model_source(const fs::path& path) {
     auto format = source.weights.metadata().find("format");
     const bool genesis_written = format != source.weights.metadata().end() && format->second == "genesis";
     const bool has_config = is_file(dir / "config.json");
-    if (has_config && source.config.contains("genesis_classifier")) source.format = "classifier-export";
-    else if (source.training || genesis_written || !source.recipe_toml.empty()) source.format = "genesis-checkpoint";
-    else if (has_config) source.format = "huggingface";
-    else throw_unknown(path);
+    if (has_config && source.config.contains("genesis_classifier"))
+      source.format = "classifier-export";
+    else if (source.training || genesis_written || !source.recipe_toml.empty())
+      source.format = "genesis-checkpoint";
+    else if (has_config)
+      source.format = "huggingface";
+    else
+      throw_unknown(path);
   }
   return source;
 }
 
 namespace {
 
-uint64_t tensor_bytes(const TensorInfo& info) { return info.data_end - info.data_begin; }
+uint64_t tensor_bytes(const TensorInfo& info) {
+  return info.data_end - info.data_begin;
+}
 
 int64_t element_count(const Shape& shape) {
   int64_t n = 1;
@@ -187,8 +194,10 @@ json training_summary(const ModelSource& source) {
     scheduler["base_lr"] = spec->optimizer.lr;
     scheduler["warmup_steps"] = spec->scheduler.warmup_steps;
     scheduler["min_lr_factor"] = spec->scheduler.min_lr_factor;
-    if (spec->training.steps_given()) scheduler["total_steps"] = spec->training.steps;
-    else scheduler["epochs"] = spec->training.epochs;
+    if (spec->training.steps_given())
+      scheduler["total_steps"] = spec->training.steps;
+    else
+      scheduler["epochs"] = spec->training.epochs;
   }
   out["scheduler"] = scheduler;
   return out;
@@ -288,7 +297,8 @@ std::string format_inspect_report(const json& report) {
     dtype_width = std::max(dtype_width, t["dtype"].get<std::string>().size());
     shape_width = std::max(shape_width, shape_text(t["shape"]).size());
   }
-  auto row = [&](const std::string& name, const std::string& dtype, const std::string& shape, const std::string& bytes) {
+  auto row = [&](const std::string& name, const std::string& dtype, const std::string& shape,
+                 const std::string& bytes) {
     out << "  " << name << std::string(name_width - name.size() + 2, ' ') << dtype
         << std::string(dtype_width - dtype.size() + 2, ' ') << shape << std::string(shape_width - shape.size() + 2, ' ')
         << bytes << "\n";

@@ -28,9 +28,16 @@ uint64_t parse_byte_size(std::string_view text) {
   if (ec != std::errc() || end != text.data() + digits) throw fail();
   std::string unit;
   for (char c : text.substr(digits)) unit += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  static const std::map<std::string, uint64_t> kUnits = {
-      {"", 1},           {"B", 1},          {"KB", 1000},         {"MB", 1000'000},       {"GB", 1000'000'000},
-      {"TB", 1000'000'000'000}, {"KIB", 1ull << 10}, {"MIB", 1ull << 20}, {"GIB", 1ull << 30}, {"TIB", 1ull << 40}};
+  static const std::map<std::string, uint64_t> kUnits = {{"", 1},
+                                                         {"B", 1},
+                                                         {"KB", 1000},
+                                                         {"MB", 1000'000},
+                                                         {"GB", 1000'000'000},
+                                                         {"TB", 1000'000'000'000},
+                                                         {"KIB", 1ull << 10},
+                                                         {"MIB", 1ull << 20},
+                                                         {"GIB", 1ull << 30},
+                                                         {"TIB", 1ull << 40}};
   auto unit_it = kUnits.find(unit);
   if (unit_it == kUnits.end()) throw fail();
   uint64_t bytes = 0;
@@ -54,7 +61,9 @@ WeightSet WeightSet::open_directory(const fs::path& dir) {
   const fs::path index_path = dir / kWeightsIndexFile;
   GENESIS_CHECK(fs::is_regular_file(index_path, ec), IoError, "'", dir.string(), "' has no ", kWeightsFile, " and no ",
                 kWeightsIndexFile);
-  auto fail = [&](const auto&... parts) { return FormatError(detail::concat("shard index '", index_path.string(), "': ", parts...)); };
+  auto fail = [&](const auto&... parts) {
+    return FormatError(detail::concat("shard index '", index_path.string(), "': ", parts...));
+  };
   const json index = json::parse(read_file(index_path), nullptr, false);
   if (index.is_discarded() || !index.is_object()) throw fail("not a JSON object");
   if (!index.contains("weight_map") || !index["weight_map"].is_object())
@@ -92,7 +101,8 @@ WeightSet WeightSet::open_directory(const fs::path& dir) {
         throw fail("shard '", set.paths_[file].filename().string(), "' holds tensor '", name,
                    "', which the weight_map does not list");
       if (shard_of_file.at(it->second) != file)
-        throw fail("tensor '", name, "' is in both '", it->second, "' and '", set.paths_[file].filename().string(), "'");
+        throw fail("tensor '", name, "' is in both '", it->second, "' and '", set.paths_[file].filename().string(),
+                   "'");
     }
   }
   return set;
@@ -105,18 +115,24 @@ std::vector<std::string> WeightSet::names() const {
   return out;
 }
 
-const TensorInfo& WeightSet::info(const std::string& name) const { return files_.at(where_.at(name))->info(name); }
+const TensorInfo& WeightSet::info(const std::string& name) const {
+  return files_.at(where_.at(name))->info(name);
+}
 
 Tensor WeightSet::tensor(const std::string& name) const {
   auto it = where_.find(name);
-  GENESIS_CHECK(it != where_.end(), ValueError, "weights '", paths_.front().parent_path().string(), "' have no tensor '",
-                name, "'");
+  GENESIS_CHECK(it != where_.end(), ValueError, "weights '", paths_.front().parent_path().string(),
+                "' have no tensor '", name, "'");
   return files_[it->second]->tensor(name);
 }
 
-const fs::path& WeightSet::file_of(const std::string& name) const { return paths_.at(where_.at(name)); }
+const fs::path& WeightSet::file_of(const std::string& name) const {
+  return paths_.at(where_.at(name));
+}
 
-const std::map<std::string, std::string>& WeightSet::metadata() const { return files_.front()->metadata(); }
+const std::map<std::string, std::string>& WeightSet::metadata() const {
+  return files_.front()->metadata();
+}
 
 uint64_t WeightSet::total_bytes() const {
   uint64_t total = 0;
