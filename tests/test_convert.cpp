@@ -176,6 +176,7 @@ TEST_CASE("convert: tiny --max-shard-size writes an index covering every tensor 
   CHECK(index["metadata"]["total_size"].get<uint64_t>() == shard_bytes);
   CHECK(shard_bytes == result.bytes);
 
+  CHECK(io::inspect_model(out / "model.safetensors.index.json")["tensor_count"] == names.size());
   const io::WeightSet loaded = io::WeightSet::open_directory(out);
   CHECK(loaded.sharded());
   for (const std::string& name : original.names()) CHECK(same_bytes(original.tensor(name), loaded.tensor(name)));

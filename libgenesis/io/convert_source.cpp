@@ -105,6 +105,9 @@ ModelSource open_model_source(const fs::path& path) {
   source.path = path;
   if (!is_dir(path)) {
     GENESIS_CHECK(is_file(path), UsageError, "'", path.string(), "' is neither a file nor a directory");
+    // A shard index stands for the sharded model around it.
+    if (path.filename() == kWeightsIndexFile && !is_file(path.parent_path() / kWeightsFile))
+      return open_model_source(path.parent_path().empty() ? "." : path.parent_path());
     source.format = "safetensors";
     source.dir = path.parent_path();
     source.weights = WeightSet::open_file(path);

@@ -26,6 +26,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import warnings
 
 import torch
 import transformers
@@ -57,10 +58,13 @@ def load(path, dtype):
     transformers.utils.logging.set_verbosity_warning()
     dtype_key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(
-            path, output_loading_info=True, **{dtype_key: dtype})
+        with warnings.catch_warnings(record=True) as python_warnings:
+            warnings.simplefilter("always")
+            model, info = AutoModelForCausalLM.from_pretrained(
+                path, output_loading_info=True, **{dtype_key: dtype})
     finally:
         logger.removeHandler(capture)
+    capture.messages += [str(w.message) for w in python_warnings]
     problems = [f"{key}: {info[key]}" for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")
                 if info.get(key)]
     problems += [m for m in capture.messages if any(w in m.lower() for w in WEIGHT_WARNINGS)]
@@ -116,7 +120,8 @@ def check_pair(converted, original, dtype):
 
     if dtype == "f32":
         prompt = ids[:1, :5]
-        settings = dict(max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+        settings = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS, do_sample=False,
+                        pad_token_id=0)
         with torch.no_grad():
             a = new.generate(prompt, **settings)[0, 5:].tolist()
             b = old.generate(prompt, **settings)[0, 5:].tolist()
