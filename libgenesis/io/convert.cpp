@@ -166,7 +166,9 @@ json hf_config_for(const json& source_config, std::optional<DType> dtype) {
     complete(config, "num_hidden_layers", c.num_hidden_layers);
     complete(config, "num_attention_heads", c.num_attention_heads);
     complete(config, "num_key_value_heads", c.num_key_value_heads);
-    complete(config, "head_dim", c.head_dim);
+    // head_dim is implied by hidden_size / num_attention_heads except in Qwen3 (which defaults it to 128).
+    if (type == "qwen3" || c.head_dim * c.num_attention_heads != c.hidden_size)
+      complete(config, "head_dim", c.head_dim);
     complete(config, "max_position_embeddings", c.max_position_embeddings);
     complete(config, "rms_norm_eps", c.rms_norm_eps);
     complete(config, "hidden_act", "silu");
