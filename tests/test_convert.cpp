@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "libgenesis/core/half.h"
@@ -202,6 +203,32 @@ TEST_CASE("convert: tied weights are written once", "[cpu][convert]") {
   CHECK_FALSE(out.contains("lm_head.weight"));
   CHECK(out.contains("model.embed_tokens.weight"));
   CHECK(read_json(tmp / "tied_hf" / "config.json")["tie_word_embeddings"] == true);
+}
+
+TEST_CASE("convert: the layout it checks checkpoints against is the models' own", "[cpu][convert]") {
+  std::vector<json> configs;
+  for (const std::string name : {"gpt2", "llama", "qwen2", "qwen3"})
+    configs.push_back(read_json(fixture(name) / "config.json"));
+  json variant = configs[1];  // tied llama with biases and an explicit head_dim
+  variant["tie_word_embeddings"] = true;
+  variant["attention_bias"] = true;
+  variant["head_dim"] = 4;
+  configs.push_back(variant);
+  variant = configs[0];
+  variant["n_inner"] = 48;
+  configs.push_back(variant);
+  for (const json& config : configs) {
+    INFO(config.dump());
+    const io::LanguageModelLayout layout = io::language_model_layout(config);
+    std::map<std::string, Shape> expected, actual(layout.tensors.begin(), layout.tensors.end());
+    for (const NamedTensor& t : models::causal_lm_from_config(config.dump())->state_dict())
+      expected.emplace(t.name, t.tensor.shape());
+    CHECK(actual == expected);
+    CHECK(actual.size() == layout.tensors.size());
+    auto model = models::causal_lm_from_config(config.dump());
+    for (const char* name : {"lm_head.weight", "transformer.h.0.attn.bias", "model.rotary_emb.inv_freq", "x.weight"})
+      CHECK(layout.rebuilt(name) == model->ignores_checkpoint_tensor(name));
+  }
 }
 
 TEST_CASE("convert: tokenizer files travel with the model unless --model-only", "[cpu][convert]") {

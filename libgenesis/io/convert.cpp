@@ -9,7 +9,6 @@
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/gpt2.h"
-#include "libgenesis/models/hf.h"
 #include "libgenesis/models/llama.h"
 
 namespace genesis::io {
@@ -46,26 +45,24 @@ void complete(json& config, const char* key, const json& value) {
   if (!config.contains(key) || config[key].is_null()) config[key] = value;
 }
 
-// Tensors of a language model: exactly the parameters of the model its config describes (built in
-// bf16 to halve the memory this check costs); checkpoint tensors the model rebuilds itself (a tied
-// lm_head.weight, GPT-2's mask buffers) are dropped, so tied weights are written once.
+// Tensors of a language model: exactly those of the model its config describes; checkpoint
+// tensors the model rebuilds itself are dropped, so tied weights are written once.
 std::vector<std::string> language_model_tensors(const ModelSource& source) {
-  std::shared_ptr<models::CausalLM> model =
-      models::causal_lm_from_config(source.config.dump(), {.dtype = DType::bf16, .device = kCPU});
+  const LanguageModelLayout layout = language_model_layout(source.config);
   std::vector<std::string> names, missing, unexpected, mismatched;
   std::set<std::string> expected;
-  for (const NamedTensor& entry : model->state_dict()) {
-    expected.insert(entry.name);
-    names.push_back(entry.name);
-    if (!source.weights.contains(entry.name)) {
-      missing.push_back(entry.name);
-    } else if (source.weights.info(entry.name).shape != entry.tensor.shape()) {
-      mismatched.push_back(entry.name + " " + shape_str(source.weights.info(entry.name).shape) + " (expected " +
-                           shape_str(entry.tensor.shape()) + ")");
+  for (const auto& [name, shape] : layout.tensors) {
+    expected.insert(name);
+    names.push_back(name);
+    if (!source.weights.contains(name)) {
+      missing.push_back(name);
+    } else if (source.weights.info(name).shape != shape) {
+      mismatched.push_back(name + " " + shape_str(source.weights.info(name).shape) + " (expected " + shape_str(shape) +
+                           ")");
     }
   }
   for (const std::string& name : source.weights.names())
-    if (!expected.count(name) && !model->ignores_checkpoint_tensor(name)) unexpected.push_back(name);
+    if (!expected.count(name) && !layout.rebuilt(name)) unexpected.push_back(name);
   auto list = [](const std::vector<std::string>& items) {
     std::string out;
     for (size_t i = 0; i < items.size() && i < 8; ++i) out += (i ? ", " : "") + items[i];
@@ -143,6 +140,72 @@ void check_destination(const fs::path& src, const fs::path& dst, bool overwrite)
 }
 
 }  // namespace
+
+LanguageModelLayout language_model_layout(const json& config) {
+  GENESIS_CHECK(config.contains("model_type") && config["model_type"].is_string(), UsageError,
+                "model config: missing model_type (supported: gpt2, llama, qwen2, qwen3)");
+  LanguageModelLayout layout;
+  auto add = [&](const std::string& name, Shape shape) { layout.tensors.emplace_back(name, std::move(shape)); };
+  if (config["model_type"] == "gpt2") {
+    const models::Gpt2Config c = models::gpt2_config_from_json(config.dump());
+    const int64_t e = c.n_embd, inner = c.n_inner > 0 ? c.n_inner : 4 * c.n_embd;
+    add("transformer.wte.weight", {c.vocab_size, e});
+    add("transformer.wpe.weight", {c.n_positions, e});
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+      // Conv1D weights are [in, out].
+      const std::string p = "transformer.h." + std::to_string(i) + ".";
+      for (const char* norm : {"ln_1", "ln_2"}) {
+        add(p + norm + ".weight", {e});
+        add(p + norm + ".bias", {e});
+      }
+      add(p + "attn.c_attn.weight", {e, 3 * e});
+      add(p + "attn.c_attn.bias", {3 * e});
+      add(p + "attn.c_proj.weight", {e, e});
+      add(p + "attn.c_proj.bias", {e});
+      add(p + "mlp.c_fc.weight", {e, inner});
+      add(p + "mlp.c_fc.bias", {inner});
+      add(p + "mlp.c_proj.weight", {inner, e});
+      add(p + "mlp.c_proj.bias", {e});
+    }
+    add("transformer.ln_f.weight", {e});
+    add("transformer.ln_f.bias", {e});
+    layout.rebuilt = [](const std::string& name) {
+      return name == "lm_head.weight" || name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
+    };
+    return layout;
+  }
+  const models::DecoderConfig c = models::decoder_config_from_json(config.dump());
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  add("model.embed_tokens.weight", {c.vocab_size, h});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", {h});
+    add(p + "self_attn.q_proj.weight", {q, h});
+    add(p + "self_attn.k_proj.weight", {kv, h});
+    add(p + "self_attn.v_proj.weight", {kv, h});
+    add(p + "self_attn.o_proj.weight", {h, q});
+    if (c.qkv_bias) {
+      add(p + "self_attn.q_proj.bias", {q});
+      add(p + "self_attn.k_proj.bias", {kv});
+      add(p + "self_attn.v_proj.bias", {kv});
+    }
+    if (c.o_bias) add(p + "self_attn.o_proj.bias", {h});
+    if (c.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {c.head_dim});
+      add(p + "self_attn.k_norm.weight", {c.head_dim});
+    }
+    add(p + "post_attention_layernorm.weight", {h});
+    add(p + "mlp.gate_proj.weight", {c.intermediate_size, h});
+    add(p + "mlp.up_proj.weight", {c.intermediate_size, h});
+    add(p + "mlp.down_proj.weight", {h, c.intermediate_size});
+  }
+  add("model.norm.weight", {h});
+  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h});
+  layout.rebuilt = [tied = c.tie_word_embeddings](const std::string& name) {
+    return (tied && name == "lm_head.weight") || name.ends_with("rotary_emb.inv_freq");
+  };
+  return layout;
+}
 
 json hf_config_for(const json& source_config, std::optional<DType> dtype) {
   json config = source_config;

@@ -14,6 +14,7 @@
 // writes the other side's metadata.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -70,6 +71,17 @@ struct ConvertResult {
 // unsupported model_type (listing the supported ones) or options that do not apply.
 ConvertResult convert_model(const std::filesystem::path& src, const std::filesystem::path& dst,
                             const ConvertOptions& options);
+
+// The tensors of the language model a config.json describes (Hugging Face names and shapes, as the
+// genesis model holds them) and which extra checkpoint tensors the model rebuilds itself (a tied
+// lm_head.weight, GPT-2's mask buffers, rotary inv_freq). Computed from the config alone, so checking
+// a checkpoint allocates no model; tests tie it to models::CausalLM::state_dict(). UsageError for an
+// unsupported model_type (listing the supported ones) or config.
+struct LanguageModelLayout {
+  std::vector<std::pair<std::string, Shape>> tensors;
+  std::function<bool(const std::string&)> rebuilt;
+};
+LanguageModelLayout language_model_layout(const nlohmann::json& config);
 
 // Hugging Face's config.json for a language model: the source's keys, completed with the
 // architecture's canonical ones (architectures, sizes, rope_theta in both the flat and the
