@@ -374,6 +374,11 @@ TEST_CASE("convert and inspect: bad input is a clear error and leaves nothing be
     index["weight_map"].erase("model.norm.weight");
     io::write_file_atomic(tmp / "sharded" / "model.safetensors.index.json", index.dump());
     CHECK_THROWS_WITH(io::inspect_model(tmp / "sharded"), Catch::Contains("does not list"));
+    index["weight_map"]["model.norm.weight"] = "model-00001-of-00005.safetensors";
+    io::write_file_atomic(tmp / "sharded" / "model.safetensors.index.json", index.dump());
+    const io::SafetensorsFile first(tmp / "sharded" / "model-00001-of-00005.safetensors");
+    if (!first.contains("model.norm.weight"))
+      CHECK_THROWS_WITH(io::inspect_model(tmp / "sharded"), Catch::Contains("is not in its shard"));
   }
   SECTION("safetensors headers: too large, overlapping, past the end, unknown dtype") {
     const fs::path file = tmp / "bad.safetensors";
