@@ -19,5 +19,7 @@ void add_train_commands(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_data_commands(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
 
 }  // namespace genesis::cli

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   genesis::cli::add_info_command(app);
   genesis::cli::add_data_commands(app);
   genesis::cli::add_bench_command(app);
+  genesis::cli::add_convert_command(app);
+  genesis::cli::add_inspect_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
