@@ -203,11 +203,13 @@ def run_alloc(device, pairs, json_path):
         try:
             if gpu and name == "pressure":
                 torch.cuda.empty_cache()
-                torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(dev).total_memory, dev)
+                index = torch.device(dev).index or 0
+                total = torch.cuda.get_device_properties(index).total_memory
+                torch.cuda.set_per_process_memory_fraction(cap / total, index)
                 try:
                     row["allocator_ns"] = fn(cached, n)
                 finally:
-                    torch.cuda.set_per_process_memory_fraction(1.0, dev)
+                    torch.cuda.set_per_process_memory_fraction(1.0, index)
             else:
                 row["allocator_ns"] = fn(cached, n)
             if raw is not None:
