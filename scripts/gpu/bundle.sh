@@ -19,6 +19,16 @@ for exe in "$stage"/bin/*; do
     cp -L -n "$lib" "$stage/lib/"
   done
 done
+# A CTest file over the [cuda] cases, so the GPU host can run `ctest -L cuda` in the bundle.
+LD_LIBRARY_PATH="$stage/lib:${LD_LIBRARY_PATH:-}" "$stage/bin/genesis_tests" --list-test-names-only "[cuda]" |
+  python3 -c '
+import re, sys
+cmake = lambda s: s.replace("\\", "\\\\").replace("\"", "\\\"")
+for name in filter(None, (line.rstrip("\n") for line in sys.stdin)):
+    spec = re.sub(r"([\\,\[\]*])", r"\\\1", name)  # Catch2 test-spec metacharacters
+    print(f"add_test(\"{cmake(name)}\" bin/genesis_tests \"{cmake(spec)}\")")
+    print(f"set_tests_properties(\"{cmake(name)}\" PROPERTIES LABELS cuda)")
+' > "$stage/CTestTestfile.cmake"
 mkdir -p "$(dirname "$archive")"
-tar -C "$stage" -cJf "$archive" bin lib
+tar -C "$stage" -cJf "$archive" bin lib CTestTestfile.cmake
 du -h "$archive"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU host, in the repository root: unpacks a bundle made by scripts/gpu/bundle.sh and
 # runs, in one call:
-#   tests    the [cuda] test suite (+ compute-sanitizer memcheck with MEMCHECK=1) and the [cpu] suite
+#   tests    the [cuda] test suite (ctest -L cuda) (+ compute-sanitizer memcheck with MEMCHECK=1) and the [cpu] suite
 #   fashion  the Fashion-MNIST recipes against the PyTorch reference on the CPU, 2 threads each,
 #            side by side on disjoint cores (only when FASHION_MNIST_DIR is given)
 #   bench    genesis bench ceilings, ops (f32 and bf16), alloc; scripts/bench/torch_ops.py for
@@ -53,8 +53,14 @@ fi
 
 # CUDA tests on the remaining cores.
 if has tests; then
-  taskset -c 4-$((ncores - 1)) "$b/bin/genesis_tests" "[cuda]" -r compact > "$out/cuda_tests.log" 2>&1
-  note "cuda tests rc=$?"
+  # One process per case through the bundle's CTest file where ctest exists, else one run.
+  if command -v ctest > /dev/null && [ -f "$b/CTestTestfile.cmake" ]; then
+    (cd "$b" && taskset -c 4-$((ncores - 1)) ctest -L cuda --output-on-failure) > "$out/cuda_tests.log" 2>&1
+    note "ctest -L cuda rc=$?"
+  else
+    taskset -c 4-$((ncores - 1)) "$b/bin/genesis_tests" "[cuda]" -r compact > "$out/cuda_tests.log" 2>&1
+    note "cuda tests rc=$?"
+  fi
   tail -3 "$out/cuda_tests.log"
   if [ "${MEMCHECK:-0}" = "1" ] && command -v compute-sanitizer >/dev/null; then
     taskset -c 4-$((ncores - 1)) compute-sanitizer --tool memcheck --print-limit 20 "$b/bin/genesis_tests" "[cuda]~[oom]~[api-error]" > "$out/memcheck.log" 2>&1
