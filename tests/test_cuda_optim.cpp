@@ -207,8 +207,8 @@ TEST_CASE("cuda optimizer kernels: packed and unaligned buffers give the CPU ker
     std::vector<Tensor> gpu;
     for (const Tensor& t : cpu) gpu.push_back(t.to(kCuda0));
     auto at = [&](const Tensor& t) { return static_cast<float*>(t.data_ptr()) + offset; };
-    kernels::AdamStep adam{.lr = 1e-2, .weight_decay = 0.1, .amsgrad = true, .bias_correction1 = 0.19,
-                           .bias_correction2 = 0.0199};
+    kernels::AdamStep adam{
+        .lr = 1e-2, .weight_decay = 0.1, .amsgrad = true, .bias_correction1 = 0.19, .bias_correction2 = 0.0199};
     kernels::cpu::adam_step(DType::f32, n, at(cpu[0]), at(cpu[1]), at(cpu[2]), at(cpu[3]), at(cpu[4]), adam);
     kernels::SgdStep sgd{.lr = 1e-2, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01, .first_step = false};
     kernels::cpu::sgd_step(DType::f32, n, at(cpu[0]), at(cpu[1]), at(cpu[2]), sgd);

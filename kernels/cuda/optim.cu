@@ -15,7 +15,7 @@ namespace genesis::kernels::cuda {
 
 namespace {
 
-constexpr int kChunk = 4096;       // norm and clipping
+constexpr int kChunk = 4096;        // norm and clipping
 constexpr int kUpdateChunk = 8192;  // optimizer updates: 8 packs of 4 floats per thread
 constexpr int kOptimBlock = 256;
 

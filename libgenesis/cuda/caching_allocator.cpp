@@ -197,8 +197,7 @@ CachingAllocator::Block* CachingAllocator::take_cached_block(cudaStream_t stream
   if (it == pool.end() || (*it)->stream != stream) return nullptr;
   Block* block = *it;
   // Every later block is larger, so when the best fit is an oversize block that is too loose, all are.
-  if (!small && block->size > kMaxSplitSize && (size <= kMaxSplitSize || block->size - size > size / 8))
-    return nullptr;
+  if (!small && block->size > kMaxSplitSize && (size <= kMaxSplitSize || block->size - size > size / 8)) return nullptr;
   pool.erase(it);
   return block;
 }
