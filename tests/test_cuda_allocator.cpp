@@ -8,8 +8,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <memory>
+#include <random>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "libgenesis/cuda/caching_allocator.h"
 #include "libgenesis/cuda/runtime.h"
@@ -240,6 +245,72 @@ TEST_CASE("CUDA allocator honours GENESIS_CUDA_MEMORY_FRACTION", "[cuda][oom]") 
   CHECK_THROWS_AS(CachingAllocator(0), ValueError);
   unsetenv("GENESIS_CUDA_MEMORY_FRACTION");
   CHECK(CachingAllocator(0).memory_limit() == std::numeric_limits<size_t>::max());
+}
+
+// An allocator whose cap (GENESIS_CUDA_MEMORY_FRACTION) is about `cap` bytes.
+static std::unique_ptr<CachingAllocator> capped_allocator(size_t cap) {
+  size_t free_bytes = 0, total_bytes = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  setenv("GENESIS_CUDA_MEMORY_FRACTION",
+         std::to_string(static_cast<double>(cap) / static_cast<double>(total_bytes)).c_str(), 1);
+  auto allocator = std::make_unique<CachingAllocator>(0);
+  unsetenv("GENESIS_CUDA_MEMORY_FRACTION");
+  return allocator;
+}
+
+TEST_CASE("CUDA allocator keeps big segments whole so small blocks do not strand them", "[cuda][oom]") {
+  if (!cuda_ready()) return;
+  auto allocator = capped_allocator(300 * kMiB);
+  // Splitting the freed 200 MiB segment for 4 MiB used to strand 196 MiB, and the next
+  // 200 MiB request then ran out of memory under the cap.
+  char* big = allocate(*allocator, 200 * kMiB);
+  allocator->deallocate(big, 200 * kMiB);
+  char* small = allocate(*allocator, 4 * kMiB);
+  CHECK((small < big || small >= big + 200 * kMiB));
+  char* again = allocate(*allocator, 200 * kMiB);
+  CHECK(again == big);
+  CHECK(allocator->stats().reserved == 204 * kMiB);
+  // An oversize block serves only requests close to its size.
+  allocator->deallocate(again, 200 * kMiB);
+  char* medium = allocate(*allocator, 40 * kMiB);
+  CHECK((medium < big || medium >= big + 200 * kMiB));
+  // 100 MiB more would pass the cap: the free 200 MiB segment goes back, the live ones stay.
+  char* hundred = allocate(*allocator, 100 * kMiB);
+  CHECK(allocator->stats().reserved == 144 * kMiB);
+  allocator->deallocate(small, 4 * kMiB);
+  allocator->deallocate(medium, 40 * kMiB);
+  allocator->deallocate(hundred, 100 * kMiB);
+}
+
+TEST_CASE("CUDA allocator survives a random live set near its cap", "[cuda][oom]") {
+  if (!cuda_ready()) return;
+  // genesis bench alloc's pressure scenario scaled down: live blocks of 1 to 64 MiB
+  // (log-uniform) held at up to 80% of a 1 GiB cap, one freed and one allocated per step.
+  const size_t cap = size_t{1} << 30, live_cap = cap * 8 / 10;
+  auto allocator = capped_allocator(cap);
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> log_size(std::log(1.0 * kMiB), std::log(64.0 * kMiB));
+  std::vector<std::pair<char*, size_t>> live;
+  size_t live_bytes = 0;
+  auto draw = [&] {
+    const auto bytes = static_cast<size_t>(std::exp(log_size(rng)));
+    return std::min(bytes, live_cap - live_bytes);
+  };
+  while (live_bytes + 2 * kMiB < live_cap) {
+    const size_t n = draw();
+    live.push_back({allocate(*allocator, n), n});
+    live_bytes += n;
+  }
+  for (int step = 0; step < 3000; ++step) {
+    const size_t k = rng() % live.size();
+    allocator->deallocate(live[k].first, live[k].second);
+    live_bytes -= live[k].second;
+    const size_t n = std::max<size_t>(draw(), 512);
+    REQUIRE_NOTHROW(live[k] = {allocate(*allocator, n), n});
+    live_bytes += n;
+  }
+  CHECK(allocator->stats().reserved <= allocator->memory_limit());
+  for (auto [p, n] : live) allocator->deallocate(p, n);
 }
 
 TEST_CASE("CUDA allocator poisons blocks on request", "[cuda]") {

@@ -6,7 +6,9 @@
 #include "tests/cuda_testing.h"
 
 #if GENESIS_WITH_CUDA
+#include "kernels/cpu/linalg.h"
 #include "kernels/cuda/linalg.h"
+#include "libgenesis/cuda/runtime.h"
 #endif
 
 using namespace genesis;
@@ -210,6 +212,44 @@ GENESIS_GRADCHECK("linear_gelu") {
   gradcheck([](const TensorList& in) { return linear_gelu(in[0].t(), in[1], in[2]); },
             {rand_leaf({4, 3}), rand_leaf({8, 4}), rand_leaf({8})});
 }
+
+#if GENESIS_WITH_CUDA
+TEST_CASE("cuda gemm: the first-use algorithm timing leaves accumulating GEMMs exact", "[cuda][linalg]") {
+  if (!cuda_ready()) return;
+  // Timing a plan's candidates runs the GEMM several times into C, which only a GEMM that does
+  // not read C (beta = 0) may do: C += A B on a fresh shape must accumulate exactly once,
+  // before and after a beta = 0 call of the same shape chose its algorithm.
+  const int64_t m = 96, n = 160, k = 72;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    INFO(dtype_name(dtype));
+    Tensor a = random_input({m, k}, dtype), b = random_input({k, n}, dtype), c = random_input({m, n}, dtype);
+    Tensor a_gpu = a.to(kCuda0), b_gpu = b.to(kCuda0);
+    auto args = [&](const Tensor& x, const Tensor& y, const Tensor& out, double beta) {
+      return kernels::cpu::GemmArgs{.m = m,
+                                    .n = n,
+                                    .k = k,
+                                    .a = x.data_ptr(),
+                                    .lda = k,
+                                    .b = y.data_ptr(),
+                                    .ldb = n,
+                                    .c = out.data_ptr(),
+                                    .ldc = n,
+                                    .beta = beta};
+    };
+    for (int round = 0; round < 2; ++round) {
+      INFO("round " << round);
+      Tensor expected = c.clone(), actual = c.to(kCuda0);
+      kernels::cpu::gemm(dtype, args(a, b, expected, 1.0));
+      kernels::cuda::gemm(dtype, args(a_gpu, b_gpu, actual, 1.0), cuda::current_stream());
+      const Tolerance t = gemm_tolerance(dtype);
+      require_close(actual.to(kCPU), expected, t.rtol, t.atol);
+      Tensor overwritten = c.to(kCuda0);
+      kernels::cuda::gemm(dtype, args(a_gpu, b_gpu, overwritten, 0.0), cuda::current_stream());
+      require_close(overwritten.to(kCPU), matmul(a, b), t.rtol, t.atol);
+    }
+  }
+}
+#endif
 
 TEST_CASE("linear_gelu equals gelu_tanh of linear on the CPU, and checks its arguments", "[cpu][linalg]") {
   for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {

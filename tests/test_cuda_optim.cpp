@@ -10,15 +10,21 @@
 #include "libgenesis/optim/optimizer.h"
 #include "tests/cuda_testing.h"
 
+#if GENESIS_WITH_CUDA
+#include "kernels/cpu/optim.h"
+#include "kernels/cuda/optim.h"
+#include "libgenesis/cuda/runtime.h"
+#endif
+
 using namespace genesis;
 using namespace genesis::testing;
 
 namespace {
 
-// 40 tensors (more than one launch's 36), sizes from 1 to past two 4096-element chunks.
+// 40 tensors (more than one launch's 36), sizes from 1 to past three 8192-element update chunks.
 std::vector<Shape> parameter_shapes() {
   std::vector<Shape> shapes;
-  const int64_t sizes[] = {1, 37, 129, 4096, 4097, 9001, 3, 65};
+  const int64_t sizes[] = {1, 37, 129, 4096, 8193, 9001, 3, 65};
   for (int i = 0; i < 40; ++i) shapes.push_back(i % 3 == 0 ? Shape{sizes[i % 8]} : Shape{sizes[i % 8], 3});
   return shapes;
 }
@@ -187,3 +193,38 @@ TEST_CASE("cuda clip_grad_norm: one device-side norm equals the CPU's", "[cuda][
   Tensor lone = zeros({3}, {.device = kCuda0}).requires_grad_(true);
   CHECK(clip_grad_norm({lone}, 1.0).item() == 0.0);
 }
+
+#if GENESIS_WITH_CUDA
+TEST_CASE("cuda optimizer kernels: packed and unaligned buffers give the CPU kernels' bits", "[cuda][optim]") {
+  if (!cuda_ready()) return;
+  // offset 0: 16-byte aligned buffers take the packed path; offset 1 (4 bytes) the element path.
+  // 20003 elements: two full 8192-element chunks and a ragged one ending mid-pack.
+  const int64_t n = 20003;
+  for (int64_t offset : {0, 1}) {
+    INFO("offset " << offset << " elements");
+    std::vector<Tensor> cpu;
+    for (int i = 0; i < 5; ++i) cpu.push_back(random_input({n + offset}, DType::f32, i == 3 ? 0.0 : -1.0, 1.0));
+    std::vector<Tensor> gpu;
+    for (const Tensor& t : cpu) gpu.push_back(t.to(kCuda0));
+    auto at = [&](const Tensor& t) { return static_cast<float*>(t.data_ptr()) + offset; };
+    kernels::AdamStep adam{
+        .lr = 1e-2, .weight_decay = 0.1, .amsgrad = true, .bias_correction1 = 0.19, .bias_correction2 = 0.0199};
+    kernels::cpu::adam_step(DType::f32, n, at(cpu[0]), at(cpu[1]), at(cpu[2]), at(cpu[3]), at(cpu[4]), adam);
+    kernels::SgdStep sgd{.lr = 1e-2, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01, .first_step = false};
+    kernels::cpu::sgd_step(DType::f32, n, at(cpu[0]), at(cpu[1]), at(cpu[2]), sgd);
+    kernels::LionStep lion{.lr = 1e-3, .weight_decay = 0.1};
+    kernels::cpu::lion_step(DType::f32, n, at(cpu[0]), at(cpu[1]), at(cpu[3]), lion);
+
+    const kernels::cuda::OptimTensor adam_tensor{at(gpu[0]), at(gpu[1]), {at(gpu[2]), at(gpu[3]), at(gpu[4])}, n};
+    kernels::cuda::adam_step(DType::f32, DType::f32, {&adam_tensor, 1}, adam, cuda::current_stream());
+    const kernels::cuda::OptimTensor sgd_tensor{at(gpu[0]), at(gpu[1]), {at(gpu[2]), nullptr, nullptr}, n};
+    kernels::cuda::sgd_step(DType::f32, DType::f32, {&sgd_tensor, 1}, sgd, cuda::current_stream());
+    const kernels::cuda::OptimTensor lion_tensor{at(gpu[0]), at(gpu[1]), {at(gpu[3]), nullptr, nullptr}, n};
+    kernels::cuda::lion_step(DType::f32, DType::f32, {&lion_tensor, 1}, lion, cuda::current_stream());
+    for (int i = 0; i < 5; ++i) {
+      INFO("buffer " << i);
+      require_close(gpu[i], cpu[i], 0.0, 0.0);
+    }
+  }
+}
+#endif

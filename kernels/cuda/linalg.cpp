@@ -11,9 +11,12 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/cuda/runtime.h"
@@ -49,14 +52,32 @@ struct LtKey {
   auto operator<=>(const LtKey&) const = default;
 };
 
+// Heuristic candidates timed on a plan's first use (GENESIS_GEMM_AUTOTUNE=0: the first one is taken).
+constexpr int kCandidates = 8;
+constexpr int kTimedRuns = 2;
+// A later candidate replaces the heuristic's first choice only when this much faster, so timing
+// noise rarely flips the choice between runs.
+constexpr float kRequiredGain = 0.97f;
+
 // Descriptors of one cached GEMM and the algorithm the heuristic chose (found = false when it
-// had none: such GEMMs go the fallback way without asking again).
+// had none: such GEMMs go the fallback way without asking again). Until `tuned`, `candidates`
+// holds the heuristic's results, best guess first, and algo the first of them.
 struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;  // cuBLASLt's A', B', D
   cublasLtMatmulAlgo_t algo{};
   bool found = false;
+  bool tuned = false;
+  std::vector<cublasLtMatmulAlgo_t> candidates;
 };
+
+bool autotune_enabled() {
+  static const bool enabled = [] {
+    const char* text = std::getenv("GENESIS_GEMM_AUTOTUNE");
+    return !text || std::string_view(text) != "0";
+  }();
+  return enabled;
+}
 
 // Library handles per device, a workspace per (device, stream) (kernels that run concurrently
 // on different streams must not share scratch memory), and the cuBLASLt plan cache.
@@ -209,14 +230,56 @@ LtPlan make_plan(cublasLtHandle_t handle, const LtKey& key, const GemmEpilogue* 
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int count = 0;
-  cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &count);
+  cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
+                                                         autotune_enabled() ? kCandidates : 1, results, &count);
   GENESIS_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  plan.found = status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  plan.algo = result.algo;
+  if (status != CUBLAS_STATUS_SUCCESS) count = 0;
+  for (int i = 0; i < count; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(results[i].algo);
+  plan.found = !plan.candidates.empty();
+  if (plan.found) plan.algo = plan.candidates.front();
+  plan.tuned = plan.candidates.size() < 2;
   return plan;
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  GENESIS_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// Times each candidate (one warm-up, then kTimedRuns runs between events on `stream`; this
+// waits for the stream once per plan) and keeps the fastest. Candidates that fail to run are
+// skipped. matmul(algo) enqueues the plan's GEMM with that algorithm.
+template <class Matmul>
+void tune(LtPlan& plan, const Matmul& matmul, cudaStream_t stream) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  GENESIS_CUDA_CHECK(cudaEventCreate(&start));
+  GENESIS_CUDA_CHECK(cudaEventCreate(&stop));
+  float best_ms = 0.0f;
+  bool timed_any = false;
+  for (const cublasLtMatmulAlgo_t& algo : plan.candidates) {
+    if (matmul(algo) != CUBLAS_STATUS_SUCCESS) continue;
+    GENESIS_CUDA_CHECK(cudaEventRecord(start, stream));
+    bool ran = true;
+    for (int run = 0; run < kTimedRuns && ran; ++run) ran = matmul(algo) == CUBLAS_STATUS_SUCCESS;
+    GENESIS_CUDA_CHECK(cudaEventRecord(stop, stream));
+    GENESIS_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    GENESIS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (!ran) continue;
+    if (!timed_any || ms < best_ms * kRequiredGain) {
+      timed_any = true;
+      best_ms = ms;
+      plan.algo = algo;
+    }
+  }
+  GENESIS_CUDA_CHECK(cudaEventDestroy(start));
+  GENESIS_CUDA_CHECK(cudaEventDestroy(stop));
+  plan.tuned = true;
+  plan.candidates.clear();
 }
 
 cublasLtEpilogue_t lt_epilogue(const GemmEpilogue* e) {
@@ -267,13 +330,18 @@ bool run_lt(DType dtype, const cpu::GemmArgs& args, const GemmEpilogue* epilogue
   cublasLtHandle_t handle = context.lt(key.device);
   auto [it, inserted] = context.plans.try_emplace(key);
   if (inserted) it->second = make_plan(handle, key, epilogue);
-  const LtPlan& plan = it->second;
+  LtPlan& plan = it->second;
   if (!plan.found) return false;
   set_epilogue_pointers(plan, key, epilogue);
   const float alpha = static_cast<float>(args.alpha), beta = static_cast<float>(args.beta);
-  GENESIS_CUBLAS_CHECK(cublasLtMatmul(handle, plan.desc, &alpha, args.b, plan.a, args.a, plan.b, &beta, args.c, plan.d,
-                                      args.c, plan.d, &plan.algo, context.workspace(key.device, stream),
-                                      kWorkspaceBytes, stream));
+  void* workspace = context.workspace(key.device, stream);
+  auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(handle, plan.desc, &alpha, args.b, plan.a, args.a, plan.b, &beta, args.c, plan.d, args.c,
+                          plan.d, &algo, workspace, kWorkspaceBytes, stream);
+  };
+  // Tuning runs overwrite C, so only a GEMM that does not read it (beta = 0) tunes its plan.
+  if (!plan.tuned && beta == 0.0f && !capturing(stream)) tune(plan, matmul, stream);
+  GENESIS_CUBLAS_CHECK(matmul(plan.algo));
   return true;
 }
 

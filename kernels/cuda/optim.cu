@@ -1,7 +1,10 @@
 // Multi-tensor optimizer kernels: a launch covers up to kMaxTensorsPerLaunch tensors cut into
-// chunks of kChunk elements; blocks stride over the chunks of all of them. Each element is
+// chunks; blocks stride over the chunks of all of them. Each element is
 // read and written once (parameter, gradient, state), so the step is memory bound.
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -12,7 +15,8 @@ namespace genesis::kernels::cuda {
 
 namespace {
 
-constexpr int kChunk = 4096;
+constexpr int kChunk = 4096;        // norm and clipping
+constexpr int kUpdateChunk = 8192;  // optimizer updates: 8 packs of 4 floats per thread
 constexpr int kOptimBlock = 256;
 
 // The pointers of one launch, passed by value in the kernel arguments (under 4 KiB).
@@ -40,7 +44,7 @@ void for_each_table(std::span<const OptimTensor> tensors, Visit&& visit) {
     table.grad[i] = t.grad;
     for (int s = 0; s < 3; ++s) table.slots[s][i] = t.slots[s];
     table.n[i] = t.n;
-    table.chunk_start[i + 1] = table.chunk_start[i] + (t.n + kChunk - 1) / kChunk;
+    table.chunk_start[i + 1] = table.chunk_start[i] + (t.n + kUpdateChunk - 1) / kUpdateChunk;
     if (table.count == kMaxTensorsPerLaunch) flush();
   }
   flush();
@@ -53,20 +57,67 @@ __device__ __forceinline__ int tensor_of_chunk(const TensorTable& table, int64_t
   return t;
 }
 
-// Grid-stride over every chunk of the table; update(i, param, grad, slot0, slot1, slot2) per element.
+template <class U, int N>
+struct alignas(sizeof(U) * N) Pack {
+  U v[N];
+};
+
+__device__ __forceinline__ bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// One block per chunk of kUpdateChunk elements (the hardware scheduler balances the blocks);
+// each thread updates 16-byte packs of every buffer when all of them are aligned, elements
+// otherwise and in a tensor's ragged end. update(param, grad, slot0, slot1, slot2, has_slot0)
+// works on registers: absent slots get a dummy and are neither read nor written.
 template <class T, class G, class Update>
 __global__ void __launch_bounds__(kOptimBlock) multi_tensor_update(TensorTable table, Update update) {
+  constexpr int kPack = 16 / sizeof(T);
   const int64_t chunks = table.chunk_start[table.count];
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
     const int t = tensor_of_chunk(table, chunk);
-    const int64_t begin = (chunk - table.chunk_start[t]) * kChunk;
-    const int64_t end = begin + kChunk < table.n[t] ? begin + kChunk : table.n[t];
+    const int64_t begin = (chunk - table.chunk_start[t]) * kUpdateChunk;
+    const int64_t end = begin + kUpdateChunk < table.n[t] ? begin + kUpdateChunk : table.n[t];
     T* p = static_cast<T*>(table.param[t]);
     const G* g = static_cast<const G*>(table.grad[t]);
-    T* s0 = static_cast<T*>(table.slots[0][t]);
-    T* s1 = static_cast<T*>(table.slots[1][t]);
-    T* s2 = static_cast<T*>(table.slots[2][t]);
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) update(i, p, cast_value<T>(g[i]), s0, s1, s2);
+    T* slot[3] = {static_cast<T*>(table.slots[0][t]), static_cast<T*>(table.slots[1][t]),
+                  static_cast<T*>(table.slots[2][t])};
+    bool vectorized = aligned_to(p, 16) && aligned_to(g, sizeof(G) * kPack);
+#pragma unroll
+    for (T* s : slot) vectorized = vectorized && (!s || aligned_to(s, 16));
+    int64_t scalar_begin = begin;
+    if (vectorized) {
+      using TPack = Pack<T, kPack>;
+      using GPack = Pack<G, kPack>;
+      const int64_t packed_end = begin + (end - begin) / kPack * kPack;
+      for (int64_t i = begin + threadIdx.x * kPack; i < packed_end; i += blockDim.x * kPack) {
+        TPack pv = *reinterpret_cast<const TPack*>(p + i);
+        const GPack gv = *reinterpret_cast<const GPack*>(g + i);
+        TPack sv[3] = {};
+#pragma unroll
+        for (int s = 0; s < 3; ++s)
+          if (slot[s]) sv[s] = *reinterpret_cast<const TPack*>(slot[s] + i);
+#pragma unroll
+        for (int l = 0; l < kPack; ++l)
+          update(pv.v[l], cast_value<T>(gv.v[l]), sv[0].v[l], sv[1].v[l], sv[2].v[l], slot[0] != nullptr);
+        *reinterpret_cast<TPack*>(p + i) = pv;
+#pragma unroll
+        for (int s = 0; s < 3; ++s)
+          if (slot[s]) *reinterpret_cast<TPack*>(slot[s] + i) = sv[s];
+      }
+      scalar_begin = packed_end;
+    }
+    for (int64_t i = scalar_begin + threadIdx.x; i < end; i += blockDim.x) {
+      T pv = p[i], sv[3] = {};
+#pragma unroll
+      for (int s = 0; s < 3; ++s)
+        if (slot[s]) sv[s] = slot[s][i];
+      update(pv, cast_value<T>(g[i]), sv[0], sv[1], sv[2], slot[0] != nullptr);
+      p[i] = pv;
+#pragma unroll
+      for (int s = 0; s < 3; ++s)
+        if (slot[s]) slot[s][i] = sv[s];
+    }
   }
 }
 
@@ -85,24 +136,24 @@ struct AdamUpdate {
         wd(static_cast<T>(s.weight_decay)),
         decoupled(s.decoupled),
         amsgrad(s.amsgrad) {}
-  __device__ void operator()(int64_t i, T* p, T grad, T* m, T* v, T* v_max) const {
-    T param = p[i];
+  __device__ void operator()(T& p, T grad, T& m, T& v, T& v_max, bool) const {
+    T param = p;
     if (decoupled) {
       param *= decay;
     } else {
       grad += wd * param;
     }
-    const T mi = b1 * m[i] + (T(1) - b1) * grad;
-    const T vi = b2 * v[i] + (T(1) - b2) * grad * grad;
-    m[i] = mi;
-    v[i] = vi;
+    const T mi = b1 * m + (T(1) - b1) * grad;
+    const T vi = b2 * v + (T(1) - b2) * grad * grad;
+    m = mi;
+    v = vi;
     T second = vi;
     if (amsgrad) {
-      second = v_max[i] > vi ? v_max[i] : vi;
-      v_max[i] = second;
+      second = v_max > vi ? v_max : vi;
+      v_max = second;
     }
     const T denom = sqrt(second) / bc2_sqrt + eps;
-    p[i] = param - step_size * mi / denom;
+    p = param - step_size * mi / denom;
   }
 };
 
@@ -117,14 +168,14 @@ struct SgdUpdate {
         wd(static_cast<T>(s.weight_decay)),
         nesterov(s.nesterov),
         first_step(s.first_step) {}
-  __device__ void operator()(int64_t i, T* p, T grad, T* buf, T*, T*) const {
-    T d = grad + wd * p[i];
-    if (buf) {
-      const T b = first_step ? d : momentum * buf[i] + damp * d;
-      buf[i] = b;
+  __device__ void operator()(T& p, T grad, T& buf, T&, T&, bool has_buf) const {
+    T d = grad + wd * p;
+    if (has_buf) {
+      const T b = first_step ? d : momentum * buf + damp * d;
+      buf = b;
       d = nesterov ? d + momentum * b : b;
     }
-    p[i] -= lr * d;
+    p -= lr * d;
   }
 };
 
@@ -137,18 +188,18 @@ struct LionUpdate {
         b2(static_cast<T>(s.beta2)),
         lr(static_cast<T>(s.lr)),
         decay(static_cast<T>(1.0 - s.lr * s.weight_decay)) {}
-  __device__ void operator()(int64_t i, T* p, T grad, T* m, T*, T*) const {
-    const T c = b1 * m[i] + (T(1) - b1) * grad;
+  __device__ void operator()(T& p, T grad, T& m, T&, T&, bool) const {
+    const T c = b1 * m + (T(1) - b1) * grad;
     const T sign = c > T(0) ? T(1) : (c < T(0) ? T(-1) : T(0));
-    p[i] = p[i] * decay - lr * sign;
-    m[i] = b2 * m[i] + (T(1) - b2) * grad;
+    p = p * decay - lr * sign;
+    m = b2 * m + (T(1) - b2) * grad;
   }
 };
 
 template <class T, class G, class Update>
 void launch_update(std::span<const OptimTensor> tensors, const Update& update, cudaStream_t stream) {
   for_each_table(tensors, [&](const TensorTable& table) {
-    const unsigned blocks = grid_size(table.chunk_start[table.count] * kOptimBlock, kOptimBlock);
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(table.chunk_start[table.count], INT_MAX));
     multi_tensor_update<T, G><<<blocks, kOptimBlock, 0, stream>>>(table, update);
     GENESIS_CUDA_LAUNCH_CHECK();
   });

@@ -23,6 +23,8 @@ namespace {
 constexpr size_t kMinBlockSize = 512;           // every block size is a multiple of this
 constexpr size_t kSmallSize = size_t{1} << 20;  // largest request served by the small pool
 constexpr size_t kSegmentSize = size_t{2} << 20;
+// Large blocks above this are never split (see the header): splitting them is what strands memory.
+constexpr size_t kMaxSplitSize = size_t{32} << 20;
 // Requests beyond this cannot be rounded without overflow; no device has that much memory.
 constexpr size_t kMaxRequest = size_t{1} << 60;
 
@@ -194,6 +196,8 @@ CachingAllocator::Block* CachingAllocator::take_cached_block(cudaStream_t stream
   auto it = pool.lower_bound(&key);  // the smallest cached block of this stream that fits
   if (it == pool.end() || (*it)->stream != stream) return nullptr;
   Block* block = *it;
+  // Every later block is larger, so when the best fit is an oversize block that is too loose, all are.
+  if (!small && block->size > kMaxSplitSize && (size <= kMaxSplitSize || block->size - size > size / 8)) return nullptr;
   pool.erase(it);
   return block;
 }
@@ -203,14 +207,16 @@ CachingAllocator::Block* CachingAllocator::new_segment(cudaStream_t stream, size
   void* ptr = nullptr;
   bool retried = false;
   while (true) {
-    if (stats_.reserved + segment <= limit_) {
+    const bool within_limit = stats_.reserved + segment <= limit_;
+    if (within_limit) {
       cudaError_t err = cudaMalloc(&ptr, segment);
       if (err == cudaSuccess) break;
       if (err != cudaErrorMemoryAllocation) throw_cuda_error(err, "cudaMalloc", __FILE__, __LINE__);
       cudaGetLastError();  // out of memory is not sticky: clear it before trying again
     }
     if (retried) throw_out_of_memory(requested);
-    release_free_segments();
+    // Over the cap, the largest free segments make room; when the driver itself is out of memory, all go.
+    release_free_segments(within_limit ? std::numeric_limits<size_t>::max() : stats_.reserved + segment - limit_);
     retried = true;
   }
   ++stats_.num_cuda_mallocs;
@@ -225,6 +231,7 @@ CachingAllocator::Block* CachingAllocator::new_segment(cudaStream_t stream, size
 }
 
 void CachingAllocator::split(Block* block, size_t size) {
+  if (!block->small && block->size > kMaxSplitSize) return;
   size_t rest_size = block->size - size;
   // A large-pool rest of at most 1 MiB could only serve small requests, which never use this pool.
   bool worth_keeping = block->small ? rest_size >= kMinBlockSize : rest_size > kSmallSize;
@@ -242,7 +249,7 @@ void CachingAllocator::split(Block* block, size_t size) {
   pool_of(rest->small).insert(rest);
 }
 
-void CachingAllocator::release_free_segments() {
+void CachingAllocator::release_free_segments(size_t bytes) {
   process_pending_frees(true);
   std::vector<Block*> whole;
   for (Pool* pool : {&small_pool_, &large_pool_}) {
@@ -250,12 +257,16 @@ void CachingAllocator::release_free_segments() {
       if (!block->prev && !block->next) whole.push_back(block);
   }
   if (whole.empty()) return;
+  std::sort(whole.begin(), whole.end(), [](const Block* a, const Block* b) { return a->size > b->size; });
   // Cached blocks may still be read by kernels enqueued before they were freed.
   GENESIS_CUDA_CHECK(cudaDeviceSynchronize());
+  size_t released = 0;
   for (Block* block : whole) {
+    if (released >= bytes) break;
     pool_of(block->small).erase(block);
     GENESIS_CUDA_CHECK(cudaFree(block->ptr));
     stats_.reserved -= block->size;
+    released += block->size;
     delete block;
   }
 }
@@ -263,7 +274,7 @@ void CachingAllocator::release_free_segments() {
 void CachingAllocator::empty_cache() {
   DeviceGuard guard(device_);
   std::lock_guard lock(mutex_);
-  release_free_segments();
+  release_free_segments(std::numeric_limits<size_t>::max());
 }
 
 MemoryStats CachingAllocator::stats() const {

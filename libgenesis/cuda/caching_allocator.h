@@ -7,6 +7,10 @@
 // requests). A cached block is found by best fit in a set ordered by (stream, size, address)
 // and split when the rest is worth keeping (any rest in the small pool, more than 1 MiB in the
 // large one); freeing merges a block with its free neighbours of the same segment.
+// Oversize blocks (above 32 MiB, PyTorch's max_split_size idea) are never split: they serve
+// only requests above 32 MiB that leave at most an eighth of the request unused. A small live
+// block inside a big segment would otherwise strand the rest, which under a cap no later big
+// request can use and which cannot go back to the driver.
 //
 // Streams: a block belongs to the stream that was current when it was allocated. Freeing
 // returns it to that stream's pool without synchronizing, and only allocations on the same
@@ -16,8 +20,9 @@
 // of them have completed (checked without blocking at the next allocation).
 //
 // Limits: GENESIS_CUDA_MEMORY_FRACTION=f, f in (0, 1], caps the reserved bytes at f times the
-// device's total memory. When a segment cannot be obtained (cap reached or cudaMalloc failing),
-// the allocator releases its unused segments and tries once more, then throws genesis::Error
+// device's total memory. When a segment cannot be obtained, the allocator releases unused
+// segments (largest first, as many as the cap needs; all when cudaMalloc fails) and tries once
+// more, then throws genesis::Error
 // ("CUDA out of memory: ...") with the request and the statistics.
 //
 // Nothing here touches the GPU until the first CUDA tensor of a device is allocated.
@@ -111,7 +116,8 @@ class CachingAllocator final : public Allocator {
   // Returns pending blocks whose events have completed to their pool (all of them, waiting for
   // the events, when `wait` is set).
   void process_pending_frees(bool wait);
-  void release_free_segments();
+  // Returns fully free segments to the driver, largest first, until at least `bytes` went back.
+  void release_free_segments(size_t bytes);
   size_t inactive_split_bytes() const;  // caller holds mutex_
   [[noreturn]] void throw_out_of_memory(size_t requested) const;
 
