@@ -254,6 +254,16 @@ GENESIS_CUDA_PARITY("embedding") {
                             {random_input({1000, 1027}, dtype)}, forward_tolerance(dtype));
     }
   }
+  // A large table picked at few positions (most rows zero, the device sort's row starts found by
+  // binary search), and no positions at all.
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Tensor few = random_input({37}, DType::i64, 0, 5000);
+    check_backward_parity([few](const TensorList& in) { return embedding(few.to(in[0].device()), in[0]); },
+                          {random_input({5000, 24}, dtype)}, forward_tolerance(dtype));
+    Tensor none = random_input({0}, DType::i64, 0, 7);
+    check_backward_parity([none](const TensorList& in) { return embedding(none.to(in[0].device()), in[0]); },
+                          {random_input({7, 16}, dtype)}, forward_tolerance(dtype));
+  }
   // Many positions into few rows: long in-order sums, the same bits every run.
   Tensor indices = random_input({4000}, DType::i64, 0, 10);
   check_backward_parity([indices](const TensorList& in) { return embedding(indices.to(in[0].device()), in[0]); },

@@ -4,6 +4,8 @@
 // longer rows by one block each. Sums and maxima are shuffle trees (then a fixed-order pass over
 // the per-warp results), so every run gives the same bits. The weight/bias gradients of the
 // norms and the embedding gradient sum in a fixed order too: no atomics anywhere.
+#include <cub/device/device_radix_sort.cuh>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include "kernels/cuda/nn.h"
 #include "kernels/cuda/nn_rows.cuh"
 #include "kernels/cuda/row_reduce.cuh"
+#include "libgenesis/core/error.h"
 
 namespace genesis::kernels::cuda {
 
@@ -255,6 +258,53 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Position i of the indices: its value (the sort key) and i (the payload).
+template <class I>
+__global__ void embedding_sort_inputs(int64_t n, const I* index, unsigned long long* keys, int64_t* positions) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    keys[i] = static_cast<unsigned long long>(index[i]);
+    positions[i] = i;
+  }
+}
+
+// start[v] for v <= num: the first sorted slot whose key is at least v (a binary search).
+__global__ void embedding_row_starts(int64_t n, int64_t num, const unsigned long long* sorted_keys, int64_t* start) {
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v <= num;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (sorted_keys[mid] < static_cast<unsigned long long>(v)) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    start[v] = lo;
+  }
+}
+
+// Workspace regions start on 256-byte boundaries (what cub expects of its temporary storage).
+size_t aligned(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+// The radix sort only looks at the key bits that indices below `num` use.
+int key_bits(int64_t num) {
+  int bits = 1;
+  while (bits < 63 && (int64_t{1} << bits) < num) ++bits;
+  return bits;
+}
+
+size_t sort_temp_bytes(int64_t n, int64_t num) {
+  size_t bytes = 0;
+  GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, bytes, static_cast<const unsigned long long*>(nullptr), static_cast<unsigned long long*>(nullptr),
+      static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), n, 0, key_bits(num)));
+  return bytes;
+}
+
 // Whole 16-byte packs of `bytes` at 16-byte aligned addresses.
 bool packs_of_16(int64_t bytes, std::initializer_list<const void*> pointers) {
   if (bytes % 16 != 0) return false;
@@ -373,9 +423,38 @@ void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int
   });
 }
 
-void embedding_backward(DType dtype, int64_t num, int64_t dim, const int64_t* start, const int64_t* order,
-                        const void* grad_out, int64_t padding_idx, void* grad_weight, cudaStream_t stream) {
+size_t embedding_backward_workspace_bytes(int64_t n, int64_t num) {
+  return 4 * aligned(static_cast<size_t>(n) * sizeof(int64_t)) +
+         aligned(static_cast<size_t>(num + 1) * sizeof(int64_t)) + sort_temp_bytes(n, num);
+}
+
+void embedding_backward(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t num, int64_t dim,
+                        const void* grad_out, int64_t padding_idx, void* grad_weight, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) {
   if (num * dim <= 0) return;
+  GENESIS_CHECK(workspace_bytes >= embedding_backward_workspace_bytes(n, num), ValueError,
+                "embedding backward: workspace of ", workspace_bytes, " bytes is too small");
+  // Stable sort of (index, position): each row's positions become one ascending run.
+  char* base = static_cast<char*>(workspace);
+  const size_t region = aligned(static_cast<size_t>(n) * sizeof(int64_t));
+  auto* keys = reinterpret_cast<unsigned long long*>(base);
+  auto* sorted_keys = reinterpret_cast<unsigned long long*>(base + region);
+  auto* positions = reinterpret_cast<int64_t*>(base + 2 * region);
+  auto* order = reinterpret_cast<int64_t*>(base + 3 * region);
+  auto* start = reinterpret_cast<int64_t*>(base + 4 * region);
+  void* sort_temp = base + 4 * region + aligned(static_cast<size_t>(num + 1) * sizeof(int64_t));
+  if (n > 0) {
+    GENESIS_DISPATCH_INDEX(index_dtype, "embedding backward", {
+      embedding_sort_inputs<scalar_t>
+          <<<grid_size(n), kBlockSize, 0, stream>>>(n, static_cast<const scalar_t*>(index), keys, positions);
+      GENESIS_CUDA_LAUNCH_CHECK();
+    });
+    size_t temp_bytes = sort_temp_bytes(n, num);
+    GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp, temp_bytes, keys, sorted_keys, positions, order, n, 0,
+                                                       key_bits(num), stream));
+  }
+  embedding_row_starts<<<grid_size(num + 1), kBlockSize, 0, stream>>>(n, num, sorted_keys, start);
+  GENESIS_CUDA_LAUNCH_CHECK();
   const unsigned grid = grid_size(num * kWarp, kThreads);
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "embedding backward", {
     using T = scalar_t;

@@ -5,6 +5,7 @@
 // are deterministic. Index values must be validated before the embedding kernels run.
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "libgenesis/core/dtype.h"
@@ -33,10 +34,14 @@ void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, 
 // out[i, :] = weight[index[i], :] for n indices into weight [num, dim].
 void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t dim, const void* weight, void* out,
                cudaStream_t stream);
-// grad_weight [num, dim]: row v sums the grad_out rows order[start[v]], ..., order[start[v + 1] - 1]
-// (the positions that picked v, ascending); the row padding_idx (when >= 0) stays zero. start
-// [num + 1] and order [n] are i64 device buffers (a stable counting sort of the indices).
-void embedding_backward(DType dtype, int64_t num, int64_t dim, const int64_t* start, const int64_t* order,
-                        const void* grad_out, int64_t padding_idx, void* grad_weight, cudaStream_t stream);
+// Bytes of device workspace embedding_backward needs for n indices into num rows.
+size_t embedding_backward_workspace_bytes(int64_t n, int64_t num);
+// grad_weight [num, dim]: row v sums the grad_out rows at the positions i with index[i] == v
+// in ascending order (a stable radix sort of the n contiguous, validated indices on the
+// device); the row padding_idx (when >= 0) stays zero. `workspace` holds
+// embedding_backward_workspace_bytes(n, num) bytes.
+void embedding_backward(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t num, int64_t dim,
+                        const void* grad_out, int64_t padding_idx, void* grad_weight, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace genesis::kernels::cuda

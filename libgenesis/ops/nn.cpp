@@ -180,25 +180,6 @@ Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& 
   return y;
 }
 
-#if GENESIS_WITH_CUDA
-// Stable counting sort of host indices (valid for `num` rows), for the CUDA embedding gradient:
-// i64 [start (num + 1) | order (n)], where row v was picked at positions order[start[v]..start[v + 1]).
-Tensor group_by_index(const Tensor& index, int64_t num) {
-  const int64_t n = index.numel();
-  std::vector<int64_t> groups(static_cast<size_t>(num + 1 + n), 0);
-  int64_t* start = groups.data();
-  int64_t* order = start + num + 1;
-  GENESIS_DISPATCH_INDEX(index.dtype(), "embedding", {
-    const auto* values = static_cast<const scalar_t*>(index.data_ptr());
-    for (int64_t i = 0; i < n; ++i) ++start[static_cast<int64_t>(values[i]) + 1];
-    for (int64_t v = 0; v < num; ++v) start[v + 1] += start[v];
-    std::vector<int64_t> next(start, start + num);
-    for (int64_t i = 0; i < n; ++i) order[next[static_cast<size_t>(values[i])]++] = i;
-  });
-  return from_vector(groups, {num + 1 + n}, {.dtype = DType::i64});
-}
-#endif
-
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t axis) {
@@ -233,10 +214,14 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
     pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
   }
   Tensor idx = indices.contiguous();
-  // CUDA indices are validated on a host copy (this waits for the stream); the backward pass
-  // groups the same host copy by row.
-  Tensor host_idx = idx.device().is_cpu() ? idx : idx.to(kCPU);
-  detail::check_index_values("embedding", host_idx, num, std::nullopt, "index", "embeddings");
+  if (idx.device().is_cpu()) {
+    detail::check_index_values("embedding", idx, num, std::nullopt, "index", "embeddings");
+  } else {
+    // A device pass finds the first bad index; only its result is read back.
+    const detail::BadIndex bad = detail::first_index_out_of_range(idx, num);
+    GENESIS_CHECK(bad.position < 0, IndexError, "embedding: index ", bad.value, " is out of range for ", num,
+                  " embeddings");
+  }
   Shape out_shape = indices.shape();
   out_shape.push_back(dim);
   Tensor out = empty(out_shape, {.dtype = weight.dtype(), .device = weight.device()});
@@ -253,7 +238,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
   }
   if (needs_grad({weight})) {
     record("embedding", {weight}, {out},
-           [num, dim, pad, dt = weight.dtype(), device = weight.device(), idxs = saved(host_idx)](const TensorList& g) {
+           [num, dim, pad, dt = weight.dtype(), device = weight.device(), idxs = saved(idx)](const TensorList& g) {
              Tensor gy = g[0].to(dt).contiguous();
              Tensor gw = empty({num, dim}, {.dtype = dt, .device = device});
              if (device.is_cpu()) {
@@ -261,10 +246,11 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
                                                 gy.data_ptr(), pad, gw.data_ptr());
              } else {
                GENESIS_ON_CUDA({
-                 Tensor groups = group_by_index(idxs, num).to(device);
-                 const int64_t* start = groups.data<int64_t>();
-                 kernels::cuda::embedding_backward(dt, num, dim, start, start + num + 1, gy.data_ptr(), pad,
-                                                   gw.data_ptr(), cuda::current_stream());
+                 const size_t bytes = kernels::cuda::embedding_backward_workspace_bytes(idxs.numel(), num);
+                 Tensor workspace = empty({static_cast<int64_t>(bytes)}, {.dtype = DType::boolean, .device = device});
+                 kernels::cuda::embedding_backward(dt, idxs.dtype(), idxs.numel(), idxs.data_ptr(), num, dim,
+                                                   gy.data_ptr(), pad, gw.data_ptr(), workspace.data_ptr(), bytes,
+                                                   cuda::current_stream());
                });
              }
              return TensorList{gw};
