@@ -214,14 +214,6 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
     pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
   }
   Tensor idx = indices.contiguous();
-  if (idx.device().is_cpu()) {
-    detail::check_index_values("embedding", idx, num, std::nullopt, "index", "embeddings");
-  } else {
-    // A device pass finds the first bad index; only its result is read back.
-    const detail::BadIndex bad = detail::first_index_out_of_range(idx, num);
-    GENESIS_CHECK(bad.position < 0, IndexError, "embedding: index ", bad.value, " is out of range for ", num,
-                  " embeddings");
-  }
   Shape out_shape = indices.shape();
   out_shape.push_back(dim);
   Tensor out = empty(out_shape, {.dtype = weight.dtype(), .device = weight.device()});
@@ -229,11 +221,21 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
     NoGradGuard forward_only;
     Tensor wc = weight.contiguous();
     if (weight.device().is_cpu()) {
+      detail::check_index_values("embedding", idx, num, std::nullopt, "index", "embeddings");
       kernels::cpu::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), dim, wc.data_ptr(),
                               out.data_ptr());
     } else {
-      GENESIS_ON_CUDA(kernels::cuda::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), dim,
-                                               wc.data_ptr(), out.data_ptr(), cuda::current_stream()));
+      GENESIS_ON_CUDA({
+        // The gather checks the indices as it goes; only the first bad position is read back.
+        Tensor first_bad = empty({1}, {.dtype = DType::i64, .device = weight.device()});
+        kernels::cuda::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), num, dim, wc.data_ptr(),
+                                 out.data_ptr(), first_bad.data<int64_t>(), cuda::current_stream());
+        const int64_t position = first_bad.to(kCPU).data<int64_t>()[0];
+        if (position >= 0) {
+          const int64_t value = idx.reshape({-1}).narrow(0, position, 1).to(kCPU).to(DType::i64).data<int64_t>()[0];
+          GENESIS_THROW(IndexError, "embedding: index ", value, " is out of range for ", num, " embeddings");
+        }
+      });
     }
   }
   if (needs_grad({weight})) {
