@@ -2,6 +2,7 @@
 // or the whole block) holds one row of nvec 16-byte packs in registers, pack j in thread
 // j % kGroup, slot j / kGroup. Inputs are read once and the output written once; the row
 // statistics are shuffle trees in f32, so every run gives the same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -277,8 +278,12 @@ bool packable(int64_t cols, std::initializer_list<const void*> pointers) {
       break;                                             \
   }
 
+// Blocks for one row per group of `group` threads: blocks past the resident ones start as
+// others finish, which evens out the tail better than a grid-stride loop.
 unsigned row_grid(int64_t rows, int group) {
-  return grid_size(rows * group, kThreads);
+  const int64_t groups_per_block = kThreads / group;
+  const int64_t blocks = (rows + groups_per_block - 1) / groups_per_block;
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 20));
 }
 
 }  // namespace
