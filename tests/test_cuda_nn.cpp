@@ -100,8 +100,11 @@ void check_softmax_family(const AxisFn& op) {
                             grad_tolerance);
     }
     // Contiguous rows 4 bytes off a 16-byte boundary take the scalar path.
-    check_parity([&op](const TensorList& in) { return op(in[0].slice(0, 1, 1 + 6 * 768).view({6, 768}), -1); },
-                 {random_input({1 + 6 * 768}, dtype, -5, 5)}, tolerance);
+    check_parity(
+        [&op](const TensorList& in) {
+          return op(in[0].slice(0, 1, 1 + 6 * 768).view({6, 768}), -1);
+        },
+        {random_input({1 + 6 * 768}, dtype, -5, 5)}, tolerance);
   }
   check_deterministic([&op](const TensorList& in) { return op(in[0], 1); }, {random_input({8, 5000}, DType::f32)});
 }
@@ -113,9 +116,9 @@ struct NormCase {
 // Warp-per-row and block-per-row row lengths, several trailing dims, a single element, no rows;
 // register rows of a warp (200, 768, 1024) or a block (1536, 4096, 8192), row counts off the
 // 8-rows-per-block boundary.
-const NormCase kNormCases[] = {{{37, 129}, {129}},  {{3, 5, 7}, {5, 7}},   {{4, 3001}, {3001}},  {{2, 1025}, {1025}},
-                               {{1, 1}, {1}},       {{0, 16}, {16}},       {{5, 2, 3}, {2, 3}},  {{300, 20}, {20}},
-                               {{21, 200}, {200}},  {{19, 768}, {768}},    {{3, 3, 1024}, {1024}}, {{5, 1536}, {1536}},
+const NormCase kNormCases[] = {{{37, 129}, {129}},  {{3, 5, 7}, {5, 7}}, {{4, 3001}, {3001}},    {{2, 1025}, {1025}},
+                               {{1, 1}, {1}},       {{0, 16}, {16}},     {{5, 2, 3}, {2, 3}},    {{300, 20}, {20}},
+                               {{21, 200}, {200}},  {{19, 768}, {768}},  {{3, 3, 1024}, {1024}}, {{5, 1536}, {1536}},
                                {{3, 4096}, {4096}}, {{2, 8192}, {8192}}};
 
 using NormFn = std::function<Tensor(const Tensor& x, const Shape& normalized, const Tensor& w, const Tensor& b)>;

@@ -4,11 +4,10 @@
 // longer rows by one block each. Sums and maxima are shuffle trees (then a fixed-order pass over
 // the per-warp results), so every run gives the same bits. The weight/bias gradients of the
 // norms and the embedding gradient sum in a fixed order too: no float atomics.
-#include <cub/device/device_radix_sort.cuh>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
 #include <initializer_list>
 #include <limits>
 
@@ -181,8 +180,8 @@ constexpr int kSlices = kThreads / kWarp;
 // then the slice sums are added in slice order. blockIdx.y picks the weight (0) or bias (1).
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    sum_column_partials(int64_t chunks, int64_t cols, const float_acc_t<T>* partial_w,
-                        const float_acc_t<T>* partial_b, T* grad_weight, T* grad_bias) {
+    sum_column_partials(int64_t chunks, int64_t cols, const float_acc_t<T>* partial_w, const float_acc_t<T>* partial_b,
+                        T* grad_weight, T* grad_bias) {
   using A = float_acc_t<T>;
   __shared__ A slice_sums[kSlices][kWarp];
   const A* partial = blockIdx.y == 0 ? partial_w : partial_b;
@@ -378,8 +377,8 @@ void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, 
   // The register path takes f32, f16 and bf16 only, whose partials are f32.
   float* partials_f32 = want_partials ? static_cast<float*>(partials) : nullptr;
   const bool fused = norm_backward_in_registers(
-      dtype, centered, rows, cols, chunks, x, weight, mean, rstd, grad_y, grad_x,
-      grad_weight ? partials_f32 : nullptr, grad_bias && partials_f32 ? partials_f32 + chunks * cols : nullptr, stream);
+      dtype, centered, rows, cols, chunks, x, weight, mean, rstd, grad_y, grad_x, grad_weight ? partials_f32 : nullptr,
+      grad_bias && partials_f32 ? partials_f32 + chunks * cols : nullptr, stream);
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "norm backward", {
     using T = scalar_t;
     using A = float_acc_t<T>;
@@ -424,8 +423,8 @@ void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int
         embedding_gather<uint4, scalar_t><<<grid, kThreads, 0, stream>>>(
             n, num, bytes / 16, ids, static_cast<const uint4*>(weight), static_cast<uint4*>(out), first);
       } else {
-        embedding_gather<T, scalar_t><<<grid, kThreads, 0, stream>>>(
-            n, num, dim, ids, static_cast<const T*>(weight), static_cast<T*>(out), first);
+        embedding_gather<T, scalar_t><<<grid, kThreads, 0, stream>>>(n, num, dim, ids, static_cast<const T*>(weight),
+                                                                     static_cast<T*>(out), first);
       }
       GENESIS_CUDA_LAUNCH_CHECK();
     });

@@ -29,9 +29,8 @@ template <class T>
 using Packed = rows::Pack<T, kPack<T>>;
 
 // Slots fill in order, so the first slot past the row ends it.
-#define GENESIS_FOR_EACH_SLOT(k, j)                  \
-  _Pragma("unroll") for (int k = 0; k < kSlots; ++k) \
-    if (const int j = lane + k * kGroup; j < nvec)
+#define GENESIS_FOR_EACH_SLOT(k, j) \
+  _Pragma("unroll") for (int k = 0; k < kSlots; ++k) if (const int j = lane + k * kGroup; j < nvec)
 
 template <int kGroup, int kSlots, class T>
 __device__ __forceinline__ void load_row(const T* row, int nvec, int lane, Packed<T> (&data)[kSlots]) {
@@ -104,9 +103,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // Mean (when centered) and the sum of squared deviations both from the registers.
 template <int kGroup, int kSlots, class T>
-__global__ void __launch_bounds__(kThreads)
-    norm_kernel(bool centered, int64_t rows, int nvec, const T* x, const T* w, const T* b, float eps, T* y,
-                float* mean, float* rstd) {
+__global__ void __launch_bounds__(kThreads) norm_kernel(bool centered, int64_t rows, int nvec, const T* x, const T* w,
+                                                        const T* b, float eps, T* y, float* mean, float* rstd) {
   constexpr int N = kPack<T>;
   __shared__ float shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
@@ -313,9 +311,9 @@ bool softmax_backward_in_registers(DType dtype, bool log, int64_t rows, int64_t 
     const int64_t nvec = dim / kPack<T>;
     launched = with_register_row(nvec, [&](auto group, auto slots) {
       constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
-      softmax_backward_kernel<kGroup, kSlots, T><<<row_grid(rows, kGroup), kThreads, 0, stream>>>(
-          log, rows, static_cast<int>(nvec), static_cast<const T*>(y), static_cast<const T*>(grad_y),
-          static_cast<T*>(grad_x));
+      softmax_backward_kernel<kGroup, kSlots, T>
+          <<<row_grid(rows, kGroup), kThreads, 0, stream>>>(log, rows, static_cast<int>(nvec), static_cast<const T*>(y),
+                                                            static_cast<const T*>(grad_y), static_cast<T*>(grad_x));
     });
   });
   return launched;

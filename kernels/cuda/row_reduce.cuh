@@ -86,7 +86,8 @@ __device__ __forceinline__ void store_pack(Pack<T, N>* p, const Pack<T, N>& valu
 
 // Rows handled by the thread's group of kGroup threads: a grid-stride loop over rows in steps
 // of the groups in flight.
-#define GENESIS_FOR_EACH_GROUP_ROW(ROW, ROW_COUNT)                                                    \
+#define GENESIS_FOR_EACH_GROUP_ROW(ROW, ROW_COUNT)                                                            \
   for (int64_t ROW = static_cast<int64_t>(blockIdx.x) * (::genesis::kernels::cuda::rows::kThreads / kGroup) + \
-                     threadIdx.x / kGroup;                                                            \
-       ROW < (ROW_COUNT); ROW += static_cast<int64_t>(gridDim.x) * (::genesis::kernels::cuda::rows::kThreads / kGroup))
+                     threadIdx.x / kGroup;                                                                    \
+       ROW < (ROW_COUNT);                                                                                     \
+       ROW += static_cast<int64_t>(gridDim.x) * (::genesis::kernels::cuda::rows::kThreads / kGroup))
