@@ -54,10 +54,14 @@ struct SoftmaxCase {
   Shape shape;
   int64_t axis;
 };
-// Warp-per-row (<= 1024) and block-per-row lengths, other axes, a 0-d input and empty inputs.
-const SoftmaxCase kSoftmaxCases[] = {{{37, 129}, -1}, {{3, 5, 7}, 2}, {{5, 3001}, 1}, {{2, 1025}, -1},
-                                     {{1, 1}, 1},     {{}, 0},        {{37, 129}, 0}, {{3, 5, 7}, 1},
-                                     {{3, 5, 7}, -3}, {{0, 5}, 1},    {{4, 0}, 1}};
+// Warp-per-row (<= 1024) and block-per-row lengths, other axes, a 0-d input and empty inputs;
+// rows of 16-byte packs held in registers by a warp (200, 768, 1024: 2 to 8 packs per lane) or
+// a block (1536, 4096, 8192, 16384), row counts off the 8-rows-per-block boundary.
+const SoftmaxCase kSoftmaxCases[] = {{{37, 129}, -1}, {{3, 5, 7}, 2},   {{5, 3001}, 1},  {{2, 1025}, -1},
+                                     {{1, 1}, 1},     {{}, 0},          {{37, 129}, 0},  {{3, 5, 7}, 1},
+                                     {{3, 5, 7}, -3}, {{0, 5}, 1},      {{4, 0}, 1},     {{21, 200}, -1},
+                                     {{19, 768}, 1},  {{9, 1024}, -1},  {{5, 1536}, -1}, {{3, 4096}, -1},
+                                     {{2, 8192}, 1},  {{2, 16384}, -1}, {{17, 8}, -1}};
 
 void check_softmax_family(const AxisFn& op) {
   for (DType dtype : kFloatDTypes) {
@@ -90,6 +94,17 @@ void check_softmax_family(const AxisFn& op) {
                           grad_tolerance);
     check_backward_parity([&op](const TensorList& in) { return op(in[0], 1); }, {random_input({3, 5, 7}, dtype)},
                           grad_tolerance);
+    for (const Shape& packed : {Shape{19, 768}, Shape{9, 1024}, Shape{3, 4096}, Shape{2, 8192}}) {
+      INFO("packed rows " << shape_str(packed));
+      check_backward_parity([&op](const TensorList& in) { return op(in[0], -1); }, {random_input(packed, dtype)},
+                            grad_tolerance);
+    }
+    // Contiguous rows 4 bytes off a 16-byte boundary take the scalar path.
+    check_parity(
+        [&op](const TensorList& in) {
+          return op(in[0].slice(0, 1, 1 + 6 * 768).view({6, 768}), -1);
+        },
+        {random_input({1 + 6 * 768}, dtype, -5, 5)}, tolerance);
   }
   check_deterministic([&op](const TensorList& in) { return op(in[0], 1); }, {random_input({8, 5000}, DType::f32)});
 }
@@ -98,11 +113,22 @@ struct NormCase {
   Shape x;
   Shape normalized;
 };
-// Warp-per-row and block-per-row row lengths, several trailing dims, a single element, no rows.
-const NormCase kNormCases[] = {{{37, 129}, {129}}, {{3, 5, 7}, {5, 7}}, {{4, 3001}, {3001}}, {{2, 1025}, {1025}},
-                               {{1, 1}, {1}},      {{0, 16}, {16}},     {{5, 2, 3}, {2, 3}}, {{300, 20}, {20}}};
+// Warp-per-row and block-per-row row lengths, several trailing dims, a single element, no rows;
+// register rows of a warp (200, 768, 1024) or a block (1536, 4096, 8192), row counts off the
+// 8-rows-per-block boundary.
+const NormCase kNormCases[] = {{{37, 129}, {129}},  {{3, 5, 7}, {5, 7}}, {{4, 3001}, {3001}},    {{2, 1025}, {1025}},
+                               {{1, 1}, {1}},       {{0, 16}, {16}},     {{5, 2, 3}, {2, 3}},    {{300, 20}, {20}},
+                               {{21, 200}, {200}},  {{19, 768}, {768}},  {{3, 3, 1024}, {1024}}, {{5, 1536}, {1536}},
+                               {{3, 4096}, {4096}}, {{2, 8192}, {8192}}};
 
 using NormFn = std::function<Tensor(const Tensor& x, const Shape& normalized, const Tensor& w, const Tensor& b)>;
+
+// op with weight and, when `has_bias`, bias from inputs 1 and 2.
+Fn with_weight(const NormFn& op, bool has_bias, const Shape& normalized) {
+  return [op, has_bias, normalized](const TensorList& in) {
+    return op(in[0], normalized, in[1], has_bias ? in[2] : Tensor());
+  };
+}
 
 // op with weight and bias (when `has_bias`), with weight only and with neither, over kNormCases,
 // non-contiguous operands, every floating dtype; gradients of x, weight and bias.
@@ -137,6 +163,17 @@ void check_norm(const NormFn& op, bool has_bias) {
     if (has_bias) strided_params.push_back(random_input({258}, dtype, -1, 1));
     check_parity(strided, strided_params, tolerance);
     check_backward_parity(strided, strided_params, grad_tolerance);
+    // Rows 4 bytes off a 16-byte boundary take the scalar path.
+    auto misaligned = [&op](const TensorList& in) {
+      return op(in[0].slice(0, 1, 1 + 6 * 768).view({6, 768}), {768}, in[1], Tensor());
+    };
+    check_backward_parity(misaligned, {random_input({1 + 6 * 768}, dtype, -2, 3), random_input({768}, dtype, 0.5, 1.5)},
+                          grad_tolerance);
+    // Many rows per block of the fused backward: 2500 rows over at most 2 x 132 blocks of 8 warps.
+    TensorList tall = {random_input({2500, 768}, dtype, -2, 3), random_input({768}, dtype, 0.5, 1.5)};
+    if (has_bias) tall.push_back(random_input({768}, dtype, -1, 1));
+    check_backward_parity(with_weight(op, has_bias, {768}), tall,
+                          dtype == DType::f32 || dtype == DType::f64 ? Tolerance{1e-4, 1e-4} : grad_tolerance);
   }
   // Many rows: the weight gradient adds many row chunks; the same bits every run.
   TensorList many_rows = {random_input({3000, 64}, DType::f32, -2, 3), random_input({64}, DType::f32, 0.5, 1.5),
@@ -208,10 +245,27 @@ GENESIS_CUDA_PARITY("embedding") {
                    {random_input({0}, DType::i64, 0, 50).to(index_dtype), weight}, {});
       check_parity([](const TensorList& in) { return embedding(in[0], in[1]); },
                    {random_input({5, 3}, DType::i64, 0, 1000).to(index_dtype), random_input({1000, 1027}, dtype)}, {});
+      // Rows of 16-byte packs, picked several times each.
+      Tensor packed_ids = random_input({9, 11}, DType::i64, 0, 40).to(index_dtype);
+      check_parity([](const TensorList& in) { return embedding(in[0], in[1]); },
+                   {packed_ids, random_input({40, 768}, dtype)}, {});
+      check_backward_parity(
+          [packed_ids](const TensorList& in) { return embedding(packed_ids.to(in[0].device()), in[0], 5); },
+          {random_input({40, 768}, dtype)}, forward_tolerance(dtype));
       Tensor sparse = random_input({5, 3}, DType::i64, 0, 1000).to(index_dtype);
       check_backward_parity([sparse](const TensorList& in) { return embedding(sparse.to(in[0].device()), in[0]); },
                             {random_input({1000, 1027}, dtype)}, forward_tolerance(dtype));
     }
+  }
+  // A large table picked at few positions (most rows zero, the device sort's row starts found by
+  // binary search), and no positions at all.
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    Tensor few = random_input({37}, DType::i64, 0, 5000);
+    check_backward_parity([few](const TensorList& in) { return embedding(few.to(in[0].device()), in[0]); },
+                          {random_input({5000, 24}, dtype)}, forward_tolerance(dtype));
+    Tensor none = random_input({0}, DType::i64, 0, 7);
+    check_backward_parity([none](const TensorList& in) { return embedding(none.to(in[0].device()), in[0]); },
+                          {random_input({7, 16}, dtype)}, forward_tolerance(dtype));
   }
   // Many positions into few rows: long in-order sums, the same bits every run.
   Tensor indices = random_input({4000}, DType::i64, 0, 10);

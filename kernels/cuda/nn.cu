@@ -1,69 +1,37 @@
-// CUDA kernels of the softmax family, layer/RMS norm and embedding. Rows up to kWarpRowLimit
-// long are handled by one warp each, longer rows by one block each; sums and maxima are
-// shuffle trees (then a fixed-order pass over the per-warp results), so every run gives the
-// same bits. The weight/bias gradients of the norms and the embedding gradient sum in a fixed
-// order too: no atomics anywhere.
+// CUDA kernels of the softmax family, layer/RMS norm and embedding. Rows of 16-byte packs that
+// fit in registers go to nn_rows.cu; the scalar path here takes the rest (f64, odd widths,
+// misaligned views, very long rows): rows up to kWarpRowLimit long are handled by one warp each,
+// longer rows by one block each. Sums and maxima are shuffle trees (then a fixed-order pass over
+// the per-warp results), so every run gives the same bits. The weight/bias gradients of the
+// norms and the embedding gradient sum in a fixed order too: no float atomics.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
+#include <initializer_list>
 #include <limits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/nn.h"
+#include "kernels/cuda/nn_rows.cuh"
+#include "kernels/cuda/row_reduce.cuh"
+#include "libgenesis/core/error.h"
 
 namespace genesis::kernels::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
-constexpr int kThreads = 256;
+using rows::group_reduce;
+using rows::kThreads;
+using rows::kWarp;
+using rows::load_pack;
+using rows::Max;
+using rows::Pack;
+using rows::store_pack;
+using rows::Sum;
+
+// Rows up to this long take one warp each on the scalar path, longer rows one block each.
 constexpr int64_t kWarpRowLimit = 1024;
-// Row chunks of the norms' weight/bias gradient partials.
-constexpr int64_t kNormChunks = 256;
-
-struct Sum {
-  template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const {
-    return a + b;
-  }
-};
-struct Max {
-  template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const {
-    return b > a ? b : a;
-  }
-};
-
-// Butterfly: every lane ends with the same value (each step combines a pair symmetrically).
-template <class A, class Op>
-__device__ __forceinline__ A warp_reduce(A v, Op op) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// Reduction over the kGroup threads sharing a row (a warp, or the whole block); every thread
-// gets the result. `shared` holds one value per warp of the block.
-template <int kGroup, class A, class Op>
-__device__ __forceinline__ A group_reduce(A v, A* shared, Op op) {
-  v = warp_reduce(v, op);
-  if constexpr (kGroup == kWarp) {
-    return v;
-  } else {
-    const int warp = static_cast<int>(threadIdx.x) / kWarp;
-    if (threadIdx.x % kWarp == 0) shared[warp] = v;
-    __syncthreads();
-    A total = shared[0];
-    for (int w = 1; w < kGroup / kWarp; ++w) total = op(total, shared[w]);
-    __syncthreads();  // `shared` is rewritten by the next reduction
-    return total;
-  }
-}
-
-// Rows handled by the thread's group: a grid-stride loop over rows in steps of the groups in flight.
-#define GENESIS_FOR_EACH_GROUP_ROW(r, rows)                                                                   \
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / kGroup) + threadIdx.x / kGroup; r < (rows); \
-       r += static_cast<int64_t>(gridDim.x) * (kThreads / kGroup))
 
 // One group per row; lane l reads columns l, l + kGroup, ... (coalesced) in three passes:
 // maximum, sum of exponentials, output.
@@ -206,42 +174,149 @@ __global__ void __launch_bounds__(kThreads)
   if (partial_b) partial_b[k * cols + c] = acc_b;
 }
 
-// Column c adds its chunk partials in chunk order (zero when there are no rows).
+constexpr int kSlices = kThreads / kWarp;
+
+// Block (32 columns) x (kSlices slices): slice s adds chunks s, s + kSlices, ... of its column,
+// then the slice sums are added in slice order. blockIdx.y picks the weight (0) or bias (1).
 template <class T>
-__global__ void sum_column_partials(int64_t chunks, int64_t cols, const float_acc_t<T>* partial, T* out) {
+__global__ void __launch_bounds__(kThreads)
+    sum_column_partials(int64_t chunks, int64_t cols, const float_acc_t<T>* partial_w, const float_acc_t<T>* partial_b,
+                        T* grad_weight, T* grad_bias) {
   using A = float_acc_t<T>;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    A acc = 0;
-    for (int64_t k = 0; k < chunks; ++k) acc += partial[k * cols + c];
-    out[c] = from_acc<T>(acc);
+  __shared__ A slice_sums[kSlices][kWarp];
+  const A* partial = blockIdx.y == 0 ? partial_w : partial_b;
+  T* out = blockIdx.y == 0 ? grad_weight : grad_bias;
+  if (!out) return;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, slice = static_cast<int>(threadIdx.x) / kWarp;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarp + lane;
+  A acc = 0;
+  if (c < cols) {
+    for (int64_t k = slice; k < chunks; k += kSlices) acc += partial[k * cols + c];
+  }
+  slice_sums[slice][lane] = acc;
+  __syncthreads();
+  if (slice == 0 && c < cols) {
+    A total = slice_sums[0][lane];
+    for (int s = 1; s < kSlices; ++s) total += slice_sums[s][lane];
+    out[c] = from_acc<T>(total);
   }
 }
 
-// Element e of out [n, dim] copies weight[index[e / dim], e % dim]: coalesced along each row.
-template <class T, class I>
-__global__ void embedding_gather(int64_t n, int64_t dim, const I* index, const T* weight, T* out) {
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n * dim;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = e / dim;
-    out[e] = weight[static_cast<int64_t>(index[i]) * dim + (e - i * dim)];
-  }
-}
-
-// Element (v, c) of grad_weight sums column c of the grad_out rows that picked v, in position order.
-template <class T>
-__global__ void embedding_scatter(int64_t num, int64_t dim, const int64_t* start, const int64_t* order,
-                                  const T* grad_out, int64_t padding_idx, T* grad_weight) {
-  using A = float_acc_t<T>;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < num * dim;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t v = e / dim, c = e - v * dim;
-    A acc = 0;
-    if (v != padding_idx) {
-      for (int64_t k = start[v]; k < start[v + 1]; ++k) acc += to_acc<A>(grad_out[order[k] * dim + c]);
+// Warp i copies row index[i] of weight to row i of out (then row i + warps in flight, ...): lane
+// l moves units l, l + 32, ..., four loads in flight before their stores. An index outside
+// [0, num) skips its row and lowers *first_bad to its position.
+template <class U, class I>
+__global__ void __launch_bounds__(kThreads)
+    embedding_gather(int64_t n, int64_t num, int64_t units, const I* __restrict__ index, const U* __restrict__ weight,
+                     U* __restrict__ out, unsigned long long* first_bad) {
+  constexpr int kUnroll = 4;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / kWarp; i < n; i += warps) {
+    const int64_t row = static_cast<int64_t>(index[i]);
+    if (row < 0 || row >= num) {
+      if (lane == 0) atomicMin(first_bad, static_cast<unsigned long long>(i));
+      continue;
     }
-    grad_weight[e] = from_acc<T>(acc);
+    const U* src = weight + row * units;
+    U* dst = out + i * units;
+    for (int64_t j = lane; j < units; j += kUnroll * kWarp) {
+      U v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (j + u * kWarp < units) v[u] = src[j + u * kWarp];
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (j + u * kWarp < units) dst[j + u * kWarp] = v[u];
+      }
+    }
   }
+}
+
+// Warp v builds row v of grad_weight: lane l sums, for each of its packs l, l + 32, ..., the
+// grad_out rows that picked v in position order (rows nobody picked become zeros).
+template <class T, int N>
+__global__ void __launch_bounds__(kThreads)
+    embedding_scatter(int64_t num, int64_t packs, const int64_t* start, const int64_t* order, const T* grad_out,
+                      int64_t padding_idx, T* grad_weight) {
+  using A = float_acc_t<T>;
+  using P = Pack<T, N>;
+  const P* rows_in = reinterpret_cast<const P*>(grad_out);
+  P* rows_out = reinterpret_cast<P*>(grad_weight);
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
+  for (int64_t v = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / kWarp; v < num; v += warps) {
+    const int64_t begin = start[v], end = v == padding_idx ? begin : start[v + 1];
+    for (int64_t j = lane; j < packs; j += kWarp) {
+      A acc[N] = {};
+      for (int64_t k = begin; k < end; ++k) {
+        const P p = load_pack(rows_in + order[k] * packs + j);
+#pragma unroll
+        for (int i = 0; i < N; ++i) acc[i] += to_acc<A>(p.v[i]);
+      }
+      P result;
+#pragma unroll
+      for (int i = 0; i < N; ++i) result.v[i] = from_acc<T>(acc[i]);
+      store_pack(rows_out + v * packs + j, result);
+    }
+  }
+}
+
+// Position i of the indices: its value (the sort key) and i (the payload).
+template <class I>
+__global__ void embedding_sort_inputs(int64_t n, const I* index, unsigned long long* keys, int64_t* positions) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    keys[i] = static_cast<unsigned long long>(index[i]);
+    positions[i] = i;
+  }
+}
+
+// start[v] for v <= num: the first sorted slot whose key is at least v (a binary search).
+__global__ void embedding_row_starts(int64_t n, int64_t num, const unsigned long long* sorted_keys, int64_t* start) {
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v <= num;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (sorted_keys[mid] < static_cast<unsigned long long>(v)) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    start[v] = lo;
+  }
+}
+
+// Workspace regions start on 256-byte boundaries (what cub expects of its temporary storage).
+size_t aligned(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+// The radix sort only looks at the key bits that indices below `num` use.
+int key_bits(int64_t num) {
+  int bits = 1;
+  while (bits < 63 && (int64_t{1} << bits) < num) ++bits;
+  return bits;
+}
+
+size_t sort_temp_bytes(int64_t n, int64_t num) {
+  size_t bytes = 0;
+  GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, bytes, static_cast<const unsigned long long*>(nullptr), static_cast<unsigned long long*>(nullptr),
+      static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), n, 0, key_bits(num)));
+  return bytes;
+}
+
+// Whole 16-byte packs of `bytes` at 16-byte aligned addresses.
+bool packs_of_16(int64_t bytes, std::initializer_list<const void*> pointers) {
+  if (bytes % 16 != 0) return false;
+  for (const void* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
 }
 
 // Launches `kernel<kWarp>` (short rows) or `kernel<kThreads>` (long rows) over `rows` rows.
@@ -260,6 +335,7 @@ void launch_rows(WarpKernel warp_kernel, BlockKernel block_kernel, int64_t rows,
 }  // namespace
 
 void softmax(DType dtype, bool log, int64_t rows, int64_t dim, const void* x, void* y, cudaStream_t stream) {
+  if (softmax_in_registers(dtype, log, rows, dim, x, y, stream)) return;
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "softmax", {
     launch_rows(softmax_rows<kWarp, scalar_t>, softmax_rows<kThreads, scalar_t>, rows, dim, stream, log, rows, dim,
                 static_cast<const scalar_t*>(x), static_cast<scalar_t*>(y));
@@ -268,6 +344,7 @@ void softmax(DType dtype, bool log, int64_t rows, int64_t dim, const void* x, vo
 
 void softmax_backward(DType dtype, bool log, int64_t rows, int64_t dim, const void* y, const void* grad_y, void* grad_x,
                       cudaStream_t stream) {
+  if (softmax_backward_in_registers(dtype, log, rows, dim, y, grad_y, grad_x, stream)) return;
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "softmax backward", {
     launch_rows(softmax_backward_rows<kWarp, scalar_t>, softmax_backward_rows<kThreads, scalar_t>, rows, dim, stream,
                 log, rows, dim, static_cast<const scalar_t*>(y), static_cast<const scalar_t*>(grad_y),
@@ -277,6 +354,7 @@ void softmax_backward(DType dtype, bool log, int64_t rows, int64_t dim, const vo
 
 void norm_rows(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
                const void* bias, double eps, void* y, void* mean, void* rstd, cudaStream_t stream) {
+  if (norm_rows_in_registers(dtype, centered, rows, cols, x, weight, bias, eps, y, mean, rstd, stream)) return;
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "norm", {
     using T = scalar_t;
     using A = float_acc_t<T>;
@@ -286,66 +364,116 @@ void norm_rows(DType dtype, bool centered, int64_t rows, int64_t cols, const voi
   });
 }
 
+// Two blocks per multiprocessor: the register-row backward keeps 2 x 8 warps of rows resident.
 int64_t norm_backward_chunks(int64_t rows) {
-  return std::min(rows, kNormChunks);
+  return std::min<int64_t>(rows, 2 * static_cast<int64_t>(multiprocessor_count()));
 }
 
 void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
                         const void* mean, const void* rstd, const void* grad_y, void* grad_x, void* grad_weight,
                         void* grad_bias, void* partials, cudaStream_t stream) {
+  const bool want_partials = (grad_weight || grad_bias) && cols > 0;
+  const int64_t chunks = norm_backward_chunks(rows);
+  // The register path takes f32, f16 and bf16 only, whose partials are f32.
+  float* partials_f32 = want_partials ? static_cast<float*>(partials) : nullptr;
+  const bool fused = norm_backward_in_registers(
+      dtype, centered, rows, cols, chunks, x, weight, mean, rstd, grad_y, grad_x, grad_weight ? partials_f32 : nullptr,
+      grad_bias && partials_f32 ? partials_f32 + chunks * cols : nullptr, stream);
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "norm backward", {
     using T = scalar_t;
     using A = float_acc_t<T>;
+    A* partial_w = want_partials ? static_cast<A*>(partials) : nullptr;
+    A* partial_b = want_partials ? partial_w + chunks * cols : nullptr;
     const T* xt = static_cast<const T*>(x);
     const A* mu = static_cast<const A*>(mean);
     const A* rs = static_cast<const A*>(rstd);
     const T* gy = static_cast<const T*>(grad_y);
-    launch_rows(norm_grad_x<kWarp, T>, norm_grad_x<kThreads, T>, rows, cols, stream, centered, rows, cols, xt,
-                static_cast<const T*>(weight), mu, rs, gy, static_cast<T*>(grad_x));
-    if ((grad_weight || grad_bias) && cols > 0) {
-      const int64_t chunks = norm_backward_chunks(rows);
-      A* partial_w = static_cast<A*>(partials);
-      A* partial_b = partial_w + chunks * cols;
-      if (chunks > 0) {
+    if (!fused) {
+      launch_rows(norm_grad_x<kWarp, T>, norm_grad_x<kThreads, T>, rows, cols, stream, centered, rows, cols, xt,
+                  static_cast<const T*>(weight), mu, rs, gy, static_cast<T*>(grad_x));
+      if (want_partials && chunks > 0) {
         const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(chunks));
         norm_column_partials<T><<<grid, kThreads, 0, stream>>>(
             rows, cols, chunks, xt, mu, rs, gy, grad_weight ? partial_w : nullptr, grad_bias ? partial_b : nullptr);
         GENESIS_CUDA_LAUNCH_CHECK();
       }
-      if (grad_weight) {
-        sum_column_partials<T>
-            <<<grid_size(cols), kBlockSize, 0, stream>>>(chunks, cols, partial_w, static_cast<T*>(grad_weight));
-        GENESIS_CUDA_LAUNCH_CHECK();
-      }
-      if (grad_bias) {
-        sum_column_partials<T>
-            <<<grid_size(cols), kBlockSize, 0, stream>>>(chunks, cols, partial_b, static_cast<T*>(grad_bias));
-        GENESIS_CUDA_LAUNCH_CHECK();
-      }
+    }
+    if (want_partials) {
+      const dim3 grid(static_cast<unsigned>((cols + kWarp - 1) / kWarp), 2);
+      sum_column_partials<T><<<grid, kThreads, 0, stream>>>(chunks, cols, partial_w, partial_b,
+                                                            static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
+      GENESIS_CUDA_LAUNCH_CHECK();
     }
   });
 }
 
-void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t dim, const void* weight, void* out,
-               cudaStream_t stream) {
-  if (n * dim <= 0) return;
+void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t num, int64_t dim,
+               const void* weight, void* out, int64_t* first_bad, cudaStream_t stream) {
+  // All bits set: -1 as int64, above every position for the unsigned minimum.
+  GENESIS_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, sizeof(int64_t), stream));
+  if (n <= 0) return;
+  auto* first = reinterpret_cast<unsigned long long*>(first_bad);
+  const unsigned grid = grid_size(n * kWarp, kThreads);
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "embedding", {
     using T = scalar_t;
+    const int64_t bytes = dim * static_cast<int64_t>(sizeof(T));
     GENESIS_DISPATCH_INDEX(index_dtype, "embedding", {
-      embedding_gather<T, scalar_t><<<grid_size(n * dim), kBlockSize, 0, stream>>>(
-          n, dim, static_cast<const scalar_t*>(index), static_cast<const T*>(weight), static_cast<T*>(out));
+      const scalar_t* ids = static_cast<const scalar_t*>(index);
+      if (packs_of_16(bytes, {weight, out})) {
+        embedding_gather<uint4, scalar_t><<<grid, kThreads, 0, stream>>>(
+            n, num, bytes / 16, ids, static_cast<const uint4*>(weight), static_cast<uint4*>(out), first);
+      } else {
+        embedding_gather<T, scalar_t><<<grid, kThreads, 0, stream>>>(n, num, dim, ids, static_cast<const T*>(weight),
+                                                                     static_cast<T*>(out), first);
+      }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
   });
 }
 
-void embedding_backward(DType dtype, int64_t num, int64_t dim, const int64_t* start, const int64_t* order,
-                        const void* grad_out, int64_t padding_idx, void* grad_weight, cudaStream_t stream) {
+size_t embedding_backward_workspace_bytes(int64_t n, int64_t num) {
+  return 4 * aligned(static_cast<size_t>(n) * sizeof(int64_t)) +
+         aligned(static_cast<size_t>(num + 1) * sizeof(int64_t)) + sort_temp_bytes(n, num);
+}
+
+void embedding_backward(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t num, int64_t dim,
+                        const void* grad_out, int64_t padding_idx, void* grad_weight, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) {
   if (num * dim <= 0) return;
+  GENESIS_CHECK(workspace_bytes >= embedding_backward_workspace_bytes(n, num), ValueError,
+                "embedding backward: workspace of ", workspace_bytes, " bytes is too small");
+  // Stable sort of (index, position): each row's positions become one ascending run.
+  char* base = static_cast<char*>(workspace);
+  const size_t region = aligned(static_cast<size_t>(n) * sizeof(int64_t));
+  auto* keys = reinterpret_cast<unsigned long long*>(base);
+  auto* sorted_keys = reinterpret_cast<unsigned long long*>(base + region);
+  auto* positions = reinterpret_cast<int64_t*>(base + 2 * region);
+  auto* order = reinterpret_cast<int64_t*>(base + 3 * region);
+  auto* start = reinterpret_cast<int64_t*>(base + 4 * region);
+  void* sort_temp = base + 4 * region + aligned(static_cast<size_t>(num + 1) * sizeof(int64_t));
+  if (n > 0) {
+    GENESIS_DISPATCH_INDEX(index_dtype, "embedding backward", {
+      embedding_sort_inputs<scalar_t>
+          <<<grid_size(n), kBlockSize, 0, stream>>>(n, static_cast<const scalar_t*>(index), keys, positions);
+      GENESIS_CUDA_LAUNCH_CHECK();
+    });
+    size_t temp_bytes = sort_temp_bytes(n, num);
+    GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp, temp_bytes, keys, sorted_keys, positions, order, n, 0,
+                                                       key_bits(num), stream));
+  }
+  embedding_row_starts<<<grid_size(num + 1), kBlockSize, 0, stream>>>(n, num, sorted_keys, start);
+  GENESIS_CUDA_LAUNCH_CHECK();
+  const unsigned grid = grid_size(num * kWarp, kThreads);
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "embedding backward", {
-    embedding_scatter<scalar_t><<<grid_size(num * dim), kBlockSize, 0, stream>>>(
-        num, dim, start, order, static_cast<const scalar_t*>(grad_out), padding_idx,
-        static_cast<scalar_t*>(grad_weight));
+    using T = scalar_t;
+    constexpr int N = rows::kPack<T>;
+    const T* go = static_cast<const T*>(grad_out);
+    T* gw = static_cast<T*>(grad_weight);
+    if (packs_of_16(dim * static_cast<int64_t>(sizeof(T)), {grad_out, grad_weight})) {
+      embedding_scatter<T, N><<<grid, kThreads, 0, stream>>>(num, dim / N, start, order, go, padding_idx, gw);
+    } else {
+      embedding_scatter<T, 1><<<grid, kThreads, 0, stream>>>(num, dim, start, order, go, padding_idx, gw);
+    }
     GENESIS_CUDA_LAUNCH_CHECK();
   });
 }

@@ -1,10 +1,11 @@
 #pragma once
 // CUDA kernels of the neural-network functions over the last axis of contiguous buffers:
 // softmax family, layer/RMS norm and embedding (the contracts of kernels/cpu/nn.h). f16/bf16
-// compute in f32, f64 in f64. Every sum is taken in a fixed order (no atomics), so results
-// are deterministic. Index values must be validated before the embedding kernels run.
+// compute in f32, f64 in f64. Every sum is taken in a fixed order (no float atomics), so results
+// are deterministic (the one atomic is an integer minimum in the index check).
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "libgenesis/core/dtype.h"
@@ -30,13 +31,19 @@ void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, 
                         const void* mean, const void* rstd, const void* grad_y, void* grad_x, void* grad_weight,
                         void* grad_bias, void* partials, cudaStream_t stream);
 
-// out[i, :] = weight[index[i], :] for n indices into weight [num, dim].
-void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t dim, const void* weight, void* out,
-               cudaStream_t stream);
-// grad_weight [num, dim]: row v sums the grad_out rows order[start[v]], ..., order[start[v + 1] - 1]
-// (the positions that picked v, ascending); the row padding_idx (when >= 0) stays zero. start
-// [num + 1] and order [n] are i64 device buffers (a stable counting sort of the indices).
-void embedding_backward(DType dtype, int64_t num, int64_t dim, const int64_t* start, const int64_t* order,
-                        const void* grad_out, int64_t padding_idx, void* grad_weight, cudaStream_t stream);
+// out[i, :] = weight[index[i], :] for n indices into weight [num, dim]. The indices are checked
+// on the way: *first_bad (a device int64) becomes the first position whose index is outside
+// [0, num) (its output row is left unwritten), or -1 when every index is inside.
+void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t num, int64_t dim,
+               const void* weight, void* out, int64_t* first_bad, cudaStream_t stream);
+// Bytes of device workspace embedding_backward needs for n indices into num rows.
+size_t embedding_backward_workspace_bytes(int64_t n, int64_t num);
+// grad_weight [num, dim]: row v sums the grad_out rows at the positions i with index[i] == v
+// in ascending order (a stable radix sort of the n contiguous, validated indices on the
+// device); the row padding_idx (when >= 0) stays zero. `workspace` holds
+// embedding_backward_workspace_bytes(n, num) bytes.
+void embedding_backward(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t num, int64_t dim,
+                        const void* grad_out, int64_t padding_idx, void* grad_weight, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace genesis::kernels::cuda

@@ -180,25 +180,6 @@ Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& 
   return y;
 }
 
-#if GENESIS_WITH_CUDA
-// Stable counting sort of host indices (valid for `num` rows), for the CUDA embedding gradient:
-// i64 [start (num + 1) | order (n)], where row v was picked at positions order[start[v]..start[v + 1]).
-Tensor group_by_index(const Tensor& index, int64_t num) {
-  const int64_t n = index.numel();
-  std::vector<int64_t> groups(static_cast<size_t>(num + 1 + n), 0);
-  int64_t* start = groups.data();
-  int64_t* order = start + num + 1;
-  GENESIS_DISPATCH_INDEX(index.dtype(), "embedding", {
-    const auto* values = static_cast<const scalar_t*>(index.data_ptr());
-    for (int64_t i = 0; i < n; ++i) ++start[static_cast<int64_t>(values[i]) + 1];
-    for (int64_t v = 0; v < num; ++v) start[v + 1] += start[v];
-    std::vector<int64_t> next(start, start + num);
-    for (int64_t i = 0; i < n; ++i) order[next[static_cast<size_t>(values[i])]++] = i;
-  });
-  return from_vector(groups, {num + 1 + n}, {.dtype = DType::i64});
-}
-#endif
-
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t axis) {
@@ -233,10 +214,6 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
     pad = *padding_idx < 0 ? *padding_idx + num : *padding_idx;
   }
   Tensor idx = indices.contiguous();
-  // CUDA indices are validated on a host copy (this waits for the stream); the backward pass
-  // groups the same host copy by row.
-  Tensor host_idx = idx.device().is_cpu() ? idx : idx.to(kCPU);
-  detail::check_index_values("embedding", host_idx, num, std::nullopt, "index", "embeddings");
   Shape out_shape = indices.shape();
   out_shape.push_back(dim);
   Tensor out = empty(out_shape, {.dtype = weight.dtype(), .device = weight.device()});
@@ -244,16 +221,26 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
     NoGradGuard forward_only;
     Tensor wc = weight.contiguous();
     if (weight.device().is_cpu()) {
+      detail::check_index_values("embedding", idx, num, std::nullopt, "index", "embeddings");
       kernels::cpu::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), dim, wc.data_ptr(),
                               out.data_ptr());
     } else {
-      GENESIS_ON_CUDA(kernels::cuda::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), dim,
-                                               wc.data_ptr(), out.data_ptr(), cuda::current_stream()));
+      GENESIS_ON_CUDA({
+        // The gather checks the indices as it goes; only the first bad position is read back.
+        Tensor first_bad = empty({1}, {.dtype = DType::i64, .device = weight.device()});
+        kernels::cuda::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), num, dim, wc.data_ptr(),
+                                 out.data_ptr(), first_bad.data<int64_t>(), cuda::current_stream());
+        const int64_t position = first_bad.to(kCPU).data<int64_t>()[0];
+        if (position >= 0) {
+          const int64_t value = idx.reshape({-1}).narrow(0, position, 1).to(kCPU).to(DType::i64).data<int64_t>()[0];
+          GENESIS_THROW(IndexError, "embedding: index ", value, " is out of range for ", num, " embeddings");
+        }
+      });
     }
   }
   if (needs_grad({weight})) {
     record("embedding", {weight}, {out},
-           [num, dim, pad, dt = weight.dtype(), device = weight.device(), idxs = saved(host_idx)](const TensorList& g) {
+           [num, dim, pad, dt = weight.dtype(), device = weight.device(), idxs = saved(idx)](const TensorList& g) {
              Tensor gy = g[0].to(dt).contiguous();
              Tensor gw = empty({num, dim}, {.dtype = dt, .device = device});
              if (device.is_cpu()) {
@@ -261,10 +248,11 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
                                                 gy.data_ptr(), pad, gw.data_ptr());
              } else {
                GENESIS_ON_CUDA({
-                 Tensor groups = group_by_index(idxs, num).to(device);
-                 const int64_t* start = groups.data<int64_t>();
-                 kernels::cuda::embedding_backward(dt, num, dim, start, start + num + 1, gy.data_ptr(), pad,
-                                                   gw.data_ptr(), cuda::current_stream());
+                 const size_t bytes = kernels::cuda::embedding_backward_workspace_bytes(idxs.numel(), num);
+                 Tensor workspace = empty({static_cast<int64_t>(bytes)}, {.dtype = DType::boolean, .device = device});
+                 kernels::cuda::embedding_backward(dt, idxs.dtype(), idxs.numel(), idxs.data_ptr(), num, dim,
+                                                   gy.data_ptr(), pad, gw.data_ptr(), workspace.data_ptr(), bytes,
+                                                   cuda::current_stream());
                });
              }
              return TensorList{gw};

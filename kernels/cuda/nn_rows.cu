@@ -1,0 +1,360 @@
+// Register-row kernels of the softmax family and the norms: a group of kGroup threads (a warp,
+// or the whole block) holds one row of nvec 16-byte packs in registers, pack j in thread
+// j % kGroup, slot j / kGroup. Inputs are read once and the output written once; the row
+// statistics are shuffle trees in f32, so every run gives the same bits.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/cuda/nn_rows.cuh"
+#include "kernels/cuda/row_reduce.cuh"
+
+namespace genesis::kernels::cuda {
+
+namespace {
+
+using rows::group_reduce;
+using rows::kPack;
+using rows::kThreads;
+using rows::kWarp;
+using rows::load_pack;
+using rows::Max;
+using rows::store_pack;
+using rows::Sum;
+
+template <class T>
+using Packed = rows::Pack<T, kPack<T>>;
+
+// Slots fill in order, so the first slot past the row ends it.
+#define GENESIS_FOR_EACH_SLOT(k, j) \
+  _Pragma("unroll") for (int k = 0; k < kSlots; ++k) if (const int j = lane + k * kGroup; j < nvec)
+
+template <int kGroup, int kSlots, class T>
+__device__ __forceinline__ void load_row(const T* row, int nvec, int lane, Packed<T> (&data)[kSlots]) {
+  const Packed<T>* packs = reinterpret_cast<const Packed<T>*>(row);
+  GENESIS_FOR_EACH_SLOT(k, j) data[k] = load_pack(packs + j);
+}
+
+template <int kGroup, int kSlots, class T>
+__global__ void __launch_bounds__(kThreads) softmax_kernel(bool log, int64_t rows, int nvec, const T* x, T* y) {
+  constexpr int N = kPack<T>;
+  __shared__ float shared[kThreads / kWarp];
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const int64_t cols = static_cast<int64_t>(nvec) * N;
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
+    Packed<T> data[kSlots];
+    load_row<kGroup>(x + r * cols, nvec, lane, data);
+    float m = -std::numeric_limits<float>::infinity();
+    GENESIS_FOR_EACH_SLOT(k, j) {
+      for (int i = 0; i < N; ++i) m = Max{}(m, to_acc<float>(data[k].v[i]));
+    }
+    m = group_reduce<kGroup>(m, shared, Max{});
+    float total = 0;
+    GENESIS_FOR_EACH_SLOT(k, j) {
+      for (int i = 0; i < N; ++i) total += std::exp(to_acc<float>(data[k].v[i]) - m);
+    }
+    total = group_reduce<kGroup>(total, shared, Sum{});
+    const float log_total = std::log(total), inv = 1.0f / total;
+    Packed<T>* out = reinterpret_cast<Packed<T>*>(y + r * cols);
+    GENESIS_FOR_EACH_SLOT(k, j) {
+      Packed<T> result;
+      for (int i = 0; i < N; ++i) {
+        const float shifted = to_acc<float>(data[k].v[i]) - m;
+        result.v[i] = from_acc<T>(log ? shifted - log_total : std::exp(shifted) * inv);
+      }
+      store_pack(out + j, result);
+    }
+  }
+}
+
+template <int kGroup, int kSlots, class T>
+__global__ void __launch_bounds__(kThreads)
+    softmax_backward_kernel(bool log, int64_t rows, int nvec, const T* y, const T* gy, T* gx) {
+  constexpr int N = kPack<T>;
+  __shared__ float shared[kThreads / kWarp];
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const int64_t cols = static_cast<int64_t>(nvec) * N;
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
+    Packed<T> ys[kSlots], gs[kSlots];
+    load_row<kGroup>(y + r * cols, nvec, lane, ys);
+    load_row<kGroup>(gy + r * cols, nvec, lane, gs);
+    float dot = 0;
+    GENESIS_FOR_EACH_SLOT(k, j) {
+      for (int i = 0; i < N; ++i) {
+        const float g = to_acc<float>(gs[k].v[i]);
+        dot += log ? g : g * to_acc<float>(ys[k].v[i]);
+      }
+    }
+    dot = group_reduce<kGroup>(dot, shared, Sum{});
+    Packed<T>* out = reinterpret_cast<Packed<T>*>(gx + r * cols);
+    GENESIS_FOR_EACH_SLOT(k, j) {
+      Packed<T> result;
+      for (int i = 0; i < N; ++i) {
+        const float g = to_acc<float>(gs[k].v[i]), v = to_acc<float>(ys[k].v[i]);
+        result.v[i] = from_acc<T>(log ? g - std::exp(v) * dot : v * (g - dot));
+      }
+      store_pack(out + j, result);
+    }
+  }
+}
+
+// Mean (when centered) and the sum of squared deviations both from the registers.
+template <int kGroup, int kSlots, class T>
+__global__ void __launch_bounds__(kThreads) norm_kernel(bool centered, int64_t rows, int nvec, const T* x, const T* w,
+                                                        const T* b, float eps, T* y, float* mean, float* rstd) {
+  constexpr int N = kPack<T>;
+  __shared__ float shared[kThreads / kWarp];
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const int64_t cols = static_cast<int64_t>(nvec) * N;
+  const float n = static_cast<float>(cols);
+  const Packed<T>* wp = reinterpret_cast<const Packed<T>*>(w);
+  const Packed<T>* bp = reinterpret_cast<const Packed<T>*>(b);
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
+    Packed<T> data[kSlots];
+    load_row<kGroup>(x + r * cols, nvec, lane, data);
+    float mu = 0;
+    if (centered) {
+      GENESIS_FOR_EACH_SLOT(k, j) {
+        for (int i = 0; i < N; ++i) mu += to_acc<float>(data[k].v[i]);
+      }
+      mu = group_reduce<kGroup>(mu, shared, Sum{}) / n;
+    }
+    float squares = 0;
+    GENESIS_FOR_EACH_SLOT(k, j) {
+      for (int i = 0; i < N; ++i) {
+        const float d = to_acc<float>(data[k].v[i]) - mu;
+        squares += d * d;
+      }
+    }
+    squares = group_reduce<kGroup>(squares, shared, Sum{});
+    const float rs = 1.0f / std::sqrt(squares / n + eps);
+    Packed<T>* out = reinterpret_cast<Packed<T>*>(y + r * cols);
+    GENESIS_FOR_EACH_SLOT(k, j) {
+      Packed<T> wk, bk, result;
+      if (w) wk = load_pack(wp + j);
+      if (b) bk = load_pack(bp + j);
+      for (int i = 0; i < N; ++i) {
+        float v = (to_acc<float>(data[k].v[i]) - mu) * rs;
+        if (w) v *= to_acc<float>(wk.v[i]);
+        if (b) v += to_acc<float>(bk.v[i]);
+        result.v[i] = from_acc<T>(v);
+      }
+      store_pack(out + j, result);
+    }
+    if (lane == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+  }
+}
+
+// grad_x row by row; each thread also sums g * xhat and g of its own columns over the block's
+// rows, then the block's column partials go to row blockIdx.x of partial_w / partial_b (the
+// warps of a warp-per-row block add theirs in warp order through shared memory).
+template <int kGroup, int kSlots, class T>
+__global__ void __launch_bounds__(kThreads, 2)
+    norm_backward_kernel(bool centered, int64_t rows, int nvec, const T* x, const T* w, const float* mean,
+                         const float* rstd, const T* gy, T* gx, float* partial_w, float* partial_b) {
+  constexpr int N = kPack<T>;
+  __shared__ float shared[kThreads / kWarp];
+  extern __shared__ float column_sums[];
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const int64_t cols = static_cast<int64_t>(nvec) * N;
+  const float n = static_cast<float>(cols);
+  const Packed<T>* wp = reinterpret_cast<const Packed<T>*>(w);
+  float acc_w[kSlots][N] = {}, acc_b[kSlots][N] = {};
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
+    Packed<T> xs[kSlots], gs[kSlots];
+    load_row<kGroup>(x + r * cols, nvec, lane, xs);
+    load_row<kGroup>(gy + r * cols, nvec, lane, gs);
+    const float mu = mean[r], rs = rstd[r];
+    float sum_dxhat = 0, sum_dxhat_xhat = 0;
+    GENESIS_FOR_EACH_SLOT(k, j) {
+      Packed<T> wk;
+      if (w) wk = load_pack(wp + j);
+      for (int i = 0; i < N; ++i) {
+        const float xhat = (to_acc<float>(xs[k].v[i]) - mu) * rs, g = to_acc<float>(gs[k].v[i]);
+        const float dxhat = w ? g * to_acc<float>(wk.v[i]) : g;
+        sum_dxhat += dxhat;
+        sum_dxhat_xhat += dxhat * xhat;
+        acc_w[k][i] += g * xhat;
+        acc_b[k][i] += g;
+      }
+    }
+    sum_dxhat = group_reduce<kGroup>(sum_dxhat, shared, Sum{});
+    sum_dxhat_xhat = group_reduce<kGroup>(sum_dxhat_xhat, shared, Sum{});
+    const float mean_dxhat = centered ? sum_dxhat / n : 0.0f, mean_dxhat_xhat = sum_dxhat_xhat / n;
+    Packed<T>* out = reinterpret_cast<Packed<T>*>(gx + r * cols);
+    GENESIS_FOR_EACH_SLOT(k, j) {
+      Packed<T> wk, result;
+      if (w) wk = load_pack(wp + j);
+      for (int i = 0; i < N; ++i) {
+        const float xhat = (to_acc<float>(xs[k].v[i]) - mu) * rs, g = to_acc<float>(gs[k].v[i]);
+        const float dxhat = w ? g * to_acc<float>(wk.v[i]) : g;
+        result.v[i] = from_acc<T>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+      }
+      store_pack(out + j, result);
+    }
+  }
+  if (!partial_w && !partial_b) return;
+  float* row_w = partial_w ? partial_w + blockIdx.x * cols : nullptr;
+  float* row_b = partial_b ? partial_b + blockIdx.x * cols : nullptr;
+  if constexpr (kGroup == kWarp) {
+    const int warp = static_cast<int>(threadIdx.x) / kWarp;
+    for (int turn = 0; turn < kThreads / kWarp; ++turn) {
+      if (warp == turn) {
+        GENESIS_FOR_EACH_SLOT(k, j) {
+          for (int i = 0; i < N; ++i) {
+            const int64_t c = static_cast<int64_t>(j) * N + i;
+            column_sums[c] = turn == 0 ? acc_w[k][i] : column_sums[c] + acc_w[k][i];
+            column_sums[cols + c] = turn == 0 ? acc_b[k][i] : column_sums[cols + c] + acc_b[k][i];
+          }
+        }
+      }
+      __syncthreads();
+    }
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+      if (row_w) row_w[c] = column_sums[c];
+      if (row_b) row_b[c] = column_sums[cols + c];
+    }
+  } else {
+    GENESIS_FOR_EACH_SLOT(k, j) {
+      for (int i = 0; i < N; ++i) {
+        const int64_t c = static_cast<int64_t>(j) * N + i;
+        if (row_w) row_w[c] = acc_w[k][i];
+        if (row_b) row_b[c] = acc_b[k][i];
+      }
+    }
+  }
+}
+
+#undef GENESIS_FOR_EACH_SLOT
+
+// Calls launch(group, slots) with the smallest register row (a warp, or a block of kThreads,
+// times slots packs per thread) that holds nvec packs; false when none does.
+template <class Launch>
+bool with_register_row(int64_t nvec, Launch&& launch) {
+  using std::integral_constant;
+  if (nvec <= 2 * kWarp) {
+    launch(integral_constant<int, kWarp>{}, integral_constant<int, 2>{});
+  } else if (nvec <= 4 * kWarp) {
+    launch(integral_constant<int, kWarp>{}, integral_constant<int, 4>{});
+  } else if (nvec <= 6 * kWarp) {
+    launch(integral_constant<int, kWarp>{}, integral_constant<int, 6>{});
+  } else if (nvec <= 8 * kWarp) {
+    launch(integral_constant<int, kWarp>{}, integral_constant<int, 8>{});
+  } else if (nvec <= 4 * kThreads) {
+    launch(integral_constant<int, kThreads>{}, integral_constant<int, 4>{});
+  } else if (nvec <= 8 * kThreads) {
+    launch(integral_constant<int, kThreads>{}, integral_constant<int, 8>{});
+  } else {
+    return false;
+  }
+  GENESIS_CUDA_LAUNCH_CHECK();
+  return true;
+}
+
+// Rows of whole 16-byte packs at 16-byte aligned addresses (null pointers are absent operands).
+template <class T>
+bool packable(int64_t cols, std::initializer_list<const void*> pointers) {
+  if (cols <= 0 || cols % kPack<T> != 0) return false;
+  for (const void* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+
+#define GENESIS_CUDA_DISPATCH_F32_HALF(DTYPE, ...)       \
+  switch (DTYPE) {                                       \
+    GENESIS_DTYPE_CASE(f32, float, __VA_ARGS__)          \
+    GENESIS_DTYPE_CASE(f16, __half, __VA_ARGS__)         \
+    GENESIS_DTYPE_CASE(bf16, __nv_bfloat16, __VA_ARGS__) \
+    default:                                             \
+      break;                                             \
+  }
+
+// Blocks for one row per group of `group` threads: blocks past the resident ones start as
+// others finish, which evens out the tail better than a grid-stride loop.
+unsigned row_grid(int64_t rows, int group) {
+  const int64_t groups_per_block = kThreads / group;
+  const int64_t blocks = (rows + groups_per_block - 1) / groups_per_block;
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 20));
+}
+
+}  // namespace
+
+bool softmax_in_registers(DType dtype, bool log, int64_t rows, int64_t dim, const void* x, void* y,
+                          cudaStream_t stream) {
+  bool launched = false;
+  GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
+    using T = scalar_t;
+    if (rows <= 0 || !packable<T>(dim, {x, y})) break;
+    const int64_t nvec = dim / kPack<T>;
+    launched = with_register_row(nvec, [&](auto group, auto slots) {
+      constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
+      softmax_kernel<kGroup, kSlots, T><<<row_grid(rows, kGroup), kThreads, 0, stream>>>(
+          log, rows, static_cast<int>(nvec), static_cast<const T*>(x), static_cast<T*>(y));
+    });
+  });
+  return launched;
+}
+
+bool softmax_backward_in_registers(DType dtype, bool log, int64_t rows, int64_t dim, const void* y, const void* grad_y,
+                                   void* grad_x, cudaStream_t stream) {
+  bool launched = false;
+  GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
+    using T = scalar_t;
+    if (rows <= 0 || !packable<T>(dim, {y, grad_y, grad_x})) break;
+    const int64_t nvec = dim / kPack<T>;
+    launched = with_register_row(nvec, [&](auto group, auto slots) {
+      constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
+      softmax_backward_kernel<kGroup, kSlots, T>
+          <<<row_grid(rows, kGroup), kThreads, 0, stream>>>(log, rows, static_cast<int>(nvec), static_cast<const T*>(y),
+                                                            static_cast<const T*>(grad_y), static_cast<T*>(grad_x));
+    });
+  });
+  return launched;
+}
+
+bool norm_rows_in_registers(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
+                            const void* bias, double eps, void* y, void* mean, void* rstd, cudaStream_t stream) {
+  bool launched = false;
+  GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
+    using T = scalar_t;
+    if (rows <= 0 || !packable<T>(cols, {x, weight, bias, y})) break;
+    const int64_t nvec = cols / kPack<T>;
+    launched = with_register_row(nvec, [&](auto group, auto slots) {
+      constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
+      norm_kernel<kGroup, kSlots, T><<<row_grid(rows, kGroup), kThreads, 0, stream>>>(
+          centered, rows, static_cast<int>(nvec), static_cast<const T*>(x), static_cast<const T*>(weight),
+          static_cast<const T*>(bias), static_cast<float>(eps), static_cast<T*>(y), static_cast<float*>(mean),
+          static_cast<float*>(rstd));
+    });
+  });
+  return launched;
+}
+
+bool norm_backward_in_registers(DType dtype, bool centered, int64_t rows, int64_t cols, int64_t chunks, const void* x,
+                                const void* weight, const void* mean, const void* rstd, const void* grad_y,
+                                void* grad_x, float* partial_w, float* partial_b, cudaStream_t stream) {
+  bool launched = false;
+  GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
+    using T = scalar_t;
+    if (rows <= 0 || chunks <= 0 || !packable<T>(cols, {x, weight, grad_y, grad_x})) break;
+    const int64_t nvec = cols / kPack<T>;
+    launched = with_register_row(nvec, [&](auto group, auto slots) {
+      constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
+      const size_t column_bytes = kGroup == kWarp ? 2 * static_cast<size_t>(cols) * sizeof(float) : 0;
+      norm_backward_kernel<kGroup, kSlots, T><<<static_cast<unsigned>(chunks), kThreads, column_bytes, stream>>>(
+          centered, rows, static_cast<int>(nvec), static_cast<const T*>(x), static_cast<const T*>(weight),
+          static_cast<const float*>(mean), static_cast<const float*>(rstd), static_cast<const T*>(grad_y),
+          static_cast<T*>(grad_x), partial_w, partial_b);
+    });
+  });
+  return launched;
+}
+
+}  // namespace genesis::kernels::cuda
