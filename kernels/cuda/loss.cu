@@ -7,6 +7,7 @@
 // [N, C, d...]. No atomics: every result is computed in a fixed order.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/loss.h"
@@ -29,42 +30,48 @@ struct alignas(16) Pack {
   T v[kPack<T>];
 };
 
+// Bound of the running max: exp_sub(v, max) then never sees inf - inf, so rows holding +inf
+// or -inf give an infinite logsumexp instead of NaN, while NaN logits still make it NaN. The
+// float bound leaves room for max * log2(e) in exp_sub.
 template <class A>
-__device__ __forceinline__ A negative_infinity() {
-  return -static_cast<A>(INFINITY);
+inline constexpr A kMaxBound = std::is_same_v<A, double> ? A(1e300) : A(1e38);
+
+// exp(v - max): for float, 2^(v log2(e) - max log2(e)) with one FMA (max * log2(e) is common
+// to a chunk) and the hardware exp2 (relative error about 2^-22; results below 2^-126 flush to
+// 0, far under the accumulated sum); f64 uses exp.
+__device__ __forceinline__ float exp_sub(float v, float max) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(fmaf(v, kLog2e, -max * kLog2e)));
+  return y;
+}
+__device__ __forceinline__ double exp_sub(double v, double max) {
+  return exp(v - max);
 }
 
 template <class A>
 struct RowStats {
-  A max;
-  A sum_exp;  // of exp(x - max); a value equal to max counts 1, so -inf and +inf rows stay finite sums
+  A max;      // within [-kMaxBound, kMaxBound]
+  A sum_exp;  // of exp(x - max)
   A sum;      // of the logits, for label smoothing
 };
 
 template <class A>
 __device__ __forceinline__ RowStats<A> empty_stats() {
-  return {negative_infinity<A>(), A(0), A(0)};
-}
-
-// exp(v - max) with exp(0) for v == max, so that infinite maxima give 1 rather than NaN.
-template <class A>
-__device__ __forceinline__ A exp_below(A v, A max) {
-  using std::exp;
-  return v == max ? A(1) : exp(v - max);
+  return {-kMaxBound<A>, A(0), A(0)};
 }
 
 // Adds N values with one rescale of the running sum. A NaN value makes the sum NaN.
 template <int N, class A>
 __device__ __forceinline__ void stats_add(RowStats<A>& s, const A (&v)[N]) {
-  using std::fmax;
   A chunk_max = v[0];
 #pragma unroll
   for (int j = 1; j < N; ++j) chunk_max = fmax(chunk_max, v[j]);
-  const A max = fmax(s.max, chunk_max);
-  A sum_exp = s.sum_exp * exp_below(s.max, max);
+  const A max = fmin(fmax(s.max, chunk_max), kMaxBound<A>);
+  A sum_exp = s.sum_exp * exp_sub(s.max, max);
 #pragma unroll
   for (int j = 0; j < N; ++j) {
-    sum_exp += exp_below(v[j], max);
+    sum_exp += exp_sub(v[j], max);
     s.sum += v[j];
   }
   s.max = max;
@@ -77,12 +84,11 @@ __device__ __forceinline__ void stats_add_one(RowStats<A>& s, A v) {
   stats_add(s, one);
 }
 
-// Merges another running triple; an empty one (max -inf, sum 0) changes nothing.
+// Merges another running triple; an empty one (max -kMaxBound, sum 0) changes nothing.
 template <class A>
 __device__ __forceinline__ void stats_merge(RowStats<A>& s, A other_max, A other_sum_exp, A other_sum) {
-  using std::fmax;
   const A max = fmax(s.max, other_max);
-  s.sum_exp = s.sum_exp * exp_below(s.max, max) + other_sum_exp * exp_below(other_max, max);
+  s.sum_exp = s.sum_exp * exp_sub(s.max, max) + other_sum_exp * exp_sub(other_max, max);
   s.max = max;
   s.sum += other_sum;
 }
@@ -195,6 +201,8 @@ __global__ void __launch_bounds__(kRowBlock)
       continue;
     }
     const T* xr = x + row_base(s, r);
+    // Issued before the row's loads so its latency overlaps them.
+    const A target_logit = lane == 0 ? to_acc<A>(xr[t * s.inner]) : A(0);
     RowStats<A> st;
     if constexpr (kContiguous) {
       st = contiguous_row_stats<kGroup, T, A>(xr, s.classes, lane);
@@ -205,7 +213,7 @@ __global__ void __launch_bounds__(kRowBlock)
     st = group_merge<kGroup>(st);
     if (lane == 0) {
       const A lse = st.max + log(st.sum_exp);
-      const A nll = lse - to_acc<A>(xr[t * s.inner]);
+      const A nll = lse - target_logit;
       loss[r] =
           smoothing == A(0) ? nll : (A(1) - smoothing) * nll + smoothing * (lse - st.sum / static_cast<A>(s.classes));
       lse_out[r] = lse;
@@ -260,7 +268,6 @@ __global__ void __launch_bounds__(kRowBlock)
                                        const I* __restrict__ target, const A* __restrict__ lse, int64_t ignore_index,
                                        A smoothing, const T* __restrict__ grad_loss, int64_t grad_stride, A scale,
                                        T* __restrict__ gx) {
-  using std::exp;
   const A uniform = smoothing / static_cast<A>(classes);
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int64_t groups_per_block = blockDim.x / kGroup;
@@ -277,7 +284,7 @@ __global__ void __launch_bounds__(kRowBlock)
     const A row_lse = lse[r];
     const A hit = A(1) - smoothing;
     map_row<kGroup, true>(xr, gr, classes, lane, [=](int64_t c, A v) {
-      A d = exp(v - row_lse) - uniform;
+      A d = exp_sub(v, row_lse) - uniform;
       if (c == t) d -= hit;
       return d * g;
     });
@@ -300,7 +307,6 @@ template <class T, class I, class A>
 __global__ void cross_entropy_backward_kernel(ClassRows s, const T* x, const I* target, const A* lse,
                                               int64_t ignore_index, A smoothing, const T* grad_loss,
                                               int64_t grad_stride, A scale, T* gx) {
-  using std::exp;
   const int64_t n = s.outer * s.classes * s.inner;
   const A uniform = smoothing / static_cast<A>(s.classes);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -312,7 +318,7 @@ __global__ void cross_entropy_backward_kernel(ClassRows s, const T* x, const I* 
       continue;
     }
     const A g = to_acc<A>(grad_loss[rc.row * grad_stride]) * scale;
-    A d = exp(to_acc<A>(x[k]) - lse[rc.row]) - uniform;
+    A d = exp_sub(to_acc<A>(x[k]), lse[rc.row]) - uniform;
     if (rc.cls == t) d -= A(1) - smoothing;
     gx[k] = from_acc<T>(d * g);
   }
