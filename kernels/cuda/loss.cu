@@ -36,13 +36,13 @@ struct alignas(16) Pack {
 template <class A>
 inline constexpr A kMaxBound = std::is_same_v<A, double> ? A(1e300) : A(1e38);
 
-// exp(v - max): for float, 2^(v log2(e) - max log2(e)) with one FMA (max * log2(e) is common
-// to a chunk) and the hardware exp2 (relative error about 2^-22; results below 2^-126 flush to
-// 0, far under the accumulated sum); f64 uses exp.
+// exp(v - max): for float, 2^((v - max) log2(e)) with the hardware exp2 (relative error about
+// 2^-22; results below 2^-126 flush to 0, far under the accumulated sum). The difference is
+// taken first so that v == max gives exactly 1 at any magnitude. f64 uses exp.
 __device__ __forceinline__ float exp_sub(float v, float max) {
   constexpr float kLog2e = 1.4426950408889634f;
   float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(fmaf(v, kLog2e, -max * kLog2e)));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"((v - max) * kLog2e));
   return y;
 }
 __device__ __forceinline__ double exp_sub(double v, double max) {
@@ -365,6 +365,54 @@ __global__ void nll_loss_backward_kernel(ClassRows s, const I* target, int64_t i
   }
 }
 
+constexpr int kStatsBlock = 1024;
+
+// One block: each thread scans a strided slice of the targets, then warps and the block merge
+// their (min, max, count) through shuffles and shared memory.
+template <class I>
+__global__ void __launch_bounds__(kStatsBlock)
+    target_stats_kernel(int64_t n, const I* __restrict__ target, int64_t ignore_index, int64_t* __restrict__ stats) {
+  int64_t lo = INT64_MAX, hi = INT64_MIN, count = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kStatsBlock) {
+    const auto v = static_cast<int64_t>(target[i]);
+    if (v == ignore_index) continue;
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+    ++count;
+  }
+  auto warp_reduce = [&] {
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
+      const int64_t other_lo = __shfl_down_sync(0xffffffffu, lo, offset);
+      const int64_t other_hi = __shfl_down_sync(0xffffffffu, hi, offset);
+      count += __shfl_down_sync(0xffffffffu, count, offset);
+      lo = other_lo < lo ? other_lo : lo;
+      hi = other_hi > hi ? other_hi : hi;
+    }
+  };
+  warp_reduce();
+  constexpr int kWarps = kStatsBlock / kWarp;
+  __shared__ int64_t los[kWarps], his[kWarps], counts[kWarps];
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  if (lane == 0) {
+    los[warp] = lo;
+    his[warp] = hi;
+    counts[warp] = count;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  lo = los[lane];
+  hi = his[lane];
+  count = counts[lane];
+  warp_reduce();
+  if (lane == 0) {
+    stats[0] = count > 0 ? lo : 0;
+    stats[1] = count > 0 ? hi : 0;
+    stats[2] = count;
+  }
+}
+
 // Blocks for kGroup threads per row: one block per row (or per kRowBlock / 32 rows) so the
 // hardware balances rows across multiprocessors; the kernels loop when rows exceed the grid.
 template <int kGroup>
@@ -446,6 +494,15 @@ void cross_entropy_backward(DType dtype, DType target_dtype, ClassRows shape, co
       }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
+  });
+}
+
+void target_stats(DType target_dtype, int64_t n, const void* target, int64_t ignore_index, void* stats,
+                  cudaStream_t stream) {
+  GENESIS_DISPATCH_INDEX(target_dtype, "cross_entropy target check", {
+    target_stats_kernel<scalar_t><<<1, kStatsBlock, 0, stream>>>(n, static_cast<const scalar_t*>(target), ignore_index,
+                                                                  static_cast<int64_t*>(stats));
+    GENESIS_CUDA_LAUNCH_CHECK();
   });
 }
 
