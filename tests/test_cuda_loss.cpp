@@ -48,9 +48,8 @@ struct ClassCase {
 // d...], a single class, fewer classes than a 16-byte pack holds, and ignore_index inside the
 // class range. Odd C starts most rows off a 16-byte boundary (an elementwise head and tail).
 const ClassCase kClassCases[] = {
-    {{37, 1001}, -100},   {{37, 1001}, std::nullopt}, {{5, 3000}, -100}, {{19, 5003}, -100},
-    {{7, 5, 3, 4}, -100}, {{3, 17, 11}, 4},           {{6, 1}, std::nullopt}, {{9, 3}, -100},
-    {{11, 6}, 2},
+    {{37, 1001}, -100}, {{37, 1001}, std::nullopt}, {{5, 3000}, -100}, {{19, 5003}, -100}, {{7, 5, 3, 4}, -100},
+    {{3, 17, 11}, 4},   {{6, 1}, std::nullopt},     {{9, 3}, -100},    {{11, 6}, 2},
 };
 
 using ClassLossFn =

@@ -32,7 +32,7 @@ struct alignas(16) Pack {
 
 // Bound of the running max: exp_sub(v, max) then never sees inf - inf, so rows holding +inf
 // or -inf give an infinite logsumexp instead of NaN, while NaN logits still make it NaN. The
-// float bound leaves room for max * log2(e) in exp_sub.
+// float bound keeps (v - max) * log2(e) finite for any finite v within the bound.
 template <class A>
 inline constexpr A kMaxBound = std::is_same_v<A, double> ? A(1e300) : A(1e38);
 
@@ -225,8 +225,7 @@ __global__ void __launch_bounds__(kRowBlock)
 // x and out have the same 16-byte alignment: the body goes in 16-byte packs, kUnroll loads in
 // flight per thread before the stores; head and tail elementwise.
 template <int kGroup, bool kReadX, class T, class F>
-__device__ __forceinline__ void map_row(const T* __restrict__ xr, T* __restrict__ out, int64_t classes, int lane,
-                                        F f) {
+__device__ __forceinline__ void map_row(const T* __restrict__ xr, T* __restrict__ out, int64_t classes, int lane, F f) {
   constexpr int V = kPack<T>;
   using A = float_acc_t<T>;
   auto element = [&](int64_t c) { out[c] = from_acc<T>(f(c, kReadX ? to_acc<A>(xr[c]) : A(0))); };
@@ -485,12 +484,12 @@ void cross_entropy_backward(DType dtype, DType target_dtype, ClassRows shape, co
               shape.outer, shape.classes, x, t, row_lse, ignore_index, eps, g, grad_stride, s, gx);
         } else {
           cross_entropy_backward_rows_kernel<kRowBlock, T, I, A>
-              <<<row_grid<kRowBlock>(shape.outer), kRowBlock, 0, stream>>>(
-                  shape.outer, shape.classes, x, t, row_lse, ignore_index, eps, g, grad_stride, s, gx);
+              <<<row_grid<kRowBlock>(shape.outer), kRowBlock, 0, stream>>>(shape.outer, shape.classes, x, t, row_lse,
+                                                                           ignore_index, eps, g, grad_stride, s, gx);
         }
       } else {
-        cross_entropy_backward_kernel<T, I, A><<<grid_size(n), kBlockSize, 0, stream>>>(
-            shape, x, t, row_lse, ignore_index, eps, g, grad_stride, s, gx);
+        cross_entropy_backward_kernel<T, I, A>
+            <<<grid_size(n), kBlockSize, 0, stream>>>(shape, x, t, row_lse, ignore_index, eps, g, grad_stride, s, gx);
       }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
@@ -501,7 +500,7 @@ void target_stats(DType target_dtype, int64_t n, const void* target, int64_t ign
                   cudaStream_t stream) {
   GENESIS_DISPATCH_INDEX(target_dtype, "cross_entropy target check", {
     target_stats_kernel<scalar_t><<<1, kStatsBlock, 0, stream>>>(n, static_cast<const scalar_t*>(target), ignore_index,
-                                                                  static_cast<int64_t*>(stats));
+                                                                 static_cast<int64_t*>(stats));
     GENESIS_CUDA_LAUNCH_CHECK();
   });
 }
@@ -543,8 +542,8 @@ void nll_loss_backward(DType dtype, DType target_dtype, ClassRows shape, const v
         nll_loss_backward_rows_kernel<kRowBlock, T, I, A><<<row_grid<kRowBlock>(shape.outer), kRowBlock, 0, stream>>>(
             shape.outer, shape.classes, t, ignore_index, g, grad_stride, s, gx);
       } else {
-        nll_loss_backward_kernel<T, I, A><<<grid_size(n), kBlockSize, 0, stream>>>(shape, t, ignore_index, g,
-                                                                                   grad_stride, s, gx);
+        nll_loss_backward_kernel<T, I, A>
+            <<<grid_size(n), kBlockSize, 0, stream>>>(shape, t, ignore_index, g, grad_stride, s, gx);
       }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
