@@ -44,11 +44,12 @@ struct ClassCase {
   std::optional<int64_t> ignore;
 };
 
-// N = 37 rows of C = 1001 classes (a warp per row), C = 3000 (a block per row), [N, C, d...],
-// a single class, and ignore_index inside the class range.
+// N = 37 rows of C = 1001 classes (a warp per row), C = 3000 and 5003 (a block per row), [N, C,
+// d...], a single class, fewer classes than a 16-byte pack holds, and ignore_index inside the
+// class range. Odd C starts most rows off a 16-byte boundary (an elementwise head and tail).
 const ClassCase kClassCases[] = {
-    {{37, 1001}, -100},   {{37, 1001}, std::nullopt}, {{5, 3000}, -100},
-    {{7, 5, 3, 4}, -100}, {{3, 17, 11}, 4},           {{6, 1}, std::nullopt},
+    {{37, 1001}, -100}, {{37, 1001}, std::nullopt}, {{5, 3000}, -100}, {{19, 5003}, -100}, {{7, 5, 3, 4}, -100},
+    {{3, 17, 11}, 4},   {{6, 1}, std::nullopt},     {{9, 3}, -100},    {{11, 6}, 2},
 };
 
 using ClassLossFn =
@@ -94,13 +95,35 @@ void check_class_loss(const ClassLossFn& loss, double lo, double hi) {
                  {random_input({1001}, DType::f32, lo, hi), scalar_tensor(7.0, {.dtype = DType::i64})},
                  loss_tolerance(DType::f32));
   }
-  // Every target ignored: mean is 0 / 0 = NaN on both devices, the gradient zero.
+  // Every target ignored: mean is 0 / 0 = NaN on both devices, the gradient zero (a warp and a
+  // block per row).
   Tensor all_ignored = full({37}, -100.0, {.dtype = DType::i64});
-  check_parity([&](const TensorList& in) { return loss(in[0], in[1], genesis::Reduction::mean, -100); },
-               {random_input({37, 1001}, DType::f32, lo, hi), all_ignored}, {});
-  check_backward_parity(
-      [&](const TensorList& in) { return loss(in[0], all_ignored.to(in[0].device()), genesis::Reduction::sum, -100); },
-      {random_input({37, 1001}, DType::f32, lo, hi)}, {});
+  for (int64_t classes : {1001, 3001}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      INFO("all ignored, " << classes << " classes, " << dtype_name(dtype));
+      check_parity([&](const TensorList& in) { return loss(in[0], in[1], genesis::Reduction::mean, -100); },
+                   {random_input({37, classes}, dtype, lo, hi), all_ignored}, {});
+      check_backward_parity(
+          [&](const TensorList& in) {
+            return loss(in[0], all_ignored.to(in[0].device()), genesis::Reduction::sum, -100);
+          },
+          {random_input({37, classes}, dtype, lo, hi)}, {});
+    }
+  }
+  // Contiguous logits whose first row starts one element past a 16-byte boundary (a view into
+  // a larger buffer); their gradient buffer is aligned differently from them.
+  for (int64_t classes : {1001, 3001}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      INFO("misaligned rows, " << classes << " classes, " << dtype_name(dtype));
+      Tensor misaligned_target = class_targets({13}, classes, DType::i64, -100);
+      auto misaligned = [&loss, &misaligned_target, classes](const TensorList& in) {
+        Tensor x = in[0].narrow(0, 1, 13 * classes).view({13, classes});
+        return loss(x, misaligned_target.to(in[0].device()), genesis::Reduction::mean, -100);
+      };
+      check_parity(misaligned, {random_input({13 * classes + 1}, dtype, lo, hi)}, loss_tolerance(dtype));
+      check_backward_parity(misaligned, {random_input({13 * classes + 1}, dtype, lo, hi)}, loss_tolerance(dtype));
+    }
+  }
 }
 
 // Bad targets on CUDA: out-of-range indices raise IndexError (checked on a host copy of the

@@ -1,10 +1,13 @@
 // CUDA class-index losses. The cross-entropy forward reduces each row in one pass with an
 // online logsumexp (running max and sum of exps rescaled when the max grows): one warp per
-// row for up to kWarpRowLimit classes, one block per row beyond. The backward passes are
-// elementwise over the gradient, so their reads and writes are coalesced. No atomics: every
-// result is computed in a fixed order.
+// row for up to kWarpRowLimit classes, one block per row beyond. Contiguous rows ([N, C]) are
+// read in 16-byte packs, several in flight per thread; [N, C, d...] rows are read with the
+// stride d. The backward passes write each gradient row once (contiguous rows in 16-byte
+// packs; ignored rows are zero-filled without reading the logits), or elementwise for
+// [N, C, d...]. No atomics: every result is computed in a fixed order.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/loss.h"
@@ -15,45 +18,80 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int64_t kWarpRowLimit = 1024;
-constexpr int kRowBlock = 512;
+constexpr int kRowBlock = 256;
+// 16-byte packs each thread loads before using any of them.
+constexpr int kUnroll = 4;
 
+template <class T>
+inline constexpr int kPack = 16 / static_cast<int>(sizeof(T));
+
+template <class T>
+struct alignas(16) Pack {
+  T v[kPack<T>];
+};
+
+// Bound of the running max: exp_sub(v, max) then never sees inf - inf, so rows holding +inf
+// or -inf give an infinite logsumexp instead of NaN, while NaN logits still make it NaN. The
+// float bound keeps (v - max) * log2(e) finite for any finite v within the bound.
 template <class A>
-__device__ __forceinline__ A negative_infinity() {
-  return -static_cast<A>(INFINITY);
+inline constexpr A kMaxBound = std::is_same_v<A, double> ? A(1e300) : A(1e38);
+
+// exp(v - max): for float, 2^((v - max) log2(e)) with the hardware exp2 (relative error about
+// 2^-22; results below 2^-126 flush to 0, far under the accumulated sum). The difference is
+// taken first so that v == max gives exactly 1 at any magnitude. f64 uses exp.
+__device__ __forceinline__ float exp_sub(float v, float max) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"((v - max) * kLog2e));
+  return y;
 }
-
-// Running (max, sum of exp(x - max)) of one more value. A NaN value makes the sum NaN; -inf
-// adds nothing.
-template <class A>
-__device__ __forceinline__ void lse_add(A& max, A& sum, A v) {
-  using std::exp;
-  if (v > max) {
-    sum = sum * exp(max - v) + A(1);
-    max = v;
-  } else if (v != negative_infinity<A>()) {
-    sum += exp(v - max);
-  }
-}
-
-// Merges another running pair into (max, sum); an empty pair (sum 0) changes nothing, a NaN
-// sum propagates.
-template <class A>
-__device__ __forceinline__ void lse_merge(A& max, A& sum, A other_max, A other_sum) {
-  using std::exp;
-  if (other_max > max) {
-    sum = sum * exp(max - other_max) + other_sum;
-    max = other_max;
-  } else if (other_sum != A(0)) {
-    sum += other_sum * exp(other_max - max);
-  }
+__device__ __forceinline__ double exp_sub(double v, double max) {
+  return exp(v - max);
 }
 
 template <class A>
 struct RowStats {
-  A max;
-  A sum_exp;
-  A sum;  // of the logits, for label smoothing
+  A max;      // within [-kMaxBound, kMaxBound]
+  A sum_exp;  // of exp(x - max)
+  A sum;      // of the logits, for label smoothing
 };
+
+template <class A>
+__device__ __forceinline__ RowStats<A> empty_stats() {
+  return {-kMaxBound<A>, A(0), A(0)};
+}
+
+// Adds N values with one rescale of the running sum. A NaN value makes the sum NaN.
+template <int N, class A>
+__device__ __forceinline__ void stats_add(RowStats<A>& s, const A (&v)[N]) {
+  A chunk_max = v[0];
+#pragma unroll
+  for (int j = 1; j < N; ++j) chunk_max = fmax(chunk_max, v[j]);
+  const A max = fmin(fmax(s.max, chunk_max), kMaxBound<A>);
+  A sum_exp = s.sum_exp * exp_sub(s.max, max);
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    sum_exp += exp_sub(v[j], max);
+    s.sum += v[j];
+  }
+  s.max = max;
+  s.sum_exp = sum_exp;
+}
+
+template <class A>
+__device__ __forceinline__ void stats_add_one(RowStats<A>& s, A v) {
+  const A one[1] = {v};
+  stats_add(s, one);
+}
+
+// Merges another running triple; an empty one (max -kMaxBound, sum 0) changes nothing.
+template <class A>
+__device__ __forceinline__ void stats_merge(RowStats<A>& s, A other_max, A other_sum_exp, A other_sum) {
+  const A max = fmax(s.max, other_max);
+  s.sum_exp = s.sum_exp * exp_sub(s.max, max) + other_sum_exp * exp_sub(other_max, max);
+  s.max = max;
+  s.sum += other_sum;
+}
 
 template <class A>
 __device__ __forceinline__ RowStats<A> warp_merge(RowStats<A> s) {
@@ -61,8 +99,8 @@ __device__ __forceinline__ RowStats<A> warp_merge(RowStats<A> s) {
   for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
     const A other_max = __shfl_down_sync(0xffffffffu, s.max, offset);
     const A other_sum_exp = __shfl_down_sync(0xffffffffu, s.sum_exp, offset);
-    s.sum += __shfl_down_sync(0xffffffffu, s.sum, offset);
-    lse_merge(s.max, s.sum_exp, other_max, other_sum_exp);
+    const A other_sum = __shfl_down_sync(0xffffffffu, s.sum, offset);
+    stats_merge(s, other_max, other_sum_exp, other_sum);
   }
   return s;
 }
@@ -84,8 +122,7 @@ __device__ __forceinline__ RowStats<A> group_merge(RowStats<A> s) {
     }
     __syncthreads();
     if (warp == 0) {
-      s = lane < kWarps ? RowStats<A>{maxes[lane], sum_exps[lane], sums[lane]}
-                        : RowStats<A>{negative_infinity<A>(), A(0), A(0)};
+      s = lane < kWarps ? RowStats<A>{maxes[lane], sum_exps[lane], sums[lane]} : empty_stats<A>();
       s = warp_merge(s);
     }
     __syncthreads();  // the shared arrays are rewritten for the next row
@@ -97,12 +134,58 @@ __device__ __forceinline__ int64_t row_base(const ClassRows& s, int64_t r) {
   return (r / s.inner) * s.classes * s.inner + r % s.inner;
 }
 
-// kGroup threads per row; thread j of a group reads classes j, j + kGroup, ... (contiguous
-// across the group when inner == 1). Every thread of a group takes the same branches.
-template <int kGroup, class T, class I, class A>
+// Elements of a contiguous row before its first 16-byte boundary (the rest is whole packs and
+// a tail shorter than a pack).
+template <class T>
+__device__ __forceinline__ int64_t unaligned_head(const T* row, int64_t classes) {
+  const auto misaligned = static_cast<int64_t>((reinterpret_cast<uintptr_t>(row) / sizeof(T)) % kPack<T>);
+  const int64_t to_boundary = misaligned == 0 ? 0 : kPack<T> - misaligned;
+  return to_boundary < classes ? to_boundary : classes;
+}
+
+// Statistics of a contiguous row: head and tail elementwise (both shorter than a pack, so at
+// most one element per thread), the body in 16-byte packs with kUnroll packs per thread in
+// flight; thread j takes packs j, j + kGroup, ...
+template <int kGroup, class T, class A>
+__device__ __forceinline__ RowStats<A> contiguous_row_stats(const T* __restrict__ xr, int64_t classes, int lane) {
+  constexpr int V = kPack<T>;
+  RowStats<A> st = empty_stats<A>();
+  const int64_t head = unaligned_head(xr, classes);
+  if (lane < head) stats_add_one(st, to_acc<A>(xr[lane]));
+  const int64_t packs = (classes - head) / V;
+  const auto* body = reinterpret_cast<const Pack<T>*>(xr + head);
+  int64_t i = lane;
+  for (; i + (kUnroll - 1) * kGroup < packs; i += kUnroll * kGroup) {
+    Pack<T> p[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) p[u] = body[i + u * kGroup];
+    A v[kUnroll * V];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[u * V + j] = to_acc<A>(p[u].v[j]);
+    }
+    stats_add(st, v);
+  }
+  for (; i < packs; i += kGroup) {
+    const Pack<T> p = body[i];
+    A v[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = to_acc<A>(p.v[j]);
+    stats_add(st, v);
+  }
+  const int64_t tail = head + packs * V + lane;
+  if (tail < classes) stats_add_one(st, to_acc<A>(xr[tail]));
+  return st;
+}
+
+// kGroup threads per row. Contiguous rows (inner == 1) go through contiguous_row_stats;
+// otherwise thread j of a group reads classes j, j + kGroup, ... with stride inner. Every
+// thread of a group takes the same branches.
+template <int kGroup, bool kContiguous, class T, class I, class A>
 __global__ void __launch_bounds__(kRowBlock)
-    cross_entropy_kernel(ClassRows s, const T* x, const I* target, int64_t ignore_index, A smoothing, A* loss,
-                         A* lse_out) {
+    cross_entropy_kernel(ClassRows s, const T* __restrict__ x, const I* __restrict__ target, int64_t ignore_index,
+                         A smoothing, A* __restrict__ loss, A* __restrict__ lse_out) {
   using std::log;
   const int64_t rows = s.outer * s.inner;
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
@@ -118,20 +201,92 @@ __global__ void __launch_bounds__(kRowBlock)
       continue;
     }
     const T* xr = x + row_base(s, r);
-    RowStats<A> st{negative_infinity<A>(), A(0), A(0)};
-    for (int64_t c = lane; c < s.classes; c += kGroup) {
-      const A v = to_acc<A>(xr[c * s.inner]);
-      lse_add(st.max, st.sum_exp, v);
-      st.sum += v;
+    // Issued before the row's loads so its latency overlaps them.
+    const A target_logit = lane == 0 ? to_acc<A>(xr[t * s.inner]) : A(0);
+    RowStats<A> st;
+    if constexpr (kContiguous) {
+      st = contiguous_row_stats<kGroup, T, A>(xr, s.classes, lane);
+    } else {
+      st = empty_stats<A>();
+      for (int64_t c = lane; c < s.classes; c += kGroup) stats_add_one(st, to_acc<A>(xr[c * s.inner]));
     }
     st = group_merge<kGroup>(st);
     if (lane == 0) {
       const A lse = st.max + log(st.sum_exp);
-      const A nll = lse - to_acc<A>(xr[t * s.inner]);
+      const A nll = lse - target_logit;
       loss[r] =
           smoothing == A(0) ? nll : (A(1) - smoothing) * nll + smoothing * (lse - st.sum / static_cast<A>(s.classes));
       lse_out[r] = lse;
     }
+  }
+}
+
+// out[c] = f(c, x[c]) over one contiguous row (x[c] read only when kReadX; f gets 0 otherwise).
+// x and out have the same 16-byte alignment: the body goes in 16-byte packs, kUnroll loads in
+// flight per thread before the stores; head and tail elementwise.
+template <int kGroup, bool kReadX, class T, class F>
+__device__ __forceinline__ void map_row(const T* __restrict__ xr, T* __restrict__ out, int64_t classes, int lane, F f) {
+  constexpr int V = kPack<T>;
+  using A = float_acc_t<T>;
+  auto element = [&](int64_t c) { out[c] = from_acc<T>(f(c, kReadX ? to_acc<A>(xr[c]) : A(0))); };
+  const int64_t head = unaligned_head(out, classes);
+  if (lane < head) element(lane);
+  const int64_t packs = (classes - head) / V;
+  const auto* in_body = kReadX ? reinterpret_cast<const Pack<T>*>(xr + head) : nullptr;
+  auto* out_body = reinterpret_cast<Pack<T>*>(out + head);
+  auto store = [&](int64_t pack, const Pack<T>& p) {
+    Pack<T> o;
+    const int64_t first = head + pack * V;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>(f(first + j, kReadX ? to_acc<A>(p.v[j]) : A(0)));
+    out_body[pack] = o;
+  };
+  int64_t i = lane;
+  for (; i + (kUnroll - 1) * kGroup < packs; i += kUnroll * kGroup) {
+    Pack<T> p[kUnroll] = {};
+    if constexpr (kReadX) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) p[u] = in_body[i + u * kGroup];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) store(i + u * kGroup, p[u]);
+  }
+  for (; i < packs; i += kGroup) {
+    Pack<T> p = {};
+    if constexpr (kReadX) p = in_body[i];
+    store(i, p);
+  }
+  const int64_t tail = head + packs * V + lane;
+  if (tail < classes) element(tail);
+}
+
+// kGroup threads per contiguous row of the gradient; ignored rows are written as zeros.
+template <int kGroup, class T, class I, class A>
+__global__ void __launch_bounds__(kRowBlock)
+    cross_entropy_backward_rows_kernel(int64_t rows, int64_t classes, const T* __restrict__ x,
+                                       const I* __restrict__ target, const A* __restrict__ lse, int64_t ignore_index,
+                                       A smoothing, const T* __restrict__ grad_loss, int64_t grad_stride, A scale,
+                                       T* __restrict__ gx) {
+  const A uniform = smoothing / static_cast<A>(classes);
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const int64_t groups_per_block = blockDim.x / kGroup;
+  const int64_t total_groups = static_cast<int64_t>(gridDim.x) * groups_per_block;
+  for (int64_t r = blockIdx.x * groups_per_block + threadIdx.x / kGroup; r < rows; r += total_groups) {
+    const auto t = static_cast<int64_t>(target[r]);
+    const T* xr = x + r * classes;
+    T* gr = gx + r * classes;
+    if (t == ignore_index) {
+      map_row<kGroup, false>(xr, gr, classes, lane, [](int64_t, A) { return A(0); });
+      continue;
+    }
+    const A g = to_acc<A>(grad_loss[r * grad_stride]) * scale;
+    const A row_lse = lse[r];
+    const A hit = A(1) - smoothing;
+    map_row<kGroup, true>(xr, gr, classes, lane, [=](int64_t c, A v) {
+      A d = exp_sub(v, row_lse) - uniform;
+      if (c == t) d -= hit;
+      return d * g;
+    });
   }
 }
 
@@ -151,7 +306,6 @@ template <class T, class I, class A>
 __global__ void cross_entropy_backward_kernel(ClassRows s, const T* x, const I* target, const A* lse,
                                               int64_t ignore_index, A smoothing, const T* grad_loss,
                                               int64_t grad_stride, A scale, T* gx) {
-  using std::exp;
   const int64_t n = s.outer * s.classes * s.inner;
   const A uniform = smoothing / static_cast<A>(s.classes);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -163,7 +317,7 @@ __global__ void cross_entropy_backward_kernel(ClassRows s, const T* x, const I* 
       continue;
     }
     const A g = to_acc<A>(grad_loss[rc.row * grad_stride]) * scale;
-    A d = exp(to_acc<A>(x[k]) - lse[rc.row]) - uniform;
+    A d = exp_sub(to_acc<A>(x[k]), lse[rc.row]) - uniform;
     if (rc.cls == t) d -= A(1) - smoothing;
     gx[k] = from_acc<T>(d * g);
   }
@@ -180,6 +334,22 @@ __global__ void nll_loss_kernel(ClassRows s, const T* lp, const I* target, int64
   }
 }
 
+// kGroup threads per contiguous gradient row: zeros except -grad at the target.
+template <int kGroup, class T, class I, class A>
+__global__ void __launch_bounds__(kRowBlock)
+    nll_loss_backward_rows_kernel(int64_t rows, int64_t classes, const I* __restrict__ target, int64_t ignore_index,
+                                  const T* __restrict__ grad_loss, int64_t grad_stride, A scale, T* __restrict__ gx) {
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const int64_t groups_per_block = blockDim.x / kGroup;
+  const int64_t total_groups = static_cast<int64_t>(gridDim.x) * groups_per_block;
+  for (int64_t r = blockIdx.x * groups_per_block + threadIdx.x / kGroup; r < rows; r += total_groups) {
+    const auto t = static_cast<int64_t>(target[r]);
+    const A g = t == ignore_index ? A(0) : -to_acc<A>(grad_loss[r * grad_stride]) * scale;
+    map_row<kGroup, false>(static_cast<const T*>(nullptr), gx + r * classes, classes, lane,
+                           [=](int64_t c, A) { return c == t ? g : A(0); });
+  }
+}
+
 // One thread per gradient element.
 template <class T, class I, class A>
 __global__ void nll_loss_backward_kernel(ClassRows s, const I* target, int64_t ignore_index, const T* grad_loss,
@@ -192,6 +362,68 @@ __global__ void nll_loss_backward_kernel(ClassRows s, const I* target, int64_t i
     const bool hit = t != ignore_index && rc.cls == t;
     gx[k] = from_acc<T>(hit ? -to_acc<A>(grad_loss[rc.row * grad_stride]) * scale : A(0));
   }
+}
+
+constexpr int kStatsBlock = 1024;
+
+// One block: each thread scans a strided slice of the targets, then warps and the block merge
+// their (min, max, count) through shuffles and shared memory.
+template <class I>
+__global__ void __launch_bounds__(kStatsBlock)
+    target_stats_kernel(int64_t n, const I* __restrict__ target, int64_t ignore_index, int64_t* __restrict__ stats) {
+  int64_t lo = INT64_MAX, hi = INT64_MIN, count = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kStatsBlock) {
+    const auto v = static_cast<int64_t>(target[i]);
+    if (v == ignore_index) continue;
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+    ++count;
+  }
+  auto warp_reduce = [&] {
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
+      const int64_t other_lo = __shfl_down_sync(0xffffffffu, lo, offset);
+      const int64_t other_hi = __shfl_down_sync(0xffffffffu, hi, offset);
+      count += __shfl_down_sync(0xffffffffu, count, offset);
+      lo = other_lo < lo ? other_lo : lo;
+      hi = other_hi > hi ? other_hi : hi;
+    }
+  };
+  warp_reduce();
+  constexpr int kWarps = kStatsBlock / kWarp;
+  __shared__ int64_t los[kWarps], his[kWarps], counts[kWarps];
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp;
+  if (lane == 0) {
+    los[warp] = lo;
+    his[warp] = hi;
+    counts[warp] = count;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  lo = los[lane];
+  hi = his[lane];
+  count = counts[lane];
+  warp_reduce();
+  if (lane == 0) {
+    stats[0] = count > 0 ? lo : 0;
+    stats[1] = count > 0 ? hi : 0;
+    stats[2] = count;
+  }
+}
+
+// Blocks for kGroup threads per row: one block per row (or per kRowBlock / 32 rows) so the
+// hardware balances rows across multiprocessors; the kernels loop when rows exceed the grid.
+template <int kGroup>
+unsigned row_grid(int64_t rows) {
+  constexpr int64_t rows_per_block = kRowBlock / kGroup;
+  return static_cast<unsigned>(std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{1} << 30));
+}
+
+// Whether two buffers of T have the same offset from a 16-byte boundary (so that a row of one
+// and the same row of the other split into the same head, packs and tail).
+bool same_alignment(const void* a, const void* b) {
+  return reinterpret_cast<uintptr_t>(a) % 16 == reinterpret_cast<uintptr_t>(b) % 16;
 }
 
 }  // namespace
@@ -210,12 +442,19 @@ void cross_entropy(DType dtype, DType target_dtype, ClassRows shape, const void*
       auto* out = static_cast<A*>(loss);
       auto* lse_out = static_cast<A*>(lse);
       const auto eps = static_cast<A>(label_smoothing);
-      if (shape.classes <= kWarpRowLimit) {
-        cross_entropy_kernel<kWarp, T, I, A>
-            <<<grid_size(rows * kWarp), kBlockSize, 0, stream>>>(shape, x, t, ignore_index, eps, out, lse_out);
+      const bool warp_rows = shape.classes <= kWarpRowLimit;
+      if (shape.inner == 1 && warp_rows) {
+        cross_entropy_kernel<kWarp, true, T, I, A>
+            <<<row_grid<kWarp>(rows), kRowBlock, 0, stream>>>(shape, x, t, ignore_index, eps, out, lse_out);
+      } else if (shape.inner == 1) {
+        cross_entropy_kernel<kRowBlock, true, T, I, A>
+            <<<row_grid<kRowBlock>(rows), kRowBlock, 0, stream>>>(shape, x, t, ignore_index, eps, out, lse_out);
+      } else if (warp_rows) {
+        cross_entropy_kernel<kWarp, false, T, I, A>
+            <<<row_grid<kWarp>(rows), kRowBlock, 0, stream>>>(shape, x, t, ignore_index, eps, out, lse_out);
       } else {
-        cross_entropy_kernel<kRowBlock, T, I, A><<<grid_size(rows * kRowBlock, kRowBlock), kRowBlock, 0, stream>>>(
-            shape, x, t, ignore_index, eps, out, lse_out);
+        cross_entropy_kernel<kRowBlock, false, T, I, A>
+            <<<row_grid<kRowBlock>(rows), kRowBlock, 0, stream>>>(shape, x, t, ignore_index, eps, out, lse_out);
       }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
@@ -231,12 +470,38 @@ void cross_entropy_backward(DType dtype, DType target_dtype, ClassRows shape, co
     using T = scalar_t;
     using A = float_acc_t<T>;
     GENESIS_DISPATCH_INDEX(target_dtype, "cross_entropy backward", {
-      cross_entropy_backward_kernel<T, scalar_t, A><<<grid_size(n), kBlockSize, 0, stream>>>(
-          shape, static_cast<const T*>(logits), static_cast<const scalar_t*>(target), static_cast<const A*>(lse),
-          ignore_index, static_cast<A>(label_smoothing), static_cast<const T*>(grad_loss), grad_stride,
-          static_cast<A>(scale), static_cast<T*>(grad_logits));
+      using I = scalar_t;
+      const auto* x = static_cast<const T*>(logits);
+      const auto* t = static_cast<const I*>(target);
+      const auto* row_lse = static_cast<const A*>(lse);
+      const auto* g = static_cast<const T*>(grad_loss);
+      auto* gx = static_cast<T*>(grad_logits);
+      const auto eps = static_cast<A>(label_smoothing);
+      const auto s = static_cast<A>(scale);
+      if (shape.inner == 1 && same_alignment(logits, grad_logits)) {
+        if (shape.classes <= kWarpRowLimit) {
+          cross_entropy_backward_rows_kernel<kWarp, T, I, A><<<row_grid<kWarp>(shape.outer), kRowBlock, 0, stream>>>(
+              shape.outer, shape.classes, x, t, row_lse, ignore_index, eps, g, grad_stride, s, gx);
+        } else {
+          cross_entropy_backward_rows_kernel<kRowBlock, T, I, A>
+              <<<row_grid<kRowBlock>(shape.outer), kRowBlock, 0, stream>>>(shape.outer, shape.classes, x, t, row_lse,
+                                                                           ignore_index, eps, g, grad_stride, s, gx);
+        }
+      } else {
+        cross_entropy_backward_kernel<T, I, A>
+            <<<grid_size(n), kBlockSize, 0, stream>>>(shape, x, t, row_lse, ignore_index, eps, g, grad_stride, s, gx);
+      }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
+  });
+}
+
+void target_stats(DType target_dtype, int64_t n, const void* target, int64_t ignore_index, void* stats,
+                  cudaStream_t stream) {
+  GENESIS_DISPATCH_INDEX(target_dtype, "cross_entropy target check", {
+    target_stats_kernel<scalar_t><<<1, kStatsBlock, 0, stream>>>(n, static_cast<const scalar_t*>(target), ignore_index,
+                                                                 static_cast<int64_t*>(stats));
+    GENESIS_CUDA_LAUNCH_CHECK();
   });
 }
 
@@ -265,9 +530,21 @@ void nll_loss_backward(DType dtype, DType target_dtype, ClassRows shape, const v
     using T = scalar_t;
     using A = float_acc_t<T>;
     GENESIS_DISPATCH_INDEX(target_dtype, "nll_loss backward", {
-      nll_loss_backward_kernel<T, scalar_t, A><<<grid_size(n), kBlockSize, 0, stream>>>(
-          shape, static_cast<const scalar_t*>(target), ignore_index, static_cast<const T*>(grad_loss), grad_stride,
-          static_cast<A>(scale), static_cast<T*>(grad_log_probs));
+      using I = scalar_t;
+      const auto* t = static_cast<const I*>(target);
+      const auto* g = static_cast<const T*>(grad_loss);
+      auto* gx = static_cast<T*>(grad_log_probs);
+      const auto s = static_cast<A>(scale);
+      if (shape.inner == 1 && shape.classes <= kWarpRowLimit) {
+        nll_loss_backward_rows_kernel<kWarp, T, I, A><<<row_grid<kWarp>(shape.outer), kRowBlock, 0, stream>>>(
+            shape.outer, shape.classes, t, ignore_index, g, grad_stride, s, gx);
+      } else if (shape.inner == 1) {
+        nll_loss_backward_rows_kernel<kRowBlock, T, I, A><<<row_grid<kRowBlock>(shape.outer), kRowBlock, 0, stream>>>(
+            shape.outer, shape.classes, t, ignore_index, g, grad_stride, s, gx);
+      } else {
+        nll_loss_backward_kernel<T, I, A>
+            <<<grid_size(n), kBlockSize, 0, stream>>>(shape, t, ignore_index, g, grad_stride, s, gx);
+      }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
   });

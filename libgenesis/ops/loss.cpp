@@ -45,11 +45,22 @@ ClassRows class_rows(const char* name, const Tensor& input, const Tensor& target
   return {input.size(0), input.size(1), numel_of(Shape(input.shape().begin() + 2, input.shape().end()))};
 }
 
-// Number of non-ignored targets; IndexError when one is outside [0, classes). The check reads
-// the indices on the host, so CUDA targets are first copied there (a synchronizing copy).
+// Number of non-ignored targets; IndexError when one is outside [0, classes). CUDA targets are
+// summarized on the device (min, max, count) and only those 24 bytes come to the host (a
+// synchronizing copy), rather than every target.
 int64_t count_valid_targets(const char* name, const Tensor& target, int64_t classes, int64_t ignore_index) {
-  const Tensor host = target.device().is_cpu() ? target : target.to(kCPU);
-  return detail::check_index_values(name, host, classes, ignore_index, "target value", "classes");
+  if (target.device().is_cpu() || target.numel() == 0) {
+    return detail::check_index_values(name, target.to(kCPU), classes, ignore_index, "target value", "classes");
+  }
+  Tensor stats = empty({3}, {.dtype = DType::i64, .device = target.device()});
+  GENESIS_ON_CUDA(kernels::cuda::target_stats(target.dtype(), target.numel(), target.data_ptr(), ignore_index,
+                                              stats.data_ptr(), cuda::current_stream()));
+  const Tensor host = stats.to(kCPU);
+  const auto* s = static_cast<const int64_t*>(host.data_ptr());
+  const int64_t lo = s[0], hi = s[1], count = s[2];
+  GENESIS_CHECK(count == 0 || (lo >= 0 && hi < classes), IndexError, name, ": target value ", lo < 0 ? lo : hi,
+                " is out of range for ", classes, " classes");
+  return count;
 }
 
 // Per-row losses (accumulator dtype) reduced as requested, in `dtype`. Mean divides by the
