@@ -3,8 +3,12 @@
 // the tests skip on machines without a GPU.
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "tests/cuda_testing.h"
+#if GENESIS_WITH_CUDA
+#include "libgenesis/cuda/runtime.h"
+#endif
 
 using namespace genesis;
 using namespace genesis::testing;
@@ -283,3 +287,42 @@ TEST_CASE("gradients through CUDA match the CPU", "[cuda]") {
     check_backward_parity(expression, inputs, dtype == DType::f64 ? Tolerance{1e-12, 1e-12} : Tolerance{1e-5, 1e-6});
   }
 }
+
+// --- runtime: staged uploads and asynchronous kernel faults -----------------------------
+
+TEST_CASE("uploads from host memory are staged and land intact", "[cuda]") {
+  if (!cuda_ready()) return;
+  // Many uploads in a row reuse the pinned staging buffers; each host tensor is overwritten
+  // right after its upload returns, which must not change what reaches the GPU.
+  std::vector<Tensor> on_gpu;
+  std::vector<std::vector<float>> expected;
+  for (int i = 0; i < 40; ++i) {
+    Tensor host = random_input({257, 33 + i}, DType::f32);
+    expected.push_back(host.to_vector<float>());
+    on_gpu.push_back(host.to(kCuda0));
+    host.fill_(std::nan(""));
+  }
+  // A large upload (above the staging limit) goes directly.
+  Tensor big = random_input({70 << 20 >> 2}, DType::f32);
+  Tensor big_gpu = big.to(kCuda0);
+  require_close(big_gpu.to(kCPU), big, 0.0, 0.0);
+  for (size_t i = 0; i < on_gpu.size(); ++i) CHECK(on_gpu[i].to(kCPU).to_vector<float>() == expected[i]);
+}
+
+#if GENESIS_WITH_CUDA
+TEST_CASE("a bad index found by a kernel is raised at the next synchronization", "[cuda]") {
+  if (!cuda_ready()) return;
+  Tensor weight = random_input({10, 4}, DType::f32).to(kCuda0);
+  Tensor rows = embedding(tensor({3, 12, 4}, {3}, {.dtype = DType::i64}).to(kCuda0), weight);
+  CHECK(rows.size(0) == 3);  // the op itself returns without waiting for the kernel
+  try {
+    cuda::synchronize();
+    FAIL("no error was raised");
+  } catch (const IndexError& e) {
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("embedding: index 12 is out of range [0, 10)"));
+  }
+  // Raised once: the device stays usable and later work is correct.
+  Tensor good = embedding(tensor({9, 0}, {2}, {.dtype = DType::i64}).to(kCuda0), weight);
+  require_close(good.to(kCPU), embedding(tensor({9, 0}, {2}, {.dtype = DType::i64}), weight.to(kCPU)), 0.0, 0.0);
+}
+#endif

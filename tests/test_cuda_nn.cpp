@@ -278,9 +278,10 @@ GENESIS_CUDA_PARITY("embedding") {
         return w.grad();
       },
       {random_input({10, 96}, DType::f32), random_input({4000, 96}, DType::f32)});
-  // Indices are validated (on a host copy) before the kernel runs; devices must match.
+  // Devices must match; a bad index:
   Tensor weight = random_input({10, 4}, DType::f32).to(kCuda0);
-  CHECK_THROWS_AS(embedding(tensor({1, 10}, {2}, {.dtype = DType::i64}).to(kCuda0), weight), IndexError);
-  CHECK_THROWS_AS(embedding(tensor({-1, 2}, {2}, {.dtype = DType::i32}).to(kCuda0), weight), IndexError);
+  // Reported by the kernel, raised at the next synchronization (here the copy to the host).
+  CHECK_THROWS_AS(embedding(tensor({1, 10}, {2}, {.dtype = DType::i64}).to(kCuda0), weight).to(kCPU), IndexError);
+  CHECK_THROWS_AS(embedding(tensor({-1, 2}, {2}, {.dtype = DType::i32}).to(kCuda0), weight).to(kCPU), IndexError);
   CHECK_THROWS_AS(embedding(tensor({1, 2}, {2}, {.dtype = DType::i64}), weight), DeviceError);
 }

@@ -104,6 +104,17 @@ __device__ __forceinline__ Dst cast_value(Src v) {
   }
 }
 
+// Records an index fault for the host to raise at its next synchronization (see
+// cuda::KernelFault); only the first report of the process sticks until it is raised.
+__device__ __forceinline__ void report_index_fault(::genesis::cuda::KernelFault* fault, int op, int64_t value, int64_t bound) {
+  if (atomicCAS(&fault->set, 0u, 1u) == 0u) {
+    fault->op = op;
+    fault->value = value;
+    fault->bound = bound;
+    __threadfence_system();
+  }
+}
+
 inline constexpr int kBlockSize = 256;
 
 // Multiprocessors of the current device (looked up once per thread and device).

@@ -204,18 +204,18 @@ __global__ void __launch_bounds__(kThreads)
 
 // Warp i copies row index[i] of weight to row i of out (then row i + warps in flight, ...): lane
 // l moves units l, l + 32, ..., four loads in flight before their stores. An index outside
-// [0, num) skips its row and lowers *first_bad to its position.
+// [0, num) skips its row and is reported to `fault`.
 template <class U, class I>
 __global__ void __launch_bounds__(kThreads)
     embedding_gather(int64_t n, int64_t num, int64_t units, const I* __restrict__ index, const U* __restrict__ weight,
-                     U* __restrict__ out, unsigned long long* first_bad) {
+                     U* __restrict__ out, ::genesis::cuda::KernelFault* fault, int fault_op) {
   constexpr int kUnroll = 4;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
   for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / kWarp; i < n; i += warps) {
     const int64_t row = static_cast<int64_t>(index[i]);
     if (row < 0 || row >= num) {
-      if (lane == 0) atomicMin(first_bad, static_cast<unsigned long long>(i));
+      if (lane == 0) report_index_fault(fault, fault_op, row, num);
       continue;
     }
     const U* src = weight + row * units;
@@ -408,11 +408,8 @@ void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, 
 }
 
 void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t num, int64_t dim,
-               const void* weight, void* out, int64_t* first_bad, cudaStream_t stream) {
-  // All bits set: -1 as int64, above every position for the unsigned minimum.
-  GENESIS_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, sizeof(int64_t), stream));
+               const void* weight, void* out, ::genesis::cuda::KernelFault* fault, int fault_op, cudaStream_t stream) {
   if (n <= 0) return;
-  auto* first = reinterpret_cast<unsigned long long*>(first_bad);
   const unsigned grid = grid_size(n * kWarp, kThreads);
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "embedding", {
     using T = scalar_t;
@@ -421,10 +418,10 @@ void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int
       const scalar_t* ids = static_cast<const scalar_t*>(index);
       if (packs_of_16(bytes, {weight, out})) {
         embedding_gather<uint4, scalar_t><<<grid, kThreads, 0, stream>>>(
-            n, num, bytes / 16, ids, static_cast<const uint4*>(weight), static_cast<uint4*>(out), first);
+            n, num, bytes / 16, ids, static_cast<const uint4*>(weight), static_cast<uint4*>(out), fault, fault_op);
       } else {
         embedding_gather<T, scalar_t><<<grid, kThreads, 0, stream>>>(n, num, dim, ids, static_cast<const T*>(weight),
-                                                                     static_cast<T*>(out), first);
+                                                                     static_cast<T*>(out), fault, fault_op);
       }
       GENESIS_CUDA_LAUNCH_CHECK();
     });

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "libgenesis/core/dtype.h"
+#include "libgenesis/cuda/runtime.h"
 
 namespace genesis::kernels::cuda {
 
@@ -32,10 +33,10 @@ void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, 
                         void* grad_bias, void* partials, cudaStream_t stream);
 
 // out[i, :] = weight[index[i], :] for n indices into weight [num, dim]. The indices are checked
-// on the way: *first_bad (a device int64) becomes the first position whose index is outside
-// [0, num) (its output row is left unwritten), or -1 when every index is inside.
+// on the way: an index outside [0, num) leaves its output row unwritten and is reported to
+// `fault` as op `fault_op` (cuda::KernelFault: raised at the host's next synchronization).
 void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t num, int64_t dim,
-               const void* weight, void* out, int64_t* first_bad, cudaStream_t stream);
+               const void* weight, void* out, ::genesis::cuda::KernelFault* fault, int fault_op, cudaStream_t stream);
 // Bytes of device workspace embedding_backward needs for n indices into num rows.
 size_t embedding_backward_workspace_bytes(int64_t n, int64_t num);
 // grad_weight [num, dim]: row v sums the grad_out rows at the positions i with index[i] == v

@@ -18,11 +18,32 @@ int device_count();
 cudaStream_t current_stream();
 // Replaces the current stream for this thread (nullptr restores the default).
 void set_current_stream(cudaStream_t stream);
-// Waits for all work on the current stream.
+// Waits for all work on the current stream (then raises a pending kernel fault, see below).
 void synchronize();
 // Copies nbytes between any two of host/device memory. Enqueued on the current stream;
-// returns after the copy completes when the destination is host memory.
+// returns after the copy completes when the destination is host memory (then raises a pending
+// kernel fault). A host source is staged through pinned memory, so an upload returns without
+// waiting for the work queued before it.
 void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+
+// Faults that kernels find without stopping the stream (an index out of range): the first one
+// is recorded in mapped host memory of its device, and the next host synchronization point
+// (synchronize(), a copy to the host, so item() and to(kCPU)) throws it as an IndexError. As
+// with PyTorch's device-side asserts the error surfaces after the op has returned; a kernel
+// that reports a fault skips the faulty element instead of reading out of bounds.
+struct KernelFault {
+  unsigned int set;  // 0 until a kernel reports
+  int op;            // fault_op_id() of the reporting op
+  long long value;   // the offending index
+  long long bound;   // the valid range was [0, bound)
+};
+// The current device's fault record, readable and writable by kernels (created on first use).
+KernelFault* kernel_fault_slot();
+// A stable small id for an op name, stored by kernels in KernelFault::op.
+int fault_op_id(const char* op);
+// Throws the fault recorded on the current device, if any, and clears it. Call only after the
+// stream that ran the reporting kernels has been synchronized.
+void raise_kernel_fault();
 
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
 

@@ -225,16 +225,11 @@ Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int6
       kernels::cpu::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), dim, wc.data_ptr(),
                               out.data_ptr());
     } else {
+      // The gather checks the indices as it goes and reports a bad one asynchronously.
       GENESIS_ON_CUDA({
-        // The gather checks the indices as it goes; only the first bad position is read back.
-        Tensor first_bad = empty({1}, {.dtype = DType::i64, .device = weight.device()});
+        static const int fault_op = cuda::fault_op_id("embedding");
         kernels::cuda::embedding(weight.dtype(), idx.dtype(), idx.numel(), idx.data_ptr(), num, dim, wc.data_ptr(),
-                                 out.data_ptr(), first_bad.data<int64_t>(), cuda::current_stream());
-        const int64_t position = first_bad.to(kCPU).data<int64_t>()[0];
-        if (position >= 0) {
-          const int64_t value = idx.reshape({-1}).narrow(0, position, 1).to(kCPU).to(DType::i64).data<int64_t>()[0];
-          GENESIS_THROW(IndexError, "embedding: index ", value, " is out of range for ", num, " embeddings");
-        }
+                                 out.data_ptr(), cuda::kernel_fault_slot(), fault_op, cuda::current_stream());
       });
     }
   }
