@@ -96,7 +96,10 @@ struct CatBatch {
 
 // blockIdx.y picks the piece; its threads stream the contiguous piece in order and write each of
 // its rows as a contiguous run of the output row, so reads and writes are coalesced. Index is
-// 32-bit where the output allows (the per-element division is then cheap).
+// 32-bit where the output allows (the per-element division is then cheap). Launched with one
+// thread per unit of the largest piece: faster on the H100 than a grid capped at the resident
+// threads (3-5%), than 4 units per thread, and than one cudaMemcpyAsync / cudaMemcpy2DAsync per
+// piece (5-75% slower for 2-4 pieces of 4096^2).
 template <class Unit, class Index>
 __global__ void cat_kernel(CatBatch batch, Index outer, Index out_row_units, Unit* out) {
   const Unit* src = static_cast<const Unit*>(batch.data[blockIdx.y]);
@@ -270,11 +273,13 @@ void cat(int64_t outer, int64_t out_row_bytes, const CatPiece* pieces, int64_t n
       ++count;
     }
     if (count == 0) continue;
-    const dim3 grid(std::max(1u, grid_size(largest) / static_cast<unsigned>(count)), static_cast<unsigned>(count));
+    const int64_t blocks_per_piece = std::clamp<int64_t>((largest + kBlockSize - 1) / kBlockSize, 1, INT32_MAX);
+    const dim3 grid(static_cast<unsigned>(blocks_per_piece), static_cast<unsigned>(count));
     const int64_t out_row_units = out_row_bytes / width;
     GENESIS_CUDA_DISPATCH_WIDTH(width, {
       auto* target = static_cast<bits_t*>(out);
-      if (outer * out_row_units <= INT32_MAX / 2) {
+      // 32-bit when every index plus the grid's stride stays in range.
+      if (outer * out_row_units + blocks_per_piece * kBlockSize <= INT32_MAX) {
         cat_kernel<bits_t, int32_t><<<grid, kBlockSize, 0, stream>>>(batch, static_cast<int32_t>(outer),
                                                                      static_cast<int32_t>(out_row_units), target);
       } else {
