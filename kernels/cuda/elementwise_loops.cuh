@@ -13,57 +13,11 @@
 
 #include "kernels/common/math.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/packs.cuh"
 
 namespace genesis::kernels::cuda {
 
 namespace loops {
-
-template <class T, int VEC>
-struct Pack {
-  T v[VEC];
-};
-
-// Pack loads and stores go through a plain vector type of the same size, so that they compile
-// to single wide accesses (a copied struct of 16-bit floats would be split into scalar loads).
-template <int BYTES>
-struct RawVector;
-template <>
-struct RawVector<16> {
-  using type = uint4;
-};
-template <>
-struct RawVector<8> {
-  using type = uint2;
-};
-template <>
-struct RawVector<4> {
-  using type = uint32_t;
-};
-template <>
-struct RawVector<2> {
-  using type = uint16_t;
-};
-template <>
-struct RawVector<1> {
-  using type = uint8_t;
-};
-
-template <int VEC, class T, class Index>
-__device__ __forceinline__ Pack<T, VEC> load_pack(const T* base, Index index) {
-  using Raw = typename RawVector<sizeof(T) * VEC>::type;
-  Raw raw = reinterpret_cast<const Raw*>(base)[index];
-  Pack<T, VEC> pack;
-  memcpy(&pack, &raw, sizeof(Raw));
-  return pack;
-}
-
-template <int VEC, class T, class Index>
-__device__ __forceinline__ void store_pack(T* base, Index index, const Pack<T, VEC>& pack) {
-  using Raw = typename RawVector<sizeof(T) * VEC>::type;
-  Raw raw;
-  memcpy(&raw, &pack, sizeof(Raw));
-  reinterpret_cast<Raw*>(base)[index] = raw;
-}
 
 template <int VEC, class F, class Out, class... In>
 __device__ __forceinline__ Pack<Out, VEC> apply_pack(const F& f, const Pack<In, VEC>&... in) {
@@ -84,7 +38,7 @@ __global__ void contiguous_kernel(int64_t n, F f, Out* out, const In*... in) {
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t packs = n / VEC;
   for (int64_t p = first; p < packs; p += stride) {
-    store_pack<VEC>(out, p, apply_pack<VEC, F, Out>(f, load_pack<VEC>(in, p)...));
+    store_pack<VEC>(out + static_cast<size_t>(p) * VEC, apply_pack<VEC, F, Out>(f, load_pack<VEC>(in + static_cast<size_t>(p) * VEC)...));
   }
   for (int64_t i = packs * VEC + first; i < n; i += stride) out[i] = f(in[i]...);
 }
@@ -133,7 +87,7 @@ __global__ void broadcast_kernel(int32_t n, BroadcastOperand b, F f, Out* out, c
   for (int32_t p = first; p < packs; p += stride) {
     int32_t row = p * VEC / b.cols;
     int32_t col = p * VEC - row * b.cols;
-    const Pack<T, VEC> x = load_pack<VEC>(full, p);
+    const Pack<T, VEC> x = load_pack<VEC>(full + static_cast<size_t>(p) * VEC);
     Pack<Out, VEC> y;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
@@ -144,7 +98,7 @@ __global__ void broadcast_kernel(int32_t n, BroadcastOperand b, F f, Out* out, c
         ++row;
       }
     }
-    store_pack<VEC>(out, p, y);
+    store_pack<VEC>(out + static_cast<size_t>(p) * VEC, y);
   }
   for (int32_t i = packs * VEC + first; i < n; i += stride) {
     const int32_t row = i / b.cols, col = i - row * b.cols;

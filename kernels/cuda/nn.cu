@@ -24,10 +24,7 @@ namespace {
 using rows::group_reduce;
 using rows::kThreads;
 using rows::kWarp;
-using rows::load_pack;
 using rows::Max;
-using rows::Pack;
-using rows::store_pack;
 using rows::Sum;
 
 // Rows up to this long take one warp each on the scalar path, longer rows one block each.
@@ -463,7 +460,7 @@ void embedding_backward(DType dtype, DType index_dtype, int64_t n, const void* i
   const unsigned grid = grid_size(num * kWarp, kThreads);
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "embedding backward", {
     using T = scalar_t;
-    constexpr int N = rows::kPack<T>;
+    constexpr int N = kPack<T>;
     const T* go = static_cast<const T*>(grad_out);
     T* gw = static_cast<T*>(grad_weight);
     if (packs_of_16(dim * static_cast<int64_t>(sizeof(T)), {grad_out, grad_weight})) {

@@ -17,16 +17,13 @@ namespace genesis::kernels::cuda {
 namespace {
 
 using rows::group_reduce;
-using rows::kPack;
 using rows::kThreads;
 using rows::kWarp;
-using rows::load_pack;
 using rows::Max;
-using rows::store_pack;
 using rows::Sum;
 
 template <class T>
-using Packed = rows::Pack<T, kPack<T>>;
+using Packed = Pack<T, kPack<T>>;
 
 // Slots fill in order, so the first slot past the row ends it.
 #define GENESIS_FOR_EACH_SLOT(k, j) \

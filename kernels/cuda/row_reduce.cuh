@@ -1,11 +1,11 @@
 #pragma once
 // Row reductions shared by the nn kernels (nn.cu, nn_rows.cu): butterfly shuffles within a
-// warp, then a fixed-order pass over the per-warp results, so every run gives the same bits;
-// and the 16-byte packs the vectorized kernels move.
+// warp, then a fixed-order pass over the per-warp results, so every run gives the same bits.
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/packs.cuh"
 
 namespace genesis::kernels::cuda::rows {
 
@@ -48,37 +48,6 @@ __device__ __forceinline__ A group_reduce(A v, A* shared, Op op) {
     for (int w = 1; w < kGroup / kWarp; ++w) total = op(total, shared[w]);
     __syncthreads();  // `shared` is rewritten by the next reduction
     return total;
-  }
-}
-
-// N elements moved as one load / store (16 bytes for kPack<T> elements).
-template <class T, int N>
-struct alignas(sizeof(T) * N) Pack {
-  T v[N];
-};
-template <class T>
-inline constexpr int kPack = static_cast<int>(16 / sizeof(T));
-
-// 16-byte packs go through uint4 so that they move as one vector instruction.
-template <class T, int N>
-__device__ __forceinline__ Pack<T, N> load_pack(const Pack<T, N>* p) {
-  if constexpr (sizeof(Pack<T, N>) == 16) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    Pack<T, N> out;
-    memcpy(&out, &raw, sizeof(raw));
-    return out;
-  } else {
-    return *p;
-  }
-}
-template <class T, int N>
-__device__ __forceinline__ void store_pack(Pack<T, N>* p, const Pack<T, N>& value) {
-  if constexpr (sizeof(Pack<T, N>) == 16) {
-    uint4 raw;
-    memcpy(&raw, &value, sizeof(raw));
-    *reinterpret_cast<uint4*>(p) = raw;
-  } else {
-    *p = value;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/packs.cuh"
 #include "kernels/cuda/linalg.h"
 #include "kernels/cuda/transformer.h"
 #include "libgenesis/core/error.h"
@@ -19,52 +20,6 @@ namespace {
 
 constexpr int kWarp = 32;
 
-template <class T, int VEC>
-struct Pack {
-  T v[VEC];
-};
-
-// Loads and stores go through a plain vector type of the same size, so that a pack of 16-bit
-// floats compiles to one wide access.
-template <int BYTES>
-struct RawVector;
-template <>
-struct RawVector<16> {
-  using type = uint4;
-};
-template <>
-struct RawVector<8> {
-  using type = uint2;
-};
-template <>
-struct RawVector<4> {
-  using type = uint32_t;
-};
-template <>
-struct RawVector<2> {
-  using type = uint16_t;
-};
-
-template <int VEC, class T>
-__device__ __forceinline__ Pack<T, VEC> load_pack(const T* p) {
-  using Raw = typename RawVector<sizeof(T) * VEC>::type;
-  Raw raw = *reinterpret_cast<const Raw*>(p);
-  Pack<T, VEC> pack;
-  memcpy(&pack, &raw, sizeof(Raw));
-  return pack;
-}
-
-template <int VEC, class T>
-__device__ __forceinline__ void store_pack(T* p, const Pack<T, VEC>& pack) {
-  using Raw = typename RawVector<sizeof(T) * VEC>::type;
-  Raw raw;
-  memcpy(&raw, &pack, sizeof(Raw));
-  *reinterpret_cast<Raw*>(p) = raw;
-}
-
-// Elements of T in 16 bytes.
-template <class T>
-inline constexpr int kVec = static_cast<int>(16 / sizeof(T));
 
 inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
@@ -107,7 +62,7 @@ void launch_rope(bool inverse, const RopeInput& x, int64_t seq, int64_t dim, con
                  cudaStream_t stream) {
   const int64_t half = dim / 2, rows = x.outer0 * x.outer1 * seq;
   if (rows * half == 0) return;
-  constexpr int V = kVec<T>;
+  constexpr int V = kPack<T>;
   const bool vectorized = half % V == 0 && x.stride0 % V == 0 && x.stride1 % V == 0 && x.seq_stride % V == 0 &&
                           aligned16(x.data) && aligned16(cos) && aligned16(sin) && aligned16(y);
   if (vectorized) {
@@ -385,7 +340,7 @@ void swiglu(DType dtype, int64_t n, const void* gate, const void* up, void* y, c
     const auto* g = static_cast<const scalar_t*>(gate);
     const auto* u = static_cast<const scalar_t*>(up);
     auto* out = static_cast<scalar_t*>(y);
-    constexpr int V = kVec<scalar_t>;
+    constexpr int V = kPack<scalar_t>;
     if (aligned16(g) && aligned16(u) && aligned16(out)) {
       swiglu_kernel<V><<<grid_size((n + V - 1) / V), kBlockSize, 0, stream>>>(n, g, u, out);
     } else {
@@ -404,7 +359,7 @@ void swiglu_backward(DType dtype, int64_t n, const void* gate, const void* up, c
     const auto* gy = static_cast<const scalar_t*>(grad_y);
     auto* gg = static_cast<scalar_t*>(grad_gate);
     auto* gu = static_cast<scalar_t*>(grad_up);
-    constexpr int V = kVec<scalar_t>;
+    constexpr int V = kPack<scalar_t>;
     if (aligned16(g) && aligned16(u) && aligned16(gy) && aligned16(gg) && aligned16(gu)) {
       swiglu_backward_kernel<V><<<grid_size((n + V - 1) / V), kBlockSize, 0, stream>>>(n, g, u, gy, gg, gu);
     } else {

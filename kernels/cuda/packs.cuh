@@ -1,0 +1,69 @@
+#pragma once
+// Packs: N elements of T moved by one load or store instruction (up to 16 bytes). Loads and
+// stores go through a plain unsigned vector type of the same size, so a pack of 16-bit floats
+// compiles to one wide access rather than N scalar ones. Shared by every vectorized kernel.
+#include <cstdint>
+#include <cstring>
+
+namespace genesis::kernels::cuda {
+
+template <class T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+// Elements of T in 16 bytes: the widest pack.
+template <class T>
+inline constexpr int kPack = static_cast<int>(16 / sizeof(T));
+
+template <int BYTES>
+struct RawVector;
+template <>
+struct RawVector<16> {
+  using type = uint4;
+};
+template <>
+struct RawVector<8> {
+  using type = uint2;
+};
+template <>
+struct RawVector<4> {
+  using type = uint32_t;
+};
+template <>
+struct RawVector<2> {
+  using type = uint16_t;
+};
+template <>
+struct RawVector<1> {
+  using type = uint8_t;
+};
+
+// p is aligned to the pack's size.
+template <int N, class T>
+__device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
+  using Raw = typename RawVector<sizeof(T) * N>::type;
+  const Raw raw = *reinterpret_cast<const Raw*>(p);
+  Pack<T, N> pack;
+  memcpy(&pack, &raw, sizeof(Raw));
+  return pack;
+}
+template <int N, class T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, N>& pack) {
+  using Raw = typename RawVector<sizeof(T) * N>::type;
+  Raw raw;
+  memcpy(&raw, &pack, sizeof(Raw));
+  *reinterpret_cast<Raw*>(p) = raw;
+}
+
+// The same through pointers to packs.
+template <class T, int N>
+__device__ __forceinline__ Pack<T, N> load_pack(const Pack<T, N>* p) {
+  return load_pack<N>(reinterpret_cast<const T*>(p));
+}
+template <class T, int N>
+__device__ __forceinline__ void store_pack(Pack<T, N>* p, const Pack<T, N>& pack) {
+  store_pack<N>(reinterpret_cast<T*>(p), pack);
+}
+
+}  // namespace genesis::kernels::cuda
