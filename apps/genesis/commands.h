@@ -18,5 +18,6 @@ void add_ops_command(CLI::App& app);
 void add_train_commands(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_data_commands(CLI::App& app);
+void add_generate_command(CLI::App& app);
 
 }  // namespace genesis::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   genesis::cli::add_ops_command(app);
   genesis::cli::add_info_command(app);
   genesis::cli::add_data_commands(app);
+  genesis::cli::add_generate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -17,6 +17,8 @@ struct StepRecord {
   double lr = 0.0;
   double grad_norm = 0.0;
   double samples_per_s = 0.0;
+  double tokens_per_s = 0.0;  // language models; 0 = not reported
+  double mfu = 0.0;           // model-FLOPs utilization in [0, 1]; 0 = not reported
   double elapsed_s = 0.0;
   double eta_s = 0.0;
 };
