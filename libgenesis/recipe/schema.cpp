@@ -76,11 +76,9 @@ std::string language_model_size_problem(const RecipeSpec::Model& m) {
 }
 
 std::string token_data_problem(const RecipeSpec& r) {
-  const bool tokens = r.data.name == "tokens";
-  if (r.model.is_language_model() != tokens)
-    return tokens ? "data.name = \"tokens\" needs a language model (model.name gpt2, llama, qwen2 or qwen3)"
-                  : "model " + r.model.name + " is a language model: it needs data.name = \"tokens\"";
-  if (!tokens) return "";
+  if (r.data.name != "tokens") return "";
+  if (!r.model.is_language_model())
+    return "data.name = \"tokens\" needs a language model (model.name gpt2, llama, qwen2 or qwen3)";
   if (r.data.shards.empty()) return "data.name = \"tokens\" needs data.shards (the directory of train.bin, val.bin)";
   if (r.eval.split != "val") return "data.name = \"tokens\" evaluates on val.bin: set eval.split = \"val\"";
   return "";
@@ -660,8 +658,8 @@ const std::vector<RecipeRule>& recipe_rules() {
        "init_from it takes them from the directory's config.json and they must not be set.",
        [](const RecipeSpec& r) -> std::string { return language_model_size_problem(r.model); }},
       {{"data.name", "model.name"},
-       "A language model trains on data.name = \"tokens\", mlp and cnn on the others; tokens needs data.shards and "
-       "eval.split = \"val\" (val.bin).",
+       "data.name = \"tokens\" needs a language model, data.shards and eval.split = \"val\" (val.bin); a language "
+       "model trains only on tokens (checked when the run starts).",
        [](const RecipeSpec& r) -> std::string { return token_data_problem(r); }},
       {{"data.seq_len", "model.n_positions", "model.max_position_embeddings"},
        "data.seq_len is at most the model's context (n_positions or max_position_embeddings, when given).",

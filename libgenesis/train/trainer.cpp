@@ -219,6 +219,9 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
 
 int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   const RecipeSpec::Training& t = spec.training;
+  const bool language_model = spec.data.name == "tokens";
+  GENESIS_CHECK(language_model == spec.model.is_language_model(), RecipeError, "model ", spec.model.name,
+                " is a language model: it trains on data.name = \"tokens\" (token shards)");
   fs::path run_dir = options.run_dir.empty() ? default_run_dir(spec) : options.run_dir;
   prepare_run_dir(run_dir, options);
   set_threads(spec.run.threads);
@@ -234,7 +237,6 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   RunLog log((run_dir / "metrics.jsonl").string(), options.quiet);
 
   manual_seed(static_cast<uint64_t>(spec.run.seed));
-  const bool language_model = spec.data.name == "tokens";
   RunBatches batches = language_model
                            ? token_batches(spec, device, [&log](const std::string& line) { log.note(line); })
                            : sample_batches(spec, device);
