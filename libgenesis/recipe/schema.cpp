@@ -533,7 +533,8 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "batch_size",
        .fallback = int64_t{64},
        .min = at_least(1),
-       .doc = "Samples per micro-batch; an optimizer step sees batch_size * grad_accum_steps samples.",
+       .doc = "Samples (language models: windows of seq_len tokens) per micro-batch; an optimizer step sees "
+              "batch_size * grad_accum_steps of them.",
        .field = GENESIS_RECIPE_FIELD(training.batch_size)},
       {.section = "training",
        .key = "grad_accum_steps",
@@ -588,7 +589,8 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "batch_size",
        .fallback = int64_t{1000},
        .min = at_least(1),
-       .doc = "Samples per evaluation batch.",
+       .doc = "Samples per evaluation batch (token windows for a language model: keep it small, every window "
+              "holds seq_len x vocab_size logits).",
        .field = GENESIS_RECIPE_FIELD(eval.batch_size)},
   };
   return schema;
