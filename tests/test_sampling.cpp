@@ -122,8 +122,7 @@ TEST_CASE("sampling: generate with the KV cache equals greedy decoding without i
   const std::vector<int64_t> prompt = {3, 14, 15, 9};
   models::TokenSampler greedy({.temperature = 0}, 0);
   std::vector<int64_t> streamed;
-  std::vector<int64_t> out =
-      models::generate(*model, prompt, 8, greedy, {}, [&](int64_t t) { streamed.push_back(t); });
+  std::vector<int64_t> out = models::generate(*model, prompt, 8, greedy, {}, [&](int64_t t) { streamed.push_back(t); });
   REQUIRE(out == streamed);
   Tensor reference = models::greedy_generate(*model, from_vector(prompt, {1, 4}, {.dtype = DType::i64}), 8, false);
   REQUIRE(out == std::vector<int64_t>(reference.data<int64_t>(), reference.data<int64_t>() + 8));
@@ -149,7 +148,10 @@ TEST_CASE("sampling: Utf8Stream releases bytes once characters are complete", "[
   const std::string smile = "\xF0\x9F\x98\x80";
   REQUIRE(stream.push("a\xE2") == "a");
   REQUIRE(stream.push("\x82").empty());
-  REQUIRE(stream.push("\xAC" "b") == "\xE2\x82\xAC" "b");
+  REQUIRE(stream.push("\xAC"
+                      "b") ==
+          "\xE2\x82\xAC"
+          "b");
   REQUIRE(stream.push(smile.substr(0, 3)).empty());
   REQUIRE(stream.push(smile.substr(3)) == smile);
   REQUIRE(stream.push("\xC3").empty());

@@ -77,14 +77,15 @@ LoadedModel load_from_checkpoint(const fs::path& path, Device device) {
   GENESIS_CHECK(fs::exists(dir / "recipe.toml"), UsageError, "--checkpoint ", dir.string(),
                 " has no recipe.toml (a genesis checkpoint directory is expected)");
   RecipeSpec spec = parse_recipe(io::read_file(dir / "recipe.toml"), (dir / "recipe.toml").string());
-  GENESIS_CHECK(spec.model.is_language_model(), UsageError, "--checkpoint ", dir.string(), " holds a ",
-                spec.model.name, " model, not a language model");
+  GENESIS_CHECK(spec.model.is_language_model(), UsageError, "--checkpoint ", dir.string(), " holds a ", spec.model.name,
+                " model, not a language model");
   spec.model.init_from.clear();  // the checkpoint holds the weights
   LoadedModel m;
   m.model = std::dynamic_pointer_cast<models::CausalLM>(recipe::build_model(spec, kCPU));
   train::load_checkpoint(dir, *m.model, nullptr);
   m.model->to(device);
-  if (spec.data.name == "tokens" && fs::exists(spec.data.tokenizer)) m.tokenizer = data::Tokenizer::load(spec.data.tokenizer);
+  if (spec.data.name == "tokens" && fs::exists(spec.data.tokenizer))
+    m.tokenizer = data::Tokenizer::load(spec.data.tokenizer);
   return m;
 }
 
@@ -169,7 +170,8 @@ void add_generate_command(CLI::App& app) {
   auto* text = sub->add_option("--prompt", a->prompt, "Prompt text (encoded with the model's tokenizer)");
   auto* ids = sub->add_option("--prompt-ids", a->prompt_ids, "Prompt as token ids: \"ID ID ...\"");
   text->excludes(ids);
-  sub->add_option("--tokenizer", a->tokenizer, "Tokenizer to use instead of the model's (tokenizer.json or a directory)");
+  sub->add_option("--tokenizer", a->tokenizer,
+                  "Tokenizer to use instead of the model's (tokenizer.json or a directory)");
   sub->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -54,7 +54,9 @@ TokenSampler::TokenSampler(SamplingOptions options, uint64_t seed) : options_(op
   check_sampling_options(options);
 }
 
-double TokenSampler::uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
+double TokenSampler::uniform() {
+  return static_cast<double>(engine_() >> 11) * 0x1.0p-53;
+}
 
 int64_t TokenSampler::next(const Tensor& logits) {
   const std::vector<double> p = next_token_probabilities(logits, options_);
@@ -120,6 +122,8 @@ std::string Utf8Stream::push(const std::string& bytes) {
   return out;
 }
 
-std::string Utf8Stream::finish() { return std::exchange(pending_, std::string()); }
+std::string Utf8Stream::finish() {
+  return std::exchange(pending_, std::string());
+}
 
 }  // namespace genesis::models

@@ -25,8 +25,7 @@ std::vector<uint32_t> token_byte_lengths(const data::Tokenizer& tokenizer) {
 }
 
 std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::TokenShard& shard, int64_t seq_len,
-                                          int64_t batch_size, const std::vector<uint32_t>& token_bytes,
-                                          Device device) {
+                                          int64_t batch_size, const std::vector<uint32_t>& token_bytes, Device device) {
   const int64_t windows = (shard.size() - 1) / seq_len;
   GENESIS_CHECK(windows > 0, ValueError, "evaluate: ", shard.path().string(), " holds ", shard.size(),
                 " tokens, fewer than seq_len + 1 = ", seq_len + 1);
@@ -53,9 +52,9 @@ std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::T
     }
     Tensor logits = model(inputs.to(device));
     Tensor flat = logits.reshape({rows * seq_len, logits.size(2)});
-    loss_sum = add(loss_sum, cross_entropy(flat, targets.reshape({rows * seq_len}).to(device),
-                                           {.reduction = Reduction::sum})
-                                 .to(DType::f64));
+    loss_sum =
+        add(loss_sum, cross_entropy(flat, targets.reshape({rows * seq_len}).to(device), {.reduction = Reduction::sum})
+                          .to(DType::f64));
   }
   model.train(was_training);
   const double tokens = static_cast<double>(windows * seq_len);
@@ -73,8 +72,8 @@ double training_flops_per_token(const models::CausalLM& model, int64_t seq_len) 
   for (const NamedTensor& p : model.named_parameters()) names.insert(p.name);
   double matmul_parameters = 0;
   for (const NamedTensor& p : model.named_parameters()) {
-    const bool lookup_only = p.name == "transformer.wpe.weight" ||
-                             (p.name == "model.embed_tokens.weight" && names.count("lm_head.weight"));
+    const bool lookup_only =
+        p.name == "transformer.wpe.weight" || (p.name == "model.embed_tokens.weight" && names.count("lm_head.weight"));
     if (!lookup_only) matmul_parameters += static_cast<double>(p.tensor.numel());
   }
   const nlohmann::json config = nlohmann::json::parse(model.hf_config_json());

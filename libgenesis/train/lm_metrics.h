@@ -22,8 +22,7 @@ std::vector<uint32_t> token_byte_lengths(const data::Tokenizer& tokenizer);
 //   bits_per_byte  loss * tokens / (bytes * ln 2), bytes = the UTF-8 bytes the targets decode to
 //   tokens, bytes  what was evaluated
 std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::TokenShard& shard, int64_t seq_len,
-                                          int64_t batch_size, const std::vector<uint32_t>& token_bytes,
-                                          Device device);
+                                          int64_t batch_size, const std::vector<uint32_t>& token_bytes, Device device);
 
 // Training FLOPs per token for sequences of seq_len: 6 N (forward and backward through every
 // weight a token meets in a matmul: embeddings used only as lookups are left out, the tied

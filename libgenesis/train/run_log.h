@@ -10,9 +10,9 @@
 namespace genesis::train {
 
 struct StepRecord {
-  int64_t step = 0;        // optimizer steps done
+  int64_t step = 0;  // optimizer steps done
   int64_t total_steps = 0;
-  double epoch = 0.0;      // fractional epochs done
+  double epoch = 0.0;  // fractional epochs done
   double loss = 0.0;
   double lr = 0.0;
   double grad_norm = 0.0;
