@@ -79,9 +79,16 @@ LoadedModel load_from_checkpoint(const fs::path& path, Device device) {
   RecipeSpec spec = parse_recipe(io::read_file(dir / "recipe.toml"), (dir / "recipe.toml").string());
   GENESIS_CHECK(spec.model.is_language_model(), UsageError, "--checkpoint ", dir.string(), " holds a ", spec.model.name,
                 " model, not a language model");
-  spec.model.init_from.clear();  // the checkpoint holds the weights
   LoadedModel m;
-  m.model = std::dynamic_pointer_cast<models::CausalLM>(recipe::build_model(spec, kCPU));
+  if (spec.model.init_from.empty()) {
+    m.model = std::dynamic_pointer_cast<models::CausalLM>(recipe::build_model(spec, kCPU));
+  } else {
+    // A fine-tuned run: the architecture is init_from's config.json, the weights the checkpoint's.
+    const fs::path config = fs::path(spec.model.init_from) / "config.json";
+    GENESIS_CHECK(fs::exists(config), UsageError, "--checkpoint ", dir.string(), " was fine-tuned from ",
+                  spec.model.init_from, ", whose config.json is gone (it defines the architecture)");
+    m.model = models::causal_lm_from_config(io::read_file(config));
+  }
   train::load_checkpoint(dir, *m.model, nullptr);
   m.model->to(device);
   if (spec.data.name == "tokens" && fs::exists(spec.data.tokenizer))
