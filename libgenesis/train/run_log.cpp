@@ -35,14 +35,20 @@ void RunLog::step(const StepRecord& r) {
   nlohmann::json j{{"step", r.step},       {"epoch", r.epoch},         {"loss", r.loss},
                    {"lr", r.lr},           {"grad_norm", r.grad_norm}, {"samples_per_s", r.samples_per_s},
                    {"elapsed_s", r.elapsed_s}};
+  if (r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
+  if (r.mfu > 0) j["mfu"] = r.mfu;
   std::fprintf(metrics_, "%s\n", j.dump().c_str());
   std::fflush(metrics_);
   if (quiet_) return;
-  char line[256];
-  std::snprintf(line, sizeof(line),
-                "step %6lld/%lld | epoch %6.2f | loss %.4f | lr %.3e | norm %7.4f | %8.0f samples/s | %s | eta %s",
+  char rate[64];
+  if (r.tokens_per_s > 0)
+    std::snprintf(rate, sizeof(rate), "%8.0f tok/s | MFU %5.2f%%", r.tokens_per_s, 100.0 * r.mfu);
+  else
+    std::snprintf(rate, sizeof(rate), "%8.0f samples/s", r.samples_per_s);
+  char line[320];
+  std::snprintf(line, sizeof(line), "step %6lld/%lld | epoch %6.2f | loss %.4f | lr %.3e | norm %7.4f | %s | %s | eta %s",
                 static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.epoch, r.loss, r.lr,
-                r.grad_norm, r.samples_per_s, format_duration(r.elapsed_s).c_str(), format_duration(r.eta_s).c_str());
+                r.grad_norm, rate, format_duration(r.elapsed_s).c_str(), format_duration(r.eta_s).c_str());
   if (tty_) {
     // A progress bar that redraws in place.
     constexpr int kWidth = 24;

@@ -10,13 +10,15 @@
 namespace genesis::train {
 
 struct StepRecord {
-  int64_t step = 0;        // optimizer steps done
+  int64_t step = 0;  // optimizer steps done
   int64_t total_steps = 0;
-  double epoch = 0.0;      // fractional epochs done
+  double epoch = 0.0;  // fractional epochs done
   double loss = 0.0;
   double lr = 0.0;
   double grad_norm = 0.0;
   double samples_per_s = 0.0;
+  double tokens_per_s = 0.0;  // language models; 0 = not reported
+  double mfu = 0.0;           // model-FLOPs utilization in [0, 1]; 0 = not reported
   double elapsed_s = 0.0;
   double eta_s = 0.0;
 };

@@ -4,6 +4,8 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cstdio>
+#include <functional>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -15,6 +17,7 @@
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/io/safetensors.h"
+#include "libgenesis/models/causal_lm.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/linalg.h"
@@ -22,6 +25,7 @@
 #include "libgenesis/ops/reduce.h"
 #include "libgenesis/recipe/build.h"
 #include "libgenesis/train/checkpoint.h"
+#include "libgenesis/train/lm_metrics.h"
 #include "libgenesis/train/run_log.h"
 #include "libgenesis/train/stop_signal.h"
 
@@ -103,6 +107,83 @@ void truncate_metrics_after(const fs::path& metrics, int64_t step) {
   io::write_file_atomic(metrics, kept);
 }
 
+// What the loop needs of the run's data: training batches (dataset samples, or token windows
+// for a language model), where they stand, and the evaluation of the model.
+struct RunBatches {
+  std::function<data::Batch()> next;
+  std::function<data::LoaderCursor()> cursor;
+  std::function<void(data::LoaderCursor)> seek;
+  int64_t per_epoch = 0;
+  int64_t tokens_per_batch = 0;  // language models: batch_size * seq_len; 0 otherwise
+  std::function<std::map<std::string, double>(nn::Module&)> evaluate;  // empty: no evaluation set
+};
+
+RunBatches sample_batches(const RecipeSpec& spec, Device device) {
+  auto run_data = std::make_shared<recipe::RunData>(recipe::build_data(spec));
+  auto loader = std::make_shared<data::DataLoader>(
+      run_data->train, data::LoaderOptions{.batch_size = spec.training.batch_size,
+                                           .shuffle = spec.data.shuffle,
+                                           .drop_last = false,
+                                           .seed = static_cast<uint64_t>(spec.run.seed),
+                                           .prefetch = static_cast<int>(spec.data.prefetch)});
+  RunBatches b;
+  b.next = [loader] { return loader->next(); };
+  b.cursor = [loader] { return loader->cursor(); };
+  b.seek = [loader](data::LoaderCursor c) { loader->seek(c); };
+  b.per_epoch = loader->batches_per_epoch();
+  if (run_data->eval.size() > 0) {
+    b.evaluate = [run_data, batch = spec.eval.batch_size, device](nn::Module& model) {
+      return evaluate(model, run_data->eval, batch, device);
+    };
+  }
+  return b;
+}
+
+// The eval-set measures of a language model on the recipe's val.bin.
+std::function<std::map<std::string, double>(nn::Module&)> token_evaluation(const RecipeSpec& spec,
+                                                                           const recipe::TokenData& data,
+                                                                           Device device) {
+  if (data.val.empty()) return {};
+  auto shard = std::make_shared<data::TokenShard>(data.val);
+  auto token_bytes = std::make_shared<std::vector<uint32_t>>(token_byte_lengths(data::Tokenizer::load(data.tokenizer)));
+  return [shard, token_bytes, seq_len = spec.data.seq_len, batch = spec.eval.batch_size, device](nn::Module& model) {
+    auto* lm = dynamic_cast<models::CausalLM*>(&model);
+    GENESIS_CHECK(lm != nullptr, ValueError, "token evaluation needs a language model");
+    return evaluate_lm(*lm, *shard, seq_len, batch, *token_bytes, device);
+  };
+}
+
+RunBatches token_batches(const RecipeSpec& spec, Device device, const std::function<void(const std::string&)>& note) {
+  recipe::TokenData data = recipe::prepare_token_data(spec, note);
+  auto loader = std::make_shared<data::TokenWindowLoader>(
+      std::vector<fs::path>{data.train},
+      data::TokenWindowOptions{.batch_size = spec.training.batch_size,
+                               .seq_len = spec.data.seq_len,
+                               .shuffle = spec.data.shuffle,
+                               .seed = static_cast<uint64_t>(spec.run.seed),
+                               .rank = 0,
+                               .world_size = 1});
+  RunBatches b;
+  b.next = [loader] {
+    data::TokenBatch t = loader->next();
+    return data::Batch{.inputs = t.inputs, .targets = t.targets, .epoch = t.at.epoch, .index = t.at.step};
+  };
+  b.cursor = [loader] { return data::LoaderCursor{loader->cursor().epoch, loader->cursor().step}; };
+  b.seek = [loader](data::LoaderCursor c) { loader->seek({c.epoch, c.batch}); };
+  b.per_epoch = loader->steps_per_epoch();
+  b.tokens_per_batch = spec.training.batch_size * spec.data.seq_len;
+  b.evaluate = token_evaluation(spec, data, device);
+  return b;
+}
+
+// Cross-entropy of logits [N, C] against targets [N], or of a language model's logits
+// [B, T, V] against the next tokens [B, T].
+Tensor training_loss(const Tensor& logits, const Tensor& targets) {
+  if (logits.dim() != 3) return cross_entropy(logits, targets);
+  const int64_t rows = logits.size(0) * logits.size(1);
+  return cross_entropy(logits.reshape({rows, logits.size(2)}), targets.reshape({rows}));
+}
+
 // The per-step hooks that later issues fill in: data-parallel gradient averaging after
 // backward, and the autocast scope around the forward pass. Both are no-ops today.
 void synchronize_gradients(const std::vector<Tensor>& /*params*/) {}
@@ -138,6 +219,9 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
 
 int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   const RecipeSpec::Training& t = spec.training;
+  const bool language_model = spec.data.name == "tokens";
+  GENESIS_CHECK(language_model == spec.model.is_language_model(), RecipeError, "model ", spec.model.name,
+                " is a language model: it trains on data.name = \"tokens\" (token shards)");
   fs::path run_dir = options.run_dir.empty() ? default_run_dir(spec) : options.run_dir;
   prepare_run_dir(run_dir, options);
   set_threads(spec.run.threads);
@@ -145,30 +229,29 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   Device device = recipe::resolve_device(spec.run.device);
   std::string recipe_toml = spec.to_toml();
   if (!options.resume) io::write_file_atomic(run_dir / "recipe.toml", recipe_toml);
-
-  manual_seed(static_cast<uint64_t>(spec.run.seed));
-  recipe::RunData run_data = recipe::build_data(spec);
-  std::shared_ptr<nn::Module> model = recipe::build_model(spec, device);
-  std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, *model);
-  data::DataLoader loader(run_data.train,
-                          {.batch_size = t.batch_size, .shuffle = spec.data.shuffle, .drop_last = false,
-                           .seed = static_cast<uint64_t>(spec.run.seed), .prefetch = static_cast<int>(spec.data.prefetch)});
-  const int64_t total = recipe::total_steps(spec, loader.batches_per_epoch());
-  LrSchedule schedule = recipe::build_schedule(spec, total);
-  std::vector<Tensor> params = model->parameters();
-
-  TrainerState state;
   if (options.resume) {
     // Peek at the checkpoint's step first: lines a crashed run logged after it are dropped
     // from metrics.jsonl, so the resumed run does not log those steps twice.
     truncate_metrics_after(run_dir / "metrics.jsonl", checkpoint_step(run_dir / "checkpoints"));
   }
   RunLog log((run_dir / "metrics.jsonl").string(), options.quiet);
+
+  manual_seed(static_cast<uint64_t>(spec.run.seed));
+  RunBatches batches = language_model
+                           ? token_batches(spec, device, [&log](const std::string& line) { log.note(line); })
+                           : sample_batches(spec, device);
+  std::shared_ptr<nn::Module> model = recipe::build_model(spec, device);
+  std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, *model);
+  const int64_t total = recipe::total_steps(spec, batches.per_epoch);
+  LrSchedule schedule = recipe::build_schedule(spec, total);
+  std::vector<Tensor> params = model->parameters();
+
+  TrainerState state;
   state.optimizer_name = optimizer->name();
   state.scheduler_name = spec.scheduler.name;
   if (options.resume) {
     state = load_checkpoint(run_dir / "checkpoints", *model, optimizer.get());
-    loader.seek(state.cursor);
+    batches.seek(state.cursor);
     default_generator().set_state(state.rng);
     log.note("resumed " + run_dir.string() + " at step " + std::to_string(state.step));
   }
@@ -178,11 +261,23 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   }
   log.note("training " + spec.run.name + " on " + device.str() + ": " + std::to_string(model->num_parameters()) +
            " parameters, " + std::to_string(total) + " steps of " + std::to_string(t.batch_size * t.grad_accum_steps) +
-           " examples (" + std::to_string(loader.batches_per_epoch()) + " batches per epoch)");
+           (language_model ? " windows of " + std::to_string(spec.data.seq_len) + " tokens" : " examples") + " (" +
+           std::to_string(batches.per_epoch) + " batches per epoch)");
+  double flops_per_token = 0;
+  PeakRate peak;
+  if (language_model) {
+    flops_per_token = training_flops_per_token(dynamic_cast<const models::CausalLM&>(*model), spec.data.seq_len);
+    peak = peak_flops(device, spec.run.peak_tflops);
+    log.note("MFU: " + std::to_string(flops_per_token / 1e6) + " MFLOP per token against " +
+             std::to_string(peak.flops_per_s / 1e12) + " TFLOP/s (" + peak.source + ")");
+  }
+  auto mfu = [&](double tokens_per_s) {
+    return peak.flops_per_s > 0 ? tokens_per_s * flops_per_token / peak.flops_per_s : 0.0;
+  };
 
   StopSignal stop;
   auto checkpoint = [&] {
-    state.cursor = loader.cursor();
+    state.cursor = batches.cursor();
     state.rng = default_generator().state();
     state.optimizer_steps = optimizer->step_count();
     save_checkpoint(run_dir / "checkpoints", *model, *optimizer, state, recipe_toml, static_cast<size_t>(t.keep_last));
@@ -199,12 +294,12 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     for (ParamGroup& g : optimizer->param_groups()) g.lr = schedule.lr(g.base_lr, state.step);
     Tensor step_loss;
     for (int64_t micro = 0; micro < t.grad_accum_steps; ++micro) {
-      data::Batch batch = loader.next();
+      data::Batch batch = batches.next();
       Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
       Tensor loss;
       {
         AutocastScope autocast(spec);
-        loss = cross_entropy((*model)(x), y);
+        loss = training_loss((*model)(x), y);
       }
       Tensor scaled = t.grad_accum_steps > 1 ? div(loss, static_cast<double>(t.grad_accum_steps)) : loss;
       scaled.backward();
@@ -224,21 +319,26 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
       last_loss = step_loss.item();
       double elapsed = seconds_since(start), window = seconds_since(window_start);
       double per_step = elapsed / static_cast<double>(state.step - first_step);
+      const double samples_per_s = window > 0 ? static_cast<double>(window_samples) / window : 0.0;
+      const double tokens_per_s = language_model ? samples_per_s * static_cast<double>(spec.data.seq_len) : 0.0;
+      const data::LoaderCursor at = batches.cursor();
       log.step({.step = state.step,
                 .total_steps = total,
-                .epoch = static_cast<double>(loader.cursor().epoch) +
-                         static_cast<double>(loader.cursor().batch) / static_cast<double>(loader.batches_per_epoch()),
+                .epoch = static_cast<double>(at.epoch) +
+                         static_cast<double>(at.batch) / static_cast<double>(batches.per_epoch),
                 .loss = last_loss,
                 .lr = optimizer->param_groups().front().lr,
                 .grad_norm = grad_norm.item(),
-                .samples_per_s = window > 0 ? static_cast<double>(window_samples) / window : 0.0,
+                .samples_per_s = samples_per_s,
+                .tokens_per_s = tokens_per_s,
+                .mfu = mfu(tokens_per_s),
                 .elapsed_s = elapsed,
                 .eta_s = per_step * static_cast<double>(total - state.step)});
       window_start = Clock::now();
       window_samples = 0;
     }
-    if (t.eval_every > 0 && state.step % t.eval_every == 0 && !last) {
-      last_eval = evaluate(*model, run_data.eval, spec.eval.batch_size, device);
+    if (t.eval_every > 0 && state.step % t.eval_every == 0 && !last && batches.evaluate) {
+      last_eval = batches.evaluate(*model);
       log.eval(state.step, last_eval);
     }
     if (stop.requested()) {
@@ -249,13 +349,14 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     if (t.checkpoint_every > 0 && state.step % t.checkpoint_every == 0 && !last) checkpoint();
   }
   double wall = seconds_since(start);
-  if (run_data.eval.size() > 0) {
-    last_eval = evaluate(*model, run_data.eval, spec.eval.batch_size, device);
+  if (batches.evaluate) {
+    last_eval = batches.evaluate(*model);
     log.eval(state.step, last_eval);
   }
   checkpoint();
 
   int64_t examples = (state.step - first_step) * t.batch_size * t.grad_accum_steps;
+  const double samples_per_s = wall > 0 ? static_cast<double>(examples) / wall : 0.0;
   nlohmann::json summary{{"run", spec.run.name},
                          {"final_step", state.step},
                          {"total_steps", total},
@@ -263,10 +364,18 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                          {"eval", last_eval},
                          {"eval_split", spec.eval.split},
                          {"wall_s", wall},
-                         {"samples_per_s", wall > 0 ? static_cast<double>(examples) / wall : 0.0},
+                         {"samples_per_s", samples_per_s},
                          {"peak_memory_bytes", peak_memory_bytes(device)},
                          {"device", device.str()},
                          {"parameters", model->num_parameters()}};
+  if (language_model) {
+    const double tokens_per_s = samples_per_s * static_cast<double>(spec.data.seq_len);
+    summary["tokens_per_s"] = tokens_per_s;
+    summary["mfu"] = mfu(tokens_per_s);
+    summary["flops_per_token"] = flops_per_token;
+    summary["peak_flops_per_s"] = peak.flops_per_s;
+    summary["peak_flops_source"] = peak.source;
+  }
   io::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
   return 0;
 }
@@ -280,10 +389,19 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::p
   set_threads(s.run.threads);
   set_allow_tf32(s.run.allow_tf32);
   Device device = recipe::resolve_device(s.run.device);
-  recipe::RunData run_data = recipe::build_data(s);
+  std::function<std::map<std::string, double>(nn::Module&)> evaluation;
+  if (s.data.name == "tokens") {
+    GENESIS_CHECK(s.eval.split == "val", UsageError, "a language model is evaluated on val.bin: use --split val");
+    recipe::TokenData data =
+        recipe::prepare_token_data(s, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+    GENESIS_CHECK(!data.val.empty(), UsageError, s.data.shards, " has no val.bin to evaluate on");
+    evaluation = token_evaluation(s, data, device);
+  } else {
+    evaluation = sample_batches(s, device).evaluate;
+  }
   std::shared_ptr<nn::Module> model = recipe::build_model(s, device);
   load_checkpoint(checkpoint, *model, nullptr);
-  return evaluate(*model, run_data.eval, s.eval.batch_size, device);
+  return evaluation(*model);
 }
 
 }  // namespace genesis::train

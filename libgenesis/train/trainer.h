@@ -19,7 +19,8 @@ struct TrainOptions {
   bool quiet = false;             // no step lines on stderr
 };
 
-// Runs the recipe. Returns the process exit code: 0 when the run completed, 130 when it
+// Runs the recipe: a classifier on samples, or a language model (data.name = "tokens") on
+// windows of its token shards, preparing them first when missing (recipe::prepare_token_data). Returns the process exit code: 0 when the run completed, 130 when it
 // was stopped by SIGINT/SIGTERM (after writing a checkpoint). Throws UsageError for a
 // run directory that cannot be used as asked and genesis errors for everything else.
 int run_training(const RecipeSpec& spec, const TrainOptions& options);
@@ -29,7 +30,9 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
                                        Device device);
 
 // Loads the checkpoint, evaluates on the recipe's eval split (or `split` when given:
-// "test" or "val") and returns the metrics.
+// "test" or "val") and returns the metrics: loss and accuracy for a classifier; loss,
+// perplexity, bits_per_byte, tokens and bytes on val.bin for a language model (whose shards
+// are prepared first when missing).
 std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const std::filesystem::path& checkpoint,
                                              const std::string& split);
 

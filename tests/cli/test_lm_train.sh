@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Language-model training end to end (CPU, seconds): a tiny GPT-2 on token shards that the
+# run prepares itself from text; eval.loss / perplexity / bits_per_byte in summary.json and
+# `genesis eval` (bits per byte checked against the decoded bytes of the evaluated tokens);
+# tokens/s and MFU reported; resuming reproduces the uninterrupted losses bit for bit;
+# `genesis generate --checkpoint` continues text; data and recipe errors exit 2 with one line;
+# every recipe in recipes/ resolves with `genesis recipe show`.
+#   tests/cli/test_lm_train.sh PATH_TO_GENESIS SOURCE_DIR
+set -u
+genesis=${1:?path to genesis}
+src=${2:?source directory}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+ok() { echo "ok: $*"; }
+num() { sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" "$1" | head -n 1; }
+
+cat >"$work/lm.toml" <<TOML
+[run]
+name = "lm_test"
+seed = 1
+threads = 2
+
+[model]
+name = "gpt2"
+vocab_size = 703
+n_positions = 32
+n_embd = 32
+n_layer = 1
+n_head = 2
+
+[data]
+name = "tokens"
+shards = "$work/shards"
+tokenizer = "$src/tests/fixtures/tokenizer_bpe/tokenizer.json"
+source = ["$src/README.md", "$src/docs/architecture.md", "$src/docs/recipes.md"]
+val_fraction = 0.1
+seq_len = 16
+
+[optimizer]
+name = "adamw"
+lr = 3e-3
+
+[scheduler]
+name = "cosine"
+warmup_steps = 5
+
+[training]
+steps = 40
+batch_size = 4
+log_every = 5
+eval_every = 20
+checkpoint_every = 20
+keep_last = 5
+
+[eval]
+split = "val"
+batch_size = 8
+TOML
+
+# 1. The first run tokenizes the sources, trains, evaluates on val.bin.
+"$genesis" train "$work/lm.toml" --out "$work/full" >/dev/null 2>"$work/full.err"
+rc=$?
+[ $rc -eq 0 ] || { cat "$work/full.err"; fail "training exited $rc"; }
+grep -q "tokenize \[3/3\]" "$work/full.err" && ok "shards prepared on first use, with progress" || fail "no tokenize progress lines"
+[ -f "$work/shards/train.bin" ] && [ -f "$work/shards/val.bin" ] || fail "shards were not written"
+grep -q "tok/s | MFU" "$work/full.err" && ok "step lines report tokens/s and MFU" || fail "step lines lack tok/s and MFU"
+summary="$work/full/summary.json"
+for key in bits_per_byte perplexity loss tokens_per_s mfu flops_per_token; do
+  [ -n "$(num "$summary" $key)" ] || fail "summary.json lacks $key"
+done
+loss=$(num "$summary" loss); ppl=$(num "$summary" perplexity); bpb=$(num "$summary" bits_per_byte)
+tokens=$(num "$summary" tokens); bytes=$(num "$summary" bytes)
+awk -v l="$loss" -v p="$ppl" 'BEGIN { exit !(l > 0 && l < 6.6 && (p - exp(l)) ^ 2 < 1e-6 * p * p) }' \
+  && ok "eval loss $loss (< ln 703), perplexity = exp(loss)" || fail "loss $loss perplexity $ppl"
+awk -v l="$loss" -v b="$bpb" -v t="$tokens" -v n="$bytes" 'BEGIN { e = l * t / (n * log(2)); exit !((b - e) ^ 2 < 1e-12 * e * e) }' \
+  && ok "bits_per_byte = loss * tokens / (bytes * ln 2) = $bpb" || fail "bits_per_byte $bpb inconsistent"
+
+# bytes: the UTF-8 bytes the evaluated targets decode to (tokens 1..windows*16 of val.bin).
+if command -v node >/dev/null; then
+  node -e '
+    const b = require("fs").readFileSync(process.argv[1]);
+    const width = b.readUInt32LE(12), count = Number(b.readBigUInt64LE(16)), seq = 16;
+    const windows = Math.floor((count - 1) / seq), ids = [];
+    for (let i = 1; i <= windows * seq; ++i) ids.push(width === 2 ? b.readUInt16LE(32 + 2 * i) : b.readUInt32LE(32 + 4 * i));
+    console.log(ids.join(" "));' "$work/shards/val.bin" >"$work/targets.ids"
+  decoded=$("$genesis" data decode --tokenizer "$src/tests/fixtures/tokenizer_bpe/tokenizer.json" <"$work/targets.ids" | wc -c)
+  [ "$decoded" = "${bytes%.0}" ] && ok "bytes ($decoded) are the decoded bytes of the evaluated tokens" \
+    || fail "summary bytes $bytes, decoded targets $decoded"
+fi
+
+# 2. genesis eval on the final checkpoint reproduces the summary.
+json=$("$genesis" eval "$work/lm.toml" --checkpoint "$work/full/checkpoints" 2>/dev/null)
+echo "$json" | grep -q "\"bits_per_byte\":$bpb" && ok "genesis eval reproduces bits_per_byte" || fail "eval printed '$json', expected $bpb"
+
+# 3. Resume from the step-20 checkpoint: bit-identical losses and weights.
+mkdir -p "$work/resumed/checkpoints"
+cp -r "$work/full/checkpoints/step_00000020" "$work/resumed/checkpoints/"
+ln -s step_00000020 "$work/resumed/checkpoints/latest"
+cp "$work/full/recipe.toml" "$work/resumed/recipe.toml"
+"$genesis" train "$work/lm.toml" --out "$work/resumed" --resume -q >/dev/null 2>"$work/resume.err" || { cat "$work/resume.err"; fail "resume failed"; }
+grep -q '"epoch": *[0-9]' "$work/full/checkpoints/step_00000020/trainer.json" || fail "trainer.json holds no data cursor"
+steps_losses() { grep -v '"eval"' "$1" | sed -n 's/.*"loss":\([^,}]*\).*"step":\([0-9]*\).*/\2 \1/p' | awk '$1 > 20'; }
+a=$(steps_losses "$work/full/metrics.jsonl"); b=$(steps_losses "$work/resumed/metrics.jsonl")
+if [ -n "$a" ] && [ "$a" = "$b" ]; then ok "resumed LM losses at steps 25..40 are bit-identical"; else fail "resume differs: full [$a] resumed [$b]"; fi
+cmp -s "$work/full/checkpoints/step_00000040/model.safetensors" "$work/resumed/checkpoints/step_00000040/model.safetensors" \
+  && ok "final LM weights are byte-identical" || fail "final LM weights differ after resume"
+
+# 4. generate from the run: text streams, --ids gives ids in the vocabulary.
+text=$("$genesis" generate --checkpoint "$work/full" --prompt "The recipe" --max-new-tokens 12 --seed 3 2>"$work/gen.err")
+rc=$?
+[ $rc -eq 0 ] && [ -n "$text" ] && ok "generate --checkpoint prints text" || { cat "$work/gen.err"; fail "generate rc $rc"; }
+ids=$("$genesis" generate --checkpoint "$work/full/checkpoints/latest" --prompt "The recipe" --max-new-tokens 12 --temperature 0 --ids 2>/dev/null)
+[ "$(echo "$ids" | wc -w)" -ge 1 ] && ok "generate --ids prints ids: $ids" || fail "generate --ids printed '$ids'"
+
+# 5. Bad data and recipes: exit 2, one line.
+bad() {  # bad NAME ARGS...
+  local name=$1
+  shift
+  "$genesis" "$@" >/dev/null 2>"$work/err"
+  local rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ]; then ok "$name: exit 2, one line"
+  else fail "$name: exit $rc, stderr: $(cat "$work/err")"; fi
+}
+bad "missing source without fetch" train "$work/lm.toml" --out "$work/bad1" --set data.shards="$work/none" --set data.source='["'"$work"'/missing.txt"]'
+grep -q "genesis data tokenize --tokenizer" "$work/err" && ok "the error names the command to run" || fail "no command in: $(cat "$work/err")"
+bad "shards without sources" train "$work/lm.toml" --out "$work/bad2" --set data.shards="$work/none" --set 'data.source=[]'
+bad "seq_len beyond n_positions" train "$work/lm.toml" --out "$work/bad3" --set data.seq_len=64
+bad "language model on fashion_mnist" train "$work/lm.toml" --out "$work/bad4" --set data.name=fashion_mnist
+bad "tokens evaluated on test" train "$work/lm.toml" --out "$work/bad5" --set eval.split=test
+bad "unknown fetch target" train "$work/lm.toml" --out "$work/bad6" --set 'data.fetch=["wikipedia"]'
+
+# 6. Every shipped recipe resolves.
+for recipe in "$src"/recipes/*.toml; do
+  "$genesis" recipe show "$recipe" >/dev/null 2>"$work/err" && ok "recipe show $(basename "$recipe")" \
+    || fail "recipe show $(basename "$recipe"): $(cat "$work/err")"
+done
+
+[ "$failures" -eq 0 ] && echo "lm train: all checks passed" && exit 0
+echo "lm train: $failures check(s) failed"
+exit 1
