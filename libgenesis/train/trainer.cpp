@@ -203,14 +203,13 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
   NoGradGuard no_grad;
   data::DataLoader loader(dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 0});
   Tensor loss_sum = scalar_tensor(0.0, {.dtype = DType::f64, .device = device});
-  Tensor correct = scalar_tensor(0.0, {.dtype = DType::i64});
+  Tensor correct = scalar_tensor(0.0, {.dtype = DType::i64, .device = device});
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
     data::Batch batch = loader.next();
     Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
     Tensor logits = model(x);
     loss_sum = add(loss_sum, cross_entropy(logits, y, {.reduction = Reduction::sum}).to(DType::f64));
-    // argmax runs on the host: it has no CUDA kernel yet (a [batch, classes] copy per batch).
-    correct = add(correct, sum(eq(argmax(logits.to(kCPU), -1), batch.targets)));
+    correct = add(correct, sum(eq(argmax(logits, -1), y)));
   }
   model.train(was_training);
   auto n = static_cast<double>(dataset.size());
