@@ -6,6 +6,7 @@
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/io/safetensors.h"
+#include "libgenesis/models/causal_lm.h"
 
 namespace genesis::train {
 
@@ -44,6 +45,10 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
                          {"format_version", 1}};
   io::write_file_atomic(tx.path() / "trainer.json", trainer.dump(2) + "\n");
   io::write_file_atomic(tx.path() / "recipe.toml", recipe_toml);
+  // Language models also carry their Hugging Face config.json, which `genesis convert` and
+  // `genesis inspect` read (and which makes the weights a model directory of their own).
+  if (const auto* lm = dynamic_cast<const models::CausalLM*>(&model))
+    io::write_file_atomic(tx.path() / "config.json", lm->hf_config_json() + "\n");
   tx.commit();
   io::update_latest_pointer(checkpoints_dir, name);
   io::prune_checkpoints(checkpoints_dir, keep_last);
