@@ -37,13 +37,6 @@ void check_index_dtype(std::string_view op, const Tensor& index) {
                 dtype_name(index.dtype()));
 }
 
-void require_cpu(std::string_view op, std::initializer_list<Tensor> tensors) {
-  for (const Tensor& t : tensors) {
-    GENESIS_CHECK(!t.defined() || t.device().is_cpu(), NotImplementedError, op, " has no CUDA kernel yet (input on ",
-                  t.device().str(), "); run it on the CPU");
-  }
-}
-
 void check_inplace(std::string_view op, const Tensor& t) {
   GENESIS_CHECK(!grad_enabled() || !t.requires_grad(), AutogradError, op,
                 ": in-place update of a tensor that requires grad; wrap it in NoGradGuard (optimizer updates) or "

@@ -25,8 +25,6 @@ void check_same_device(std::string_view op, std::initializer_list<Tensor> tensor
 void check_same_dtype(std::string_view op, const Tensor& a, const Tensor& b);
 void check_floating(std::string_view op, const Tensor& t);
 void check_index_dtype(std::string_view op, const Tensor& index);
-// For ops whose CUDA kernels have not been written yet: a clear error instead of a wrong path.
-void require_cpu(std::string_view op, std::initializer_list<Tensor> tensors);
 // Refuses in-place writes into tensors that take part in autograd while grad mode is on and
 // into expanded (self-overlapping) views; bumps the storage version (see saved()).
 void check_inplace(std::string_view op, const Tensor& t);
