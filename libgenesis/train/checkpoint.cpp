@@ -24,11 +24,25 @@ std::vector<NamedTensor> read_all(const io::SafetensorsFile& file) {
   return out;
 }
 
+// The tokenizer files of `tokenizer` (see save_checkpoint) copied into dir.
+void copy_tokenizer_files(const std::filesystem::path& tokenizer, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(tokenizer)) {
+    io::write_file_atomic(dir / "tokenizer.json", io::read_file(tokenizer));
+    return;
+  }
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "encoder.json",
+                           "vocab.bpe", "vocab.json", "merges.txt"}) {
+    if (fs::is_regular_file(tokenizer / name)) io::write_file_atomic(dir / name, io::read_file(tokenizer / name));
+  }
+}
+
 }  // namespace
 
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const nn::Module& model,
                                       const Optimizer& optimizer, const TrainerState& state,
-                                      const std::string& recipe_toml, size_t keep_last) {
+                                      const std::string& recipe_toml, size_t keep_last,
+                                      const std::filesystem::path& tokenizer) {
   std::string name = io::checkpoint_name(state.step);
   io::DirectoryTransaction tx(checkpoints_dir / name, /*replace=*/true);
   io::save_safetensors(tx.path() / "model.safetensors", to_pairs(model.state_dict()), {{"format", "genesis"}});
@@ -47,8 +61,10 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
   io::write_file_atomic(tx.path() / "recipe.toml", recipe_toml);
   // Language models also carry their Hugging Face config.json, which `genesis convert` and
   // `genesis inspect` read (and which makes the weights a model directory of their own).
-  if (const auto* lm = dynamic_cast<const models::CausalLM*>(&model))
+  if (const auto* lm = dynamic_cast<const models::CausalLM*>(&model)) {
     io::write_file_atomic(tx.path() / "config.json", lm->hf_config_json() + "\n");
+    if (!tokenizer.empty()) copy_tokenizer_files(tokenizer, tx.path());
+  }
   tx.commit();
   io::update_latest_pointer(checkpoints_dir, name);
   io::prune_checkpoints(checkpoints_dir, keep_last);

@@ -25,10 +25,14 @@ struct TrainerState {
 };
 
 // Writes checkpoints_dir/step_<step>/ atomically, points `latest` at it and keeps the newest
-// keep_last checkpoints. Returns the checkpoint's directory.
+// keep_last checkpoints. Returns the checkpoint's directory. Language models also get their
+// Hugging Face config.json and the files of `tokenizer` (a tokenizer.json, or a directory with
+// tokenizer.json or GPT-2's encoder.json + vocab.bpe), so the checkpoint is self-contained for
+// `genesis generate` and `genesis convert --to hf`.
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const nn::Module& model,
                                       const Optimizer& optimizer, const TrainerState& state,
-                                      const std::string& recipe_toml, size_t keep_last);
+                                      const std::string& recipe_toml, size_t keep_last,
+                                      const std::filesystem::path& tokenizer = {});
 
 // Restores model (strict: names and shapes must match) and, when given, the optimizer.
 // `path` may be a checkpoint directory, a `latest` pointer or a checkpoints directory.

@@ -279,7 +279,8 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     state.cursor = batches.cursor();
     state.rng = default_generator().state();
     state.optimizer_steps = optimizer->step_count();
-    save_checkpoint(run_dir / "checkpoints", *model, *optimizer, state, recipe_toml, static_cast<size_t>(t.keep_last));
+    save_checkpoint(run_dir / "checkpoints", *model, *optimizer, state, recipe_toml, static_cast<size_t>(t.keep_last),
+                    spec.data.tokenizer);
   };
 
   const Clock::time_point start = Clock::now();

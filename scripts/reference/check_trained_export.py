@@ -9,7 +9,9 @@ Given a genesis language-model run directory, this script:
      --checkpoint RUN --ids`, from the checkpoint) and transformers' on the f32 export must be
      the same ids, token for token;
   4. checks that hf -> genesis -> hf gives back every tensor bit for bit, and reports the bf16
-     export's logits error relative to the f32 export's largest logit (at most 3e-2).
+     export's logits error relative to the f32 export's largest logit (at most 3e-2);
+  5. loads the exported tokenizer files with AutoTokenizer and checks that it encodes a text
+     as `genesis data encode` does with the checkpoint's tokenizer.
 Prints one verdict line and exits 1 on any failure.
 
     python3 scripts/reference/check_trained_export.py --genesis build/bin/genesis RUN_DIR
@@ -23,9 +25,11 @@ import tempfile
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 PROMPTS = [[464, 3290, 318], [40, 1101, 257, 1263, 11, 290], [1870]]
+TEXT = "Call me Ishmael. Some years ago\u2014never mind how long precisely\u2014having little money, 1851.\n"
+
 NEW_TOKENS = 32
 
 
@@ -77,6 +81,13 @@ def main():
             if [int(t) for t in ours] != theirs.tolist()[:len(ours)] or len(ours) == 0:
                 failures.append(f"greedy ids differ from prompt {prompt}: genesis {ours[:8]}... "
                                 f"transformers {theirs.tolist()[:8]}...")
+        text_file = tmp / "text.txt"
+        text_file.write_text(TEXT, encoding="utf-8")
+        ours = [int(t) for t in run([args.genesis, "data", "encode", "--tokenizer",
+                                     args.run / "checkpoints" / "latest", "--input", text_file]).split()]
+        theirs = AutoTokenizer.from_pretrained(tmp / "f32")(TEXT)["input_ids"]
+        if ours != theirs:
+            failures.append(f"AutoTokenizer of the export encodes differently: {theirs[:8]}... vs {ours[:8]}...")
         if worst_bf16 > 3e-2:
             failures.append(f"bf16 export's logits differ by {worst_bf16:.3g} of the largest logit")
     if failures:
@@ -84,7 +95,7 @@ def main():
         return 1
     print(f"PASS {args.run}: f32 export loads in transformers with every weight, greedy {NEW_TOKENS}-token "
           f"generations equal genesis's for {len(PROMPTS)} prompts, round trip bit-identical, bf16 export's "
-          f"logits within {worst_bf16:.2g} of the largest logit")
+          f"logits within {worst_bf16:.2g} of the largest logit, exported tokenizer encodes as genesis")
     return 0
 
 
