@@ -318,6 +318,8 @@ bool with_register_row(int64_t nvec, Launch&& launch) {
     launch(integral_constant<int, kWarp>{}, integral_constant<int, 6>{});
   } else if (nvec <= 8 * kWarp) {
     launch(integral_constant<int, kWarp>{}, integral_constant<int, 8>{});
+  } else if (nvec <= 2 * kThreads) {
+    launch(integral_constant<int, kThreads>{}, integral_constant<int, 2>{});
   } else if (nvec <= 4 * kThreads) {
     launch(integral_constant<int, kThreads>{}, integral_constant<int, 4>{});
   } else if (nvec <= 8 * kThreads) {
