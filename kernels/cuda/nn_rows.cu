@@ -148,37 +148,97 @@ __global__ void __launch_bounds__(kThreads) norm_kernel(bool centered, int64_t r
   }
 }
 
+// Column sums of a warp-per-row backward kept in shared memory rather than registers: one
+// buffer of 2 x cols floats per warp, laid out so that lane l's float4 of slot k sits next to
+// lane l + 1's (conflict-free 16-byte accesses). Registers would hold 2 x cols / 32 floats per
+// thread, which spills the 16-bit rows; the multiprocessor's two blocks need 2 x 16 x cols x 4
+// bytes of shared memory, which fits up to this many columns.
+constexpr int64_t kSharedColumnSumsLimit = 1536;
+
 // grad_x row by row; each thread also sums g * xhat and g of its own columns over the block's
-// rows, then the block's column partials go to row blockIdx.x of partial_w / partial_b (the
-// warps of a warp-per-row block add theirs in warp order through shared memory).
-template <int kGroup, int kSlots, class T>
+// rows (in registers, or for kSharedSums in its warp's shared buffer), then the block's column
+// partials go to row blockIdx.x of partial_w / partial_b (the warps of a warp-per-row block add
+// theirs in warp order). Only two blocks per multiprocessor run, so where the registers allow,
+// the next row's x and grad_y are loaded before the current row is reduced.
+template <int kGroup, int kSlots, bool kSharedSums, class T>
 __global__ void __launch_bounds__(kThreads, 2)
     norm_backward_kernel(bool centered, int64_t rows, int nvec, const T* x, const T* w, const float* mean,
                          const float* rstd, const T* gy, T* gx, float* partial_w, float* partial_b) {
-  constexpr int N = kPack<T>;
+  constexpr int N = kPack<T>, kQuads = N / 4;
+  constexpr int kRegisterSums = kSharedSums ? 1 : kSlots;
+  // Registers for two rows of x and grad_y packs and their f32 values in use: only the rows
+  // whose column sums are in shared memory leave room for that.
+  constexpr bool kPrefetch = kSharedSums && kSlots * 4 * N <= 96;
+  static_assert(N % 4 == 0, "packs of whole float4 column sums");
   __shared__ float shared[kThreads / kWarp];
-  extern __shared__ float column_sums[];
+  extern __shared__ float4 column_sums[];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int64_t cols = static_cast<int64_t>(nvec) * N;
   const float n = static_cast<float>(cols);
   const Packed<T>* wp = reinterpret_cast<const Packed<T>*>(w);
-  float acc_w[kSlots][N] = {}, acc_b[kSlots][N] = {};
-  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
+  const bool sums = partial_w || partial_b;
+  // This warp's buffer: the g * xhat sums, then the g sums, each as kQuads x nvec float4.
+  float4* warp_sums = column_sums + (threadIdx.x / kWarp) * 2 * kQuads * nvec;
+  float acc_w[kRegisterSums][N] = {}, acc_b[kRegisterSums][N] = {};
+  if constexpr (kSharedSums) {
+    GENESIS_FOR_EACH_SLOT(k, j) {
+      for (int q = 0; q < 2 * kQuads; ++q) warp_sums[q * nvec + j] = make_float4(0, 0, 0, 0);
+    }
+  }
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * (kThreads / kGroup) + threadIdx.x / kGroup;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * (kThreads / kGroup);
+  Packed<T> next_xs[kSlots], next_gs[kSlots];
+  float next_mu = 0, next_rs = 0;
+  auto load = [&](int64_t r, Packed<T>(&xd)[kSlots], Packed<T>(&gd)[kSlots], float& mu, float& rs) {
+    load_row<kGroup>(x + r * cols, nvec, lane, xd);
+    load_row<kGroup>(gy + r * cols, nvec, lane, gd);
+    mu = mean[r];
+    rs = rstd[r];
+  };
+  if (kPrefetch && first < rows) load(first, next_xs, next_gs, next_mu, next_rs);
+  for (int64_t r = first; r < rows; r += stride) {
     Packed<T> xs[kSlots], gs[kSlots];
-    load_row<kGroup>(x + r * cols, nvec, lane, xs);
-    load_row<kGroup>(gy + r * cols, nvec, lane, gs);
-    const float mu = mean[r], rs = rstd[r];
+    float mu, rs;
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        xs[k] = next_xs[k];
+        gs[k] = next_gs[k];
+      }
+      mu = next_mu;
+      rs = next_rs;
+      if (r + stride < rows) load(r + stride, next_xs, next_gs, next_mu, next_rs);
+    } else {
+      load(r, xs, gs, mu, rs);
+    }
     float sum_dxhat = 0, sum_dxhat_xhat = 0;
     GENESIS_FOR_EACH_SLOT(k, j) {
       Packed<T> wk;
       if (w) wk = load_pack(wp + j);
+      float gxhat[N], g[N];
       for (int i = 0; i < N; ++i) {
-        const float xhat = (to_acc<float>(xs[k].v[i]) - mu) * rs, g = to_acc<float>(gs[k].v[i]);
-        const float dxhat = w ? g * to_acc<float>(wk.v[i]) : g;
+        const float xhat = (to_acc<float>(xs[k].v[i]) - mu) * rs;
+        g[i] = to_acc<float>(gs[k].v[i]);
+        const float dxhat = w ? g[i] * to_acc<float>(wk.v[i]) : g[i];
         sum_dxhat += dxhat;
         sum_dxhat_xhat += dxhat * xhat;
-        acc_w[k][i] += g * xhat;
-        acc_b[k][i] += g;
+        gxhat[i] = g[i] * xhat;
+      }
+      if constexpr (kSharedSums) {
+        if (sums) {
+          for (int q = 0; q < kQuads; ++q) {
+            float4& sw = warp_sums[q * nvec + j];
+            float4& sb = warp_sums[(kQuads + q) * nvec + j];
+            sw = make_float4(sw.x + gxhat[4 * q], sw.y + gxhat[4 * q + 1], sw.z + gxhat[4 * q + 2],
+                             sw.w + gxhat[4 * q + 3]);
+            sb = make_float4(sb.x + g[4 * q], sb.y + g[4 * q + 1], sb.z + g[4 * q + 2], sb.w + g[4 * q + 3]);
+          }
+        }
+      } else {
+        for (int i = 0; i < N; ++i) {
+          acc_w[k][i] += gxhat[i];
+          acc_b[k][i] += g[i];
+        }
       }
     }
     sum_dxhat = group_reduce<kGroup>(sum_dxhat, shared, Sum{});
@@ -196,26 +256,39 @@ __global__ void __launch_bounds__(kThreads, 2)
       store_pack(out + j, result);
     }
   }
-  if (!partial_w && !partial_b) return;
+  if (!sums) return;
   float* row_w = partial_w ? partial_w + blockIdx.x * cols : nullptr;
   float* row_b = partial_b ? partial_b + blockIdx.x * cols : nullptr;
-  if constexpr (kGroup == kWarp) {
+  float* flat_sums = reinterpret_cast<float*>(column_sums);
+  if constexpr (kSharedSums) {
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+      const int64_t i = c % N, at = ((i / 4) * nvec + c / N) * 4 + i % 4;
+      float total_w = 0, total_b = 0;
+      for (int warp = 0; warp < kThreads / kWarp; ++warp) {
+        total_w += flat_sums[warp * 2 * cols + at];
+        total_b += flat_sums[warp * 2 * cols + cols + at];
+      }
+      if (row_w) row_w[c] = total_w;
+      if (row_b) row_b[c] = total_b;
+    }
+  } else if constexpr (kGroup == kWarp) {
     const int warp = static_cast<int>(threadIdx.x) / kWarp;
     for (int turn = 0; turn < kThreads / kWarp; ++turn) {
       if (warp == turn) {
         GENESIS_FOR_EACH_SLOT(k, j) {
           for (int i = 0; i < N; ++i) {
             const int64_t c = static_cast<int64_t>(j) * N + i;
-            column_sums[c] = turn == 0 ? acc_w[k][i] : column_sums[c] + acc_w[k][i];
-            column_sums[cols + c] = turn == 0 ? acc_b[k][i] : column_sums[cols + c] + acc_b[k][i];
+            flat_sums[c] = turn == 0 ? acc_w[k][i] : flat_sums[c] + acc_w[k][i];
+            flat_sums[cols + c] = turn == 0 ? acc_b[k][i] : flat_sums[cols + c] + acc_b[k][i];
           }
         }
       }
       __syncthreads();
     }
     for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
-      if (row_w) row_w[c] = column_sums[c];
-      if (row_b) row_b[c] = column_sums[cols + c];
+      if (row_w) row_w[c] = flat_sums[c];
+      if (row_b) row_b[c] = flat_sums[cols + c];
     }
   } else {
     GENESIS_FOR_EACH_SLOT(k, j) {
@@ -237,12 +310,16 @@ bool with_register_row(int64_t nvec, Launch&& launch) {
   using std::integral_constant;
   if (nvec <= 2 * kWarp) {
     launch(integral_constant<int, kWarp>{}, integral_constant<int, 2>{});
+  } else if (nvec <= 3 * kWarp) {
+    launch(integral_constant<int, kWarp>{}, integral_constant<int, 3>{});
   } else if (nvec <= 4 * kWarp) {
     launch(integral_constant<int, kWarp>{}, integral_constant<int, 4>{});
   } else if (nvec <= 6 * kWarp) {
     launch(integral_constant<int, kWarp>{}, integral_constant<int, 6>{});
   } else if (nvec <= 8 * kWarp) {
     launch(integral_constant<int, kWarp>{}, integral_constant<int, 8>{});
+  } else if (nvec <= 2 * kThreads) {
+    launch(integral_constant<int, kThreads>{}, integral_constant<int, 2>{});
   } else if (nvec <= 4 * kThreads) {
     launch(integral_constant<int, kThreads>{}, integral_constant<int, 4>{});
   } else if (nvec <= 8 * kThreads) {
@@ -344,11 +421,26 @@ bool norm_backward_in_registers(DType dtype, bool centered, int64_t rows, int64_
     const int64_t nvec = cols / kPack<T>;
     launched = with_register_row(nvec, [&](auto group, auto slots) {
       constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
-      const size_t column_bytes = kGroup == kWarp ? 2 * static_cast<size_t>(cols) * sizeof(float) : 0;
-      norm_backward_kernel<kGroup, kSlots, T><<<static_cast<unsigned>(chunks), kThreads, column_bytes, stream>>>(
-          centered, rows, static_cast<int>(nvec), static_cast<const T*>(x), static_cast<const T*>(weight),
-          static_cast<const float*>(mean), static_cast<const float*>(rstd), static_cast<const T*>(grad_y),
-          static_cast<T*>(grad_x), partial_w, partial_b);
+      auto run = [&](auto kernel, size_t column_bytes) {
+        if (column_bytes > 48 * 1024) {
+          GENESIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(column_bytes)));
+        }
+        kernel<<<static_cast<unsigned>(chunks), kThreads, column_bytes, stream>>>(
+            centered, rows, static_cast<int>(nvec), static_cast<const T*>(x), static_cast<const T*>(weight),
+            static_cast<const float*>(mean), static_cast<const float*>(rstd), static_cast<const T*>(grad_y),
+            static_cast<T*>(grad_x), partial_w, partial_b);
+      };
+      const size_t column_bytes = 2 * static_cast<size_t>(cols) * sizeof(float);
+      if constexpr (kGroup == kWarp) {
+        if (cols <= kSharedColumnSumsLimit) {
+          run(norm_backward_kernel<kGroup, kSlots, true, T>, kThreads / kWarp * column_bytes);
+        } else {
+          run(norm_backward_kernel<kGroup, kSlots, false, T>, column_bytes);
+        }
+      } else {
+        run(norm_backward_kernel<kGroup, kSlots, false, T>, 0);
+      }
     });
   });
   return launched;
