@@ -1,7 +1,6 @@
-#include <cub/device/device_radix_sort.cuh>
-
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/index.h"
+#include "kernels/cuda/sort_by_key.cuh"
 #include "libgenesis/core/error.h"
 
 namespace genesis::kernels::cuda {
@@ -217,26 +216,6 @@ int copy_width(uint64_t values) {
   return width;
 }
 
-// Workspace regions start on 256-byte boundaries (what cub expects of its temporary storage).
-size_t aligned(size_t bytes) {
-  return (bytes + 255) / 256 * 256;
-}
-
-// The radix sort only looks at the key bits that destination offsets below `extent` use.
-int key_bits(int64_t extent) {
-  int bits = 1;
-  while (bits < 63 && (int64_t{1} << bits) < extent) ++bits;
-  return bits;
-}
-
-size_t radix_sort_temp_bytes(int64_t n, int64_t dst_extent) {
-  size_t bytes = 0;
-  GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-      nullptr, bytes, static_cast<const unsigned long long*>(nullptr), static_cast<unsigned long long*>(nullptr),
-      static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), n, 0, key_bits(dst_extent)));
-  return bytes;
-}
-
 }  // namespace
 
 void first_out_of_range(DType index_dtype, int64_t n, const void* index, int64_t bound, int64_t* first_bad,
@@ -318,7 +297,7 @@ void gather(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int 
 
 size_t scatter_add_workspace_bytes(int64_t n, int64_t dst_extent) {
   if (n <= 0) return 0;
-  return 4 * aligned(static_cast<size_t>(n) * sizeof(int64_t)) + radix_sort_temp_bytes(n, dst_extent);
+  return 4 * workspace_aligned(static_cast<size_t>(n) * sizeof(int64_t)) + sort_by_key_temp_bytes(n, dst_extent);
 }
 
 void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int axis, void* dst,
@@ -328,13 +307,13 @@ void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape,
   if (dtype == DType::boolean) throw_unsupported_dtype("scatter_add", dtype);
   const int64_t n = numel_of(ndim, shape);
   if (n == 0) return;
-  const size_t region = aligned(static_cast<size_t>(n) * sizeof(int64_t));
+  const size_t region = workspace_aligned(static_cast<size_t>(n) * sizeof(int64_t));
   char* base = static_cast<char*>(workspace);
   auto* keys = reinterpret_cast<unsigned long long*>(base);
   auto* sorted_keys = reinterpret_cast<unsigned long long*>(base + region);
   auto* src_offsets = reinterpret_cast<int64_t*>(base + 2 * region);
   auto* sorted_src_offsets = reinterpret_cast<int64_t*>(base + 3 * region);
-  size_t temp_bytes = radix_sort_temp_bytes(n, dst_extent);
+  size_t temp_bytes = sort_by_key_temp_bytes(n, dst_extent);
   GENESIS_CHECK(workspace_bytes >= 4 * region + temp_bytes, ValueError, "scatter_add: workspace of ", workspace_bytes,
                 " bytes is smaller than the ", 4 * region + temp_bytes, " bytes needed");
 
@@ -349,8 +328,7 @@ void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape,
   });
   // Radix sort is stable, and positions were numbered row-major: within one destination the
   // contributions stay in increasing order of their axis coordinate.
-  GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + 4 * region, temp_bytes, keys, sorted_keys, src_offsets,
-                                                     sorted_src_offsets, n, 0, key_bits(dst_extent), stream));
+  sort_by_key(base + 4 * region, n, dst_extent, keys, sorted_keys, src_offsets, sorted_src_offsets, stream);
   GENESIS_CUDA_DISPATCH_ALL(dtype, {
     scatter_runs_kernel<scalar_t><<<grid_size(n), kBlockSize, 0, stream>>>(
         n, sorted_keys, sorted_src_offsets, static_cast<const scalar_t*>(src), static_cast<scalar_t*>(dst));
@@ -366,13 +344,13 @@ void index_select_backward(DType dtype, DType index_dtype, int64_t outer, int64_
   unsigned long long* sorted_keys = nullptr;
   int64_t* sorted_positions = nullptr;
   if (length > 0) {
-    const size_t region = aligned(static_cast<size_t>(length) * sizeof(int64_t));
+    const size_t region = workspace_aligned(static_cast<size_t>(length) * sizeof(int64_t));
     char* base = static_cast<char*>(workspace);
     auto* keys = reinterpret_cast<unsigned long long*>(base);
     sorted_keys = reinterpret_cast<unsigned long long*>(base + region);
     auto* positions = reinterpret_cast<int64_t*>(base + 2 * region);
     sorted_positions = reinterpret_cast<int64_t*>(base + 3 * region);
-    size_t temp_bytes = radix_sort_temp_bytes(length, bound);
+    size_t temp_bytes = sort_by_key_temp_bytes(length, bound);
     GENESIS_CHECK(workspace_bytes >= 4 * region + temp_bytes, ValueError, "index_select backward: workspace of ",
                   workspace_bytes, " bytes is smaller than the ", 4 * region + temp_bytes, " bytes needed");
     GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
@@ -380,8 +358,7 @@ void index_select_backward(DType dtype, DType index_dtype, int64_t outer, int64_
                                                                      positions);
       GENESIS_CUDA_LAUNCH_CHECK();
     });
-    GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + 4 * region, temp_bytes, keys, sorted_keys, positions,
-                                                       sorted_positions, length, 0, key_bits(bound), stream));
+    sort_by_key(base + 4 * region, length, bound, keys, sorted_keys, positions, sorted_positions, stream);
   }
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "index_select backward", {
     index_select_backward_kernel<<<grid_size(total), kBlockSize, 0, stream>>>(

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cub/device/device_radix_sort.cuh>
 #include <initializer_list>
 #include <limits>
 
@@ -15,6 +14,7 @@
 #include "kernels/cuda/nn.h"
 #include "kernels/cuda/nn_rows.cuh"
 #include "kernels/cuda/row_reduce.cuh"
+#include "kernels/cuda/sort_by_key.cuh"
 #include "libgenesis/core/error.h"
 
 namespace genesis::kernels::cuda {
@@ -287,26 +287,6 @@ __global__ void embedding_row_starts(int64_t n, int64_t num, const unsigned long
   }
 }
 
-// Workspace regions start on 256-byte boundaries (what cub expects of its temporary storage).
-size_t aligned(size_t bytes) {
-  return (bytes + 255) / 256 * 256;
-}
-
-// The radix sort only looks at the key bits that indices below `num` use.
-int key_bits(int64_t num) {
-  int bits = 1;
-  while (bits < 63 && (int64_t{1} << bits) < num) ++bits;
-  return bits;
-}
-
-size_t sort_temp_bytes(int64_t n, int64_t num) {
-  size_t bytes = 0;
-  GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
-      nullptr, bytes, static_cast<const unsigned long long*>(nullptr), static_cast<unsigned long long*>(nullptr),
-      static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), n, 0, key_bits(num)));
-  return bytes;
-}
-
 // Whole 16-byte packs of `bytes` at 16-byte aligned addresses.
 bool packs_of_16(int64_t bytes, std::initializer_list<const void*> pointers) {
   if (bytes % 16 != 0) return false;
@@ -426,8 +406,8 @@ void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int
 }
 
 size_t embedding_backward_workspace_bytes(int64_t n, int64_t num) {
-  return 4 * aligned(static_cast<size_t>(n) * sizeof(int64_t)) +
-         aligned(static_cast<size_t>(num + 1) * sizeof(int64_t)) + sort_temp_bytes(n, num);
+  return 4 * workspace_aligned(static_cast<size_t>(n) * sizeof(int64_t)) +
+         workspace_aligned(static_cast<size_t>(num + 1) * sizeof(int64_t)) + sort_by_key_temp_bytes(n, num);
 }
 
 void embedding_backward(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t num, int64_t dim,
@@ -438,22 +418,20 @@ void embedding_backward(DType dtype, DType index_dtype, int64_t n, const void* i
                 "embedding backward: workspace of ", workspace_bytes, " bytes is too small");
   // Stable sort of (index, position): each row's positions become one ascending run.
   char* base = static_cast<char*>(workspace);
-  const size_t region = aligned(static_cast<size_t>(n) * sizeof(int64_t));
+  const size_t region = workspace_aligned(static_cast<size_t>(n) * sizeof(int64_t));
   auto* keys = reinterpret_cast<unsigned long long*>(base);
   auto* sorted_keys = reinterpret_cast<unsigned long long*>(base + region);
   auto* positions = reinterpret_cast<int64_t*>(base + 2 * region);
   auto* order = reinterpret_cast<int64_t*>(base + 3 * region);
   auto* start = reinterpret_cast<int64_t*>(base + 4 * region);
-  void* sort_temp = base + 4 * region + aligned(static_cast<size_t>(num + 1) * sizeof(int64_t));
+  void* sort_temp = base + 4 * region + workspace_aligned(static_cast<size_t>(num + 1) * sizeof(int64_t));
   if (n > 0) {
     GENESIS_DISPATCH_INDEX(index_dtype, "embedding backward", {
       embedding_sort_inputs<scalar_t>
           <<<grid_size(n), kBlockSize, 0, stream>>>(n, static_cast<const scalar_t*>(index), keys, positions);
       GENESIS_CUDA_LAUNCH_CHECK();
     });
-    size_t temp_bytes = sort_temp_bytes(n, num);
-    GENESIS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp, temp_bytes, keys, sorted_keys, positions, order, n, 0,
-                                                       key_bits(num), stream));
+    sort_by_key(sort_temp, n, num, keys, sorted_keys, positions, order, stream);
   }
   embedding_row_starts<<<grid_size(num + 1), kBlockSize, 0, stream>>>(n, num, sorted_keys, start);
   GENESIS_CUDA_LAUNCH_CHECK();
