@@ -48,6 +48,12 @@ void check_parity(const Fn& fn, const TensorList& inputs, Tolerance tolerance) {
   require_close(actual, expected, tolerance.rtol, tolerance.atol);
 }
 
+void check_deterministic(const Fn& fn, const TensorList& inputs) {
+  TensorList on_gpu;
+  for (const Tensor& t : inputs) on_gpu.push_back(t.to(kCuda0));
+  require_close(fn(on_gpu), fn(on_gpu), 0.0, 0.0);
+}
+
 void check_backward_parity(const Fn& fn, const TensorList& inputs, Tolerance tolerance) {
   poison_gpu_allocations();
   TensorList cpu_leaves, gpu_leaves;

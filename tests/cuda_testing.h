@@ -33,6 +33,8 @@ Tensor random_input(const Shape& shape, DType dtype, double lo = -1.0, double hi
 void check_parity(const Fn& fn, const TensorList& inputs, Tolerance tolerance);
 // Gradients of sum(fn(x) * w), w random, with respect to every input, computed on both devices.
 void check_backward_parity(const Fn& fn, const TensorList& inputs, Tolerance tolerance);
+// fn run twice on copies of the inputs on cuda:0 gives the same bits.
+void check_deterministic(const Fn& fn, const TensorList& inputs);
 
 // Shapes every elementwise parity test runs over: odd sizes, a single element, a 0-d tensor.
 inline const std::vector<Shape> kParityShapes = {{37, 129}, {1, 1}, {3, 5, 7}, {}};

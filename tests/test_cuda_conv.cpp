@@ -46,13 +46,6 @@ Tolerance conv_grad_tolerance(DType dtype) {
 
 constexpr Tolerance kExact{0.0, 0.0};
 
-// The same CUDA computation twice gives the same bits.
-void check_deterministic(const Fn& fn, const TensorList& inputs) {
-  TensorList on_gpu;
-  for (const Tensor& t : inputs) on_gpu.push_back(t.to(kCuda0));
-  require_close(fn(on_gpu), fn(on_gpu), 0.0, 0.0);
-}
-
 // conv2d of in[0] with weight in[1] and, when present, bias in[2].
 Fn conv_with(Conv2dOptions options) {
   return [options](const TensorList& in) { return conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), options); };

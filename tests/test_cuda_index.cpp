@@ -26,13 +26,6 @@ Tolerance sum_tolerance(DType dtype) {
   }
 }
 
-// The same CUDA computation twice gives the same bits.
-void check_deterministic(const Fn& fn, const TensorList& inputs) {
-  TensorList on_gpu;
-  for (const Tensor& t : inputs) on_gpu.push_back(t.to(kCuda0));
-  require_close(fn(on_gpu), fn(on_gpu), 0.0, 0.0);
-}
-
 // Random indices in [0, bound) of the given index dtype (on the CPU).
 Tensor random_index(const Shape& shape, int64_t bound, DType index_dtype) {
   return random_input(shape, DType::i64, 0, static_cast<double>(bound)).to(index_dtype);

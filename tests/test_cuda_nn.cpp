@@ -41,13 +41,6 @@ Tolerance backward_tolerance(DType dtype) {
   }
 }
 
-// The same CUDA computation twice gives the same bits.
-void check_deterministic(const Fn& fn, const TensorList& inputs) {
-  TensorList on_gpu;
-  for (const Tensor& t : inputs) on_gpu.push_back(t.to(kCuda0));
-  require_close(fn(on_gpu), fn(on_gpu), 0.0, 0.0);
-}
-
 using AxisFn = std::function<Tensor(const Tensor&, int64_t)>;
 
 struct SoftmaxCase {

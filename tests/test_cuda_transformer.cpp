@@ -48,7 +48,7 @@ Tolerance attention_grad_tolerance(DType dtype) {
 }
 
 // Forward outputs, then the gradients of every input, computed twice on cuda:0: the same bits.
-void check_deterministic(const Fn& fn, const TensorList& inputs) {
+void check_deterministic_with_gradients(const Fn& fn, const TensorList& inputs) {
   TensorList first, second;
   for (int run = 0; run < 2; ++run) {
     TensorList leaves;
@@ -114,7 +114,7 @@ GENESIS_CUDA_PARITY("rope") {
     }
   }
   const RopeTables tables = rope_tables(0, 33, 16, 500.0);
-  check_deterministic(
+  check_deterministic_with_gradients(
       [tables](const TensorList& in) {
         return rope(in[0].transpose(1, 2), tables.cos.to(kCuda0), tables.sin.to(kCuda0));
       },
@@ -157,7 +157,7 @@ GENESIS_CUDA_PARITY("swiglu") {
     check_parity(misaligned, sliced, tolerance);
     check_backward_parity(misaligned, sliced, tolerance);
   }
-  check_deterministic([](const TensorList& in) { return swiglu(in[0], in[1]); },
+  check_deterministic_with_gradients([](const TensorList& in) { return swiglu(in[0], in[1]); },
                       {random_input({7, 333}, DType::bf16, -6, 6), random_input({7, 333}, DType::bf16)});
 }
 
@@ -255,7 +255,7 @@ TEST_CASE("cuda attention is deterministic", "[cuda][transformer]") {
     const AttentionCase c{3, 6, 2, 33, 40, 16, true, {}};
     for (const AttentionLayout& layout : kAttentionLayouts) {
       INFO("dtype " << dtype_name(dtype) << ", layout: " << layout.name);
-      check_deterministic(attention_fn(c, layout), attention_inputs(c, layout, dtype));
+      check_deterministic_with_gradients(attention_fn(c, layout), attention_inputs(c, layout, dtype));
     }
   }
 }
