@@ -337,6 +337,11 @@ GENESIS_CUDA_PARITY("logsumexp") {
       check_parity([&](const TensorList& in) { return logsumexp(in[0], {axis}); }, {x}, float_tolerance(dtype, 1e-5));
     check_parity([](const TensorList& in) { return logsumexp(in[0], {1}); },
                  {random_input({4, 4096}, dtype, 500.0, 600.0)}, float_tolerance(dtype, 1e-5));
+    // The same specials on rows of whole 16-byte packs, which the register-row kernel takes.
+    Tensor packed = with_values(with_values(random_input({5, 1024}, DType::f64, -5.0, 5.0), {7}, kInf), {1027}, kNaN);
+    packed.narrow(0, 2, 1).fill_(-kInf);
+    check_parity([](const TensorList& in) { return logsumexp(in[0], {1}); }, {packed.to(dtype)},
+                 float_tolerance(dtype, 1e-5));
   }
   check_deterministic(op);
   check_gradients(op, -3.0, 3.0);

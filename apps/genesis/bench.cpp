@@ -74,6 +74,7 @@ struct OpsFlags {
   int reps = 100;
   double budget_ms = 300;
   int64_t flush_mib = -1;
+  std::string flush_mode = "read";
 };
 
 // Runs one (case, dtype): check first, time only what passed.
@@ -185,7 +186,8 @@ int run_ops(const OpsFlags& flags) {
   GENESIS_CHECK(!selected.empty(), UsageError, "genesis bench ops: no case of ", flags.suite, " matches --filter '",
                 flags.filter, "'", only ? " and --dtype " + flags.dtype : "");
 
-  DeviceTimer timer(parse_device(flags.device), flags.flush_mib);
+  DeviceTimer timer(parse_device(flags.device), flags.flush_mib,
+                    flags.flush_mode == "write" ? FlushMode::write : FlushMode::read);
   Ceilings ceilings;
   if (!flags.ceilings_path.empty()) {
     ceilings = read_ceilings(flags.ceilings_path);
@@ -194,9 +196,9 @@ int run_ops(const OpsFlags& flags) {
               << " (--ceilings FILE skips this)\n";
     ceilings = measure_ceilings(timer, timer.device().is_cuda() ? 8192 : 512);
   }
-  std::printf("# %s (%s): copy %.4g GB/s, GEMM f32 %.3g / bf16 %.3g TFLOP/s; %s, cache flush %zu MiB\n",
+  std::printf("# %s (%s): copy %.4g GB/s, GEMM f32 %.3g / bf16 %.3g TFLOP/s; %s, cache flush %zu MiB (%s)\n",
               timer.device_name().c_str(), timer.device().str().c_str(), ceilings.copy_gbps, ceilings.gemm_f32_tflops,
-              ceilings.gemm_bf16_tflops, timer.method().c_str(), timer.flush_bytes() >> 20);
+              ceilings.gemm_bf16_tflops, timer.method().c_str(), timer.flush_bytes() >> 20, timer.flush_mode());
   std::printf("%-38s %-22s %-5s %9s %9s %9s %14s %6s %8s  %s\n", "case", "shape", "dtype", "median ms", "p10 ms",
               "p90 ms", "rate", "%ceil", "host us", "check");
   json results = json::array();
@@ -216,6 +218,7 @@ int run_ops(const OpsFlags& flags) {
   out["dtype"] = only ? json(std::string(dtype_name(*only))) : json(nullptr);
   out["timing"] = {{"method", timer.method()},
                    {"flush_bytes", timer.flush_bytes()},
+                   {"flush_mode", timer.flush_mode()},
                    {"max_reps", flags.reps},
                    {"budget_ms", flags.budget_ms},
                    {"statistic", "median"}};
@@ -245,8 +248,13 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   ops_cmd
       ->add_option("--flush-mib", ops->flush_mib,
-                   "Cache flush buffer written before each repetition (0: none; default twice the L2 / L3)")
+                   "Cache flush buffer streamed before each repetition (0: none; default twice the L2 / L3)")
       ->check(CLI::Range(int64_t{0}, int64_t{65536}));
+  ops_cmd
+      ->add_option("--flush-mode", ops->flush_mode,
+                   "read: the flush reads its buffer (the cache ends clean); write: it writes it (the cache ends "
+                   "dirty, and the timed op pays for writing that back)")
+      ->check(CLI::IsMember({"read", "write"}));
   ops_cmd->add_option("--ceilings", ops->ceilings_path, "Read the ceilings from this JSON instead of measuring");
   register_command(ops_cmd, [ops] { return run_ops(*ops); });
 

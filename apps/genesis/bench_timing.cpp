@@ -8,6 +8,8 @@
 #include <fstream>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/reduce.h"
 #if GENESIS_WITH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -54,7 +56,8 @@ Stats summarize(std::vector<double> ms) {
   return s;
 }
 
-DeviceTimer::DeviceTimer(Device device, int64_t flush_mib) : device_(device) {
+DeviceTimer::DeviceTimer(Device device, int64_t flush_mib, FlushMode flush_mode)
+    : device_(device), flush_mode_(flush_mode) {
   if (device.is_cuda()) {
 #if GENESIS_WITH_CUDA
     GENESIS_CHECK(cuda::is_available(), DeviceError, "genesis bench: no CUDA device is available; use --device cpu");
@@ -75,21 +78,18 @@ DeviceTimer::DeviceTimer(Device device, int64_t flush_mib) : device_(device) {
   size_t cap = device.is_cuda() ? SIZE_MAX : size_t{128} << 20;
   flush_bytes_ = flush_mib >= 0 ? static_cast<size_t>(flush_mib) << 20 : std::min(2 * cache_bytes_, cap);
   if (flush_bytes_ > 0)
-    flush_buffer_ = empty({static_cast<int64_t>(flush_bytes_)}, {.dtype = DType::boolean, .device = device});
+    flush_buffer_ = zeros({static_cast<int64_t>(flush_bytes_ / sizeof(float))}, {.dtype = DType::f32, .device = device});
 }
 
 DeviceTimer::~DeviceTimer() = default;
 
 void DeviceTimer::flush(int rep) {
   if (flush_bytes_ == 0) return;
-  int value = rep & 0x7f;
-#if GENESIS_WITH_CUDA
-  if (device_.is_cuda()) {
-    GENESIS_CUDA_CHECK(cudaMemsetAsync(flush_buffer_.data_ptr(), value, flush_bytes(), cuda::current_stream()));
+  if (flush_mode_ == FlushMode::read) {
+    (void)sum(flush_buffer_);  // queued on the device's stream like the op it precedes
     return;
   }
-#endif
-  std::memset(flush_buffer_.data_ptr(), value, flush_bytes());
+  flush_buffer_.fill_(static_cast<double>(rep & 0x7f));
 }
 
 void DeviceTimer::synchronize() {

@@ -1,7 +1,7 @@
 #pragma once
 // Timing for `genesis bench`: CUDA events on the current stream (or the steady clock on the
-// CPU), the last-level cache flushed by writing a buffer twice its size before every
-// repetition, medians and percentiles.
+// CPU), the last-level cache flushed before every repetition by streaming a buffer twice its
+// size, medians and percentiles.
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -18,10 +18,15 @@ struct Stats {
 };
 Stats summarize(std::vector<double> ms);
 
+// How the flush streams its buffer. Reading leaves the cache holding clean lines, so the timed
+// op starts cold without first writing back the flush's own data (which a written buffer,
+// dirty in the cache, makes it pay for: up to the cache's size of extra DRAM writes).
+enum class FlushMode { read, write };
+
 class DeviceTimer {
  public:
   // flush_mib < 0: flush twice the last-level cache (at most 128 MiB on the CPU); 0: no flush.
-  explicit DeviceTimer(Device device, int64_t flush_mib = -1);
+  explicit DeviceTimer(Device device, int64_t flush_mib = -1, FlushMode flush_mode = FlushMode::read);
   ~DeviceTimer();
   DeviceTimer(const DeviceTimer&) = delete;
   DeviceTimer& operator=(const DeviceTimer&) = delete;
@@ -40,6 +45,7 @@ class DeviceTimer {
   std::string method() const { return device_.is_cuda() ? "cuda_events" : "steady_clock"; }
   size_t cache_bytes() const { return cache_bytes_; }
   size_t flush_bytes() const { return flush_bytes_; }
+  const char* flush_mode() const { return flush_mode_ == FlushMode::read ? "read" : "write"; }
 
  private:
   void flush(int rep);
@@ -48,7 +54,8 @@ class DeviceTimer {
   std::string device_name_;
   size_t cache_bytes_ = 0;
   size_t flush_bytes_ = 0;
-  Tensor flush_buffer_;
+  FlushMode flush_mode_;
+  Tensor flush_buffer_;  // f32, so that a read flush is one sum over it
 };
 
 }  // namespace genesis::cli::bench

@@ -202,6 +202,14 @@ void sum_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out
   });
 }
 
+void mean_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out) {
+  GENESIS_DISPATCH_FLOAT(dtype, "mean", {
+    auto* y = static_cast<scalar_t*>(out);
+    fold_rows(rows, cols, static_cast<const scalar_t*>(in), 0.0, [](double v) { return v; }, plus,
+              [&](int64_t r, double total) { y[r] = narrow_to<scalar_t>(total / static_cast<double>(cols)); });
+  });
+}
+
 void prod_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out) {
   GENESIS_DISPATCH_ALL(dtype, "prod", {
     prod_typed(rows, cols, static_cast<const scalar_t*>(in), static_cast<SumOut<scalar_t>*>(out));

@@ -11,6 +11,9 @@ namespace genesis::kernels::cpu {
 
 // out[r] = sum_c in[r, c]. Integers and bool accumulate in i64 (out is i64).
 void sum_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out);
+// out[r] = sum_c in[r, c] / cols, rounded once from the double accumulator (a 0 / 0 NaN for
+// empty rows). Floating only.
+void mean_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out);
 // out[r] = prod_c in[r, c], with the types of sum_rows (integer products wrap around).
 void prod_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out);
 // grad_in[r, c] = grad_out[r] * prod_{j != c} in[r, j], from prefix and suffix products so

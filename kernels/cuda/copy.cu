@@ -12,8 +12,12 @@ namespace genesis::kernels::cuda {
 
 namespace {
 
-constexpr int kTile = 32;
-constexpr int kTileRowsPerPass = 8;  // blocks of 32 x 8 threads: 4 passes per tile
+constexpr int kTileRowsPerPass = 8;  // blocks of 32 x 8 threads
+
+// Tiles of 64 x 64 elements of up to 4 bytes (16 loads in flight per thread, 16 KiB of shared
+// memory at most), 32 x 32 for wider elements.
+template <class T>
+inline constexpr int kTile = sizeof(T) <= 4 ? 64 : 32;
 
 // Element (b, r, c) sits at src[b * src_batch + r + c * src_col] and at
 // dst[b * dst_batch + r * dst_row + c]: stride 1 along r in the source and along c in the
@@ -24,25 +28,39 @@ struct TransposeGeometry {
   int64_t dst_batch, dst_row;
 };
 
-// Per 32 x 32 tile: lanes read 32 consecutive source rows (coalesced) into shared memory, then
-// lanes write 32 consecutive destination columns (coalesced). The padded row keeps the
-// column-wise shared reads free of bank conflicts.
+// Per tile: warps read consecutive source rows (coalesced) into shared memory, then write
+// consecutive destination columns (coalesced).
 template <class T>
-__global__ void transpose_kernel(TransposeGeometry t, const T* src, T* dst) {
-  __shared__ T tile[kTile][kTile + 1];
-  const int64_t row_tiles = (t.rows + kTile - 1) / kTile, col_tiles = (t.cols + kTile - 1) / kTile;
+__global__ void __launch_bounds__(32 * kTileRowsPerPass) transpose_kernel(TransposeGeometry t, const T* src, T* dst) {
+  constexpr int kSide = kTile<T>;
+  // One 4-byte bank of padding per row: lane l's column read tile[l][k] lands in bank l + k (mod 32).
+  constexpr int kPad = sizeof(T) < 4 ? static_cast<int>(4 / sizeof(T)) : 1;
+  __shared__ T tile[kSide][kSide + kPad];
+  const int64_t row_tiles = (t.rows + kSide - 1) / kSide, col_tiles = (t.cols + kSide - 1) / kSide;
   for (int64_t b = blockIdx.z; b < t.batch; b += gridDim.z) {
     for (int64_t rt = blockIdx.y; rt < row_tiles; rt += gridDim.y) {
       for (int64_t ct = blockIdx.x; ct < col_tiles; ct += gridDim.x) {
-        const int64_t r0 = rt * kTile, c0 = ct * kTile;
-        for (int k = threadIdx.y; k < kTile; k += kTileRowsPerPass) {
-          const int64_t r = r0 + threadIdx.x, c = c0 + k;
-          if (r < t.rows && c < t.cols) tile[k][threadIdx.x] = src[b * t.src_batch + r + c * t.src_col];
+        const int64_t r0 = rt * kSide, c0 = ct * kSide;
+#pragma unroll
+        for (int pass = 0; pass < kSide / kTileRowsPerPass; ++pass) {
+#pragma unroll
+          for (int lane_pass = 0; lane_pass < kSide / 32; ++lane_pass) {
+            const int k = static_cast<int>(threadIdx.y) + pass * kTileRowsPerPass;
+            const int l = static_cast<int>(threadIdx.x) + lane_pass * 32;
+            const int64_t r = r0 + l, c = c0 + k;
+            if (r < t.rows && c < t.cols) tile[k][l] = src[b * t.src_batch + r + c * t.src_col];
+          }
         }
         __syncthreads();
-        for (int k = threadIdx.y; k < kTile; k += kTileRowsPerPass) {
-          const int64_t r = r0 + k, c = c0 + threadIdx.x;
-          if (r < t.rows && c < t.cols) dst[b * t.dst_batch + r * t.dst_row + c] = tile[threadIdx.x][k];
+#pragma unroll
+        for (int pass = 0; pass < kSide / kTileRowsPerPass; ++pass) {
+#pragma unroll
+          for (int lane_pass = 0; lane_pass < kSide / 32; ++lane_pass) {
+            const int k = static_cast<int>(threadIdx.y) + pass * kTileRowsPerPass;
+            const int l = static_cast<int>(threadIdx.x) + lane_pass * 32;
+            const int64_t r = r0 + k, c = c0 + l;
+            if (r < t.rows && c < t.cols) dst[b * t.dst_batch + r * t.dst_row + c] = tile[l][k];
+          }
         }
         __syncthreads();
       }
@@ -103,14 +121,14 @@ bool launch_transpose(const Geometry<2>& g, int element_bytes, const void* src, 
                             .src_col = g.strides[1][c],
                             .dst_batch = batched ? g.strides[0][0] : 0,
                             .dst_row = g.strides[0][r]};
-  const auto tiles = [](int64_t extent) { return (extent + kTile - 1) / kTile; };
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles(t.cols), INT32_MAX)),
-                  static_cast<unsigned>(std::min<int64_t>(tiles(t.rows), 65535)),
-                  static_cast<unsigned>(std::min<int64_t>(t.batch, 65535)));
-  const dim3 block(kTile, kTileRowsPerPass);
   dispatch_width(element_bytes, [&](auto raw) {
     using T = typename decltype(raw)::type;
-    transpose_kernel<T><<<grid, block, 0, stream>>>(t, static_cast<const T*>(src), static_cast<T*>(dst));
+    const auto tiles = [](int64_t extent) { return (extent + kTile<T> - 1) / kTile<T>; };
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles(t.cols), INT32_MAX)),
+                    static_cast<unsigned>(std::min<int64_t>(tiles(t.rows), 65535)),
+                    static_cast<unsigned>(std::min<int64_t>(t.batch, 65535)));
+    transpose_kernel<T><<<grid, dim3(32, kTileRowsPerPass), 0, stream>>>(t, static_cast<const T*>(src),
+                                                                          static_cast<T*>(dst));
   });
   GENESIS_CUDA_LAUNCH_CHECK();
   return true;

@@ -171,30 +171,33 @@ __global__ void __launch_bounds__(kThreads)
   if (partial_b) partial_b[k * cols + c] = acc_b;
 }
 
-constexpr int kSlices = kThreads / kWarp;
+constexpr int kPartialColumns = 8;
+constexpr int kSlices = kThreads / kPartialColumns;
 
-// Block (32 columns) x (kSlices slices): slice s adds chunks s, s + kSlices, ... of its column,
-// then the slice sums are added in slice order. blockIdx.y picks the weight (0) or bias (1).
+// Block (8 columns) x (kSlices slices): slice s adds chunks s, s + kSlices, ... of its column,
+// then the slice sums are added in slice order. Narrow blocks make many of them, each thread
+// with few loads in its chain. blockIdx.y picks the weight (0) or bias (1).
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     sum_column_partials(int64_t chunks, int64_t cols, const float_acc_t<T>* partial_w, const float_acc_t<T>* partial_b,
                         T* grad_weight, T* grad_bias) {
   using A = float_acc_t<T>;
-  __shared__ A slice_sums[kSlices][kWarp];
+  __shared__ A slice_sums[kSlices][kPartialColumns];
   const A* partial = blockIdx.y == 0 ? partial_w : partial_b;
   T* out = blockIdx.y == 0 ? grad_weight : grad_bias;
   if (!out) return;
-  const int lane = static_cast<int>(threadIdx.x) % kWarp, slice = static_cast<int>(threadIdx.x) / kWarp;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarp + lane;
+  const int column = static_cast<int>(threadIdx.x) % kPartialColumns;
+  const int slice = static_cast<int>(threadIdx.x) / kPartialColumns;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kPartialColumns + column;
   A acc = 0;
   if (c < cols) {
     for (int64_t k = slice; k < chunks; k += kSlices) acc += partial[k * cols + c];
   }
-  slice_sums[slice][lane] = acc;
+  slice_sums[slice][column] = acc;
   __syncthreads();
   if (slice == 0 && c < cols) {
-    A total = slice_sums[0][lane];
-    for (int s = 1; s < kSlices; ++s) total += slice_sums[s][lane];
+    A total = slice_sums[0][column];
+    for (int s = 1; s < kSlices; ++s) total += slice_sums[s][column];
     out[c] = from_acc<T>(total);
   }
 }
@@ -343,7 +346,7 @@ void norm_rows(DType dtype, bool centered, int64_t rows, int64_t cols, const voi
 
 // Two blocks per multiprocessor: the register-row backward keeps 2 x 8 warps of rows resident.
 int64_t norm_backward_chunks(int64_t rows) {
-  return std::min<int64_t>(rows, 2 * static_cast<int64_t>(multiprocessor_count()));
+  return std::min<int64_t>(rows, norm_backward_blocks_per_sm() * static_cast<int64_t>(multiprocessor_count()));
 }
 
 void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
@@ -376,7 +379,7 @@ void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, 
       }
     }
     if (want_partials) {
-      const dim3 grid(static_cast<unsigned>((cols + kWarp - 1) / kWarp), 2);
+      const dim3 grid(static_cast<unsigned>((cols + kPartialColumns - 1) / kPartialColumns), 2);
       sum_column_partials<T><<<grid, kThreads, 0, stream>>>(chunks, cols, partial_w, partial_b,
                                                             static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
       GENESIS_CUDA_LAUNCH_CHECK();

@@ -4,6 +4,7 @@
 // statistics are shuffle trees in f32, so every run gives the same bits.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -35,8 +36,17 @@ __device__ __forceinline__ void load_row(const T* row, int nvec, int lane, Packe
   GENESIS_FOR_EACH_SLOT(k, j) data[k] = load_pack(packs + j);
 }
 
+// What a softmax-family row kernel writes: the probabilities, their logarithms, or only the
+// row's log-sum-exp.
+enum class RowOutput { probs, log_probs, log_sum_exp };
+
+// The larger of a and b where a NaN wins, so a NaN anywhere in a row reaches every output.
+struct NanMax {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a != a || b <= a ? a : b; }
+};
+
 template <int kGroup, int kSlots, class T>
-__global__ void __launch_bounds__(kThreads) softmax_kernel(bool log, int64_t rows, int nvec, const T* x, T* y) {
+__global__ void __launch_bounds__(kThreads) softmax_kernel(RowOutput output, int64_t rows, int nvec, const T* x, T* y) {
   constexpr int N = kPack<T>;
   __shared__ float shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
@@ -46,21 +56,26 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(bool log, int64_t row
     load_row<kGroup>(x + r * cols, nvec, lane, data);
     float m = -std::numeric_limits<float>::infinity();
     GENESIS_FOR_EACH_SLOT(k, j) {
-      for (int i = 0; i < N; ++i) m = Max{}(m, to_acc<float>(data[k].v[i]));
+      for (int i = 0; i < N; ++i) m = NanMax{}(m, to_acc<float>(data[k].v[i]));
     }
-    m = group_reduce<kGroup>(m, shared, Max{});
+    m = group_reduce<kGroup>(m, shared, NanMax{});
     float total = 0;
     GENESIS_FOR_EACH_SLOT(k, j) {
       for (int i = 0; i < N; ++i) total += std::exp(to_acc<float>(data[k].v[i]) - m);
     }
     total = group_reduce<kGroup>(total, shared, Sum{});
     const float log_total = std::log(total), inv = 1.0f / total;
+    if (output == RowOutput::log_sum_exp) {
+      // An infinite (or NaN) max is the answer itself: a row of -inf, or one holding +inf.
+      if (lane == 0) y[r] = from_acc<T>(std::isfinite(m) ? m + log_total : m);
+      continue;
+    }
     Packed<T>* out = reinterpret_cast<Packed<T>*>(y + r * cols);
     GENESIS_FOR_EACH_SLOT(k, j) {
       Packed<T> result;
       for (int i = 0; i < N; ++i) {
         const float shifted = to_acc<float>(data[k].v[i]) - m;
-        result.v[i] = from_acc<T>(log ? shifted - log_total : std::exp(shifted) * inv);
+        result.v[i] = from_acc<T>(output == RowOutput::log_probs ? shifted - log_total : std::exp(shifted) * inv);
       }
       store_pack(out + j, result);
     }
@@ -160,15 +175,15 @@ constexpr int64_t kSharedColumnSumsLimit = 1536;
 // partials go to row blockIdx.x of partial_w / partial_b (the warps of a warp-per-row block add
 // theirs in warp order). Only two blocks per multiprocessor run, so where the registers allow,
 // the next row's x and grad_y are loaded before the current row is reduced.
-template <int kGroup, int kSlots, bool kSharedSums, class T>
-__global__ void __launch_bounds__(kThreads, 2)
+template <int kGroup, int kSlots, bool kSharedSums, int kMinBlocks, class T>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     norm_backward_kernel(bool centered, int64_t rows, int nvec, const T* x, const T* w, const float* mean,
                          const float* rstd, const T* gy, T* gx, float* partial_w, float* partial_b) {
   constexpr int N = kPack<T>, kQuads = N / 4;
   constexpr int kRegisterSums = kSharedSums ? 1 : kSlots;
   // Registers for two rows of x and grad_y packs and their f32 values in use: only the rows
   // whose column sums are in shared memory leave room for that.
-  constexpr bool kPrefetch = kSharedSums && kSlots * 4 * N <= 96;
+  constexpr bool kPrefetch = kMinBlocks == 2 && kSharedSums && kSlots * 4 * N <= 96;
   static_assert(N % 4 == 0, "packs of whole float4 column sums");
   __shared__ float shared[kThreads / kWarp];
   extern __shared__ float4 column_sums[];
@@ -305,9 +320,16 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // Calls launch(group, slots) with the smallest register row (a warp, or a block of kThreads,
 // times slots packs per thread) that holds nvec packs; false when none does.
-template <class Launch>
+template <int kMaxWarpSlots = 8, class Launch>
 bool with_register_row(int64_t nvec, Launch&& launch) {
   using std::integral_constant;
+  if constexpr (kMaxWarpSlots >= 16) {
+    if (nvec > 8 * kWarp && nvec <= 16 * kWarp) {
+      launch(integral_constant<int, kWarp>{}, integral_constant<int, 16>{});
+      GENESIS_CUDA_LAUNCH_CHECK();
+      return true;
+    }
+  }
   if (nvec <= 2 * kWarp) {
     launch(integral_constant<int, kWarp>{}, integral_constant<int, 2>{});
   } else if (nvec <= 3 * kWarp) {
@@ -358,22 +380,34 @@ unsigned row_grid(int64_t rows, int group) {
   return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{1} << 20));
 }
 
+// Launches softmax_kernel; the row outputs (y for log_sum_exp) need not be aligned.
+bool softmax_rows(DType dtype, RowOutput output, int64_t rows, int64_t dim, const void* x, void* y,
+                  cudaStream_t stream) {
+  bool launched = false;
+  GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
+    using T = scalar_t;
+    if (rows <= 0 || !packable<T>(dim, {x, output == RowOutput::log_sum_exp ? nullptr : y})) break;
+    const int64_t nvec = dim / kPack<T>;
+    auto run = [&](auto group, auto slots) {
+      constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
+      softmax_kernel<kGroup, kSlots, T><<<row_grid(rows, kGroup), kThreads, 0, stream>>>(
+          output, rows, static_cast<int>(nvec), static_cast<const T*>(x), static_cast<T*>(y));
+    };
+    static const bool exp_warp16 = std::getenv("GENESIS_EXP_WARP16") != nullptr;
+    launched = exp_warp16 ? with_register_row<16>(nvec, run) : with_register_row(nvec, run);
+  });
+  return launched;
+}
+
 }  // namespace
 
 bool softmax_in_registers(DType dtype, bool log, int64_t rows, int64_t dim, const void* x, void* y,
                           cudaStream_t stream) {
-  bool launched = false;
-  GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
-    using T = scalar_t;
-    if (rows <= 0 || !packable<T>(dim, {x, y})) break;
-    const int64_t nvec = dim / kPack<T>;
-    launched = with_register_row(nvec, [&](auto group, auto slots) {
-      constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
-      softmax_kernel<kGroup, kSlots, T><<<row_grid(rows, kGroup), kThreads, 0, stream>>>(
-          log, rows, static_cast<int>(nvec), static_cast<const T*>(x), static_cast<T*>(y));
-    });
-  });
-  return launched;
+  return softmax_rows(dtype, log ? RowOutput::log_probs : RowOutput::probs, rows, dim, x, y, stream);
+}
+
+bool logsumexp_in_registers(DType dtype, int64_t rows, int64_t cols, const void* x, void* out, cudaStream_t stream) {
+  return softmax_rows(dtype, RowOutput::log_sum_exp, rows, cols, x, out, stream);
 }
 
 bool softmax_backward_in_registers(DType dtype, bool log, int64_t rows, int64_t dim, const void* y, const void* grad_y,
@@ -383,12 +417,14 @@ bool softmax_backward_in_registers(DType dtype, bool log, int64_t rows, int64_t 
     using T = scalar_t;
     if (rows <= 0 || !packable<T>(dim, {y, grad_y, grad_x})) break;
     const int64_t nvec = dim / kPack<T>;
-    launched = with_register_row(nvec, [&](auto group, auto slots) {
+    auto run = [&](auto group, auto slots) {
       constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
       softmax_backward_kernel<kGroup, kSlots, T>
           <<<row_grid(rows, kGroup), kThreads, 0, stream>>>(log, rows, static_cast<int>(nvec), static_cast<const T*>(y),
                                                             static_cast<const T*>(grad_y), static_cast<T*>(grad_x));
-    });
+    };
+    static const bool exp_warp16 = std::getenv("GENESIS_EXP_WARP16") != nullptr;
+    launched = exp_warp16 ? with_register_row<16>(nvec, run) : with_register_row(nvec, run);
   });
   return launched;
 }
@@ -409,6 +445,11 @@ bool norm_rows_in_registers(DType dtype, bool centered, int64_t rows, int64_t co
     });
   });
   return launched;
+}
+
+int norm_backward_blocks_per_sm() {
+  static const int blocks = std::getenv("GENESIS_EXP_NORM_BLOCKS") ? std::atoi(std::getenv("GENESIS_EXP_NORM_BLOCKS")) : 2;
+  return blocks;
 }
 
 bool norm_backward_in_registers(DType dtype, bool centered, int64_t rows, int64_t cols, int64_t chunks, const void* x,
@@ -432,14 +473,17 @@ bool norm_backward_in_registers(DType dtype, bool centered, int64_t rows, int64_
             static_cast<T*>(grad_x), partial_w, partial_b);
       };
       const size_t column_bytes = 2 * static_cast<size_t>(cols) * sizeof(float);
+      const int blocks = norm_backward_blocks_per_sm();
       if constexpr (kGroup == kWarp) {
         if (cols <= kSharedColumnSumsLimit) {
-          run(norm_backward_kernel<kGroup, kSlots, true, T>, kThreads / kWarp * column_bytes);
+          if (blocks == 4) run(norm_backward_kernel<kGroup, kSlots, true, 4, T>, kThreads / kWarp * column_bytes);
+          else if (blocks == 3) run(norm_backward_kernel<kGroup, kSlots, true, 3, T>, kThreads / kWarp * column_bytes);
+          else run(norm_backward_kernel<kGroup, kSlots, true, 2, T>, kThreads / kWarp * column_bytes);
         } else {
-          run(norm_backward_kernel<kGroup, kSlots, false, T>, column_bytes);
+          run(norm_backward_kernel<kGroup, kSlots, false, 2, T>, column_bytes);
         }
       } else {
-        run(norm_backward_kernel<kGroup, kSlots, false, T>, 0);
+        run(norm_backward_kernel<kGroup, kSlots, false, 2, T>, 0);
       }
     });
   });

@@ -13,12 +13,15 @@ namespace genesis::kernels::cuda {
 
 bool softmax_in_registers(DType dtype, bool log, int64_t rows, int64_t dim, const void* x, void* y,
                           cudaStream_t stream);
+// out[r] = the log-sum-exp of row r (m + log sum exp(x - m), or m when the max m is infinite or NaN).
+bool logsumexp_in_registers(DType dtype, int64_t rows, int64_t cols, const void* x, void* out, cudaStream_t stream);
 bool softmax_backward_in_registers(DType dtype, bool log, int64_t rows, int64_t dim, const void* y, const void* grad_y,
                                    void* grad_x, cudaStream_t stream);
 bool norm_rows_in_registers(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
                             const void* bias, double eps, void* y, void* mean, void* rstd, cudaStream_t stream);
 // grad_x, and the column partials of the weight / bias gradients of `chunks` row chunks
 // (partial_w / partial_b [chunks, cols], f32, either may be null) in one pass over x and grad_y.
+int norm_backward_blocks_per_sm();
 bool norm_backward_in_registers(DType dtype, bool centered, int64_t rows, int64_t cols, int64_t chunks, const void* x,
                                 const void* weight, const void* mean, const void* rstd, const void* grad_y,
                                 void* grad_x, float* partial_w, float* partial_b, cudaStream_t stream);

@@ -46,6 +46,17 @@ struct SumOp {
 };
 
 template <class T>
+struct MeanOp {
+  using Acc = float_acc_t<T>;
+  T* out;
+  Acc extent;
+  __device__ Acc identity() const { return Acc(0); }
+  __device__ Acc step(Acc acc, T x, int64_t) const { return acc + to_acc<Acc>(x); }
+  __device__ Acc combine(Acc a, Acc b) const { return a + b; }
+  __device__ void store(int64_t i, Acc acc) const { out[i] = from_acc<T>(acc / extent); }
+};
+
+template <class T>
 struct ProdOp {
   using Acc = sum_acc_t<T>;
   sum_out_t<T>* out;
@@ -157,6 +168,14 @@ void sum(DType dtype, ReduceShape shape, const void* in, void* out, cudaStream_t
   GENESIS_CUDA_DISPATCH_ALL(dtype, {
     reduce_engine::reduce(shape, static_cast<const scalar_t*>(in),
                           SumOp<scalar_t>{static_cast<sum_out_t<scalar_t>*>(out)}, stream);
+  });
+}
+
+void mean(DType dtype, ReduceShape shape, const void* in, void* out, cudaStream_t stream) {
+  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "mean", {
+    using A = float_acc_t<scalar_t>;
+    reduce_engine::reduce(shape, static_cast<const scalar_t*>(in),
+                          MeanOp<scalar_t>{static_cast<scalar_t*>(out), static_cast<A>(shape.extent)}, stream);
   });
 }
 

@@ -21,6 +21,9 @@ struct ReduceShape {
   int64_t inner = 1;
 };
 
+// The mean: the f32 (f64) sum divided by extent before the one rounding to the output dtype,
+// in the same pass. Floating only.
+void mean(DType dtype, ReduceShape shape, const void* in, void* out, cudaStream_t stream);
 // Sum and product; integers and bool give i64 (products wrap around).
 void sum(DType dtype, ReduceShape shape, const void* in, void* out, cudaStream_t stream);
 void prod(DType dtype, ReduceShape shape, const void* in, void* out, cudaStream_t stream);

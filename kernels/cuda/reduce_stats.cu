@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/nn_rows.cuh"
 #include "kernels/cuda/reduce.h"
 #include "kernels/cuda/reduce_engine.cuh"
 
@@ -154,6 +155,9 @@ void var(DType dtype, ReduceShape shape, int64_t correction, const void* in, voi
 }
 
 void logsumexp(DType dtype, ReduceShape shape, const void* in, void* out, cudaStream_t stream) {
+  // Rows that fit in registers take the softmax kernel's two passes over them: one exp per
+  // element, where the running form pays a rescale branch per element.
+  if (shape.inner == 1 && logsumexp_in_registers(dtype, shape.outer, shape.extent, in, out, stream)) return;
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "logsumexp", {
     reduce_engine::reduce(shape, static_cast<const scalar_t*>(in), LogSumExpOp<scalar_t>{static_cast<scalar_t*>(out)},
                           stream);

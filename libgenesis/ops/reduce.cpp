@@ -293,7 +293,20 @@ Tensor sum(const Tensor& x, const Axes& axes_in, bool keepdim) {
 Tensor mean(const Tensor& x, const Axes& axes_in, bool keepdim) {
   detail::check_defined("mean", x, "input");
   Axes axes = detail::reduction_axes(axes_in, x.dim(), "mean");
-  return div(sum(to_floating(x), axes, keepdim), static_cast<double>(reduced_count(x.shape(), axes)));
+  Tensor xf = to_floating(x);
+  Tensor out = reduce_into(
+      xf, axes, keepdim, xf.dtype(),
+      [&](int64_t rows, int64_t cols, const void* in, void* o) { kernels::cpu::mean_rows(xf.dtype(), rows, cols, in, o); },
+      [&](auto shape, const void* in, void* o, auto stream) {
+        GENESIS_ON_CUDA(kernels::cuda::mean(xf.dtype(), shape, in, o, stream));
+      });
+  if (needs_grad({xf})) {
+    record("mean", {xf}, {out}, [in = xf.shape(), axes, keepdim](const TensorList& g) {
+      const auto count = static_cast<double>(reduced_count(in, axes));
+      return TensorList{div(unsqueeze_reduced(g[0], in, axes, keepdim), count).expand(in).contiguous()};
+    });
+  }
+  return out;
 }
 
 Tensor prod(const Tensor& x, const Axes& axes_in, bool keepdim) {

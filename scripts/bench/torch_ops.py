@@ -303,7 +303,7 @@ def make_adamw(params, device):
 # --- timing -----------------------------------------------------------------------------
 
 class Timer:
-    def __init__(self, device, flush_mib):
+    def __init__(self, device, flush_mib, flush_mode="read"):
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         if self.cuda:
@@ -318,14 +318,22 @@ class Timer:
             self.flush_bytes = flush_mib << 20
         else:
             self.flush_bytes = 2 * self.cache_bytes if self.cuda else min(2 * self.cache_bytes, 128 << 20)
-        self.flush_buffer = torch.empty(self.flush_bytes, dtype=torch.uint8, device=self.device) if self.flush_bytes else None
+        self.flush_mode = flush_mode
+        self.flush_buffer = (torch.zeros(self.flush_bytes // 4, dtype=torch.float32, device=self.device)
+                             if self.flush_bytes else None)
 
     def sync(self):
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
     def flush(self, rep):
-        if self.flush_buffer is not None:
+        # As genesis bench: reading leaves the cache clean; writing leaves it dirty, and the
+        # timed op then pays for writing the flush's data back.
+        if self.flush_buffer is None:
+            return
+        if self.flush_mode == "read":
+            self.flush_buffer.sum()
+        else:
             self.flush_buffer.fill_(rep & 0x7F)
 
     def time(self, fn, reps):
@@ -447,7 +455,7 @@ def run_ops(args):
                 for d in c["dtypes"] if not args.dtype or d == args.dtype]
     if not selected:
         fail(f"no case of {args.suite} matches --filter {args.filter!r} and --dtype {args.dtype}")
-    timer = Timer(args.device, args.flush_mib)
+    timer = Timer(args.device, args.flush_mib, args.flush_mode)
     if args.ceilings:
         with open(args.ceilings) as f:
             data = json.load(f)
@@ -471,6 +479,7 @@ def run_ops(args):
     out = header("genesis.bench.ops/1", timer.name, args.device)
     out.update(suite=args.suite, filter=args.filter or "", dtype=args.dtype,
                timing={"method": "cuda_events" if timer.cuda else "perf_counter", "flush_bytes": timer.flush_bytes,
+                       "flush_mode": timer.flush_mode,
                        "max_reps": args.reps, "budget_ms": args.budget_ms, "statistic": "median"},
                ceilings=ceilings, cases=rows)
     write_json(args.json, out)
@@ -487,6 +496,8 @@ def main():
     p.add_argument("--reps", type=int, default=100, help="most timed repetitions per case")
     p.add_argument("--budget-ms", type=float, default=300.0, help="time budget per case that sets the repetitions")
     p.add_argument("--flush-mib", type=int, default=None, help="cache flush buffer (0: none; default twice the L2)")
+    p.add_argument("--flush-mode", choices=["read", "write"], default="read",
+                   help="read the flush buffer (the cache ends clean) or write it (the cache ends dirty)")
     p.add_argument("--ceilings", help="read the ceilings from a genesis bench ceilings JSON instead of measuring")
     p.add_argument("--alloc", action="store_true", help="run the allocator scenarios instead of the suite")
     p.add_argument("--pairs", type=int, default=20000, help="allocation + free pairs of the simple alloc scenarios")
