@@ -183,7 +183,7 @@ void check_class_loss_errors(const std::string& name, const ClassLossFn& loss) {
     const std::string message = name + ": index " + std::to_string(bad.value) + " is out of range [0, 10)";
     for (genesis::Reduction reduction : kReductionModes) {
       INFO("bad target " << bad.value << ", reduction " << static_cast<int>(reduction));
-      Tensor expected_x = x.detach().requires_grad_(true);
+      Tensor expected_x = x.clone().requires_grad_(true);
       Tensor expected = loss(expected_x, ignored_target, reduction, -100);
       sum(expected).backward();
       Tensor value = raised_at_next_sync([&] { return loss(x.to(kCuda0), target, reduction, -100); }, message);

@@ -94,9 +94,14 @@ struct RowGrad {
   const int64_t* device_count;
 };
 RowGrad row_grad(Reduction reduction, const TargetCount& count) {
-  const bool mean = reduction == Reduction::mean;
-  return {reduction == Reduction::none ? 1 : 0, mean ? 1.0 / static_cast<double>(count.host) : 1.0,
-          mean && count.device.defined() ? count.device.data<int64_t>() : nullptr};
+  RowGrad rg{reduction == Reduction::none ? 1 : 0, 1.0, nullptr};
+  if (reduction != Reduction::mean) return rg;
+  if (count.device.defined()) {
+    rg.device_count = count.device.data<int64_t>();
+  } else {
+    rg.scale = 1.0 / static_cast<double>(count.host);
+  }
+  return rg;
 }
 
 #if GENESIS_WITH_CUDA

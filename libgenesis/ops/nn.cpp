@@ -12,7 +12,6 @@
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
-#include "libgenesis/ops/index.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/index.h"
