@@ -490,3 +490,46 @@ GENESIS_CUDA_PARITY("one_hot") {
     CHECK_THROWS_AS(one_hot(tensor({0, -1}, {2}, {.dtype = index_dtype}).to(kCuda0)), IndexError);
   }
 }
+
+namespace {
+
+// `op` never reads from the device: a fault left pending by an earlier kernel would be raised by
+// any host read inside it (a copy to the host, synchronize()), so it must surface only at the
+// copy of the result afterwards.
+void check_no_host_read(const std::function<Tensor()>& op) {
+  Tensor pending = one_hot(tensor({7}, {1}, {.dtype = DType::i64}).to(kCuda0), 3);
+  Tensor out;
+  REQUIRE_NOTHROW(out = op());
+  CHECK_THROWS_WITH(out.to(kCPU), Catch::Contains("one_hot: index 7 is out of range [0, 3)"));
+  REQUIRE_NOTHROW(out.to(kCPU));
+}
+
+}  // namespace
+
+TEST_CASE("index_select, gather, scatter_add and one_hot do not wait on the device", "[cuda]") {
+  if (!cuda_ready()) return;
+  Tensor x_host = random_input({5, 7}, DType::f32);
+  Tensor picks = tensor({4, 0, 4, 2}, {4}, {.dtype = DType::i64}).to(kCuda0);
+  check_no_host_read([&] {
+    Tensor x = x_host.to(kCuda0).requires_grad_(true);
+    sum(index_select(x, 0, picks)).backward();
+    return x.grad();
+  });
+  Tensor positions = random_index({3, 7}, 5, DType::i32).to(kCuda0);
+  check_no_host_read([&] {
+    Tensor x = x_host.to(kCuda0).requires_grad_(true);
+    sum(gather(x, 0, positions)).backward();
+    return x.grad();
+  });
+  check_no_host_read([&] {
+    Tensor x = x_host.to(kCuda0).requires_grad_(true);
+    Tensor src = random_input({3, 7}, DType::f32).to(kCuda0).requires_grad_(true);
+    sum(scatter_add(x, 0, positions, src)).backward();
+    return src.grad();
+  });
+  check_no_host_read([&] { return one_hot(picks, 5); });
+  // Inferring the class count reads the indices on the host: the pending fault comes out there.
+  Tensor pending = one_hot(tensor({7}, {1}, {.dtype = DType::i64}).to(kCuda0), 3);
+  CHECK_THROWS_WITH(one_hot(picks), Catch::Contains("one_hot: index 7 is out of range [0, 3)"));
+  CHECK(one_hot(picks).size(1) == 5);
+}

@@ -293,3 +293,41 @@ GENESIS_CUDA_PARITY("binary_cross_entropy_with_logits") {
     check_backward_parity(weighted, inputs, loss_tolerance(dtype));
   }
 }
+
+namespace {
+
+// `op` never reads from the device: a fault left pending by an earlier kernel would be raised by
+// any host read inside it (a copy to the host, synchronize()), so it must surface only at the
+// copy of the result afterwards.
+void check_no_host_read(const std::function<Tensor()>& op) {
+  Tensor pending = one_hot(tensor({7}, {1}, {.dtype = DType::i64}).to(kCuda0), 3);
+  Tensor out;
+  REQUIRE_NOTHROW(out = op());
+  CHECK_THROWS_WITH(out.to(kCPU), Catch::Contains("one_hot: index 7 is out of range [0, 3)"));
+  REQUIRE_NOTHROW(out.to(kCPU));
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy and nll_loss do not wait on the device, forward or backward", "[cuda]") {
+  if (!cuda_ready()) return;
+  for (const Shape& shape : {Shape{37, 1001}, Shape{7, 5, 3}}) {
+    Shape target_shape = shape;
+    target_shape.erase(target_shape.begin() + 1);
+    Tensor logits_host = random_input(shape, DType::f32);
+    Tensor target = class_targets(target_shape, shape[1], DType::i64, -100).to(kCuda0);
+    for (genesis::Reduction reduction : kReductionModes) {
+      INFO("logits " << shape_str(shape) << ", reduction " << static_cast<int>(reduction));
+      check_no_host_read([&] {
+        Tensor logits = logits_host.to(kCuda0).requires_grad_(true);
+        sum(cross_entropy(logits, target, {.reduction = reduction, .label_smoothing = 0.1})).backward();
+        return logits.grad();
+      });
+      check_no_host_read([&] {
+        Tensor log_probs = logits_host.to(kCuda0).requires_grad_(true);
+        sum(nll_loss(log_probs, target, reduction)).backward();
+        return log_probs.grad();
+      });
+    }
+  }
+}
