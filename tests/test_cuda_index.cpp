@@ -1,7 +1,10 @@
 // CUDA parity of the joining and indexing ops (cat, stack, split, chunk, index_select, gather,
 // scatter_add, tril/triu, repeat, flip, one_hot) against the CPU: every dtype, every axis (also
 // negative), odd sizes, non-contiguous operands, i32 and i64 indices, empty tensors, gradients,
-// bit-identical repeated runs of the sorted scatter-add, and IndexError for bad indices.
+// bit-identical repeated runs of the sorted scatter-add, and bad indices: the op returns, the
+// kernel skips them, and IndexError surfaces at the next synchronization.
+#include <string>
+
 #include "tests/cuda_testing.h"
 
 using namespace genesis;
@@ -29,6 +32,24 @@ Tolerance sum_tolerance(DType dtype) {
 // Random indices in [0, bound) of the given index dtype (on the CPU).
 Tensor random_index(const Shape& shape, int64_t bound, DType index_dtype) {
   return random_input(shape, DType::i64, 0, static_cast<double>(bound)).to(index_dtype);
+}
+
+// A bad CUDA index is reported by the kernel, not thrown by the op: `op` returns, and the
+// IndexError surfaces at the next synchronization (here the copy to the host), its message
+// holding every one of `parts`. It is raised once: the next copy succeeds. Returns the op's
+// result as the kernels left it (on the CPU).
+Tensor raised_at_next_sync(const std::function<Tensor()>& op, const std::vector<std::string>& parts) {
+  Tensor out;
+  REQUIRE_NOTHROW(out = op());
+  try {
+    out.to(kCPU);
+    FAIL("no IndexError at the next synchronization");
+  } catch (const IndexError& e) {
+    for (const std::string& part : parts) CHECK_THAT(e.what(), Catch::Contains(part));
+  }
+  Tensor host;
+  REQUIRE_NOTHROW(host = out.to(kCPU));
+  return host;
 }
 
 constexpr DType kIndexDTypes[] = {DType::i64, DType::i32};
@@ -223,9 +244,27 @@ GENESIS_CUDA_PARITY("index_select") {
         },
         {random_input({3, 17}, DType::f32), random_input({5000, 17}, DType::f32)});
     Tensor x = random_input({4, 3}, DType::f32).to(kCuda0);
-    CHECK_THROWS_AS(index_select(x, 0, tensor({1, 4}, {2}, {.dtype = index_dtype}).to(kCuda0)), IndexError);
-    CHECK_THROWS_WITH(index_select(x, 1, tensor({0, -2}, {2}, {.dtype = index_dtype}).to(kCuda0)),
-                      Catch::Contains("index -2") && Catch::Contains("size 3"));
+    raised_at_next_sync(
+        [&] {
+          return index_select(x, 0, tensor({1, 4}, {2}, {.dtype = index_dtype}).to(kCuda0));
+        },
+        {"index_select: index 4 is out of range [0, 4)"});
+    raised_at_next_sync(
+        [&] {
+          return index_select(x, 1, tensor({0, -2}, {2}, {.dtype = index_dtype}).to(kCuda0));
+        },
+        {"index_select: index -2 is out of range [0, 3)"});
+    // The gradient skips the bad pick (reported again by the backward) and sums the others.
+    Tensor w = tensor({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}).to(kCuda0).requires_grad_(true);
+    Tensor gw = raised_at_next_sync(
+        [&] {
+          sum(index_select(w, 1, tensor({3, 7, 3, 0, -1}, {5}, {.dtype = index_dtype}).to(kCuda0))).backward();
+          return w.grad();
+        },
+        {"index_select: index ", "is out of range [0, 4)"});
+    CHECK(gw.to_vector<float>() == std::vector<float>{1, 0, 0, 2, 1, 0, 0, 2});
+    check_parity([](const TensorList& in) { return index_select(in[0], 0, in[1]); },
+                 {random_input({4, 3}, DType::f32), random_index({6}, 4, index_dtype)}, kExact);
     CHECK_THROWS_AS(index_select(x, 0, tensor({1}, {1}, {.dtype = index_dtype})), DeviceError);
   }
 }
@@ -259,10 +298,23 @@ GENESIS_CUDA_PARITY("gather") {
           [transposed](const TensorList& in) { return gather(in[0].t(), 1, transposed.to(in[0].device())); },
           {random_input({3, 7}, dtype)}, kExact);
     }
-    Tensor x = random_input({4, 3}, DType::f32).to(kCuda0);
-    CHECK_THROWS_WITH(gather(x, 1, tensor({0, 3}, {1, 2}, {.dtype = index_dtype}).to(kCuda0)),
-                      Catch::Contains("index 3") && Catch::Contains("size 3"));
-    CHECK_THROWS_AS(gather(x, 0, tensor({-1}, {1, 1}, {.dtype = index_dtype}).to(kCuda0)), IndexError);
+    // A bad entry's output is zero and the rest is gathered; the gradient skips it.
+    Tensor x = tensor({1, 2, 3, 4, 5, 6}, {2, 3}).to(kCuda0).requires_grad_(true);
+    Tensor picked = raised_at_next_sync(
+        [&] {
+          return gather(x, 1, tensor({0, 3, 1, 2}, {2, 2}, {.dtype = index_dtype}).to(kCuda0));
+        },
+        {"gather: index 3 is out of range [0, 3)"});
+    CHECK(picked.to_vector<float>() == std::vector<float>{1, 0, 5, 6});
+    Tensor gx = raised_at_next_sync(
+        [&] {
+          sum(gather(x, 0, tensor({1, 1, 2, 0, 5, 1}, {2, 3}, {.dtype = index_dtype}).to(kCuda0))).backward();
+          return x.grad();
+        },
+        {"gather: index ", "is out of range [0, 2)"});
+    CHECK(gx.to_vector<float>() == std::vector<float>{1, 0, 0, 1, 1, 1});
+    check_parity([](const TensorList& in) { return gather(in[0], 0, in[1]); },
+                 {random_input({4, 3}, DType::f32), random_index({2, 3}, 4, index_dtype)}, kExact);
   }
 }
 
@@ -306,11 +358,27 @@ GENESIS_CUDA_PARITY("scatter_add") {
         {random_input({5, 8}, DType::f32), random_input({6000, 8}, DType::f32)});
     check_parity([index](const TensorList& in) { return scatter_add(in[0], 0, index.to(in[0].device()), in[1]); },
                  {random_input({5, 8}, DType::f16), random_input({6000, 8}, DType::f16)}, kExact);
-    Tensor x = random_input({4, 3}, DType::f32).to(kCuda0);
-    Tensor src = random_input({1, 2}, DType::f32).to(kCuda0);
-    CHECK_THROWS_WITH(scatter_add(x, 0, tensor({0, 4}, {1, 2}, {.dtype = index_dtype}).to(kCuda0), src),
-                      Catch::Contains("index 4") && Catch::Contains("size 4"));
-    CHECK_THROWS_AS(scatter_add(x, 1, tensor({-1, 0}, {1, 2}, {.dtype = index_dtype}).to(kCuda0), src), IndexError);
+    // Bad contributions are dropped, the others summed. Four destinations: the sort key of a bad
+    // one (4) needs one more bit than the destinations do.
+    Tensor x = tensor({0, 10, 20, 30}, {4}).to(kCuda0);
+    Tensor src = tensor({1, 2, 3, 4, 5, 6}, {6}).to(kCuda0);
+    Tensor added = raised_at_next_sync(
+        [&] {
+          return scatter_add(x, 0, tensor({0, 9, 0, 3, -1, 4}, {6}, {.dtype = index_dtype}).to(kCuda0), src);
+        },
+        {"scatter_add: index ", "is out of range [0, 4)"});
+    CHECK(added.to_vector<float>() == std::vector<float>{4, 10, 20, 34});
+    Tensor y = random_input({4, 3}, DType::f32).to(kCuda0);
+    raised_at_next_sync(
+        [&] {
+          return scatter_add(y, 1, tensor({-1, 0}, {1, 2}, {.dtype = index_dtype}).to(kCuda0),
+                             random_input({1, 2}, DType::f32).to(kCuda0));
+        },
+        {"scatter_add: index -1 is out of range [0, 3)"});
+    check_parity(
+        [](const TensorList& in) { return scatter_add(in[0], 1, in[1], in[2]); },
+        {random_input({4, 3}, DType::f32), random_index({4, 5}, 3, index_dtype), random_input({4, 5}, DType::f32)},
+        kExact);
   }
   Tensor flags = random_input({3}, DType::boolean).to(kCuda0);
   CHECK_THROWS_AS(scatter_add(flags, 0, tensor({0}, {1}, {.dtype = DType::i64}).to(kCuda0), flags.narrow(0, 0, 1)),
@@ -403,9 +471,65 @@ GENESIS_CUDA_PARITY("one_hot") {
                  kExact);
     check_parity([](const TensorList& in) { return one_hot(in[0], 3); }, {random_index({}, 3, index_dtype)}, kExact);
     check_parity([](const TensorList& in) { return one_hot(in[0], 4); }, {random_index({0}, 4, index_dtype)}, kExact);
-    Tensor bad = tensor({1, 2}, {2}, {.dtype = index_dtype}).to(kCuda0);
-    CHECK_THROWS_WITH(one_hot(bad, 2), Catch::Contains("index 2") && Catch::Contains("2 classes"));
+    // With num_classes given, a bad index's row stays zero and the error comes at the next sync.
+    Tensor rows = raised_at_next_sync(
+        [&] {
+          return one_hot(tensor({1, 5, 0}, {3}, {.dtype = index_dtype}).to(kCuda0), 3);
+        },
+        {"one_hot: index 5 is out of range [0, 3)"});
+    CHECK(rows.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0, 0, 0, 0, 1, 0, 0});
+    raised_at_next_sync(
+        [&] {
+          return one_hot(tensor({0, -1}, {2}, {.dtype = index_dtype}).to(kCuda0), 3);
+        },
+        {"one_hot: index -1 is out of range [0, 3)"});
+    CHECK_THROWS_WITH(one_hot(tensor({0}, {1}, {.dtype = index_dtype}).to(kCuda0), 0),
+                      Catch::Contains("one_hot") && Catch::Contains("0 classes"));
+    check_parity([](const TensorList& in) { return one_hot(in[0], 4); }, {random_index({5}, 4, index_dtype)}, kExact);
+    // Inferring num_classes reads the indices on the host, so a negative one throws from the op.
     CHECK_THROWS_AS(one_hot(tensor({0, -1}, {2}, {.dtype = index_dtype}).to(kCuda0)), IndexError);
-    CHECK_THROWS_AS(one_hot(tensor({0, -1}, {2}, {.dtype = index_dtype}).to(kCuda0), 3), IndexError);
   }
+}
+
+namespace {
+
+// `op` never reads from the device: a fault left pending by an earlier kernel would be raised by
+// any host read inside it (a copy to the host, synchronize()), so it must surface only at the
+// copy of the result afterwards.
+void check_no_host_read(const std::function<Tensor()>& op) {
+  Tensor pending = one_hot(tensor({7}, {1}, {.dtype = DType::i64}).to(kCuda0), 3);
+  Tensor out;
+  REQUIRE_NOTHROW(out = op());
+  CHECK_THROWS_WITH(out.to(kCPU), Catch::Contains("one_hot: index 7 is out of range [0, 3)"));
+  REQUIRE_NOTHROW(out.to(kCPU));
+}
+
+}  // namespace
+
+TEST_CASE("index_select, gather, scatter_add and one_hot do not wait on the device", "[cuda]") {
+  if (!cuda_ready()) return;
+  Tensor x_host = random_input({5, 7}, DType::f32);
+  Tensor picks = tensor({4, 0, 4, 2}, {4}, {.dtype = DType::i64}).to(kCuda0);
+  check_no_host_read([&] {
+    Tensor x = x_host.to(kCuda0).requires_grad_(true);
+    sum(index_select(x, 0, picks)).backward();
+    return x.grad();
+  });
+  Tensor positions = random_index({3, 7}, 5, DType::i32).to(kCuda0);
+  check_no_host_read([&] {
+    Tensor x = x_host.to(kCuda0).requires_grad_(true);
+    sum(gather(x, 0, positions)).backward();
+    return x.grad();
+  });
+  check_no_host_read([&] {
+    Tensor x = x_host.to(kCuda0).requires_grad_(true);
+    Tensor src = random_input({3, 7}, DType::f32).to(kCuda0).requires_grad_(true);
+    sum(scatter_add(x, 0, positions, src)).backward();
+    return src.grad();
+  });
+  check_no_host_read([&] { return one_hot(picks, 5); });
+  // Inferring the class count reads the indices on the host: the pending fault comes out there.
+  Tensor pending = one_hot(tensor({7}, {1}, {.dtype = DType::i64}).to(kCuda0), 3);
+  CHECK_THROWS_WITH(one_hot(picks), Catch::Contains("one_hot: index 7 is out of range [0, 3)"));
+  CHECK(one_hot(picks).size(1) == 5);
 }

@@ -2,7 +2,10 @@
 // sizes, both the one-warp-per-row and one-block-per-row forward paths, [N, C] and [N, C, d...]
 // layouts, ignored targets, label smoothing, every reduction and float dtype, and gradients;
 // and the elementwise-composed losses (mse_loss, l1_loss, binary_cross_entropy_with_logits).
+// Bad targets: the op returns, the row counts as ignored, and IndexError surfaces at the next
+// synchronization.
 #include <optional>
+#include <string>
 
 #include "libgenesis/ops/loss.h"
 #include "tests/cuda_testing.h"
@@ -31,10 +34,12 @@ Tolerance loss_tolerance(DType dtype) {
   }
 }
 
-// Class indices in [0, classes) of `dtype`; about one in five set to `ignore` when given.
-Tensor class_targets(const Shape& shape, int64_t classes, DType dtype, std::optional<int64_t> ignore) {
+// Class indices in [0, classes) of `dtype`; a fraction `ignored` of them (about) set to `ignore`
+// when given.
+Tensor class_targets(const Shape& shape, int64_t classes, DType dtype, std::optional<int64_t> ignore,
+                     double ignored = 0.2) {
   Tensor t = random_input(shape, DType::i64, 0, static_cast<double>(classes));
-  if (ignore) t = masked_fill(t, lt(random_input(shape, DType::f64, 0, 1), 0.2), static_cast<double>(*ignore));
+  if (ignore) t = masked_fill(t, lt(random_input(shape, DType::f64, 0, 1), ignored), static_cast<double>(*ignore));
   return t.to(dtype);
 }
 
@@ -96,18 +101,35 @@ void check_class_loss(const ClassLossFn& loss, double lo, double hi) {
                  loss_tolerance(DType::f32));
   }
   // Every target ignored: mean is 0 / 0 = NaN on both devices, the gradient zero (a warp and a
-  // block per row).
+  // block per row); an empty batch's mean is NaN as well.
   Tensor all_ignored = full({37}, -100.0, {.dtype = DType::i64});
   for (int64_t classes : {1001, 3001}) {
-    for (DType dtype : {DType::f32, DType::bf16}) {
+    for (DType dtype : kFloatDTypes) {
       INFO("all ignored, " << classes << " classes, " << dtype_name(dtype));
       check_parity([&](const TensorList& in) { return loss(in[0], in[1], genesis::Reduction::mean, -100); },
                    {random_input({37, classes}, dtype, lo, hi), all_ignored}, {});
-      check_backward_parity(
-          [&](const TensorList& in) {
-            return loss(in[0], all_ignored.to(in[0].device()), genesis::Reduction::sum, -100);
-          },
-          {random_input({37, classes}, dtype, lo, hi)}, {});
+      for (genesis::Reduction reduction : {genesis::Reduction::sum, genesis::Reduction::mean}) {
+        check_backward_parity(
+            [&](const TensorList& in) { return loss(in[0], all_ignored.to(in[0].device()), reduction, -100); },
+            {random_input({37, classes}, dtype, lo, hi)}, {});
+      }
+    }
+  }
+  check_parity([&](const TensorList& in) { return loss(in[0], in[1], genesis::Reduction::mean, -100); },
+               {random_input({0, 5}, DType::f32, lo, hi), full({0}, 0.0, {.dtype = DType::i64})}, {});
+  // Mostly ignored rows: the mean divides by the few counted ones, a count that stays on the
+  // device for the forward's division and the backward's scale ([N, C] and [N, C, d...] rows).
+  for (const Shape& shape : {Shape{37, 1001}, Shape{19, 5003}, Shape{7, 5, 3, 4}, Shape{3, 17, 11}}) {
+    Shape target_shape = shape;
+    target_shape.erase(target_shape.begin() + 1);
+    Tensor sparse = class_targets(target_shape, shape[1], DType::i64, -100, 0.9);
+    for (DType dtype : kFloatDTypes) {
+      INFO("mostly ignored, logits " << shape_str(shape) << " " << dtype_name(dtype));
+      auto mean_loss = [&loss, sparse](const TensorList& in) {
+        return loss(in[0], sparse.to(in[0].device()), genesis::Reduction::mean, -100);
+      };
+      check_parity(mean_loss, {random_input(shape, dtype, lo, hi)}, loss_tolerance(dtype));
+      check_backward_parity(mean_loss, {random_input(shape, dtype, lo, hi)}, loss_tolerance(dtype));
     }
   }
   // Contiguous logits whose first row starts one element past a 16-byte boundary (a view into
@@ -126,16 +148,61 @@ void check_class_loss(const ClassLossFn& loss, double lo, double hi) {
   }
 }
 
-// Bad targets on CUDA: out-of-range indices raise IndexError (checked on a host copy of the
-// targets), mixed devices raise DeviceError.
-void check_class_loss_errors(const ClassLossFn& loss) {
-  Tensor x = random_input({4, 10}, DType::f32).to(kCuda0);
-  CHECK_THROWS_AS(loss(x, tensor({0, 10, 1, 2}, {4}, {.dtype = DType::i64}).to(kCuda0), genesis::Reduction::mean, -100),
-                  IndexError);
-  CHECK_THROWS_AS(loss(x, tensor({0, -3, 1, 2}, {4}, {.dtype = DType::i32}).to(kCuda0), genesis::Reduction::mean, -100),
-                  IndexError);
-  CHECK_THROWS_AS(loss(x, tensor({0, 1, 1, 2}, {4}, {.dtype = DType::i64}), genesis::Reduction::mean, -100),
-                  DeviceError);
+// A bad CUDA target is reported by the kernel, not thrown by the op: `op` returns, and the
+// IndexError surfaces at the next synchronization (here the copy to the host), its message
+// holding `part`. It is raised once: the next copy succeeds. Returns the op's result on the CPU.
+Tensor raised_at_next_sync(const std::function<Tensor()>& op, const std::string& part) {
+  Tensor out;
+  REQUIRE_NOTHROW(out = op());
+  try {
+    out.to(kCPU);
+    FAIL("no IndexError at the next synchronization");
+  } catch (const IndexError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(part));
+  }
+  Tensor host;
+  REQUIRE_NOTHROW(host = out.to(kCPU));
+  return host;
+}
+
+// Bad targets on CUDA (above the classes, negative; i64 and i32): the loss and its gradient are
+// the CPU's with that row ignored, and the IndexError names the op and the value. Mixed devices
+// raise DeviceError at once.
+void check_class_loss_errors(const std::string& name, const ClassLossFn& loss) {
+  Tensor x = random_input({5, 10}, DType::f32);
+  const std::vector<int64_t> ignored_row = {0, -100, 1, 2, -100};
+  const Tensor ignored_target = from_vector(ignored_row, {5});
+  struct BadTarget {
+    int64_t value;
+    DType dtype;
+  };
+  for (BadTarget bad : {BadTarget{10, DType::i64}, BadTarget{-3, DType::i32}}) {
+    std::vector<int64_t> values = ignored_row;
+    values[1] = bad.value;
+    Tensor target = from_vector(values, {5}).to(bad.dtype).to(kCuda0);
+    const std::string message = name + ": index " + std::to_string(bad.value) + " is out of range [0, 10)";
+    for (genesis::Reduction reduction : kReductionModes) {
+      INFO("bad target " << bad.value << ", reduction " << static_cast<int>(reduction));
+      Tensor expected_x = x.clone().requires_grad_(true);
+      Tensor expected = loss(expected_x, ignored_target, reduction, -100);
+      sum(expected).backward();
+      Tensor value = raised_at_next_sync([&] { return loss(x.to(kCuda0), target, reduction, -100); }, message);
+      require_close(value, expected, 1e-5, 1e-5);
+      Tensor gx = raised_at_next_sync(
+          [&] {
+            Tensor logits = x.to(kCuda0).requires_grad_(true);
+            sum(loss(logits, target, reduction, -100)).backward();
+            return logits.grad();
+          },
+          message);
+      require_close(gx, expected_x.grad(), 1e-5, 1e-5);
+    }
+  }
+  check_parity([&loss](const TensorList& in) { return loss(in[0], in[1], genesis::Reduction::mean, -100); },
+               {x, ignored_target}, loss_tolerance(DType::f32));
+  CHECK_THROWS_AS(
+      loss(x.to(kCuda0), tensor({0, 1, 1, 2, 3}, {5}, {.dtype = DType::i64}), genesis::Reduction::mean, -100),
+      DeviceError);
 }
 
 }  // namespace
@@ -159,9 +226,10 @@ GENESIS_CUDA_PARITY("cross_entropy") {
   Tensor x = random_input({4096, 1001}, DType::f32).to(kCuda0);
   Tensor t = class_targets({4096}, 1001, DType::i64, -100).to(kCuda0);
   CHECK(cross_entropy(x, t).item() == cross_entropy(x, t).item());
-  check_class_loss_errors([](const Tensor& x, const Tensor& t, genesis::Reduction reduction, int64_t ignore) {
-    return cross_entropy(x, t, {.reduction = reduction, .ignore_index = ignore});
-  });
+  check_class_loss_errors("cross_entropy",
+                          [](const Tensor& x, const Tensor& t, genesis::Reduction reduction, int64_t ignore) {
+                            return cross_entropy(x, t, {.reduction = reduction, .ignore_index = ignore});
+                          });
 }
 
 GENESIS_CUDA_PARITY("nll_loss") {
@@ -169,9 +237,8 @@ GENESIS_CUDA_PARITY("nll_loss") {
   check_class_loss([](const Tensor& x, const Tensor& t, genesis::Reduction reduction,
                       int64_t ignore) { return nll_loss(x, t, reduction, ignore); },
                    -8, 0);
-  check_class_loss_errors([](const Tensor& x, const Tensor& t, genesis::Reduction reduction, int64_t ignore) {
-    return nll_loss(x, t, reduction, ignore);
-  });
+  check_class_loss_errors("nll_loss", [](const Tensor& x, const Tensor& t, genesis::Reduction reduction,
+                                         int64_t ignore) { return nll_loss(x, t, reduction, ignore); });
 }
 
 namespace {
@@ -224,5 +291,43 @@ GENESIS_CUDA_PARITY("binary_cross_entropy_with_logits") {
                          random_input({129}, dtype, 0.5, 2)};
     check_parity(weighted, inputs, loss_tolerance(dtype));
     check_backward_parity(weighted, inputs, loss_tolerance(dtype));
+  }
+}
+
+namespace {
+
+// `op` never reads from the device: a fault left pending by an earlier kernel would be raised by
+// any host read inside it (a copy to the host, synchronize()), so it must surface only at the
+// copy of the result afterwards.
+void check_no_host_read(const std::function<Tensor()>& op) {
+  Tensor pending = one_hot(tensor({7}, {1}, {.dtype = DType::i64}).to(kCuda0), 3);
+  Tensor out;
+  REQUIRE_NOTHROW(out = op());
+  CHECK_THROWS_WITH(out.to(kCPU), Catch::Contains("one_hot: index 7 is out of range [0, 3)"));
+  REQUIRE_NOTHROW(out.to(kCPU));
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy and nll_loss do not wait on the device, forward or backward", "[cuda]") {
+  if (!cuda_ready()) return;
+  for (const Shape& shape : {Shape{37, 1001}, Shape{7, 5, 3}}) {
+    Shape target_shape = shape;
+    target_shape.erase(target_shape.begin() + 1);
+    Tensor logits_host = random_input(shape, DType::f32);
+    Tensor target = class_targets(target_shape, shape[1], DType::i64, -100).to(kCuda0);
+    for (genesis::Reduction reduction : kReductionModes) {
+      INFO("logits " << shape_str(shape) << ", reduction " << static_cast<int>(reduction));
+      check_no_host_read([&] {
+        Tensor logits = logits_host.to(kCuda0).requires_grad_(true);
+        sum(cross_entropy(logits, target, {.reduction = reduction, .label_smoothing = 0.1})).backward();
+        return logits.grad();
+      });
+      check_no_host_read([&] {
+        Tensor log_probs = logits_host.to(kCuda0).requires_grad_(true);
+        sum(nll_loss(log_probs, target, reduction)).backward();
+        return log_probs.grad();
+      });
+    }
   }
 }

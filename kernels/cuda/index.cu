@@ -75,15 +75,6 @@ __device__ __forceinline__ int64_t thread_count() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
-// Unsigned minimum over the bad positions: -1 (all bits set) survives when every entry is valid.
-template <class I>
-__global__ void first_out_of_range_kernel(int64_t n, const I* index, int64_t bound, unsigned long long* first_bad) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) {
-    const int64_t k = static_cast<int64_t>(index[i]);
-    if (k < 0 || k >= bound) atomicMin(first_bad, static_cast<unsigned long long>(i));
-  }
-}
-
 constexpr int kMaxCatPieces = 64;
 
 // Up to kMaxCatPieces pieces passed by value, in units of the copy width.
@@ -114,35 +105,51 @@ __global__ void cat_kernel(CatBatch batch, Index outer, Index out_row_units, Uni
 // Thread i handles output position i (row-major over the index's shape): writes are coalesced,
 // and reads of x too wherever the gathered axis is not the innermost.
 template <class T, class I, class Index>
-__global__ void gather_kernel(Geometry<3> g, Index n, int64_t x_axis_stride, const T* x, const I* index, T* out) {
+__global__ void gather_kernel(Geometry<3> g, Index n, int64_t bound, int64_t x_axis_stride, const T* x, const I* index,
+                              T* out, KernelFault* fault, int fault_op) {
   for (Index i = static_cast<Index>(thread_index()); i < n; i += static_cast<Index>(thread_count())) {
     Index off[3];
     offsets_of(g, i, off);
-    out[off[0]] = x[static_cast<int64_t>(off[1]) + static_cast<int64_t>(index[off[2]]) * x_axis_stride];
+    const auto k = static_cast<int64_t>(index[off[2]]);
+    if (k < 0 || k >= bound) {
+      report_index_fault(fault, fault_op, k, bound);
+      out[off[0]] = T{};
+      continue;
+    }
+    out[off[0]] = x[static_cast<int64_t>(off[1]) + k * x_axis_stride];
   }
 }
 
-// Contribution i: its destination offset (the sort key) and its src offset (the payload).
+// Contribution i: its destination offset (the sort key) and its src offset (the payload). A bad
+// index gets the key `sentinel`, above every destination, so it sorts last and is never added.
 template <class I>
-__global__ void scatter_keys_kernel(Geometry<3> g, int64_t n, int64_t dst_axis_stride, const I* index,
-                                    unsigned long long* keys, int64_t* src_offsets) {
+__global__ void scatter_keys_kernel(Geometry<3> g, int64_t n, int64_t bound, int64_t dst_axis_stride, const I* index,
+                                    unsigned long long sentinel, unsigned long long* keys, int64_t* src_offsets,
+                                    KernelFault* fault, int fault_op) {
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     int64_t off[3];
     offsets_of(g, i, off);
-    keys[i] = static_cast<unsigned long long>(off[0] + static_cast<int64_t>(index[off[1]]) * dst_axis_stride);
+    const auto k = static_cast<int64_t>(index[off[1]]);
+    if (k < 0 || k >= bound) {
+      report_index_fault(fault, fault_op, k, bound);
+      keys[i] = sentinel;
+    } else {
+      keys[i] = static_cast<unsigned long long>(off[0] + k * dst_axis_stride);
+    }
     src_offsets[i] = off[2];
   }
 }
 
 // After the stable sort each destination's contributions are one run in increasing position
 // order; the thread at the head of a run adds them in that order, one rounding per addition.
+// Keys at or above `sentinel` (bad indices) are skipped.
 template <class T>
-__global__ void scatter_runs_kernel(int64_t n, const unsigned long long* keys, const int64_t* src_offsets, const T* src,
-                                    T* dst) {
+__global__ void scatter_runs_kernel(int64_t n, const unsigned long long* keys, unsigned long long sentinel,
+                                    const int64_t* src_offsets, const T* src, T* dst) {
   using A = sum_acc_t<T>;
   for (int64_t i = thread_index(); i < n; i += thread_count()) {
     const unsigned long long key = keys[i];
-    if (i > 0 && keys[i - 1] == key) continue;
+    if (key >= sentinel || (i > 0 && keys[i - 1] == key)) continue;
     T value = dst[key];
     for (int64_t j = i; j < n && keys[j] == key; ++j)
       value = from_acc<T>(static_cast<A>(to_acc<A>(value) + to_acc<A>(src[src_offsets[j]])));
@@ -151,10 +158,15 @@ __global__ void scatter_runs_kernel(int64_t n, const unsigned long long* keys, c
 }
 
 // Sort input of index_select's gradient: key = the picked row, payload = the position of the pick.
+// A bad index gets the key `bound`, which no row of grad_x looks up.
 template <class I>
-__global__ void pick_keys_kernel(int64_t length, const I* index, unsigned long long* keys, int64_t* positions) {
+__global__ void pick_keys_kernel(int64_t length, int64_t bound, const I* index, unsigned long long* keys,
+                                 int64_t* positions, KernelFault* fault, int fault_op) {
   for (int64_t i = thread_index(); i < length; i += thread_count()) {
-    keys[i] = static_cast<unsigned long long>(index[i]);
+    const auto k = static_cast<int64_t>(index[i]);
+    const bool valid = k >= 0 && k < bound;
+    if (!valid) report_index_fault(fault, fault_op, k, bound);
+    keys[i] = static_cast<unsigned long long>(valid ? k : bound);
     positions[i] = i;
   }
 }
@@ -200,12 +212,16 @@ __global__ void triangle_kernel(bool lower, int64_t n, int64_t rows, int64_t col
   }
 }
 
-// Element e of out [n, num_classes]: coalesced writes, each index read by a run of threads.
+// Element e of out [n, num_classes]: coalesced writes, each index read by a run of threads (the
+// one at column 0 reports a bad index; its row stays zero).
 template <class I>
-__global__ void one_hot_kernel(int64_t total, const I* index, int64_t num_classes, int64_t* out) {
+__global__ void one_hot_kernel(int64_t total, const I* index, int64_t num_classes, int64_t* out, KernelFault* fault,
+                               int fault_op) {
   for (int64_t e = thread_index(); e < total; e += thread_count()) {
-    const int64_t row = e / num_classes;
-    out[e] = static_cast<int64_t>(index[row]) == e - row * num_classes ? 1 : 0;
+    const int64_t row = e / num_classes, column = e - row * num_classes;
+    const auto k = static_cast<int64_t>(index[row]);
+    if (column == 0 && (k < 0 || k >= num_classes)) report_index_fault(fault, fault_op, k, num_classes);
+    out[e] = k == column ? 1 : 0;
   }
 }
 
@@ -217,18 +233,6 @@ int copy_width(uint64_t values) {
 }
 
 }  // namespace
-
-void first_out_of_range(DType index_dtype, int64_t n, const void* index, int64_t bound, int64_t* first_bad,
-                        cudaStream_t stream) {
-  GENESIS_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xFF, sizeof(int64_t), stream));
-  if (n <= 0) return;
-  auto* result = reinterpret_cast<unsigned long long*>(first_bad);
-  GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
-    first_out_of_range_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(n, static_cast<const index_t*>(index), bound,
-                                                                       result);
-    GENESIS_CUDA_LAUNCH_CHECK();
-  });
-}
 
 void cat(int64_t outer, int64_t out_row_bytes, const CatPiece* pieces, int64_t num_pieces, void* out,
          cudaStream_t stream) {
@@ -269,9 +273,9 @@ void cat(int64_t outer, int64_t out_row_bytes, const CatPiece* pieces, int64_t n
   }
 }
 
-void gather(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int axis, const void* x,
+void gather(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int axis, int64_t bound, const void* x,
             const int64_t* x_strides, const void* index, const int64_t* index_strides, void* out,
-            const int64_t* out_strides, cudaStream_t stream) {
+            const int64_t* out_strides, KernelFault* fault, int fault_op, cudaStream_t stream) {
   const int64_t n = numel_of(ndim, shape);
   if (n == 0) return;
   int64_t x_strides_off_axis[kMaxDims];
@@ -285,25 +289,27 @@ void gather(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int 
       const auto* positions = static_cast<const index_t*>(index);
       auto* target = static_cast<bits_t*>(out);
       if (narrow) {
-        gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, static_cast<int32_t>(n), x_strides[axis], source,
-                                                               positions, target);
+        gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, static_cast<int32_t>(n), bound, x_strides[axis],
+                                                               source, positions, target, fault, fault_op);
       } else {
-        gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, n, x_strides[axis], source, positions, target);
+        gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, n, bound, x_strides[axis], source, positions, target,
+                                                               fault, fault_op);
       }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
   });
 }
 
+// The sorts' keys lie in [0, extent]: a destination below `extent`, or `extent` for a bad index.
 size_t scatter_add_workspace_bytes(int64_t n, int64_t dst_extent) {
   if (n <= 0) return 0;
-  return 4 * workspace_aligned(static_cast<size_t>(n) * sizeof(int64_t)) + sort_by_key_temp_bytes(n, dst_extent);
+  return 4 * workspace_aligned(static_cast<size_t>(n) * sizeof(int64_t)) + sort_by_key_temp_bytes(n, dst_extent + 1);
 }
 
-void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int axis, void* dst,
+void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int axis, int64_t bound, void* dst,
                  const int64_t* dst_strides, int64_t dst_extent, const void* index, const int64_t* index_strides,
                  const void* src, const int64_t* src_strides, void* workspace, size_t workspace_bytes,
-                 cudaStream_t stream) {
+                 KernelFault* fault, int fault_op, cudaStream_t stream) {
   if (dtype == DType::boolean) throw_unsupported_dtype("scatter_add", dtype);
   const int64_t n = numel_of(ndim, shape);
   if (n == 0) return;
@@ -313,7 +319,8 @@ void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape,
   auto* sorted_keys = reinterpret_cast<unsigned long long*>(base + region);
   auto* src_offsets = reinterpret_cast<int64_t*>(base + 2 * region);
   auto* sorted_src_offsets = reinterpret_cast<int64_t*>(base + 3 * region);
-  size_t temp_bytes = sort_by_key_temp_bytes(n, dst_extent);
+  const auto sentinel = static_cast<unsigned long long>(dst_extent);
+  size_t temp_bytes = sort_by_key_temp_bytes(n, dst_extent + 1);
   GENESIS_CHECK(workspace_bytes >= 4 * region + temp_bytes, ValueError, "scatter_add: workspace of ", workspace_bytes,
                 " bytes is smaller than the ", 4 * region + temp_bytes, " bytes needed");
 
@@ -322,23 +329,24 @@ void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape,
   dst_strides_off_axis[axis] = 0;
   const Geometry<3> g(ndim, shape, {dst_strides_off_axis, index_strides, src_strides});
   GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
-    scatter_keys_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, n, dst_strides[axis],
-                                                                 static_cast<const index_t*>(index), keys, src_offsets);
+    scatter_keys_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, n, bound, dst_strides[axis],
+                                                                 static_cast<const index_t*>(index), sentinel, keys,
+                                                                 src_offsets, fault, fault_op);
     GENESIS_CUDA_LAUNCH_CHECK();
   });
   // Radix sort is stable, and positions were numbered row-major: within one destination the
   // contributions stay in increasing order of their axis coordinate.
-  sort_by_key(base + 4 * region, n, dst_extent, keys, sorted_keys, src_offsets, sorted_src_offsets, stream);
+  sort_by_key(base + 4 * region, n, dst_extent + 1, keys, sorted_keys, src_offsets, sorted_src_offsets, stream);
   GENESIS_CUDA_DISPATCH_ALL(dtype, {
     scatter_runs_kernel<scalar_t><<<grid_size(n), kBlockSize, 0, stream>>>(
-        n, sorted_keys, sorted_src_offsets, static_cast<const scalar_t*>(src), static_cast<scalar_t*>(dst));
+        n, sorted_keys, sentinel, sorted_src_offsets, static_cast<const scalar_t*>(src), static_cast<scalar_t*>(dst));
     GENESIS_CUDA_LAUNCH_CHECK();
   });
 }
 
 void index_select_backward(DType dtype, DType index_dtype, int64_t outer, int64_t bound, int64_t inner, int64_t length,
                            const void* index, const void* grad_out, void* grad_x, void* workspace,
-                           size_t workspace_bytes, cudaStream_t stream) {
+                           size_t workspace_bytes, KernelFault* fault, int fault_op, cudaStream_t stream) {
   const int64_t total = outer * bound * inner;
   if (total == 0) return;
   unsigned long long* sorted_keys = nullptr;
@@ -350,15 +358,15 @@ void index_select_backward(DType dtype, DType index_dtype, int64_t outer, int64_
     sorted_keys = reinterpret_cast<unsigned long long*>(base + region);
     auto* positions = reinterpret_cast<int64_t*>(base + 2 * region);
     sorted_positions = reinterpret_cast<int64_t*>(base + 3 * region);
-    size_t temp_bytes = sort_by_key_temp_bytes(length, bound);
+    size_t temp_bytes = sort_by_key_temp_bytes(length, bound + 1);
     GENESIS_CHECK(workspace_bytes >= 4 * region + temp_bytes, ValueError, "index_select backward: workspace of ",
                   workspace_bytes, " bytes is smaller than the ", 4 * region + temp_bytes, " bytes needed");
     GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
-      pick_keys_kernel<<<grid_size(length), kBlockSize, 0, stream>>>(length, static_cast<const index_t*>(index), keys,
-                                                                     positions);
+      pick_keys_kernel<<<grid_size(length), kBlockSize, 0, stream>>>(length, bound, static_cast<const index_t*>(index),
+                                                                     keys, positions, fault, fault_op);
       GENESIS_CUDA_LAUNCH_CHECK();
     });
-    sort_by_key(base + 4 * region, length, bound, keys, sorted_keys, positions, sorted_positions, stream);
+    sort_by_key(base + 4 * region, length, bound + 1, keys, sorted_keys, positions, sorted_positions, stream);
   }
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "index_select backward", {
     index_select_backward_kernel<<<grid_size(total), kBlockSize, 0, stream>>>(
@@ -379,12 +387,13 @@ void triangle(DType dtype, bool lower, int64_t batch, int64_t rows, int64_t cols
   });
 }
 
-void one_hot(DType index_dtype, int64_t n, const void* index, int64_t num_classes, int64_t* out, cudaStream_t stream) {
+void one_hot(DType index_dtype, int64_t n, const void* index, int64_t num_classes, int64_t* out, KernelFault* fault,
+             int fault_op, cudaStream_t stream) {
   const int64_t total = n * num_classes;
   if (total == 0) return;
   GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
     one_hot_kernel<<<grid_size(total), kBlockSize, 0, stream>>>(total, static_cast<const index_t*>(index), num_classes,
-                                                                out);
+                                                                out, fault, fault_op);
     GENESIS_CUDA_LAUNCH_CHECK();
   });
 }

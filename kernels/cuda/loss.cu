@@ -4,7 +4,8 @@
 // read in 16-byte packs, several in flight per thread; [N, C, d...] rows are read with the
 // stride d. The backward passes write each gradient row once (contiguous rows in 16-byte
 // packs; ignored rows are zero-filled without reading the logits), or elementwise for
-// [N, C, d...]. No atomics: every result is computed in a fixed order.
+// [N, C, d...]. No atomics: every result is computed in a fixed order. A target outside
+// [0, classes) is reported by the forward kernels and its row handled as an ignored one.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -130,6 +131,24 @@ __device__ __forceinline__ RowStats<A> group_merge(RowStats<A> s) {
   return s;
 }
 
+// Whether a row with target t takes part in the loss: not ignored and a valid class.
+__device__ __forceinline__ bool counted(int64_t t, int64_t ignore_index, int64_t classes) {
+  return t != ignore_index && t >= 0 && t < classes;
+}
+
+// Reports target t of a row the loss does not count unless it is simply ignored.
+__device__ __forceinline__ void report_bad_target(int64_t t, int64_t ignore_index, int64_t classes,
+                                                  ::genesis::cuda::KernelFault* fault, int fault_op) {
+  if (t != ignore_index) report_index_fault(fault, fault_op, t, classes);
+}
+
+// The gradient's scale: 1 / count for a mean (the division in f64 and then rounded, like the
+// CPU's scale), 1 for the other reductions (valid_count null).
+template <class A>
+__device__ __forceinline__ A mean_scale(const int64_t* valid_count) {
+  return valid_count ? static_cast<A>(1.0 / static_cast<double>(*valid_count)) : A(1);
+}
+
 __device__ __forceinline__ int64_t row_base(const ClassRows& s, int64_t r) {
   return (r / s.inner) * s.classes * s.inner + r % s.inner;
 }
@@ -185,7 +204,8 @@ __device__ __forceinline__ RowStats<A> contiguous_row_stats(const T* __restrict_
 template <int kGroup, bool kContiguous, class T, class I, class A>
 __global__ void __launch_bounds__(kRowBlock)
     cross_entropy_kernel(ClassRows s, const T* __restrict__ x, const I* __restrict__ target, int64_t ignore_index,
-                         A smoothing, A* __restrict__ loss, A* __restrict__ lse_out) {
+                         A smoothing, A* __restrict__ loss, A* __restrict__ lse_out,
+                         ::genesis::cuda::KernelFault* fault, int fault_op) {
   using std::log;
   const int64_t rows = s.outer * s.inner;
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
@@ -193,8 +213,9 @@ __global__ void __launch_bounds__(kRowBlock)
   const int64_t total_groups = static_cast<int64_t>(gridDim.x) * groups_per_block;
   for (int64_t r = blockIdx.x * groups_per_block + threadIdx.x / kGroup; r < rows; r += total_groups) {
     const auto t = static_cast<int64_t>(target[r]);
-    if (t == ignore_index) {
+    if (!counted(t, ignore_index, s.classes)) {
       if (lane == 0) {
+        report_bad_target(t, ignore_index, s.classes, fault, fault_op);
         loss[r] = A(0);
         lse_out[r] = A(0);
       }
@@ -265,9 +286,10 @@ template <int kGroup, class T, class I, class A>
 __global__ void __launch_bounds__(kRowBlock)
     cross_entropy_backward_rows_kernel(int64_t rows, int64_t classes, const T* __restrict__ x,
                                        const I* __restrict__ target, const A* __restrict__ lse, int64_t ignore_index,
-                                       A smoothing, const T* __restrict__ grad_loss, int64_t grad_stride, A scale,
-                                       T* __restrict__ gx) {
+                                       A smoothing, const T* __restrict__ grad_loss, int64_t grad_stride,
+                                       const int64_t* __restrict__ valid_count, T* __restrict__ gx) {
   const A uniform = smoothing / static_cast<A>(classes);
+  const A scale = mean_scale<A>(valid_count);
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int64_t groups_per_block = blockDim.x / kGroup;
   const int64_t total_groups = static_cast<int64_t>(gridDim.x) * groups_per_block;
@@ -275,7 +297,7 @@ __global__ void __launch_bounds__(kRowBlock)
     const auto t = static_cast<int64_t>(target[r]);
     const T* xr = x + r * classes;
     T* gr = gx + r * classes;
-    if (t == ignore_index) {
+    if (!counted(t, ignore_index, classes)) {
       map_row<kGroup, false>(xr, gr, classes, lane, [](int64_t, A) { return A(0); });
       continue;
     }
@@ -305,14 +327,15 @@ __device__ __forceinline__ RowClass row_class_of(const ClassRows& s, int64_t k) 
 template <class T, class I, class A>
 __global__ void cross_entropy_backward_kernel(ClassRows s, const T* x, const I* target, const A* lse,
                                               int64_t ignore_index, A smoothing, const T* grad_loss,
-                                              int64_t grad_stride, A scale, T* gx) {
+                                              int64_t grad_stride, const int64_t* valid_count, T* gx) {
   const int64_t n = s.outer * s.classes * s.inner;
   const A uniform = smoothing / static_cast<A>(s.classes);
+  const A scale = mean_scale<A>(valid_count);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
     const RowClass rc = row_class_of(s, k);
     const auto t = static_cast<int64_t>(target[rc.row]);
-    if (t == ignore_index) {
+    if (!counted(t, ignore_index, s.classes)) {
       gx[k] = from_acc<T>(A(0));
       continue;
     }
@@ -325,12 +348,18 @@ __global__ void cross_entropy_backward_kernel(ClassRows s, const T* x, const I* 
 
 // One thread per row.
 template <class T, class I, class A>
-__global__ void nll_loss_kernel(ClassRows s, const T* lp, const I* target, int64_t ignore_index, A* loss) {
+__global__ void nll_loss_kernel(ClassRows s, const T* lp, const I* target, int64_t ignore_index, A* loss,
+                                ::genesis::cuda::KernelFault* fault, int fault_op) {
   const int64_t rows = s.outer * s.inner;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += stride) {
     const auto t = static_cast<int64_t>(target[r]);
-    loss[r] = t == ignore_index ? A(0) : -to_acc<A>(lp[row_base(s, r) + t * s.inner]);
+    if (counted(t, ignore_index, s.classes)) {
+      loss[r] = -to_acc<A>(lp[row_base(s, r) + t * s.inner]);
+    } else {
+      report_bad_target(t, ignore_index, s.classes, fault, fault_op);
+      loss[r] = A(0);
+    }
   }
 }
 
@@ -338,13 +367,15 @@ __global__ void nll_loss_kernel(ClassRows s, const T* lp, const I* target, int64
 template <int kGroup, class T, class I, class A>
 __global__ void __launch_bounds__(kRowBlock)
     nll_loss_backward_rows_kernel(int64_t rows, int64_t classes, const I* __restrict__ target, int64_t ignore_index,
-                                  const T* __restrict__ grad_loss, int64_t grad_stride, A scale, T* __restrict__ gx) {
+                                  const T* __restrict__ grad_loss, int64_t grad_stride,
+                                  const int64_t* __restrict__ valid_count, T* __restrict__ gx) {
+  const A scale = mean_scale<A>(valid_count);
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int64_t groups_per_block = blockDim.x / kGroup;
   const int64_t total_groups = static_cast<int64_t>(gridDim.x) * groups_per_block;
   for (int64_t r = blockIdx.x * groups_per_block + threadIdx.x / kGroup; r < rows; r += total_groups) {
     const auto t = static_cast<int64_t>(target[r]);
-    const A g = t == ignore_index ? A(0) : -to_acc<A>(grad_loss[r * grad_stride]) * scale;
+    const A g = counted(t, ignore_index, classes) ? -to_acc<A>(grad_loss[r * grad_stride]) * scale : A(0);
     map_row<kGroup, false>(static_cast<const T*>(nullptr), gx + r * classes, classes, lane,
                            [=](int64_t c, A) { return c == t ? g : A(0); });
   }
@@ -353,63 +384,44 @@ __global__ void __launch_bounds__(kRowBlock)
 // One thread per gradient element.
 template <class T, class I, class A>
 __global__ void nll_loss_backward_kernel(ClassRows s, const I* target, int64_t ignore_index, const T* grad_loss,
-                                         int64_t grad_stride, A scale, T* gx) {
+                                         int64_t grad_stride, const int64_t* valid_count, T* gx) {
   const int64_t n = s.outer * s.classes * s.inner;
+  const A scale = mean_scale<A>(valid_count);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += stride) {
     const RowClass rc = row_class_of(s, k);
     const auto t = static_cast<int64_t>(target[rc.row]);
-    const bool hit = t != ignore_index && rc.cls == t;
+    const bool hit = counted(t, ignore_index, s.classes) && rc.cls == t;
     gx[k] = from_acc<T>(hit ? -to_acc<A>(grad_loss[rc.row * grad_stride]) * scale : A(0));
   }
 }
 
-constexpr int kStatsBlock = 1024;
+constexpr int kCountBlock = 1024;
 
-// One block: each thread scans a strided slice of the targets, then warps and the block merge
-// their (min, max, count) through shuffles and shared memory.
+// One block: thread j counts targets j, j + kCountBlock, ... (coalesced reads), then the warps
+// and the block sum their counts through shuffles and shared memory.
 template <class I>
-__global__ void __launch_bounds__(kStatsBlock)
-    target_stats_kernel(int64_t n, const I* __restrict__ target, int64_t ignore_index, int64_t* __restrict__ stats) {
-  int64_t lo = INT64_MAX, hi = INT64_MIN, count = 0;
-  for (int64_t i = threadIdx.x; i < n; i += kStatsBlock) {
-    const auto v = static_cast<int64_t>(target[i]);
-    if (v == ignore_index) continue;
-    lo = v < lo ? v : lo;
-    hi = v > hi ? v : hi;
-    ++count;
-  }
-  auto warp_reduce = [&] {
+__global__ void __launch_bounds__(kCountBlock)
+    count_valid_targets_kernel(int64_t n, const I* __restrict__ target, int64_t classes, int64_t ignore_index,
+                               int64_t* __restrict__ count) {
+  int64_t mine = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kCountBlock)
+    mine += counted(static_cast<int64_t>(target[i]), ignore_index, classes) ? 1 : 0;
+  auto warp_sum = [](int64_t v) {
 #pragma unroll
-    for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
-      const int64_t other_lo = __shfl_down_sync(0xffffffffu, lo, offset);
-      const int64_t other_hi = __shfl_down_sync(0xffffffffu, hi, offset);
-      count += __shfl_down_sync(0xffffffffu, count, offset);
-      lo = other_lo < lo ? other_lo : lo;
-      hi = other_hi > hi ? other_hi : hi;
-    }
+    for (int offset = kWarp / 2; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+    return v;
   };
-  warp_reduce();
-  constexpr int kWarps = kStatsBlock / kWarp;
-  __shared__ int64_t los[kWarps], his[kWarps], counts[kWarps];
+  mine = warp_sum(mine);
+  constexpr int kWarps = kCountBlock / kWarp;
+  __shared__ int64_t counts[kWarps];
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  if (lane == 0) {
-    los[warp] = lo;
-    his[warp] = hi;
-    counts[warp] = count;
-  }
+  if (lane == 0) counts[warp] = mine;
   __syncthreads();
   if (warp != 0) return;
-  lo = los[lane];
-  hi = his[lane];
-  count = counts[lane];
-  warp_reduce();
-  if (lane == 0) {
-    stats[0] = count > 0 ? lo : 0;
-    stats[1] = count > 0 ? hi : 0;
-    stats[2] = count;
-  }
+  mine = warp_sum(counts[lane]);
+  if (lane == 0) *count = mine;
 }
 
 // Blocks for kGroup threads per row: one block per row (or per kRowBlock / 32 rows) so the
@@ -429,7 +441,8 @@ bool same_alignment(const void* a, const void* b) {
 }  // namespace
 
 void cross_entropy(DType dtype, DType target_dtype, ClassRows shape, const void* logits, const void* target,
-                   int64_t ignore_index, double label_smoothing, void* loss, void* lse, cudaStream_t stream) {
+                   int64_t ignore_index, double label_smoothing, void* loss, void* lse,
+                   ::genesis::cuda::KernelFault* fault, int fault_op, cudaStream_t stream) {
   const int64_t rows = shape.outer * shape.inner;
   if (rows <= 0) return;
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "cross_entropy", {
@@ -444,17 +457,17 @@ void cross_entropy(DType dtype, DType target_dtype, ClassRows shape, const void*
       const auto eps = static_cast<A>(label_smoothing);
       const bool warp_rows = shape.classes <= kWarpRowLimit;
       if (shape.inner == 1 && warp_rows) {
-        cross_entropy_kernel<kWarp, true, T, I, A>
-            <<<row_grid<kWarp>(rows), kRowBlock, 0, stream>>>(shape, x, t, ignore_index, eps, out, lse_out);
+        cross_entropy_kernel<kWarp, true, T, I, A><<<row_grid<kWarp>(rows), kRowBlock, 0, stream>>>(
+            shape, x, t, ignore_index, eps, out, lse_out, fault, fault_op);
       } else if (shape.inner == 1) {
-        cross_entropy_kernel<kRowBlock, true, T, I, A>
-            <<<row_grid<kRowBlock>(rows), kRowBlock, 0, stream>>>(shape, x, t, ignore_index, eps, out, lse_out);
+        cross_entropy_kernel<kRowBlock, true, T, I, A><<<row_grid<kRowBlock>(rows), kRowBlock, 0, stream>>>(
+            shape, x, t, ignore_index, eps, out, lse_out, fault, fault_op);
       } else if (warp_rows) {
-        cross_entropy_kernel<kWarp, false, T, I, A>
-            <<<row_grid<kWarp>(rows), kRowBlock, 0, stream>>>(shape, x, t, ignore_index, eps, out, lse_out);
+        cross_entropy_kernel<kWarp, false, T, I, A><<<row_grid<kWarp>(rows), kRowBlock, 0, stream>>>(
+            shape, x, t, ignore_index, eps, out, lse_out, fault, fault_op);
       } else {
-        cross_entropy_kernel<kRowBlock, false, T, I, A>
-            <<<row_grid<kRowBlock>(rows), kRowBlock, 0, stream>>>(shape, x, t, ignore_index, eps, out, lse_out);
+        cross_entropy_kernel<kRowBlock, false, T, I, A><<<row_grid<kRowBlock>(rows), kRowBlock, 0, stream>>>(
+            shape, x, t, ignore_index, eps, out, lse_out, fault, fault_op);
       }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
@@ -463,7 +476,7 @@ void cross_entropy(DType dtype, DType target_dtype, ClassRows shape, const void*
 
 void cross_entropy_backward(DType dtype, DType target_dtype, ClassRows shape, const void* logits, const void* target,
                             const void* lse, int64_t ignore_index, double label_smoothing, const void* grad_loss,
-                            int64_t grad_stride, double scale, void* grad_logits, cudaStream_t stream) {
+                            int64_t grad_stride, const int64_t* valid_count, void* grad_logits, cudaStream_t stream) {
   const int64_t n = shape.outer * shape.classes * shape.inner;
   if (n <= 0) return;
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "cross_entropy backward", {
@@ -477,36 +490,36 @@ void cross_entropy_backward(DType dtype, DType target_dtype, ClassRows shape, co
       const auto* g = static_cast<const T*>(grad_loss);
       auto* gx = static_cast<T*>(grad_logits);
       const auto eps = static_cast<A>(label_smoothing);
-      const auto s = static_cast<A>(scale);
       if (shape.inner == 1 && same_alignment(logits, grad_logits)) {
         if (shape.classes <= kWarpRowLimit) {
           cross_entropy_backward_rows_kernel<kWarp, T, I, A><<<row_grid<kWarp>(shape.outer), kRowBlock, 0, stream>>>(
-              shape.outer, shape.classes, x, t, row_lse, ignore_index, eps, g, grad_stride, s, gx);
+              shape.outer, shape.classes, x, t, row_lse, ignore_index, eps, g, grad_stride, valid_count, gx);
         } else {
           cross_entropy_backward_rows_kernel<kRowBlock, T, I, A>
-              <<<row_grid<kRowBlock>(shape.outer), kRowBlock, 0, stream>>>(shape.outer, shape.classes, x, t, row_lse,
-                                                                           ignore_index, eps, g, grad_stride, s, gx);
+              <<<row_grid<kRowBlock>(shape.outer), kRowBlock, 0, stream>>>(
+                  shape.outer, shape.classes, x, t, row_lse, ignore_index, eps, g, grad_stride, valid_count, gx);
         }
       } else {
-        cross_entropy_backward_kernel<T, I, A>
-            <<<grid_size(n), kBlockSize, 0, stream>>>(shape, x, t, row_lse, ignore_index, eps, g, grad_stride, s, gx);
+        cross_entropy_backward_kernel<T, I, A><<<grid_size(n), kBlockSize, 0, stream>>>(
+            shape, x, t, row_lse, ignore_index, eps, g, grad_stride, valid_count, gx);
       }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
   });
 }
 
-void target_stats(DType target_dtype, int64_t n, const void* target, int64_t ignore_index, void* stats,
-                  cudaStream_t stream) {
-  GENESIS_DISPATCH_INDEX(target_dtype, "cross_entropy target check", {
-    target_stats_kernel<scalar_t><<<1, kStatsBlock, 0, stream>>>(n, static_cast<const scalar_t*>(target), ignore_index,
-                                                                 static_cast<int64_t*>(stats));
+void count_valid_targets(DType target_dtype, int64_t n, const void* target, int64_t classes, int64_t ignore_index,
+                         int64_t* count, cudaStream_t stream) {
+  GENESIS_DISPATCH_INDEX(target_dtype, "class-index loss target count", {
+    count_valid_targets_kernel<scalar_t>
+        <<<1, kCountBlock, 0, stream>>>(n, static_cast<const scalar_t*>(target), classes, ignore_index, count);
     GENESIS_CUDA_LAUNCH_CHECK();
   });
 }
 
 void nll_loss(DType dtype, DType target_dtype, ClassRows shape, const void* log_probs, const void* target,
-              int64_t ignore_index, void* loss, cudaStream_t stream) {
+              int64_t ignore_index, void* loss, ::genesis::cuda::KernelFault* fault, int fault_op,
+              cudaStream_t stream) {
   const int64_t rows = shape.outer * shape.inner;
   if (rows <= 0) return;
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "nll_loss", {
@@ -515,14 +528,14 @@ void nll_loss(DType dtype, DType target_dtype, ClassRows shape, const void* log_
     GENESIS_DISPATCH_INDEX(target_dtype, "nll_loss", {
       nll_loss_kernel<T, scalar_t, A><<<grid_size(rows), kBlockSize, 0, stream>>>(
           shape, static_cast<const T*>(log_probs), static_cast<const scalar_t*>(target), ignore_index,
-          static_cast<A*>(loss));
+          static_cast<A*>(loss), fault, fault_op);
       GENESIS_CUDA_LAUNCH_CHECK();
     });
   });
 }
 
 void nll_loss_backward(DType dtype, DType target_dtype, ClassRows shape, const void* target, int64_t ignore_index,
-                       const void* grad_loss, int64_t grad_stride, double scale, void* grad_log_probs,
+                       const void* grad_loss, int64_t grad_stride, const int64_t* valid_count, void* grad_log_probs,
                        cudaStream_t stream) {
   const int64_t n = shape.outer * shape.classes * shape.inner;
   if (n <= 0) return;
@@ -534,16 +547,15 @@ void nll_loss_backward(DType dtype, DType target_dtype, ClassRows shape, const v
       const auto* t = static_cast<const I*>(target);
       const auto* g = static_cast<const T*>(grad_loss);
       auto* gx = static_cast<T*>(grad_log_probs);
-      const auto s = static_cast<A>(scale);
       if (shape.inner == 1 && shape.classes <= kWarpRowLimit) {
         nll_loss_backward_rows_kernel<kWarp, T, I, A><<<row_grid<kWarp>(shape.outer), kRowBlock, 0, stream>>>(
-            shape.outer, shape.classes, t, ignore_index, g, grad_stride, s, gx);
+            shape.outer, shape.classes, t, ignore_index, g, grad_stride, valid_count, gx);
       } else if (shape.inner == 1) {
         nll_loss_backward_rows_kernel<kRowBlock, T, I, A><<<row_grid<kRowBlock>(shape.outer), kRowBlock, 0, stream>>>(
-            shape.outer, shape.classes, t, ignore_index, g, grad_stride, s, gx);
+            shape.outer, shape.classes, t, ignore_index, g, grad_stride, valid_count, gx);
       } else {
         nll_loss_backward_kernel<T, I, A>
-            <<<grid_size(n), kBlockSize, 0, stream>>>(shape, t, ignore_index, g, grad_stride, s, gx);
+            <<<grid_size(n), kBlockSize, 0, stream>>>(shape, t, ignore_index, g, grad_stride, valid_count, gx);
       }
       GENESIS_CUDA_LAUNCH_CHECK();
     });

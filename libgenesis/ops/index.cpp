@@ -1,10 +1,12 @@
 // Joining, splitting and indexing ops: argument checks, dispatch and backward formulas.
 // split, chunk, repeat and flip are built on views and the copy kernel; cat (and stack) copy
-// every input in one CUDA launch; the index-taking ops validate every index before their
-// kernels touch memory.
+// every input in one CUDA launch. The index-taking ops validate every index: on the CPU before
+// the kernels run, on CUDA inside the kernels, which skip a bad index and report it for the
+// next synchronization to raise (cuda::KernelFault), so the ops never wait on the device.
 #include "libgenesis/ops/index.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "kernels/cpu/index.h"
 #include "libgenesis/autograd/record.h"
@@ -17,40 +19,33 @@
 
 namespace genesis {
 
-namespace detail {
-
-// CUDA indices are validated on the device: one pass finds the first bad position and its
-// single result is read back (the op's one wait on the stream; the CPU validates every index
-// too, so both devices raise the same IndexError before any kernel reads memory).
-BadIndex first_index_out_of_range(const Tensor& index, int64_t bound) {
-  int64_t position = -1;
-  if (index.device().is_cpu()) {
-    position = kernels::cpu::first_out_of_range(index.dtype(), index.numel(), index.data_ptr(), bound);
-  } else {
-    Tensor first = empty({1}, {.dtype = DType::i64, .device = index.device()});
-    GENESIS_ON_CUDA(kernels::cuda::first_out_of_range(index.dtype(), index.numel(), index.data_ptr(), bound,
-                                                      first.data<int64_t>(), cuda::current_stream()));
-    position = first.to(kCPU).data<int64_t>()[0];
-  }
-  if (position < 0) return {};
-  Tensor entry = index.reshape({-1}).narrow(0, position, 1).to(kCPU).to(DType::i64);
-  return {position, entry.data<int64_t>()[0]};
-}
-
-}  // namespace detail
-
 namespace {
 
-// Throws IndexError naming the first entry of the contiguous `index` outside [0, bound).
+// On the CPU, throws IndexError naming the first entry of the contiguous `index` outside
+// [0, bound). CUDA indices are checked by the kernels that read them.
 void check_indices(const char* op, const Tensor& index, int64_t axis, int64_t bound) {
-  detail::BadIndex bad = detail::first_index_out_of_range(index, bound);
-  if (bad.position < 0) return;
-  GENESIS_THROW(IndexError, op, ": index ", bad.value, " is out of range for axis ", axis, " of size ", bound,
-                bad.value < 0 ? " (negative indices are not supported)" : "");
+  if (!index.device().is_cpu()) return;
+  const int64_t position = kernels::cpu::first_out_of_range(index.dtype(), index.numel(), index.data_ptr(), bound);
+  if (position < 0) return;
+  const int64_t value = index.reshape({-1}).narrow(0, position, 1).to(DType::i64).data<int64_t>()[0];
+  GENESIS_THROW(IndexError, op, ": index ", value, " is out of range for axis ", axis, " of size ", bound,
+                value < 0 ? " (negative indices are not supported)" : "");
 }
 
-// out[p] = x[p with coordinate `axis` replaced by index[p]] over index's shape; indices already checked.
-Tensor gather_checked(const Tensor& x, int64_t axis, const Tensor& index) {
+#if GENESIS_WITH_CUDA
+// The fault id under which CUDA kernels report a bad index of `op` (one lookup per op name).
+int fault_op(const char* op) {
+  static const int gather_id = cuda::fault_op_id("gather");
+  static const int index_select_id = cuda::fault_op_id("index_select");
+  static const int scatter_add_id = cuda::fault_op_id("scatter_add");
+  const std::string_view name(op);
+  return name == "gather" ? gather_id : name == "index_select" ? index_select_id : scatter_add_id;
+}
+#endif
+
+// out[p] = x[p with coordinate `axis` replaced by index[p]] over index's shape; CPU indices already
+// checked, CUDA ones checked by the kernel and reported as `op`'s.
+Tensor gather_checked([[maybe_unused]] const char* op, const Tensor& x, int64_t axis, const Tensor& index) {
   Tensor out = empty(index.shape(), {.dtype = x.dtype(), .device = x.device()});
   const int ndim = static_cast<int>(index.dim());
   if (x.device().is_cpu()) {
@@ -59,15 +54,18 @@ Tensor gather_checked(const Tensor& x, int64_t axis, const Tensor& index) {
                          out.strides().data());
   } else {
     GENESIS_ON_CUDA(kernels::cuda::gather(x.dtype(), index.dtype(), ndim, index.shape().data(), static_cast<int>(axis),
-                                          x.data_ptr(), x.strides().data(), index.data_ptr(), index.strides().data(),
-                                          out.data_ptr(), out.strides().data(), cuda::current_stream()));
+                                          x.size(axis), x.data_ptr(), x.strides().data(), index.data_ptr(),
+                                          index.strides().data(), out.data_ptr(), out.strides().data(),
+                                          cuda::kernel_fault_slot(), fault_op(op), cuda::current_stream()));
   }
   return out;
 }
 
-// dst[p with coordinate `axis` replaced by index[p]] += src[p] over index's shape; indices already
-// checked, dst contiguous. On CUDA the sort workspace comes from the caching allocator.
-void scatter_add_checked(const Tensor& dst, int64_t axis, const Tensor& index, const Tensor& src) {
+// dst[p with coordinate `axis` replaced by index[p]] += src[p] over index's shape; CPU indices
+// already checked, CUDA ones checked by the kernel and reported as `op`'s; dst contiguous. On
+// CUDA the sort workspace comes from the caching allocator.
+void scatter_add_checked([[maybe_unused]] const char* op, const Tensor& dst, int64_t axis, const Tensor& index,
+                         const Tensor& src) {
   const int ndim = static_cast<int>(index.dim());
   if (dst.device().is_cpu()) {
     kernels::cpu::scatter_add(dst.dtype(), index.dtype(), ndim, index.shape().data(), static_cast<int>(axis),
@@ -79,9 +77,9 @@ void scatter_add_checked(const Tensor& dst, int64_t axis, const Tensor& index, c
     const size_t bytes = kernels::cuda::scatter_add_workspace_bytes(index.numel(), dst.numel());
     Tensor workspace = empty({static_cast<int64_t>(bytes)}, {.dtype = DType::boolean, .device = dst.device()});
     kernels::cuda::scatter_add(dst.dtype(), index.dtype(), ndim, index.shape().data(), static_cast<int>(axis),
-                               dst.data_ptr(), dst.strides().data(), dst.numel(), index.data_ptr(),
+                               dst.size(axis), dst.data_ptr(), dst.strides().data(), dst.numel(), index.data_ptr(),
                                index.strides().data(), src.data_ptr(), src.strides().data(), workspace.data_ptr(),
-                               bytes, cuda::current_stream());
+                               bytes, cuda::kernel_fault_slot(), fault_op(op), cuda::current_stream());
   });
 }
 
@@ -102,7 +100,7 @@ Tensor index_select_backward_cuda(const Shape& in, DType dtype, int64_t axis, co
   Tensor workspace = empty({static_cast<int64_t>(bytes)}, {.dtype = DType::boolean, .device = gy.device()});
   kernels::cuda::index_select_backward(dtype, positions.dtype(), outer, bound, inner, length, positions.data_ptr(),
                                        gy.data_ptr(), gx.data_ptr(), workspace.data_ptr(), bytes,
-                                       cuda::current_stream());
+                                       cuda::kernel_fault_slot(), fault_op("index_select"), cuda::current_stream());
   return gx;
 }
 
@@ -289,7 +287,7 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
   Tensor out;
   {
     NoGradGuard forward_only;
-    out = gather_checked(x, ax, spread);
+    out = gather_checked("index_select", x, ax, spread);
   }
   if (is_floating(x.dtype()) && needs_grad({x})) {
     record("index_select", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), positions, spread](const TensorList& g) {
@@ -297,7 +295,7 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
         GENESIS_ON_CUDA(return TensorList{index_select_backward_cuda(in, dtype, ax, positions, g[0])});
       }
       Tensor gx = zeros(in, {.dtype = dtype});
-      scatter_add_checked(gx, ax, spread, g[0].to(dtype));
+      scatter_add_checked("index_select", gx, ax, spread, g[0].to(dtype));
       return TensorList{gx};
     });
   }
@@ -317,12 +315,12 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
   Tensor out;
   {
     NoGradGuard forward_only;
-    out = gather_checked(x, ax, positions);
+    out = gather_checked("gather", x, ax, positions);
   }
   if (is_floating(x.dtype()) && needs_grad({x})) {
     record("gather", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), positions](const TensorList& g) {
       Tensor gx = zeros(in, {.dtype = dtype, .device = g[0].device()});
-      scatter_add_checked(gx, ax, positions, g[0].to(dtype));
+      scatter_add_checked("gather", gx, ax, positions, g[0].to(dtype));
       return TensorList{gx};
     });
   }
@@ -346,11 +344,11 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
   {
     NoGradGuard forward_only;
     out = x.clone();
-    scatter_add_checked(out, ax, positions, src);
+    scatter_add_checked("scatter_add", out, ax, positions, src);
   }
   if (is_floating(x.dtype()) && needs_grad({x, src})) {
     record("scatter_add", {x, src}, {out}, [ax, src_shape = src.shape(), positions](const TensorList& g) {
-      Tensor picked = gather_checked(g[0], ax, positions);
+      Tensor picked = gather_checked("scatter_add", g[0], ax, positions);
       if (picked.shape() == src_shape) return TensorList{g[0], picked};
       // src entries beyond the index's extent were never added: their gradient is zero.
       Tensor gsrc = zeros(src_shape, {.dtype = picked.dtype(), .device = picked.device()});

@@ -1,7 +1,8 @@
 #pragma once
 // Joining, splitting and indexing: cat, stack, split, chunk, index_select, gather,
 // scatter_add, tril/triu, repeat, flip. Index tensors are i32 or i64; out-of-range
-// indices throw IndexError naming the op, the index and the bound.
+// indices throw IndexError naming the op, the index and the bound: on the CPU from the op,
+// on CUDA at the next synchronization (see cuda::KernelFault; the op does not wait).
 #include <vector>
 
 #include "libgenesis/core/tensor.h"
@@ -27,19 +28,5 @@ Tensor triu(const Tensor& x, int64_t diagonal = 0);
 // Tiles x: repeats[i] copies along dimension i (torch.Tensor.repeat).
 Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats);
 Tensor flip(const Tensor& x, const std::vector<int64_t>& axes);
-
-namespace detail {
-
-// The first entry of an index tensor outside [0, bound): position in row-major order (-1 when
-// every entry is inside) and value.
-struct BadIndex {
-  int64_t position = -1;
-  int64_t value = 0;
-};
-// Works on either device; `index` is contiguous, i32 or i64. On CUDA a device pass finds the
-// position and only its result is read back (one wait on the current stream).
-BadIndex first_index_out_of_range(const Tensor& index, int64_t bound);
-
-}  // namespace detail
 
 }  // namespace genesis

@@ -3,6 +3,8 @@
 // losses (which therefore run on any device the elementwise ops support).
 #include "libgenesis/ops/loss.h"
 
+#include <string_view>
+
 #include "kernels/cpu/loss.h"
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
@@ -45,27 +47,33 @@ ClassRows class_rows(const char* name, const Tensor& input, const Tensor& target
   return {input.size(0), input.size(1), numel_of(Shape(input.shape().begin() + 2, input.shape().end()))};
 }
 
-// Number of non-ignored targets; IndexError when one is outside [0, classes). CUDA targets are
-// summarized on the device (min, max, count) and only those 24 bytes come to the host (a
-// synchronizing copy), rather than every target.
-int64_t count_valid_targets(const char* name, const Tensor& target, int64_t classes, int64_t ignore_index) {
-  if (target.device().is_cpu() || target.numel() == 0) {
-    return detail::check_index_values(name, target.to(kCPU), classes, ignore_index, "target value", "classes");
+// The number of non-ignored targets, which a mean divides by. CPU targets are validated and
+// counted on the host (IndexError naming the first bad value). CUDA targets are validated by the
+// loss kernels (a bad one is raised at the next synchronization) and, for a mean only, counted
+// on the device: the count stays there for the division and the backward's scale, so the op
+// never waits on the device.
+struct TargetCount {
+  int64_t host = 0;  // CPU targets
+  Tensor device;     // CUDA targets with reduction mean: 0-d i64
+};
+
+TargetCount count_valid_targets(const char* name, const Tensor& target, int64_t classes, int64_t ignore_index,
+                                Reduction reduction) {
+  if (target.device().is_cpu()) {
+    return {detail::check_index_values(name, target, classes, ignore_index, "target value", "classes"), Tensor()};
   }
-  Tensor stats = empty({3}, {.dtype = DType::i64, .device = target.device()});
-  GENESIS_ON_CUDA(kernels::cuda::target_stats(target.dtype(), target.numel(), target.data_ptr(), ignore_index,
-                                              stats.data_ptr(), cuda::current_stream()));
-  const Tensor host = stats.to(kCPU);
-  const auto* s = static_cast<const int64_t*>(host.data_ptr());
-  const int64_t lo = s[0], hi = s[1], count = s[2];
-  GENESIS_CHECK(count == 0 || (lo >= 0 && hi < classes), IndexError, name, ": target value ", lo < 0 ? lo : hi,
-                " is out of range for ", classes, " classes");
-  return count;
+  if (reduction != Reduction::mean) return {};
+  Tensor count = empty({}, {.dtype = DType::i64, .device = target.device()});
+  GENESIS_ON_CUDA(kernels::cuda::count_valid_targets(target.dtype(), target.numel(), target.data_ptr(), classes,
+                                                     ignore_index, count.data<int64_t>(), cuda::current_stream()));
+  return {0, count};
 }
 
 // Per-row losses (accumulator dtype) reduced as requested, in `dtype`. Mean divides by the
-// number of non-ignored rows, so an all-ignored batch gives NaN (as in PyTorch).
-Tensor reduce_rows(const Tensor& rows, Reduction reduction, int64_t count, const Shape& none_shape, DType dtype) {
+// number of non-ignored rows, so an all-ignored batch gives NaN (as in PyTorch); the device
+// count is divided by as a tensor of the rows' dtype, the value the host count takes there.
+Tensor reduce_rows(const Tensor& rows, Reduction reduction, const TargetCount& count, const Shape& none_shape,
+                   DType dtype) {
   switch (reduction) {
     case Reduction::none:
       return rows.view(none_shape).to(dtype);
@@ -74,17 +82,36 @@ Tensor reduce_rows(const Tensor& rows, Reduction reduction, int64_t count, const
     case Reduction::mean:
       break;
   }
-  return div(sum(rows), static_cast<double>(count)).to(dtype);
+  if (count.device.defined()) return div(sum(rows), count.device.to(rows.dtype())).to(dtype);
+  return div(sum(rows), static_cast<double>(count.host)).to(dtype);
 }
 
-// How the incoming gradient maps onto rows: per row for none, one scalar otherwise.
+// How the incoming gradient maps onto rows: per row for none, one scalar otherwise; the CPU
+// kernels take the mean's 1 / count as `scale`, the CUDA ones read the count (null: scale 1).
 struct RowGrad {
   int64_t stride;
   double scale;
+  const int64_t* device_count;
 };
-RowGrad row_grad(Reduction reduction, int64_t count) {
-  return {reduction == Reduction::none ? 1 : 0, reduction == Reduction::mean ? 1.0 / static_cast<double>(count) : 1.0};
+RowGrad row_grad(Reduction reduction, const TargetCount& count) {
+  RowGrad rg{reduction == Reduction::none ? 1 : 0, 1.0, nullptr};
+  if (reduction != Reduction::mean) return rg;
+  if (count.device.defined()) {
+    rg.device_count = count.device.data<int64_t>();
+  } else {
+    rg.scale = 1.0 / static_cast<double>(count.host);
+  }
+  return rg;
 }
+
+#if GENESIS_WITH_CUDA
+// The fault id under which the CUDA kernels of `name` report a bad target (one lookup per op).
+int fault_op(const char* name) {
+  static const int cross_entropy_id = cuda::fault_op_id("cross_entropy");
+  static const int nll_loss_id = cuda::fault_op_id("nll_loss");
+  return std::string_view(name) == "cross_entropy" ? cross_entropy_id : nll_loss_id;
+}
+#endif
 
 // Single-sample form: [C] input with a 0-d target runs as a batch of one.
 template <class F>
@@ -140,7 +167,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
   GENESIS_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing < 1.0, ValueError,
                 "cross_entropy: label_smoothing must be in [0, 1) (got ", options.label_smoothing, ")");
   Tensor tc = target.contiguous();
-  const int64_t count = count_valid_targets("cross_entropy", tc, s.classes, options.ignore_index);
+  const TargetCount count =
+      count_valid_targets("cross_entropy", tc, s.classes, options.ignore_index, options.reduction);
   const DType dt = logits.dtype();
   Tensor row_loss = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt), .device = logits.device()});
   Tensor lse = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt), .device = logits.device()});
@@ -154,7 +182,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
     } else {
       GENESIS_ON_CUDA(kernels::cuda::cross_entropy(dt, tc.dtype(), s, xc.data_ptr(), tc.data_ptr(),
                                                    options.ignore_index, options.label_smoothing, row_loss.data_ptr(),
-                                                   lse.data_ptr(), cuda::current_stream()));
+                                                   lse.data_ptr(), cuda::kernel_fault_slot(), fault_op("cross_entropy"),
+                                                   cuda::current_stream()));
     }
     loss = reduce_rows(row_loss, options.reduction, count, target.shape(), dt);
   }
@@ -171,7 +200,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
              } else {
                GENESIS_ON_CUDA(kernels::cuda::cross_entropy_backward(
                    xs.dtype(), ts.dtype(), s, xs.data_ptr(), ts.data_ptr(), lses.data_ptr(), options.ignore_index,
-                   options.label_smoothing, gl.data_ptr(), rg.stride, rg.scale, gx.data_ptr(), cuda::current_stream()));
+                   options.label_smoothing, gl.data_ptr(), rg.stride, rg.device_count, gx.data_ptr(),
+                   cuda::current_stream()));
              }
              return TensorList{gx};
            });
@@ -188,7 +218,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
   }
   ClassRows s = class_rows("nll_loss", log_probs, target, "log_probs");
   Tensor tc = target.contiguous();
-  const int64_t count = count_valid_targets("nll_loss", tc, s.classes, ignore_index);
+  const TargetCount count = count_valid_targets("nll_loss", tc, s.classes, ignore_index, reduction);
   const DType dt = log_probs.dtype();
   const Device device = log_probs.device();
   Tensor row_loss = empty({s.outer * s.inner}, {.dtype = acc_dtype(dt), .device = device});
@@ -200,7 +230,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
       kernels::cpu::nll_loss(dt, tc.dtype(), s, xc.data_ptr(), tc.data_ptr(), ignore_index, row_loss.data_ptr());
     } else {
       GENESIS_ON_CUDA(kernels::cuda::nll_loss(dt, tc.dtype(), s, xc.data_ptr(), tc.data_ptr(), ignore_index,
-                                              row_loss.data_ptr(), cuda::current_stream()));
+                                              row_loss.data_ptr(), cuda::kernel_fault_slot(), fault_op("nll_loss"),
+                                              cuda::current_stream()));
     }
     loss = reduce_rows(row_loss, reduction, count, target.shape(), dt);
   }
@@ -216,8 +247,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
                                                rg.scale, gx.data_ptr());
              } else {
                GENESIS_ON_CUDA(kernels::cuda::nll_loss_backward(dt, ts.dtype(), s, ts.data_ptr(), ignore_index,
-                                                                gl.data_ptr(), rg.stride, rg.scale, gx.data_ptr(),
-                                                                cuda::current_stream()));
+                                                                gl.data_ptr(), rg.stride, rg.device_count,
+                                                                gx.data_ptr(), cuda::current_stream()));
              }
              return TensorList{gx};
            });

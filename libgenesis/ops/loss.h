@@ -14,7 +14,8 @@ struct CrossEntropyOptions {
 };
 
 // logits [N, C] or [N, C, d...]; target class indices [N] or [N, d...] (i32/i64).
-// Out-of-range targets (other than ignore_index) throw IndexError.
+// Out-of-range targets (other than ignore_index) throw IndexError: from the op on the CPU; on
+// CUDA at the next synchronization (the op does not wait; the row counts as ignored).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options = {});
 // log_probs [N, C] (or [N, C, d...]); same target rules as cross_entropy.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::mean,

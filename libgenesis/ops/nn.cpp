@@ -12,7 +12,6 @@
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
-#include "libgenesis/ops/index.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/index.h"
@@ -318,7 +317,8 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   if (num_classes < 0) {
     GENESIS_CHECK(idx.numel() > 0, ValueError,
                   "one_hot: cannot infer num_classes from an empty index tensor; pass num_classes");
-    // The output shape depends on the largest index, so CUDA indices are read on the host.
+    // The output shape depends on the largest index, so CUDA indices are read on the host: the
+    // one synchronizing path of the index-taking ops (PyTorch's one_hot waits here as well).
     Tensor host_idx = idx.to(kCPU);
     kernels::cpu::IndexStats s =
         kernels::cpu::index_stats(host_idx.dtype(), host_idx.numel(), host_idx.data_ptr(), std::nullopt);
@@ -327,9 +327,10 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   } else if (idx.device().is_cpu()) {
     detail::check_index_values("one_hot", idx, num_classes, std::nullopt, "index", "classes");
   } else {
-    detail::BadIndex bad = detail::first_index_out_of_range(idx, num_classes);
-    GENESIS_CHECK(bad.position < 0, IndexError, "one_hot: index ", bad.value, " is out of range for ", num_classes,
-                  " classes");
+    // The kernel checks the indices and reports a bad one asynchronously; with no classes every
+    // index is bad, yet the output is empty and no kernel runs, so that is caught here.
+    GENESIS_CHECK(num_classes > 0 || idx.numel() == 0, IndexError, "one_hot: ", idx.numel(),
+                  " indices given for 0 classes; every index is out of range");
   }
   Shape out_shape = indices.shape();
   out_shape.push_back(num_classes);
@@ -337,8 +338,11 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   if (idx.device().is_cpu()) {
     kernels::cpu::one_hot(idx.dtype(), idx.numel(), idx.data_ptr(), num_classes, out.data<int64_t>());
   } else {
-    GENESIS_ON_CUDA(kernels::cuda::one_hot(idx.dtype(), idx.numel(), idx.data_ptr(), num_classes, out.data<int64_t>(),
-                                           cuda::current_stream()));
+    GENESIS_ON_CUDA({
+      static const int fault_op = cuda::fault_op_id("one_hot");
+      kernels::cuda::one_hot(idx.dtype(), idx.numel(), idx.data_ptr(), num_classes, out.data<int64_t>(),
+                             cuda::kernel_fault_slot(), fault_op, cuda::current_stream());
+    });
   }
   return out;
 }
