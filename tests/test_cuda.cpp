@@ -132,6 +132,15 @@ GENESIS_CUDA_PARITY("contiguous") {
         },
         {random_input({3, 5, 7}, dtype)}, {});
     check_parity([](const TensorList& in) { return in[0].slice(1, 1, 128, 2).contiguous(); }, {x}, {});
+    // Even sizes take the 2 x 2 block transpose of 2-byte dtypes: partial 64 x 64 tiles, a batch,
+    // whole tiles, and an odd offset that leaves it for the element-wise tiles.
+    for (const Shape& shape : {Shape{130, 66}, Shape{128, 192}}) {
+      check_parity([](const TensorList& in) { return in[0].t().contiguous(); }, {random_input(shape, dtype)}, {});
+    }
+    check_parity([](const TensorList& in) { return in[0].transpose(1, 2).contiguous(); },
+                 {random_input({3, 70, 130}, dtype)}, {});
+    check_parity([](const TensorList& in) { return in[0].slice(1, 1, 67).t().contiguous(); },
+                 {random_input({130, 68}, dtype)}, {});
     Tensor x_gpu = x.to(kCuda0);
     CHECK(x_gpu.contiguous().is_same(x_gpu));
   }

@@ -104,6 +104,17 @@ __device__ __forceinline__ Dst cast_value(Src v) {
   }
 }
 
+// exp in the accumulator type A of inputs of type T. Half-precision inputs take the hardware
+// exp2 (__expf: a few ulp of f32, far below their own precision); f32 and f64 the exact one.
+template <class T, class A>
+__device__ __forceinline__ A exp_for(A v) {
+  if constexpr (kIsHalf<T>) {
+    return __expf(v);
+  } else {
+    return exp(v);
+  }
+}
+
 // Records an index fault for the host to raise at its next synchronization (see
 // cuda::KernelFault); only the first report of the process sticks until it is raised.
 __device__ __forceinline__ void report_index_fault(::genesis::cuda::KernelFault* fault, int op, int64_t value, int64_t bound) {

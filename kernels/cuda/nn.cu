@@ -265,10 +265,13 @@ __global__ void __launch_bounds__(kThreads)
 
 // Position i of the indices: its value (the sort key) and i (the payload).
 template <class I>
-__global__ void embedding_sort_inputs(int64_t n, const I* index, unsigned long long* keys, int64_t* positions) {
+__global__ void embedding_sort_inputs(int64_t n, int64_t num, const I* index, unsigned long long* keys,
+                                      int64_t* positions) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    keys[i] = static_cast<unsigned long long>(index[i]);
+    // A bad id (reported by the forward) sorts after every row as `num`, which no row reads.
+    const auto id = static_cast<int64_t>(index[i]);
+    keys[i] = static_cast<unsigned long long>(id >= 0 && id < num ? id : num);
     positions[i] = i;
   }
 }
@@ -345,15 +348,16 @@ void norm_rows(DType dtype, bool centered, int64_t rows, int64_t cols, const voi
 }
 
 // Two blocks per multiprocessor: the register-row backward keeps 2 x 8 warps of rows resident.
-int64_t norm_backward_chunks(int64_t rows) {
-  return std::min<int64_t>(rows, norm_backward_blocks_per_sm() * static_cast<int64_t>(multiprocessor_count()));
+int64_t norm_backward_chunks(DType dtype, int64_t rows, int64_t cols) {
+  return std::min<int64_t>(rows,
+                           norm_backward_blocks_per_sm(dtype, cols) * static_cast<int64_t>(multiprocessor_count()));
 }
 
 void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
                         const void* mean, const void* rstd, const void* grad_y, void* grad_x, void* grad_weight,
                         void* grad_bias, void* partials, cudaStream_t stream) {
   const bool want_partials = (grad_weight || grad_bias) && cols > 0;
-  const int64_t chunks = norm_backward_chunks(rows);
+  const int64_t chunks = norm_backward_chunks(dtype, rows, cols);
   // The register path takes f32, f16 and bf16 only, whose partials are f32.
   float* partials_f32 = want_partials ? static_cast<float*>(partials) : nullptr;
   const bool fused = norm_backward_in_registers(
@@ -410,7 +414,7 @@ void embedding(DType dtype, DType index_dtype, int64_t n, const void* index, int
 
 size_t embedding_backward_workspace_bytes(int64_t n, int64_t num) {
   return 4 * workspace_aligned(static_cast<size_t>(n) * sizeof(int64_t)) +
-         workspace_aligned(static_cast<size_t>(num + 1) * sizeof(int64_t)) + sort_by_key_temp_bytes(n, num);
+         workspace_aligned(static_cast<size_t>(num + 1) * sizeof(int64_t)) + sort_by_key_temp_bytes(n, num + 1);
 }
 
 void embedding_backward(DType dtype, DType index_dtype, int64_t n, const void* index, int64_t num, int64_t dim,
@@ -431,10 +435,10 @@ void embedding_backward(DType dtype, DType index_dtype, int64_t n, const void* i
   if (n > 0) {
     GENESIS_DISPATCH_INDEX(index_dtype, "embedding backward", {
       embedding_sort_inputs<scalar_t>
-          <<<grid_size(n), kBlockSize, 0, stream>>>(n, static_cast<const scalar_t*>(index), keys, positions);
+          <<<grid_size(n), kBlockSize, 0, stream>>>(n, num, static_cast<const scalar_t*>(index), keys, positions);
       GENESIS_CUDA_LAUNCH_CHECK();
     });
-    sort_by_key(sort_temp, n, num, keys, sorted_keys, positions, order, stream);
+    sort_by_key(sort_temp, n, num + 1, keys, sorted_keys, positions, order, stream);
   }
   embedding_row_starts<<<grid_size(num + 1), kBlockSize, 0, stream>>>(n, num, sorted_keys, start);
   GENESIS_CUDA_LAUNCH_CHECK();

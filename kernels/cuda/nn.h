@@ -24,8 +24,9 @@ void softmax_backward(DType dtype, bool log, int64_t rows, int64_t dim, const vo
 void norm_rows(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
                const void* bias, double eps, void* y, void* mean, void* rstd, cudaStream_t stream);
 // Row chunks of the weight/bias gradient: norm_rows_backward needs a `partials` buffer of
-// 2 * norm_backward_chunks(rows) * cols accumulator-type elements when grad_weight or grad_bias is set.
-int64_t norm_backward_chunks(int64_t rows);
+// 2 * norm_backward_chunks(dtype, rows, cols) * cols accumulator-type elements when grad_weight or
+// grad_bias is set (a chunk per resident block of the backward).
+int64_t norm_backward_chunks(DType dtype, int64_t rows, int64_t cols);
 // grad_x [rows, cols], and grad_weight / grad_bias [cols] when non-null: each chunk of rows sums
 // its column partials, then every column adds its chunks in order.
 void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,

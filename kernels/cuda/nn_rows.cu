@@ -4,7 +4,6 @@
 // statistics are shuffle trees in f32, so every run gives the same bits.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -45,8 +44,8 @@ struct NanMax {
   __device__ __forceinline__ float operator()(float a, float b) const { return a != a || b <= a ? a : b; }
 };
 
-template <int kGroup, int kSlots, class T>
-__global__ void __launch_bounds__(kThreads) softmax_kernel(RowOutput output, int64_t rows, int nvec, const T* x, T* y) {
+template <RowOutput kOutput, int kGroup, int kSlots, class T>
+__global__ void __launch_bounds__(kThreads) softmax_kernel(int64_t rows, int nvec, const T* x, T* y) {
   constexpr int N = kPack<T>;
   __shared__ float shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
@@ -61,23 +60,23 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(RowOutput output, int
     m = group_reduce<kGroup>(m, shared, NanMax{});
     float total = 0;
     GENESIS_FOR_EACH_SLOT(k, j) {
-      for (int i = 0; i < N; ++i) total += std::exp(to_acc<float>(data[k].v[i]) - m);
+      for (int i = 0; i < N; ++i) total += exp_for<T>(to_acc<float>(data[k].v[i]) - m);
     }
     total = group_reduce<kGroup>(total, shared, Sum{});
     const float log_total = std::log(total), inv = 1.0f / total;
-    if (output == RowOutput::log_sum_exp) {
+    if constexpr (kOutput == RowOutput::log_sum_exp) {
       // An infinite (or NaN) max is the answer itself: a row of -inf, or one holding +inf.
       if (lane == 0) y[r] = from_acc<T>(std::isfinite(m) ? m + log_total : m);
-      continue;
-    }
-    Packed<T>* out = reinterpret_cast<Packed<T>*>(y + r * cols);
-    GENESIS_FOR_EACH_SLOT(k, j) {
-      Packed<T> result;
-      for (int i = 0; i < N; ++i) {
-        const float shifted = to_acc<float>(data[k].v[i]) - m;
-        result.v[i] = from_acc<T>(output == RowOutput::log_probs ? shifted - log_total : std::exp(shifted) * inv);
+    } else {
+      Packed<T>* out = reinterpret_cast<Packed<T>*>(y + r * cols);
+      GENESIS_FOR_EACH_SLOT(k, j) {
+        Packed<T> result;
+        for (int i = 0; i < N; ++i) {
+          const float shifted = to_acc<float>(data[k].v[i]) - m;
+          result.v[i] = from_acc<T>(kOutput == RowOutput::log_probs ? shifted - log_total : exp_for<T>(shifted) * inv);
+        }
+        store_pack(out + j, result);
       }
-      store_pack(out + j, result);
     }
   }
 }
@@ -106,7 +105,7 @@ __global__ void __launch_bounds__(kThreads)
       Packed<T> result;
       for (int i = 0; i < N; ++i) {
         const float g = to_acc<float>(gs[k].v[i]), v = to_acc<float>(ys[k].v[i]);
-        result.v[i] = from_acc<T>(log ? g - std::exp(v) * dot : v * (g - dot));
+        result.v[i] = from_acc<T>(log ? g - exp_for<T>(v) * dot : v * (g - dot));
       }
       store_pack(out + j, result);
     }
@@ -169,6 +168,9 @@ __global__ void __launch_bounds__(kThreads) norm_kernel(bool centered, int64_t r
 // thread, which spills the 16-bit rows; the multiprocessor's two blocks need 2 x 16 x cols x 4
 // bytes of shared memory, which fits up to this many columns.
 constexpr int64_t kSharedColumnSumsLimit = 1536;
+// Blocks per multiprocessor of the backward with shared column sums: three (48 KiB of sums
+// each at the limit) measured faster than two or four on the H100 (see docs/benchmarks.md).
+constexpr int kSharedSumsBlocks = 3;
 
 // grad_x row by row; each thread also sums g * xhat and g of its own columns over the block's
 // rows (in registers, or for kSharedSums in its warp's shared buffer), then the block's column
@@ -182,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   constexpr int N = kPack<T>, kQuads = N / 4;
   constexpr int kRegisterSums = kSharedSums ? 1 : kSlots;
   // Registers for two rows of x and grad_y packs and their f32 values in use: only the rows
-  // whose column sums are in shared memory leave room for that.
+  // whose column sums are in shared memory, at two blocks per multiprocessor, leave room for that.
   constexpr bool kPrefetch = kMinBlocks == 2 && kSharedSums && kSlots * 4 * N <= 96;
   static_assert(N % 4 == 0, "packs of whole float4 column sums");
   __shared__ float shared[kThreads / kWarp];
@@ -320,16 +322,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 // Calls launch(group, slots) with the smallest register row (a warp, or a block of kThreads,
 // times slots packs per thread) that holds nvec packs; false when none does.
-template <int kMaxWarpSlots = 8, class Launch>
+template <class Launch>
 bool with_register_row(int64_t nvec, Launch&& launch) {
   using std::integral_constant;
-  if constexpr (kMaxWarpSlots >= 16) {
-    if (nvec > 8 * kWarp && nvec <= 16 * kWarp) {
-      launch(integral_constant<int, kWarp>{}, integral_constant<int, 16>{});
-      GENESIS_CUDA_LAUNCH_CHECK();
-      return true;
-    }
-  }
   if (nvec <= 2 * kWarp) {
     launch(integral_constant<int, kWarp>{}, integral_constant<int, 2>{});
   } else if (nvec <= 3 * kWarp) {
@@ -381,20 +376,18 @@ unsigned row_grid(int64_t rows, int group) {
 }
 
 // Launches softmax_kernel; the row outputs (y for log_sum_exp) need not be aligned.
-bool softmax_rows(DType dtype, RowOutput output, int64_t rows, int64_t dim, const void* x, void* y,
-                  cudaStream_t stream) {
+template <RowOutput kOutput>
+bool softmax_rows(DType dtype, int64_t rows, int64_t dim, const void* x, void* y, cudaStream_t stream) {
   bool launched = false;
   GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
     using T = scalar_t;
-    if (rows <= 0 || !packable<T>(dim, {x, output == RowOutput::log_sum_exp ? nullptr : y})) break;
+    if (rows <= 0 || !packable<T>(dim, {x, kOutput == RowOutput::log_sum_exp ? nullptr : y})) break;
     const int64_t nvec = dim / kPack<T>;
-    auto run = [&](auto group, auto slots) {
+    launched = with_register_row(nvec, [&](auto group, auto slots) {
       constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
-      softmax_kernel<kGroup, kSlots, T><<<row_grid(rows, kGroup), kThreads, 0, stream>>>(
-          output, rows, static_cast<int>(nvec), static_cast<const T*>(x), static_cast<T*>(y));
-    };
-    static const bool exp_warp16 = std::getenv("GENESIS_EXP_WARP16") != nullptr;
-    launched = exp_warp16 ? with_register_row<16>(nvec, run) : with_register_row(nvec, run);
+      softmax_kernel<kOutput, kGroup, kSlots, T><<<row_grid(rows, kGroup), kThreads, 0, stream>>>(
+          rows, static_cast<int>(nvec), static_cast<const T*>(x), static_cast<T*>(y));
+    });
   });
   return launched;
 }
@@ -403,11 +396,12 @@ bool softmax_rows(DType dtype, RowOutput output, int64_t rows, int64_t dim, cons
 
 bool softmax_in_registers(DType dtype, bool log, int64_t rows, int64_t dim, const void* x, void* y,
                           cudaStream_t stream) {
-  return softmax_rows(dtype, log ? RowOutput::log_probs : RowOutput::probs, rows, dim, x, y, stream);
+  return log ? softmax_rows<RowOutput::log_probs>(dtype, rows, dim, x, y, stream)
+             : softmax_rows<RowOutput::probs>(dtype, rows, dim, x, y, stream);
 }
 
 bool logsumexp_in_registers(DType dtype, int64_t rows, int64_t cols, const void* x, void* out, cudaStream_t stream) {
-  return softmax_rows(dtype, RowOutput::log_sum_exp, rows, cols, x, out, stream);
+  return softmax_rows<RowOutput::log_sum_exp>(dtype, rows, cols, x, out, stream);
 }
 
 bool softmax_backward_in_registers(DType dtype, bool log, int64_t rows, int64_t dim, const void* y, const void* grad_y,
@@ -417,14 +411,12 @@ bool softmax_backward_in_registers(DType dtype, bool log, int64_t rows, int64_t 
     using T = scalar_t;
     if (rows <= 0 || !packable<T>(dim, {y, grad_y, grad_x})) break;
     const int64_t nvec = dim / kPack<T>;
-    auto run = [&](auto group, auto slots) {
+    launched = with_register_row(nvec, [&](auto group, auto slots) {
       constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
       softmax_backward_kernel<kGroup, kSlots, T>
           <<<row_grid(rows, kGroup), kThreads, 0, stream>>>(log, rows, static_cast<int>(nvec), static_cast<const T*>(y),
                                                             static_cast<const T*>(grad_y), static_cast<T*>(grad_x));
-    };
-    static const bool exp_warp16 = std::getenv("GENESIS_EXP_WARP16") != nullptr;
-    launched = exp_warp16 ? with_register_row<16>(nvec, run) : with_register_row(nvec, run);
+    });
   });
   return launched;
 }
@@ -447,8 +439,12 @@ bool norm_rows_in_registers(DType dtype, bool centered, int64_t rows, int64_t co
   return launched;
 }
 
-int norm_backward_blocks_per_sm() {
-  static const int blocks = std::getenv("GENESIS_EXP_NORM_BLOCKS") ? std::atoi(std::getenv("GENESIS_EXP_NORM_BLOCKS")) : 2;
+int norm_backward_blocks_per_sm(DType dtype, int64_t cols) {
+  int blocks = 2;
+  GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
+    const int64_t nvec = (cols + kPack<scalar_t> - 1) / kPack<scalar_t>;
+    if (nvec <= 8 * kWarp && cols <= kSharedColumnSumsLimit) blocks = kSharedSumsBlocks;
+  });
   return blocks;
 }
 
@@ -473,12 +469,9 @@ bool norm_backward_in_registers(DType dtype, bool centered, int64_t rows, int64_
             static_cast<T*>(grad_x), partial_w, partial_b);
       };
       const size_t column_bytes = 2 * static_cast<size_t>(cols) * sizeof(float);
-      const int blocks = norm_backward_blocks_per_sm();
       if constexpr (kGroup == kWarp) {
         if (cols <= kSharedColumnSumsLimit) {
-          if (blocks == 4) run(norm_backward_kernel<kGroup, kSlots, true, 4, T>, kThreads / kWarp * column_bytes);
-          else if (blocks == 3) run(norm_backward_kernel<kGroup, kSlots, true, 3, T>, kThreads / kWarp * column_bytes);
-          else run(norm_backward_kernel<kGroup, kSlots, true, 2, T>, kThreads / kWarp * column_bytes);
+          run(norm_backward_kernel<kGroup, kSlots, true, kSharedSumsBlocks, T>, kThreads / kWarp * column_bytes);
         } else {
           run(norm_backward_kernel<kGroup, kSlots, false, 2, T>, column_bytes);
         }

@@ -21,7 +21,8 @@ bool norm_rows_in_registers(DType dtype, bool centered, int64_t rows, int64_t co
                             const void* bias, double eps, void* y, void* mean, void* rstd, cudaStream_t stream);
 // grad_x, and the column partials of the weight / bias gradients of `chunks` row chunks
 // (partial_w / partial_b [chunks, cols], f32, either may be null) in one pass over x and grad_y.
-int norm_backward_blocks_per_sm();
+// Blocks per multiprocessor that norm_backward_in_registers runs for rows of `cols`.
+int norm_backward_blocks_per_sm(DType dtype, int64_t cols);
 bool norm_backward_in_registers(DType dtype, bool centered, int64_t rows, int64_t cols, int64_t chunks, const void* x,
                                 const void* weight, const void* mean, const void* rstd, const void* grad_y,
                                 void* grad_x, float* partial_w, float* partial_b, cudaStream_t stream);

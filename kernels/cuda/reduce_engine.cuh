@@ -187,18 +187,45 @@ __global__ void __launch_bounds__(kColumnBlock) reduce_columns_kernel(ColumnTask
   }
 }
 
-// Second pass of a split column reduction: output c folds partials[s * columns + c] for s in order.
+// Second pass of a split column reduction. Blocks of 32 columns x kSplitLanes: lane y folds
+// partials[s * columns + c] for s = y, y + kSplitLanes, ... (a short chain of loads each), then
+// the lanes' results are combined in order of y.
+constexpr int kSplitLanes = 8;
 template <class Op, class Acc>
-__global__ void combine_splits_kernel(int64_t columns, int64_t splits, const Acc* partials, Op op) {
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < columns;
-       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    Acc acc = partials[c];
-    for (int64_t s = 1; s < splits; ++s) acc = op.combine(acc, partials[s * columns + c]);
+__global__ void __launch_bounds__(kWarp* kSplitLanes)
+    combine_splits_kernel(int64_t columns, int64_t splits, const Acc* partials, Op op) {
+  __shared__ Acc lanes[kSplitLanes][kWarp];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarp + threadIdx.x;
+  Acc acc = op.identity();
+  if (c < columns) {
+    for (int64_t s = threadIdx.y; s < splits; s += kSplitLanes) acc = op.combine(acc, partials[s * columns + c]);
+  }
+  lanes[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < columns) {
+    for (int y = 1; y < kSplitLanes; ++y) acc = op.combine(acc, lanes[y][threadIdx.x]);
     op.store(c, acc);
   }
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Blocks of `threads` threads of `kernel` resident on the whole GPU at once, from the occupancy
+// calculator (registers differ by op and dtype), looked up once per kernel and device.
+template <class Kernel>
+int64_t resident_blocks(Kernel kernel, int threads) {
+  thread_local int cached_device = -1;
+  thread_local int64_t cached = 0;
+  int device = 0;
+  GENESIS_CUDA_CHECK(cudaGetDevice(&device));
+  if (device != cached_device) {
+    int per_multiprocessor = 0;
+    GENESIS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, 0));
+    cached = std::max(1, per_multiprocessor) * static_cast<int64_t>(multiprocessor_count());
+    cached_device = device;
+  }
+  return cached;
+}
 
 inline int64_t pow2_at_least(int64_t v) {
   int64_t p = 1;
@@ -230,12 +257,13 @@ void reduce_rows(int64_t rows, int64_t cols, const T* in, const Op& op, cudaStre
   constexpr int64_t L = kLanes<T, true>;
   const bool vector = L > 1 && aligned16(in) && cols % L == 0;
   const int64_t lanes = vector ? L : 1;
-  // Blocks of 512 threads resident on the GPU; a slice is at least 16 loads per thread of them.
-  const int64_t resident_blocks = static_cast<int64_t>(multiprocessor_count()) * 4;
+  // One wave of the first pass's blocks of 512 threads; a slice is at least 16 loads per thread.
+  const int64_t wave = vector ? resident_blocks(reduce_rows_kernel<ToPartials<Op>, T, true>, kMaxRowGroup)
+                              : resident_blocks(reduce_rows_kernel<ToPartials<Op>, T, false>, kMaxRowGroup);
   const int64_t min_slice = 16 * kMaxRowGroup * lanes;
   int64_t slices = 1;
-  if (rows < resident_blocks && cols > min_slice) {
-    slices = std::min(ceil_div(resident_blocks, rows), ceil_div(cols, min_slice));
+  if (rows < wave && cols > min_slice) {
+    slices = std::min(ceil_div(wave, rows), ceil_div(cols, min_slice));
     slices = std::max<int64_t>(1, std::min<int64_t>(slices, static_cast<int64_t>(kScratchBytes / sizeof(Acc)) / rows));
   }
   int64_t slice_len = cols;
@@ -265,16 +293,16 @@ void reduce_columns(int64_t outer, int64_t extent, int64_t inner, const T* in, c
   const bool vector = L > 1 && aligned16(in) && inner % L == 0;
   const int64_t columns = outer * inner;
   const int64_t packed_columns = columns / (vector ? L : 1);
-  const int64_t resident_blocks = static_cast<int64_t>(multiprocessor_count()) * (2048 / kColumnBlock);
+  const int64_t wave = vector ? resident_blocks(reduce_columns_kernel<ToPartials<Op>, T, true>, kColumnBlock)
+                              : resident_blocks(reduce_columns_kernel<ToPartials<Op>, T, false>, kColumnBlock);
   // Taller blocks when the columns alone leave the GPU idle, while each thread still folds 8+ rows.
   int64_t height = 1;
-  while (height < 8 && ceil_div(packed_columns, kColumnBlock / height) < resident_blocks && extent >= 16 * height)
-    height *= 2;
+  while (height < 8 && ceil_div(packed_columns, kColumnBlock / height) < wave && extent >= 16 * height) height *= 2;
   const int64_t width = kColumnBlock / height;
   const int64_t column_blocks = ceil_div(packed_columns, width);
   int64_t splits = 1;
-  if (column_blocks < resident_blocks) {
-    splits = std::min(ceil_div(resident_blocks, column_blocks), ceil_div(extent, 8 * height));
+  if (column_blocks < wave) {
+    splits = std::min(ceil_div(wave, column_blocks), ceil_div(extent, 8 * height));
     const int64_t fitting = static_cast<int64_t>(kScratchBytes / sizeof(Acc)) / columns;
     splits = std::max<int64_t>(1, std::min({splits, fitting, int64_t{65535}}));
   }
@@ -295,7 +323,8 @@ void reduce_columns(int64_t outer, int64_t extent, int64_t inner, const T* in, c
   }
   auto* partials = static_cast<Acc*>(scratch(stream));
   launch(ToPartials<Op>{op, partials});
-  combine_splits_kernel<Op, Acc><<<grid_size(columns), kBlockSize, 0, stream>>>(columns, splits, partials, op);
+  combine_splits_kernel<Op, Acc><<<static_cast<unsigned>(ceil_div(columns, kWarp)), dim3(kWarp, kSplitLanes), 0, stream>>>(
+      columns, splits, partials, op);
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 

@@ -166,7 +166,7 @@ Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& 
                GENESIS_ON_CUDA({
                  // Per-chunk column sums of the weight and bias gradients, added in chunk order.
                  const int64_t partial_count =
-                     gw.defined() || gb.defined() ? 2 * kernels::cuda::norm_backward_chunks(rows) * cols : 0;
+                     gw.defined() || gb.defined() ? 2 * kernels::cuda::norm_backward_chunks(dt, rows, cols) * cols : 0;
                  Tensor partials = empty({partial_count}, {.dtype = acc_dtype(dt), .device = device});
                  kernels::cuda::norm_rows_backward(dt, centered, rows, cols, xs.data_ptr(), w, means.data_ptr(),
                                                    rstds.data_ptr(), gy.data_ptr(), gx.data_ptr(), gw_ptr, gb_ptr,
