@@ -162,6 +162,13 @@ GENESIS_CUDA_PARITY("gelu") {
 }
 GENESIS_CUDA_PARITY("gelu_tanh") {
   check_unary([](const Tensor& x) { return gelu(x, GeluApproximation::tanh); }, -3, 3);
+  // 16-bit inputs take the x * sigmoid(2u) form on CUDA: both tails, and its gradient.
+  const auto gelu_tanh = [](const TensorList& in) { return gelu(in[0], GeluApproximation::tanh); };
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    INFO("dtype " << dtype_name(dtype));
+    check_parity(gelu_tanh, {random_input({4097}, dtype, -12, 12)}, tolerance_of_result(dtype));
+    check_backward_parity(gelu_tanh, {random_input({37, 129}, dtype, -6, 6)}, tolerance_of_result(dtype));
+  }
 }
 GENESIS_CUDA_PARITY("silu") {
   check_unary([](const Tensor& x) { return silu(x); }, -4, 4);

@@ -15,15 +15,20 @@ namespace genesis::kernels::cuda {
 
 namespace reduce_engine {
 
-void* scratch(cudaStream_t stream) {
+Scratch scratch(cudaStream_t stream) {
   static std::mutex mutex;
   static auto* buffers = new std::map<std::pair<int, cudaStream_t>, void*>;  // kept for the process
+  constexpr size_t kArrivalBytes = kMaxSplitRows * sizeof(unsigned);
   int device = 0;
   GENESIS_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard lock(mutex);
   void*& buffer = (*buffers)[{device, stream}];
-  if (!buffer) GENESIS_CUDA_CHECK(cudaMalloc(&buffer, kScratchBytes));
-  return buffer;
+  if (!buffer) {
+    GENESIS_CUDA_CHECK(cudaMalloc(&buffer, kScratchBytes + kArrivalBytes));
+    // Ordered before every later launch on `stream` (the memset runs on it).
+    GENESIS_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(buffer) + kScratchBytes, 0, kArrivalBytes, stream));
+  }
+  return {buffer, reinterpret_cast<unsigned*>(static_cast<char*>(buffer) + kScratchBytes)};
 }
 
 }  // namespace reduce_engine

@@ -8,9 +8,11 @@
 // are aligned; columns (inner > 1) by threads that each walk one column (or one 16-byte vector
 // of columns), so a warp's loads are consecutive in memory; rows of at most 8 elements by one
 // thread each, as columns of a [rows, cols, 1] block. When the outputs are too few to
-// fill the GPU, the extent is cut into slices reduced by separate blocks into a scratch buffer
-// and a second launch combines each output's slices in order. Every combination follows a
-// fixed tree that depends only on the shape and the device, so results are bit-reproducible.
+// fill the GPU, the extent is cut into slices reduced by separate blocks into a scratch buffer;
+// the slices of a row are then folded by the row's last block to finish (counted with an
+// atomic arrival counter, in the same launch), those of columns by a second launch. Every
+// combination follows a fixed tree that depends only on the shape and the device, so results
+// are bit-reproducible.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -28,12 +30,18 @@ constexpr int kColumnBlock = 256;
 constexpr int64_t kThreadRowLimit = 8;
 // Loads each thread keeps in flight before folding them in.
 constexpr int kUnroll = 4;
-// Partial results of split reductions live in a per-(device, stream) buffer of this size.
+// Partial results of split reductions live in a per-(device, stream) buffer of this size,
+// followed by one arrival counter per row of a split row reduction (at most kMaxSplitRows).
 constexpr size_t kScratchBytes = size_t{4} << 20;
+constexpr int64_t kMaxSplitRows = 4096;
 
-// The scratch buffer of the current device for `stream` (reduce.cu). Launches on one stream
-// are ordered, so the two passes of one reduction and the next reduction never overlap.
-void* scratch(cudaStream_t stream);
+struct Scratch {
+  void* partials;      // kScratchBytes
+  unsigned* arrivals;  // kMaxSplitRows counters, zero between launches
+};
+// The scratch of the current device for `stream` (reduce.cu). Launches on one stream are
+// ordered, so the passes of one reduction and the next reduction never overlap.
+Scratch scratch(cudaStream_t stream);
 
 // Any trivially copyable struct through a warp shuffle, one 32-bit word at a time.
 template <class S>
@@ -74,12 +82,33 @@ struct ToPartials : Op {
   __device__ void store(int64_t i, Acc acc) const { partials[i] = acc; }
 };
 
-// An op that folds partial results (second pass of a split reduction).
+// The first pass of a split row reduction, which also finishes it: every block (one slice of
+// one row) stores its partial result, and the last block of a row to arrive folds the row's
+// partials in slice order and stores the op's result. One launch instead of two.
 template <class Op>
-struct FromPartials : Op {
+struct SlicedRows : Op {
   using Acc = typename Op::Acc;
-  __device__ Acc step(Acc acc, Acc partial, int64_t) const { return this->combine(acc, partial); }
+  Acc* partials;
+  unsigned* arrivals;
+  __device__ void store(int64_t i, Acc acc) const { partials[i] = acc; }
+  __device__ void store_result(int64_t row, Acc acc) const { Op::store(row, acc); }
 };
+
+template <class Op>
+inline constexpr bool kIsSlicedRows = requires(const Op& op) { op.arrivals; };
+
+// A partial result written by another block, read from L2 (past this multiprocessor's L1).
+template <class S>
+__device__ __forceinline__ S load_from_l2(const S* p) {
+  static_assert(sizeof(S) % 4 == 0, "partials are made of 32-bit words");
+  constexpr int kWords = static_cast<int>(sizeof(S) / 4);
+  unsigned words[kWords];
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) words[w] = __ldcg(reinterpret_cast<const unsigned*>(p) + w);
+  S out;
+  memcpy(&out, words, sizeof(S));
+  return out;
+}
 
 struct RowTasks {
   int64_t tasks;      // rows * slices
@@ -132,6 +161,32 @@ __global__ void __launch_bounds__(kMaxRowGroup) reduce_rows_kernel(RowTasks t, c
     acc = member < warps ? warp_results[first + member] : op.identity();
     acc = warp_combine(op, acc);
     if (member == 0 && task < t.tasks) op.store(task, acc);
+  }
+  if constexpr (kIsSlicedRows<Op>) {
+    // The host launches one task per block here (group == blockDim.x).
+    __shared__ bool last;
+    const int64_t row = task / t.slices;
+    if (threadIdx.x == 0) {
+      __threadfence();  // the partial above is visible to the block that counts last
+      last = atomicAdd(op.arrivals + row, 1u) == static_cast<unsigned>(t.slices - 1);
+    }
+    __syncthreads();
+    if (!last) return;
+    Acc total = op.identity();
+    for (int64_t s = threadIdx.x; s < t.slices; s += blockDim.x)
+      total = op.combine(total, load_from_l2(op.partials + row * t.slices + s));
+    total = warp_combine(op, total);
+    if (lane == 0) warp_results[threadIdx.x / kWarp] = total;
+    __syncthreads();
+    if (threadIdx.x < kWarp) {
+      const int warps = static_cast<int>(blockDim.x) / kWarp;
+      total = lane < warps ? warp_results[lane] : op.identity();
+      total = warp_combine(op, total);
+      if (lane == 0) {
+        op.store_result(row, total);
+        op.arrivals[row] = 0;  // ready for the next launch on this stream
+      }
+    }
   }
 }
 
@@ -210,23 +265,6 @@ __global__ void __launch_bounds__(kWarp* kSplitLanes)
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Blocks of `threads` threads of `kernel` resident on the whole GPU at once, from the occupancy
-// calculator (registers differ by op and dtype), looked up once per kernel and device.
-template <class Kernel>
-int64_t resident_blocks(Kernel kernel, int threads) {
-  thread_local int cached_device = -1;
-  thread_local int64_t cached = 0;
-  int device = 0;
-  GENESIS_CUDA_CHECK(cudaGetDevice(&device));
-  if (device != cached_device) {
-    int per_multiprocessor = 0;
-    GENESIS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, 0));
-    cached = std::max(1, per_multiprocessor) * static_cast<int64_t>(multiprocessor_count());
-    cached_device = device;
-  }
-  return cached;
-}
-
 inline int64_t pow2_at_least(int64_t v) {
   int64_t p = 1;
   while (p < v) p <<= 1;
@@ -235,10 +273,13 @@ inline int64_t pow2_at_least(int64_t v) {
 
 template <bool kVector, class Op, class In>
 void launch_rows_pass(RowTasks t, const In* in, const Op& op, cudaStream_t stream) {
-  // About four loads (of 16 bytes, or of 4 elements' worth of scalars) per thread.
+  // About four loads (of 16 bytes, or of 4 elements' worth of scalars) per thread; a block per
+  // task for split rows.
   const int64_t per_load = kVector ? kLanes<In, true> : 4;
-  t.group = static_cast<int>(std::clamp<int64_t>(pow2_at_least(ceil_div(std::min(t.slice_len, t.cols), 4 * per_load)),
-                                                 kWarp, kMaxRowGroup));
+  t.group = kIsSlicedRows<Op> ? kMaxRowGroup
+                              : static_cast<int>(std::clamp<int64_t>(
+                                    pow2_at_least(ceil_div(std::min(t.slice_len, t.cols), 4 * per_load)), kWarp,
+                                    kMaxRowGroup));
   const int threads = std::max(t.group, 256);
   const auto blocks = static_cast<unsigned>(ceil_div(t.tasks, threads / t.group));
   reduce_rows_kernel<Op, In, kVector><<<blocks, threads, 0, stream>>>(t, in, op);
@@ -257,13 +298,12 @@ void reduce_rows(int64_t rows, int64_t cols, const T* in, const Op& op, cudaStre
   constexpr int64_t L = kLanes<T, true>;
   const bool vector = L > 1 && aligned16(in) && cols % L == 0;
   const int64_t lanes = vector ? L : 1;
-  // One wave of the first pass's blocks of 512 threads; a slice is at least 16 loads per thread.
-  const int64_t wave = vector ? resident_blocks(reduce_rows_kernel<ToPartials<Op>, T, true>, kMaxRowGroup)
-                              : resident_blocks(reduce_rows_kernel<ToPartials<Op>, T, false>, kMaxRowGroup);
+  // Blocks of 512 threads resident on the GPU; a slice is at least 16 loads per thread of them.
+  const int64_t resident_blocks = static_cast<int64_t>(multiprocessor_count()) * 4;
   const int64_t min_slice = 16 * kMaxRowGroup * lanes;
   int64_t slices = 1;
-  if (rows < wave && cols > min_slice) {
-    slices = std::min(ceil_div(wave, rows), ceil_div(cols, min_slice));
+  if (rows < resident_blocks && rows <= kMaxSplitRows && cols > min_slice) {
+    slices = std::min(ceil_div(resident_blocks, rows), ceil_div(cols, min_slice));
     slices = std::max<int64_t>(1, std::min<int64_t>(slices, static_cast<int64_t>(kScratchBytes / sizeof(Acc)) / rows));
   }
   int64_t slice_len = cols;
@@ -279,9 +319,9 @@ void reduce_rows(int64_t rows, int64_t cols, const T* in, const Op& op, cudaStre
     first_pass(RowTasks{rows, 1, cols, cols, 0}, op);
     return;
   }
-  auto* partials = static_cast<Acc*>(scratch(stream));
-  first_pass(RowTasks{rows * slices, slices, slice_len, cols, 0}, ToPartials<Op>{op, partials});
-  launch_rows_pass<false>(RowTasks{rows, 1, slices, slices, 0}, partials, FromPartials<Op>{op}, stream);
+  const Scratch s = scratch(stream);
+  first_pass(RowTasks{rows * slices, slices, slice_len, cols, 0},
+             SlicedRows<Op>{op, static_cast<Acc*>(s.partials), s.arrivals});
 }
 
 // [outer, extent, inner] reduced along extent: one thread per output column (inner > 1), or
@@ -293,16 +333,16 @@ void reduce_columns(int64_t outer, int64_t extent, int64_t inner, const T* in, c
   const bool vector = L > 1 && aligned16(in) && inner % L == 0;
   const int64_t columns = outer * inner;
   const int64_t packed_columns = columns / (vector ? L : 1);
-  const int64_t wave = vector ? resident_blocks(reduce_columns_kernel<ToPartials<Op>, T, true>, kColumnBlock)
-                              : resident_blocks(reduce_columns_kernel<ToPartials<Op>, T, false>, kColumnBlock);
+  const int64_t resident_blocks = static_cast<int64_t>(multiprocessor_count()) * (2048 / kColumnBlock);
   // Taller blocks when the columns alone leave the GPU idle, while each thread still folds 8+ rows.
   int64_t height = 1;
-  while (height < 8 && ceil_div(packed_columns, kColumnBlock / height) < wave && extent >= 16 * height) height *= 2;
+  while (height < 8 && ceil_div(packed_columns, kColumnBlock / height) < resident_blocks && extent >= 16 * height)
+    height *= 2;
   const int64_t width = kColumnBlock / height;
   const int64_t column_blocks = ceil_div(packed_columns, width);
   int64_t splits = 1;
-  if (column_blocks < wave) {
-    splits = std::min(ceil_div(wave, column_blocks), ceil_div(extent, 8 * height));
+  if (column_blocks < resident_blocks) {
+    splits = std::min(ceil_div(resident_blocks, column_blocks), ceil_div(extent, 8 * height));
     const int64_t fitting = static_cast<int64_t>(kScratchBytes / sizeof(Acc)) / columns;
     splits = std::max<int64_t>(1, std::min({splits, fitting, int64_t{65535}}));
   }
@@ -321,7 +361,7 @@ void reduce_columns(int64_t outer, int64_t extent, int64_t inner, const T* in, c
     launch(op);
     return;
   }
-  auto* partials = static_cast<Acc*>(scratch(stream));
+  auto* partials = static_cast<Acc*>(scratch(stream).partials);
   launch(ToPartials<Op>{op, partials});
   combine_splits_kernel<Op, Acc><<<static_cast<unsigned>(ceil_div(columns, kWarp)), dim3(kWarp, kSplitLanes), 0, stream>>>(
       columns, splits, partials, op);

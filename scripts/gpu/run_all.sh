@@ -10,7 +10,8 @@
 #   scripts/gpu/run_all.sh BUNDLE.tar.xz [FASHION_MNIST_DIR]
 #   STEPS="tests bench" (default: tests bench, plus fashion when a data directory is given)
 #   BENCH_FILTER=REGEX  limits the ops suite (genesis and PyTorch alike); BENCH_DTYPES="f32 bf16";
-#   BENCH_SUITE=FILE (default recipes/bench/ops.toml); BENCH_DEVICE=cuda (cpu tries the script here)
+#   BENCH_SUITE=FILE (default recipes/bench/ops.toml); BENCH_DEVICE=cuda (cpu tries the script here);
+#   BENCH_FLUSH_MODE=read (default) or write: how both sides flush the cache between repetitions
 #   MEMCHECK=1 adds compute-sanitizer memcheck over the CUDA suite, less the tests that
 #   provoke out-of-memory and invalid-API errors on purpose ([oom], [api-error]).
 set -uo pipefail
@@ -89,10 +90,11 @@ if has bench; then
   "$genesis" bench ceilings --device "$dev" --json "$out/ceilings.json" > "$out/ceilings.txt" 2>&1
   note "bench ceilings rc=$?"; tee -a "$out/summary.txt" < "$out/ceilings.txt"
   for dt in ${BENCH_DTYPES:-f32 bf16}; do
-    "$genesis" bench ops --device "$dev" --suite "$suite" --dtype "$dt" --ceilings "$out/ceilings.json" "${filter[@]}" \
+    "$genesis" bench ops --device "$dev" --suite "$suite" --dtype "$dt" --ceilings "$out/ceilings.json" "${filter[@]}" --flush-mode "${BENCH_FLUSH_MODE:-read}" \
       --json "$out/genesis_$dt.json" > "$out/genesis_$dt.txt" 2> "$out/genesis_$dt.err"
     note "genesis bench ops $dt rc=$?: $(tail -1 "$out/genesis_$dt.txt") $(tail -2 "$out/genesis_$dt.err")"
     python3 scripts/bench/torch_ops.py "$suite" --device "$dev" --dtype "$dt" --ceilings "$out/ceilings.json" \
+      --flush-mode "${BENCH_FLUSH_MODE:-read}" \
       "${filter[@]}" --json "$out/torch_$dt.json" > "$out/torch_$dt.txt" 2> "$out/torch_$dt.err"
     note "torch ops $dt rc=$?: $(tail -1 "$out/torch_$dt.txt") $(tail -2 "$out/torch_$dt.err")"
     "$genesis" bench compare "$out/genesis_$dt.json" "$out/torch_$dt.json" > "$out/compare_$dt.txt" 2>&1
