@@ -162,11 +162,14 @@ void check_norm(const NormFn& op, bool has_bias) {
     };
     check_backward_parity(misaligned, {random_input({1 + 6 * 768}, dtype, -2, 3), random_input({768}, dtype, 0.5, 1.5)},
                           grad_tolerance);
-    // Many rows per block of the fused backward: 2500 rows over at most 2 x 132 blocks of 8 warps.
-    TensorList tall = {random_input({2500, 768}, dtype, -2, 3), random_input({768}, dtype, 0.5, 1.5)};
-    if (has_bias) tall.push_back(random_input({768}, dtype, -1, 1));
-    check_backward_parity(with_weight(op, has_bias, {768}), tall,
-                          dtype == DType::f32 || dtype == DType::f64 ? Tolerance{1e-4, 1e-4} : grad_tolerance);
+    // Many rows per block of the fused backward: 2500 rows over at most 3 x 132 blocks of 8
+    // warps; 1280 columns of 16-bit rows fit only two blocks' column sums per multiprocessor.
+    for (int64_t cols : {768, 1280}) {
+      TensorList tall = {random_input({2500, cols}, dtype, -2, 3), random_input({cols}, dtype, 0.5, 1.5)};
+      if (has_bias) tall.push_back(random_input({cols}, dtype, -1, 1));
+      check_backward_parity(with_weight(op, has_bias, {cols}), tall,
+                            dtype == DType::f32 || dtype == DType::f64 ? Tolerance{1e-4, 1e-4} : grad_tolerance);
+    }
   }
   // Many rows: the weight gradient adds many row chunks; the same bits every run.
   TensorList many_rows = {random_input({3000, 64}, DType::f32, -2, 3), random_input({64}, DType::f32, 0.5, 1.5),

@@ -165,18 +165,19 @@ __global__ void __launch_bounds__(kThreads) norm_kernel(bool centered, int64_t r
 // Column sums of a warp-per-row backward kept in shared memory rather than registers: one
 // buffer of 2 x cols floats per warp, laid out so that lane l's float4 of slot k sits next to
 // lane l + 1's (conflict-free 16-byte accesses). Registers would hold 2 x cols / 32 floats per
-// thread, which spills the 16-bit rows; the multiprocessor's two blocks need 2 x 16 x cols x 4
-// bytes of shared memory, which fits up to this many columns.
+// thread, which spills the 16-bit rows; a block needs 8 warps x 2 x cols x 4 bytes of shared
+// memory, so two blocks per multiprocessor fit up to this many columns.
 constexpr int64_t kSharedColumnSumsLimit = 1536;
-// Blocks per multiprocessor of the backward with shared column sums: three (48 KiB of sums
-// each at the limit) measured faster than two or four on the H100 (see docs/benchmarks.md).
+// Blocks per multiprocessor of the backward with shared column sums, where their shared memory
+// fits (up to 928 columns on the H100): three measured faster than two or four (768 columns,
+// see docs/benchmarks.md).
 constexpr int kSharedSumsBlocks = 3;
 
 // grad_x row by row; each thread also sums g * xhat and g of its own columns over the block's
 // rows (in registers, or for kSharedSums in its warp's shared buffer), then the block's column
 // partials go to row blockIdx.x of partial_w / partial_b (the warps of a warp-per-row block add
-// theirs in warp order). Only two blocks per multiprocessor run, so where the registers allow,
-// the next row's x and grad_y are loaded before the current row is reduced.
+// theirs in warp order). At two blocks per multiprocessor, where the registers allow, the next
+// row's x and grad_y are loaded before the current row is reduced.
 template <int kGroup, int kSlots, bool kSharedSums, int kMinBlocks, class T>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     norm_backward_kernel(bool centered, int64_t rows, int nvec, const T* x, const T* w, const float* mean,
@@ -440,12 +441,18 @@ bool norm_rows_in_registers(DType dtype, bool centered, int64_t rows, int64_t co
 }
 
 int norm_backward_blocks_per_sm(DType dtype, int64_t cols) {
-  int blocks = 2;
+  bool shared_sums = false;
   GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
     const int64_t nvec = (cols + kPack<scalar_t> - 1) / kPack<scalar_t>;
-    if (nvec <= 8 * kWarp && cols <= kSharedColumnSumsLimit) blocks = kSharedSumsBlocks;
+    shared_sums = nvec <= 8 * kWarp && cols <= kSharedColumnSumsLimit;
   });
-  return blocks;
+  if (!shared_sums) return 2;
+  int device = 0, shared_per_sm = 0;
+  GENESIS_CUDA_CHECK(cudaGetDevice(&device));
+  GENESIS_CUDA_CHECK(cudaDeviceGetAttribute(&shared_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  // The column sums plus the 1 KiB the runtime reserves per block.
+  const int64_t per_block = kThreads / kWarp * 2 * cols * static_cast<int64_t>(sizeof(float)) + 1024;
+  return static_cast<int>(std::clamp<int64_t>(shared_per_sm / per_block, 1, kSharedSumsBlocks));
 }
 
 bool norm_backward_in_registers(DType dtype, bool centered, int64_t rows, int64_t cols, int64_t chunks, const void* x,
@@ -471,7 +478,11 @@ bool norm_backward_in_registers(DType dtype, bool centered, int64_t rows, int64_
       const size_t column_bytes = 2 * static_cast<size_t>(cols) * sizeof(float);
       if constexpr (kGroup == kWarp) {
         if (cols <= kSharedColumnSumsLimit) {
-          run(norm_backward_kernel<kGroup, kSlots, true, kSharedSumsBlocks, T>, kThreads / kWarp * column_bytes);
+          const size_t bytes = kThreads / kWarp * column_bytes;
+          if (norm_backward_blocks_per_sm(dtype, cols) == kSharedSumsBlocks)
+            run(norm_backward_kernel<kGroup, kSlots, true, kSharedSumsBlocks, T>, bytes);
+          else
+            run(norm_backward_kernel<kGroup, kSlots, true, 2, T>, bytes);
         } else {
           run(norm_backward_kernel<kGroup, kSlots, false, 2, T>, column_bytes);
         }
