@@ -74,4 +74,12 @@ void check_backward_parity(const Fn& fn, const TensorList& inputs, Tolerance tol
   }
 }
 
+void check_no_host_read(const std::function<Tensor()>& op) {
+  Tensor pending = one_hot(tensor({7}, {1}, {.dtype = DType::i64}).to(kCuda0), 3);
+  Tensor out;
+  REQUIRE_NOTHROW(out = op());
+  CHECK_THROWS_WITH(out.to(kCPU), Catch::Contains("one_hot: index 7 is out of range [0, 3)"));
+  REQUIRE_NOTHROW(out.to(kCPU));
+}
+
 }  // namespace genesis::testing

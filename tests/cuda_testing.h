@@ -35,6 +35,10 @@ void check_parity(const Fn& fn, const TensorList& inputs, Tolerance tolerance);
 void check_backward_parity(const Fn& fn, const TensorList& inputs, Tolerance tolerance);
 // fn run twice on copies of the inputs on cuda:0 gives the same bits.
 void check_deterministic(const Fn& fn, const TensorList& inputs);
+// `op` never reads from the device: a fault left pending by an earlier kernel (cuda::KernelFault)
+// would be raised by any host read inside it (a copy to the host, synchronize()), so it must
+// surface only at the copy of the result afterwards.
+void check_no_host_read(const std::function<Tensor()>& op);
 
 // Shapes every elementwise parity test runs over: odd sizes, a single element, a 0-d tensor.
 inline const std::vector<Shape> kParityShapes = {{37, 129}, {1, 1}, {3, 5, 7}, {}};
