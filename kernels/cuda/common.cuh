@@ -140,6 +140,18 @@ inline int multiprocessor_count() {
   return cached_count;
 }
 
+// Shared memory per multiprocessor of the current device, in bytes (looked up once per thread and device).
+inline int shared_memory_per_multiprocessor() {
+  thread_local int cached_device = -1, cached_bytes = 0;
+  int device = 0;
+  GENESIS_CUDA_CHECK(cudaGetDevice(&device));
+  if (device != cached_device) {
+    GENESIS_CUDA_CHECK(cudaDeviceGetAttribute(&cached_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    cached_device = device;
+  }
+  return cached_bytes;
+}
+
 // Blocks of `threads` for a grid-stride loop over `items` work items: one item per thread up
 // to the number of blocks that can be resident at once (2048 threads per multiprocessor).
 inline unsigned grid_size(int64_t items, int threads = kBlockSize) {

@@ -447,12 +447,9 @@ int norm_backward_blocks_per_sm(DType dtype, int64_t cols) {
     shared_sums = nvec <= 8 * kWarp && cols <= kSharedColumnSumsLimit;
   });
   if (!shared_sums) return 2;
-  int device = 0, shared_per_sm = 0;
-  GENESIS_CUDA_CHECK(cudaGetDevice(&device));
-  GENESIS_CUDA_CHECK(cudaDeviceGetAttribute(&shared_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   // The column sums plus the 1 KiB the runtime reserves per block.
   const int64_t per_block = kThreads / kWarp * 2 * cols * static_cast<int64_t>(sizeof(float)) + 1024;
-  return static_cast<int>(std::clamp<int64_t>(shared_per_sm / per_block, 1, kSharedSumsBlocks));
+  return static_cast<int>(std::clamp<int64_t>(shared_memory_per_multiprocessor() / per_block, 1, kSharedSumsBlocks));
 }
 
 bool norm_backward_in_registers(DType dtype, bool centered, int64_t rows, int64_t cols, int64_t chunks, const void* x,
