@@ -128,28 +128,23 @@ __device__ __forceinline__ void report_index_fault(::genesis::cuda::KernelFault*
 
 inline constexpr int kBlockSize = 256;
 
-// Multiprocessors of the current device (looked up once per thread and device).
-inline int multiprocessor_count() {
-  thread_local int cached_device = -1, cached_count = 0;
+// An attribute of the current device, looked up once per thread, device and attribute.
+template <cudaDeviceAttr kAttribute>
+inline int device_attribute() {
+  thread_local int cached_device = -1, cached_value = 0;
   int device = 0;
   GENESIS_CUDA_CHECK(cudaGetDevice(&device));
   if (device != cached_device) {
-    GENESIS_CUDA_CHECK(cudaDeviceGetAttribute(&cached_count, cudaDevAttrMultiProcessorCount, device));
+    GENESIS_CUDA_CHECK(cudaDeviceGetAttribute(&cached_value, kAttribute, device));
     cached_device = device;
   }
-  return cached_count;
+  return cached_value;
 }
 
-// Shared memory per multiprocessor of the current device, in bytes (looked up once per thread and device).
+inline int multiprocessor_count() { return device_attribute<cudaDevAttrMultiProcessorCount>(); }
+// In bytes.
 inline int shared_memory_per_multiprocessor() {
-  thread_local int cached_device = -1, cached_bytes = 0;
-  int device = 0;
-  GENESIS_CUDA_CHECK(cudaGetDevice(&device));
-  if (device != cached_device) {
-    GENESIS_CUDA_CHECK(cudaDeviceGetAttribute(&cached_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-    cached_device = device;
-  }
-  return cached_bytes;
+  return device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>();
 }
 
 // Blocks of `threads` for a grid-stride loop over `items` work items: one item per thread up
