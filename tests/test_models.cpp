@@ -1,12 +1,15 @@
 // Language models: shapes and Hugging Face names, causal masking, KV cache, grouped-query
 // attention, config errors, the Hugging Face directory loader, and parity with transformers
-// on the fixtures of scripts/reference/make_fixtures.py (tests/fixtures/<name>/).
+// on the fixtures of scripts/reference/make_fixtures.py (tests/fixtures/<name>/), in f32 and
+// under bf16 autocast.
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
+#include "libgenesis/autograd/autocast.h"
 #include "libgenesis/io/safetensors.h"
 #include "libgenesis/models/gpt2.h"
 #include "libgenesis/models/hf.h"
@@ -369,6 +372,40 @@ double relative_error(const Tensor& actual, const Tensor& expected) {
   return max_abs_diff(actual, expected) / std::max(scale, 1e-12);
 }
 
+// ||actual - expected|| / ||expected|| (L2 over all elements, in f64).
+double relative_norm_error(const Tensor& actual, const Tensor& expected) {
+  const Tensor e = expected.to(DType::f64);
+  return norm(sub(actual.to(DType::f64), e)).item() / std::max(norm(e).item(), 1e-30);
+}
+
+// The loss before each of `steps` AdamW steps (make_fixtures.py's settings: lr 1e-3, betas
+// 0.9/0.95, eps 1e-8, weight decay 0.1) of the model in dir. The forward and the loss run under
+// `autocast` (nullopt: off); backward and step run outside it, as PyTorch AMP does with bf16
+// (no loss scaling). Parameters and their gradients must stay f32.
+std::vector<double> adamw_losses(const fs::path& dir, const Tensor& ids, size_t steps, std::optional<DType> autocast) {
+  auto model = load_hf_model(dir);
+  ParamGroup group{.params = model->named_parameters(), .lr = 1e-3, .base_lr = 1e-3, .weight_decay = 0.1};
+  auto optimizer = make_adam({group}, {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
+  std::vector<double> losses;
+  for (size_t step = 0; step < steps; ++step) {
+    optimizer->zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard guard(autocast);
+      loss = causal_lm_loss(model->forward(ids), ids);
+    }
+    losses.push_back(loss.item());
+    loss.backward();
+    optimizer->step();
+  }
+  for (const NamedTensor& p : model->named_parameters()) {
+    INFO(dir.filename().string() << ": " << p.name << " after the AdamW steps");
+    CHECK(p.tensor.dtype() == DType::f32);
+    CHECK(p.tensor.grad().dtype() == DType::f32);
+  }
+  return losses;
+}
+
 void check_parity(const std::string& name) {
   const fs::path dir = fixture_dir(name);
   if (dir.empty()) {
@@ -398,17 +435,73 @@ void check_parity(const std::string& name) {
   Tensor generated = reference.load("generated_ids", DType::i64);
   CHECK(greedy_generate(*model, prompt, generated.size(1)).to_vector<int64_t>() == generated.to_vector<int64_t>());
 
-  auto trained = load_hf_model(dir);
-  ParamGroup group{.params = trained->named_parameters(), .lr = 1e-3, .base_lr = 1e-3, .weight_decay = 0.1};
-  auto optimizer = make_adam({group}, {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
   const std::vector<double> expected_losses = reference.load("adamw_losses", DType::f64).to_vector<double>();
+  const std::vector<double> losses = adamw_losses(dir, ids, expected_losses.size(), std::nullopt);
   for (size_t step = 0; step < expected_losses.size(); ++step) {
-    optimizer->zero_grad();
-    Tensor step_loss = causal_lm_loss(trained->forward(ids), ids);
     INFO(name << ": AdamW step " << step);
-    CHECK(std::abs(step_loss.item() - expected_losses[step]) <= 1e-4);
-    step_loss.backward();
-    optimizer->step();
+    CHECK(std::abs(losses[step] - expected_losses[step]) <= 1e-4);
+  }
+}
+
+// Under bf16 autocast, against reference_autocast_bf16.safetensors (make_fixtures.py
+// --autocast bf16: transformers with SDPA attention under torch.autocast("cpu", bfloat16)).
+//
+// Tolerances. bf16 keeps 8 significant bits (unit roundoff 2^-9 ~ 2e-3). Both sides round the
+// same things to bf16 (the GEMM inputs, attention's q/k/v and output, the logits) but not
+// always at the same points (genesis fuses bias + GELU and SwiGLU into one op each and rounds
+// once; transformers rounds after each of their elementwise ops in bf16), so they differ by a few
+// bf16 roundings carried through 2 layers: an error of bf16 size, not f32 noise. Measured
+// (fixtures of torch 2.11 / transformers 5.17 on an AMX-BF16 Xeon, genesis CPU build):
+//   genesis vs torch autocast   logits relative L2 6.8e-3..9.3e-3, max |delta| / max |logit|
+//                               8.6e-3..1.45e-2 (~3 bf16 spacings at the largest logit), loss
+//                               1.8e-4..5.8e-3, AdamW losses <= 3.0e-3 absolute (~5 nats);
+//   torch autocast vs torch f32 relative L2 8.4e-3..1.18e-2 (the same size: two independent
+//                               bf16 roundings of one f32 computation).
+// Bounds, about 2x the worst measured: logits relative L2 <= 2e-2 and max |delta| <= 3e-2 x
+// max |logit|; losses within 1.5e-2 absolute. Autocast must also have acted: genesis's bf16
+// logits, and the reference's, are at least 1e-3 (relative L2) from the f32 reference (f32
+// parity is ~1e-6) and within the same 2e-2 of it.
+constexpr double kAutocastLogitsNorm = 2e-2, kAutocastLogitsMax = 3e-2, kAutocastLoss = 1.5e-2;
+constexpr double kAutocastEffect = 1e-3;
+
+void check_autocast_parity(const std::string& name) {
+  const fs::path dir = fixture_dir(name);
+  const char* file = "reference_autocast_bf16.safetensors";
+  if (dir.empty() || !fs::exists(dir / file)) {
+    WARN("skipped: tests/fixtures/"
+         << name << "/" << file << " does not exist yet (python3 scripts/reference/make_fixtures.py --autocast bf16)");
+    return;
+  }
+  const io::SafetensorsFile reference(dir / file), f32_reference(dir / "reference.safetensors");
+  Tensor ids = f32_reference.load("input_ids", DType::i64);
+  Tensor expected = reference.load("logits", DType::f32), f32_expected = f32_reference.load("logits", DType::f32);
+  auto model = load_hf_model(dir);
+  Tensor logits, loss;
+  {
+    AutocastGuard autocast(DType::bf16);
+    logits = model->forward(ids);
+    loss = causal_lm_loss(logits, ids);
+  }
+  INFO(name << " under bf16 autocast");
+  CHECK(logits.dtype() == DType::bf16);
+  CHECK(loss.dtype() == DType::f32);
+  REQUIRE(logits.shape() == expected.shape());
+  CHECK(relative_norm_error(logits, expected) <= kAutocastLogitsNorm);
+  CHECK(relative_error(logits, expected) <= kAutocastLogitsMax);
+  CHECK(std::abs(loss.item() - reference.load("loss", DType::f64).item()) <= kAutocastLoss);
+  // Autocast acted on both sides: each one's bf16 logits are off its f32 ones, by a bf16 amount.
+  for (const Tensor& bf16_logits : {logits, expected}) {
+    const double from_f32 = relative_norm_error(bf16_logits, f32_expected);
+    CHECK(from_f32 >= kAutocastEffect);
+    CHECK(from_f32 <= kAutocastLogitsNorm);
+  }
+
+  const std::vector<double> expected_losses = reference.load("adamw_losses", DType::f64).to_vector<double>();
+  REQUIRE(expected_losses.size() == 5);
+  const std::vector<double> losses = adamw_losses(dir, ids, expected_losses.size(), DType::bf16);
+  for (size_t step = 0; step < expected_losses.size(); ++step) {
+    INFO(name << ": AdamW step " << step << " under bf16 autocast");
+    CHECK(std::abs(losses[step] - expected_losses[step]) <= kAutocastLoss);
   }
 }
 
@@ -425,4 +518,16 @@ TEST_CASE("parity with transformers: Qwen2", "[cpu][models][parity]") {
 }
 TEST_CASE("parity with transformers: Qwen3", "[cpu][models][parity]") {
   check_parity("qwen3");
+}
+TEST_CASE("parity with transformers under bf16 autocast: GPT-2", "[cpu][models][parity][amp]") {
+  check_autocast_parity("gpt2");
+}
+TEST_CASE("parity with transformers under bf16 autocast: Llama", "[cpu][models][parity][amp]") {
+  check_autocast_parity("llama");
+}
+TEST_CASE("parity with transformers under bf16 autocast: Qwen2", "[cpu][models][parity][amp]") {
+  check_autocast_parity("qwen2");
+}
+TEST_CASE("parity with transformers under bf16 autocast: Qwen3", "[cpu][models][parity][amp]") {
+  check_autocast_parity("qwen3");
 }

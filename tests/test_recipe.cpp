@@ -199,13 +199,14 @@ TEST_CASE("recipe: unknown sections and keys, with did-you-mean and location", "
         "inline.toml:10:2: unknown section [optimiser]; did you mean [optimizer]?");
   CHECK(
       text_error(kMinimal + "[wandb]\nproject = \"x\"\n") ==
-      "inline.toml:10:2: unknown section [wandb]; sections are run, model, data, optimizer, scheduler, training, eval");
+      "inline.toml:10:2: unknown section [wandb]; sections are run, model, data, optimizer, scheduler, training, eval, "
+      "amp");
   CHECK(text_error("lr = 1\n" + kMinimal) ==
         "inline.toml:1:1: key 'lr' is outside any section; it belongs to [optimizer]");
   CHECK(text_error("rum = 1\n" + kMinimal) == "inline.toml:1:1: key 'rum' is outside any section; did you mean [run]?");
   CHECK(text_error("zzz = 1\n" + kMinimal) ==
         "inline.toml:1:1: key 'zzz' is outside any section; sections are run, model, data, optimizer, scheduler, "
-        "training, eval");
+        "training, eval, amp");
   CHECK(text_error("[steps]\n" + kMinimal) ==
         "inline.toml:1:2: unknown section [steps]; 'steps' is a key of [training]");
   CHECK(text_error("[optimizer]\nname = \"sgd\"\n  lrr = 0.1\n") ==
@@ -320,6 +321,65 @@ TEST_CASE("recipe: required keys and rules across keys", "[cpu][recipe]") {
   CHECK(r.scheduler.milestones == std::vector<int64_t>{10, 20});
 }
 
+TEST_CASE("recipe: the [amp] section, its defaults, loss_scale's two forms and its errors", "[cpu][recipe]") {
+  RecipeSpec r = parse_recipe(kMinimal, "inline.toml");
+  CHECK(r.amp == RecipeSpec::Amp{.dtype = "f32",
+                                 .loss_scale = "",
+                                 .init_scale = 65536.0,
+                                 .growth_factor = 2.0,
+                                 .backoff_factor = 0.5,
+                                 .growth_interval = 2000,
+                                 .keep_f32 = {}});
+  CHECK(r.to_toml().find("\n[amp]\ndtype = \"f32\"\n# loss_scale is not set\ninit_scale = 65536.0\n") !=
+        std::string::npos);
+  CHECK(parse_recipe(kMinimal, "inline.toml", {"amp.dtype=bf16"}).amp.dtype == "bf16");
+  RecipeSpec fp16 = parse_recipe(kMinimal + "[amp]\ndtype = \"fp16\"\nkeep_f32 = [\"lm_head\", \"norm\"]\n",
+                                 "inline.toml", {"amp.growth_interval=100"});
+  CHECK(fp16.amp.dtype == "fp16");
+  CHECK(fp16.amp.loss_scale.empty());  // dynamic
+  CHECK(fp16.amp.growth_interval == 100);
+  CHECK(fp16.amp.keep_f32 == std::vector<std::string>{"lm_head", "norm"});
+  // loss_scale: "dynamic" or a number, written either way; a number reads back as itself.
+  const std::string fp16_recipe = kMinimal + "[amp]\ndtype = \"fp16\"\n";
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"\"dynamic\"", "dynamic"}, {"1024", "1024.0"}, {"128.0", "128.0"}, {"\"6.5e4\"", "65000.0"}}) {
+    INFO(text);
+    RecipeSpec s = parse_recipe(fp16_recipe + "loss_scale = " + text + "\n", "inline.toml");
+    CHECK(s.amp.loss_scale == expected);
+    CHECK(parse_recipe(s.to_toml(), "resolved.toml") == s);
+  }
+  RecipeSpec set = parse_recipe(fp16_recipe, "inline.toml", {"amp.loss_scale=1024"});
+  CHECK(set.amp.loss_scale == "1024.0");
+  CHECK(set.to_toml().find("\nloss_scale = 1024.0\n") != std::string::npos);
+  CHECK(parse_recipe(fp16_recipe, "inline.toml", {"amp.loss_scale=dynamic"}).amp.loss_scale == "dynamic");
+
+  CHECK(text_error(kMinimal + "[amp]\ndtype = \"fp8\"\n") ==
+        "inline.toml:11:9: amp.dtype must be one of: f32, bf16, fp16; got \"fp8\"");
+  CHECK(set_error({"amp.dtype=fp8"}) == "--set amp.dtype=fp8: amp.dtype must be one of: f32, bf16, fp16; got \"fp8\"");
+  CHECK(text_error(kMinimal + "[amp]\ndtype = \"bf16\"\nloss_scale = \"dynamic\"\n") ==
+        "inline.toml:12:1: amp.loss_scale (valid: \"dynamic\" or a number > 0) is for amp.dtype = \"fp16\" only; "
+        "amp.dtype is \"bf16\", which needs no loss scaling: remove amp.loss_scale");
+  CHECK(set_error({"amp.loss_scale=512"})
+            .starts_with("--set amp.loss_scale=512: amp.loss_scale (valid: \"dynamic\" or a number > 0) is for "
+                         "amp.dtype = \"fp16\" only"));
+  CHECK(text_error(fp16_recipe + "loss_scale = -1\n") ==
+        "inline.toml:12:14: amp.loss_scale must be \"dynamic\" or a number > 0, got \"-1.0\"");
+  CHECK(text_error(fp16_recipe + "loss_scale = \"auto\"\n") ==
+        "inline.toml:12:14: amp.loss_scale must be \"dynamic\" or a number > 0, got \"auto\"");
+  CHECK(text_error(fp16_recipe + "loss_scale = true\n") ==
+        "inline.toml:12:14: amp.loss_scale expects a string or a number, got bool true");
+  CHECK(set_error({"amp.dtype=fp16", "amp.loss_scale=0"}) ==
+        "--set amp.loss_scale=0: amp.loss_scale must be \"dynamic\" or a number > 0, got \"0.0\"");
+  CHECK(set_error({"amp.growth_factor=1"}) == "--set amp.growth_factor=1: amp.growth_factor must be > 1, got 1.0");
+  CHECK(set_error({"amp.backoff_factor=1"}) ==
+        "--set amp.backoff_factor=1: amp.backoff_factor must be in (0, 1), got 1.0");
+  CHECK(set_error({"amp.init_scale=0"}) == "--set amp.init_scale=0: amp.init_scale must be > 0, got 0.0");
+  CHECK(set_error({"amp.growth_interval=0"}) ==
+        "--set amp.growth_interval=0: amp.growth_interval must be >= 1, got 0");
+  CHECK(set_error({"amp.keep_f32=[lm_head, \"\"]"}) ==
+        "--set amp.keep_f32=[lm_head, \"\"]: amp.keep_f32 must not contain empty strings, got [\"lm_head\", \"\"]");
+}
+
 TEST_CASE("recipe: steps wins over epochs when both are given", "[cpu][recipe]") {
   RecipeSpec epochs_only = parse_recipe(kMinimal, "inline.toml");
   CHECK_FALSE(epochs_only.training.steps_given());
@@ -374,10 +434,12 @@ TEST_CASE("recipe: the schema is consistent with itself", "[cpu][recipe]") {
     CHECK(std::any_of(recipe_sections().begin(), recipe_sections().end(),
                       [&](const SectionSpec& s) { return std::string_view(s.name) == key.section; }));
     if (!key.choices.empty()) CHECK(key.type() == ValueType::String);
-    if (key.presence == Presence::Optional) {
-      CHECK(key.type() == ValueType::Int);
-      CHECK((key.min && key.min->value >= 1));
+    if (key.presence == Presence::Optional) {  // its zero value (0, "") must mean "not set"
+      CHECK((key.type() == ValueType::Int || key.type() == ValueType::String));
+      if (key.type() == ValueType::Int) CHECK((key.min && key.min->value >= 1));
+      if (key.type() == ValueType::String) CHECK(constraint_violation(key, std::string()) != "");
     }
+    if (key.number_as_text) CHECK(key.type() == ValueType::String);
     if (key.presence == Presence::Defaulted) {
       CHECK(key.fallback.index() == static_cast<size_t>(key.type()));
       CHECK(constraint_violation(key, key.fallback) == "");

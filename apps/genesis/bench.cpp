@@ -1,6 +1,8 @@
 // genesis bench ops | ceilings | alloc | compare: operator timings checked against a CPU
 // float64 reference, the device's ceilings, allocator costs, and ratio tables between two
 // result files (genesis vs scripts/bench/torch_ops.py). Schemas: docs/benchmarks.md.
+#include <omp.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include "apps/genesis/bench_ops.h"
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/core/threads.h"
 #if GENESIS_WITH_CUDA
 #include "libgenesis/cuda/runtime.h"
 #endif
@@ -32,12 +35,27 @@ Device parse_device(const std::string& name) {
   return kCPU;
 }
 
+// The device to time; on the CPU also the thread count, chosen as genesis train chooses it
+// with run.threads = 0 (libgenesis/core/threads.h; OMP_NUM_THREADS wins), noted on stderr.
+Device bench_device(const std::string& name) {
+  Device device = parse_device(name);
+  if (device.is_cpu()) {
+    ThreadChoice threads = configure_threads(0);
+    std::string note = thread_note(threads);
+    std::cerr << "genesis bench: " << threads.threads << (threads.threads == 1 ? " CPU thread (" : " CPU threads (")
+              << threads.reason << ")\n";
+    if (!note.empty()) std::cerr << note << "\n";
+  }
+  return device;
+}
+
 json header(const char* schema, const DeviceTimer& timer) {
   return {{"schema", schema},
           {"tool", "genesis"},
           {"tool_version", GENESIS_VERSION_STRING},
           {"device", timer.device().str()},
-          {"device_name", timer.device_name()}};
+          {"device_name", timer.device_name()},
+          {"cpu_threads", timer.device().is_cpu() ? json(omp_get_max_threads()) : json()}};
 }
 
 void write_json(const std::string& path, const json& j) {
@@ -186,7 +204,7 @@ int run_ops(const OpsFlags& flags) {
   GENESIS_CHECK(!selected.empty(), UsageError, "genesis bench ops: no case of ", flags.suite, " matches --filter '",
                 flags.filter, "'", only ? " and --dtype " + flags.dtype : "");
 
-  DeviceTimer timer(parse_device(flags.device), flags.flush_mib,
+  DeviceTimer timer(bench_device(flags.device), flags.flush_mib,
                     flags.flush_mode == "write" ? FlushMode::write : FlushMode::read);
   Ceilings ceilings;
   if (!flags.ceilings_path.empty()) {
@@ -269,7 +287,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{16}, int64_t{65536}));
   ceil_cmd->add_option("--json", cf->json_path, "Write the ceilings as JSON (for bench ops --ceilings)");
   register_command(ceil_cmd, [cf] {
-    DeviceTimer timer(parse_device(cf->device));
+    DeviceTimer timer(bench_device(cf->device));
     int64_t n = cf->gemm_size > 0 ? cf->gemm_size : timer.device().is_cuda() ? 8192 : 512;
     Ceilings c = measure_ceilings(timer, n);
     std::printf("%s (%s)\n", timer.device_name().c_str(), timer.device().str().c_str());
@@ -294,7 +312,7 @@ void add_bench_command(CLI::App& app) {
   alloc_cmd->add_option("--pairs", af->pairs, "Allocation + free pairs of the simple scenarios (default 20000)");
   alloc_cmd->add_option("--json", af->json_path, "Write the results as JSON");
   register_command(alloc_cmd, [af] {
-    DeviceTimer timer(parse_device(af->device));
+    DeviceTimer timer(bench_device(af->device));
     json scenarios = run_alloc_bench(timer.device(), af->pairs);
     std::printf("%-14s %12s %12s %9s  %s\n", "scenario", "genesis ns", "raw ns", "raw/gen", "what");
     for (const json& s : scenarios) {

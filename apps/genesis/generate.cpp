@@ -1,6 +1,6 @@
 // genesis generate (--model HF_DIR | --checkpoint DIR) (--prompt TEXT | --prompt-ids "ID ...")
 //   [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--device D]
-//   [--tokenizer PATH] [--ids]
+//   [--tokenizer PATH] [--ids] [--dtype f32|bf16|fp16]
 // Streams the continuation to stdout as it is generated: decoded text (bytes released once
 // their UTF-8 characters are complete), or token ids with --ids. Stops at EOS.
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "apps/genesis/commands.h"
+#include "libgenesis/autograd/autocast.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/data/tokenizer.h"
 #include "libgenesis/io/checkpoint_dir.h"
@@ -28,6 +29,7 @@ namespace fs = std::filesystem;
 
 struct GenerateArgs {
   std::string model_dir, checkpoint, tokenizer, prompt, prompt_ids, device = "cpu";
+  std::string dtype;  // autocast dtype; "" = the checkpoint recipe's amp.dtype (f32 for --model)
   int64_t max_new_tokens = 64;
   models::SamplingOptions sampling;
   uint64_t seed = 0;
@@ -39,6 +41,7 @@ struct LoadedModel {
   std::shared_ptr<models::CausalLM> model;
   std::optional<data::Tokenizer> tokenizer;
   std::vector<int64_t> eos_ids;  // from config.json / generation_config.json
+  std::optional<DType> autocast;  // the training recipe's amp.dtype (checkpoints)
 };
 
 // eos_token_id of a Hugging Face JSON file: a number, a list of numbers, or absent/null.
@@ -91,6 +94,7 @@ LoadedModel load_from_checkpoint(const fs::path& path, Device device) {
   }
   train::load_checkpoint(dir, *m.model, nullptr);
   m.model->to(device);
+  m.autocast = recipe::amp_dtype(spec);
   if (spec.data.name == "tokens" && fs::exists(spec.data.tokenizer))
     m.tokenizer = data::Tokenizer::load(spec.data.tokenizer);
   return m;
@@ -111,10 +115,22 @@ std::vector<int64_t> parse_prompt_ids(const std::string& text) {
   return ids;
 }
 
+// The autocast dtype generation runs under: --dtype, else what the checkpoint trained with.
+std::optional<DType> generation_autocast(const std::string& flag, const LoadedModel& m, Device device) {
+  std::optional<DType> dtype = m.autocast;
+  if (flag == "f32") dtype = std::nullopt;
+  if (flag == "bf16") dtype = DType::bf16;
+  if (flag == "fp16") dtype = DType::f16;
+  GENESIS_CHECK(dtype != DType::f16 || !device.is_cpu(), UsageError,
+                "--dtype fp16 runs on CUDA only; use --dtype bf16 (or f32) on the CPU");
+  return dtype;
+}
+
 int run_generate(const GenerateArgs& a) {
   models::check_sampling_options(a.sampling);
   const Device device = recipe::resolve_device(a.device);
   LoadedModel m = a.model_dir.empty() ? load_from_checkpoint(a.checkpoint, device) : load_from_hf(a.model_dir, device);
+  AutocastGuard autocast(generation_autocast(a.dtype, m, device));
   if (!a.tokenizer.empty()) m.tokenizer = data::Tokenizer::load(a.tokenizer);
   const bool text_out = !a.print_ids;
   GENESIS_CHECK(!a.prompt.empty() || !a.prompt_ids.empty(), UsageError,
@@ -194,6 +210,9 @@ void add_generate_command(CLI::App& app) {
   sub->add_option("--seed", a->seed, "Seed of the sampler")->capture_default_str();
   sub->add_option("--device", a->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   sub->add_flag("--ids", a->print_ids, "Print the new token ids instead of text");
+  sub->add_option("--dtype", a->dtype,
+                  "Autocast dtype: f32, bf16 or fp16 (CUDA); default: the checkpoint recipe's amp.dtype, f32 for --model")
+      ->check(CLI::IsMember({"f32", "bf16", "fp16"}));
   register_command(sub, [a, model, checkpoint] {
     GENESIS_CHECK(!model->empty() || !checkpoint->empty(), UsageError, "give --model HF_DIR or --checkpoint DIR");
     return run_generate(*a);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/genesis/commands.h"
+#include "libgenesis/core/threads.h"
 #include "libgenesis/ops/op_table.h"
 #if GENESIS_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -20,11 +21,24 @@ namespace genesis::cli {
 void add_info_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("info", "Build options, BLAS, threads and CUDA devices (JSON)");
   register_command(sub, [] {
+    // The thread count genesis train would choose now with run.threads = 0, and why.
+    ThreadChoice threads = configure_threads(0);
+    WaitPolicy wait = wait_policy();
     nlohmann::json j{{"version", GENESIS_VERSION_STRING},
                      {"ops", op_table().size()},
                      {"openmp_threads", omp_get_max_threads()},
                      {"blas", openblas_get_config()},
                      {"blas_threads", openblas_get_num_threads()}};
+    j["blas_threading"] = blas_threading();  // openmp: one pool with genesis's own kernels
+    j["threads"] = {{"threads", threads.threads},
+                    {"source", threads.source},
+                    {"reason", threads.reason},
+                    {"cores", threads.cores},
+                    {"free_cores", threads.free_cores},
+                    {"busy_cores", threads.busy_cores < 0 ? nlohmann::json() : nlohmann::json(threads.busy_cores)},
+                    {"omp_wait_policy", wait.omp_wait_policy},
+                    {"gomp_spincount", wait.gomp_spincount},
+                    {"wait_policy_source", wait.source}};
 #if GENESIS_WITH_CUDA
     j["cuda_backend"] = true;
     nlohmann::json devices = nlohmann::json::array();

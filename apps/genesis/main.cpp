@@ -6,6 +6,10 @@
 
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/core/threads.h"
+
+// A bounded OpenMP spin before libgomp starts (libgenesis/core/threads.h).
+GENESIS_WAIT_POLICY_PREINIT;
 
 int main(int argc, char** argv) {
   CLI::App app{"genesis: a C++/CUDA deep-learning training toolkit driven by TOML recipes"};

@@ -19,7 +19,7 @@ void add_ops_command(CLI::App& app) {
   };
   auto flags = std::make_shared<Flags>();
   sub->add_flag("--list", flags->list, "Print the op table as text (the default)");
-  sub->add_flag("--json", flags->json, "Emit the table as JSON (fields: name, family, backward, cpu, cuda, gradcheck)");
+  sub->add_flag("--json", flags->json, "Emit the table as JSON (fields: name, family, backward, cpu, cuda, gradcheck, autocast)");
   register_command(sub, [flags] {
     auto table = op_table();
     if (flags->json) {
@@ -32,17 +32,20 @@ void add_ops_command(CLI::App& app) {
                        {"backward", op.backward},
                        {"cpu", true},
                        {"cuda", op.cuda},
-                       {"gradcheck", op.backward}});
+                       {"gradcheck", op.backward},
+                       {"autocast", autocast_policy_name(op.autocast)}});
       }
       std::cout << out.dump(2) << "\n";
       return 0;
     }
     int n_backward = 0, n_cuda = 0;
-    std::printf("%-34s %-8s %-8s %-4s %-5s %s\n", "op", "family", "backward", "cpu", "cuda", "gradcheck");
+    std::printf("%-34s %-8s %-8s %-4s %-5s %-9s %s\n", "op", "family", "backward", "cpu", "cuda", "gradcheck",
+                "autocast");
     for (const OpInfo& op : table) {
-      std::printf("%-34.*s %-8.*s %-8s %-4s %-5s %s\n", static_cast<int>(op.name.size()), op.name.data(),
+      const std::string_view policy = autocast_policy_name(op.autocast);
+      std::printf("%-34.*s %-8.*s %-8s %-4s %-5s %-9s %.*s\n", static_cast<int>(op.name.size()), op.name.data(),
                   static_cast<int>(op.family.size()), op.family.data(), op.backward ? "yes" : "-", "yes",
-                  op.cuda ? "yes" : "-", op.backward ? "yes" : "-");
+                  op.cuda ? "yes" : "-", op.backward ? "yes" : "-", static_cast<int>(policy.size()), policy.data());
       n_backward += op.backward;
       n_cuda += op.cuda;
     }

@@ -133,15 +133,17 @@ void softmax_backward_typed(bool log, int64_t outer, int64_t dim, int64_t inner,
   });
 }
 
-template <class T>
-void norm_rows_typed(bool centered, int64_t rows, int64_t cols, const T* x, const T* w, const T* b, double eps, T* y,
-                     acc_t<T>* mean, acc_t<T>* rstd) {
-  using A = acc_t<T>;
+// x of X, weight and bias of W, y of Y (one dtype, or f32 weights with 16-bit or f32 x and y):
+// every value widens to the accumulator type A of X on load and y rounds once.
+template <class X, class W, class Y>
+void norm_rows_typed(bool centered, int64_t rows, int64_t cols, const X* x, const W* w, const W* b, double eps, Y* y,
+                     acc_t<X>* mean, acc_t<X>* rstd) {
+  using A = acc_t<X>;
   const A n = static_cast<A>(cols);
   parallel_for(rows, cols * 4, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * cols;
-      T* yr = y + r * cols;
+      const X* xr = x + r * cols;
+      Y* yr = y + r * cols;
       A mu = 0;
       if (centered) {
         for (int64_t c = 0; c < cols; ++c) mu += static_cast<A>(xr[c]);
@@ -157,7 +159,7 @@ void norm_rows_typed(bool centered, int64_t rows, int64_t cols, const T* x, cons
         A v = (static_cast<A>(xr[c]) - mu) * rs;
         if (w) v *= static_cast<A>(w[c]);
         if (b) v += static_cast<A>(b[c]);
-        yr[c] = static_cast<T>(v);
+        yr[c] = static_cast<Y>(v);
       }
       mean[r] = mu;
       rstd[r] = rs;
@@ -165,10 +167,11 @@ void norm_rows_typed(bool centered, int64_t rows, int64_t cols, const T* x, cons
   });
 }
 
-template <class T>
-void norm_rows_backward_typed(bool centered, int64_t rows, int64_t cols, const T* x, const T* w, const acc_t<T>* mean,
-                              const acc_t<T>* rstd, const T* gy, T* gx, T* gw, T* gb) {
-  using A = acc_t<T>;
+// grad_y of the forward's Y, grad_x of X, grad_weight / grad_bias of W.
+template <class X, class W, class Y>
+void norm_rows_backward_typed(bool centered, int64_t rows, int64_t cols, const X* x, const W* w, const acc_t<X>* mean,
+                              const acc_t<X>* rstd, const Y* gy, X* gx, W* gw, W* gb) {
+  using A = acc_t<X>;
   const A n = static_cast<A>(cols);
   const int64_t chunks = std::min(rows, kNormChunks);
   std::vector<A> partial_w(gw ? static_cast<size_t>(chunks * cols) : 0, A(0));
@@ -178,9 +181,9 @@ void norm_rows_backward_typed(bool centered, int64_t rows, int64_t cols, const T
       A* pw = gw ? partial_w.data() + k * cols : nullptr;
       A* pb = gb ? partial_b.data() + k * cols : nullptr;
       for (int64_t r = k * rows / chunks; r < (k + 1) * rows / chunks; ++r) {
-        const T* xr = x + r * cols;
-        const T* gr = gy + r * cols;
-        T* out = gx + r * cols;
+        const X* xr = x + r * cols;
+        const Y* gr = gy + r * cols;
+        X* out = gx + r * cols;
         const A mu = mean[r], rs = rstd[r];
         A sum_dxhat = 0, sum_dxhat_xhat = 0;
         for (int64_t c = 0; c < cols; ++c) {
@@ -198,17 +201,17 @@ void norm_rows_backward_typed(bool centered, int64_t rows, int64_t cols, const T
           const A xhat = (static_cast<A>(xr[c]) - mu) * rs;
           const A g = static_cast<A>(gr[c]);
           const A dxhat = w ? g * static_cast<A>(w[c]) : g;
-          out[c] = static_cast<T>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+          out[c] = static_cast<X>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
         }
       }
     }
   });
-  auto reduce_partials = [&](const std::vector<A>& partial, T* dst) {
+  auto reduce_partials = [&](const std::vector<A>& partial, W* dst) {
     parallel_for(cols, chunks, [&](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         A acc = 0;
         for (int64_t k = 0; k < chunks; ++k) acc += partial[static_cast<size_t>(k * cols + c)];
-        dst[c] = static_cast<T>(acc);
+        dst[c] = static_cast<W>(acc);
       }
     });
   };
@@ -274,25 +277,25 @@ void softmax_backward(DType dtype, bool log, int64_t outer, int64_t dim, int64_t
   });
 }
 
-void norm_rows(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
+void norm_rows(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
                const void* bias, double eps, void* y, void* mean, void* rstd) {
-  GENESIS_DISPATCH_FLOAT(dtype, "norm", {
-    using A = acc_t<scalar_t>;
-    norm_rows_typed<scalar_t>(centered, rows, cols, static_cast<const scalar_t*>(x),
-                              static_cast<const scalar_t*>(weight), static_cast<const scalar_t*>(bias), eps,
-                              static_cast<scalar_t*>(y), static_cast<A*>(mean), static_cast<A*>(rstd));
+  with_norm_types<float16, bfloat16>(dtypes, "norm", [&]<class X, class W, class Y>(std::type_identity<X>, std::type_identity<W>,
+                                                                  std::type_identity<Y>) {
+    norm_rows_typed<X, W, Y>(centered, rows, cols, static_cast<const X*>(x), static_cast<const W*>(weight),
+                             static_cast<const W*>(bias), eps, static_cast<Y*>(y), static_cast<acc_t<X>*>(mean),
+                             static_cast<acc_t<X>*>(rstd));
   });
 }
 
-void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
-                        const void* mean, const void* rstd, const void* grad_y, void* grad_x, void* grad_weight,
-                        void* grad_bias) {
-  GENESIS_DISPATCH_FLOAT(dtype, "norm backward", {
-    using A = acc_t<scalar_t>;
-    norm_rows_backward_typed<scalar_t>(
-        centered, rows, cols, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(weight),
-        static_cast<const A*>(mean), static_cast<const A*>(rstd), static_cast<const scalar_t*>(grad_y),
-        static_cast<scalar_t*>(grad_x), static_cast<scalar_t*>(grad_weight), static_cast<scalar_t*>(grad_bias));
+void norm_rows_backward(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x,
+                        const void* weight, const void* mean, const void* rstd, const void* grad_y, void* grad_x,
+                        void* grad_weight, void* grad_bias) {
+  with_norm_types<float16, bfloat16>(dtypes, "norm backward", [&]<class X, class W, class Y>(std::type_identity<X>, std::type_identity<W>,
+                                                                           std::type_identity<Y>) {
+    norm_rows_backward_typed<X, W, Y>(centered, rows, cols, static_cast<const X*>(x), static_cast<const W*>(weight),
+                                      static_cast<const acc_t<X>*>(mean), static_cast<const acc_t<X>*>(rstd),
+                                      static_cast<const Y*>(grad_y), static_cast<X*>(grad_x),
+                                      static_cast<W*>(grad_weight), static_cast<W*>(grad_bias));
   });
 }
 

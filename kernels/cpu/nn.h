@@ -5,8 +5,50 @@
 // index_stats before any kernel that reads through them.
 #include <cstdint>
 #include <optional>
+#include <string_view>
+#include <type_traits>
 
 #include "libgenesis/core/dtype.h"
+
+namespace genesis::kernels {
+
+// The dtypes of a norm's operands (the CPU and CUDA kernels alike): x and grad_x; weight, bias
+// and their gradients; y and grad_y.
+struct NormDTypes {
+  DType x;
+  DType weight;
+  DType y;
+};
+// The combinations the norm kernels take: one floating dtype for all, or f32 weights with x and
+// y each f32, f16 or bf16 (mixed precision: f32 parameters, 16-bit activations in or out).
+constexpr bool norm_dtypes_supported(NormDTypes d) {
+  const bool same = d.x == d.weight && d.x == d.y && is_floating(d.x);
+  const bool mixed = d.weight == DType::f32 && (d.x == DType::f32 || is_half(d.x)) && (d.y == DType::f32 || is_half(d.y));
+  return same || mixed;
+}
+
+// Calls f(std::type_identity<X>{}, std::type_identity<W>{}, std::type_identity<Y>{}) with the
+// element types of a supported combination, Half and BFloat16 standing for f16 and bf16 (each
+// device's own types); throws for any other combination. Shared by the CPU and CUDA kernels, so
+// both instantiate the same combinations.
+template <class Half, class BFloat16, class F>
+void with_norm_types(NormDTypes d, std::string_view what, F&& f) {
+  if (!norm_dtypes_supported(d)) throw_unsupported_dtype(what, d.x == d.weight ? d.y : d.weight);
+  auto f32_or_half = [](DType t, auto&& g) {
+    if (t == DType::f16) return g(std::type_identity<Half>{});
+    if (t == DType::bf16) return g(std::type_identity<BFloat16>{});
+    return g(std::type_identity<float>{});
+  };
+  if (d.x == DType::f64) {
+    f(std::type_identity<double>{}, std::type_identity<double>{}, std::type_identity<double>{});
+  } else if (d.x == d.weight && d.x == d.y) {
+    f32_or_half(d.x, [&](auto t) { f(t, t, t); });
+  } else {
+    f32_or_half(d.x, [&](auto x) { f32_or_half(d.y, [&](auto y) { f(x, std::type_identity<float>{}, y); }); });
+  }
+}
+
+}  // namespace genesis::kernels
 
 namespace genesis::kernels::cpu {
 
@@ -17,15 +59,17 @@ void softmax_backward(DType dtype, bool log, int64_t outer, int64_t dim, int64_t
                       const void* grad_y, void* grad_x);
 
 // Layer norm (centered) or RMS norm (not centered) of each row of x [rows, cols], then
-// * weight + bias (either may be null). mean and rstd [rows] receive the row statistics in
-// the accumulator type (f64 for f64, f32 otherwise); mean is 0 when not centered.
-void norm_rows(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
+// * weight + bias (either may be null), in the dtypes `dtypes` (norm_dtypes_supported; weight
+// is ignored when both are null). mean and rstd [rows] receive the row statistics in the
+// accumulator type of x (f64 for f64, f32 otherwise); mean is 0 when not centered.
+void norm_rows(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
                const void* bias, double eps, void* y, void* mean, void* rstd);
-// grad_x [rows, cols], and grad_weight / grad_bias [cols] when non-null. The column sums
-// reduce fixed row chunks in a fixed order, so results do not depend on the thread count.
-void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
-                        const void* mean, const void* rstd, const void* grad_y, void* grad_x, void* grad_weight,
-                        void* grad_bias);
+// grad_x [rows, cols] from grad_y (of y's dtype), and grad_weight / grad_bias [cols] when
+// non-null. The column sums reduce fixed row chunks in a fixed order, so results do not depend
+// on the thread count.
+void norm_rows_backward(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x,
+                        const void* weight, const void* mean, const void* rstd, const void* grad_y, void* grad_x,
+                        void* grad_weight, void* grad_bias);
 
 // Smallest and largest of the n index values other than `skip`, and how many there are.
 struct IndexStats {

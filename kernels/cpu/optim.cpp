@@ -72,9 +72,17 @@ void lion_typed(int64_t n, T* p, const T* g, T* m, const LionStep& s) {
   });
 }
 
+bool skipped(const StepGate& gate) { return gate.skip_if && *gate.skip_if != 0.0f; }
+
+// Advances the gate's count of applied updates after an update.
+void advance(const StepGate& gate) {
+  if (gate.step) ++*gate.step;
+}
+
 }  // namespace
 
-void lion_step(DType dtype, int64_t n, void* p, const void* g, void* m, const LionStep& s) {
+void lion_step(DType dtype, int64_t n, void* p, const void* g, void* m, const LionStep& s, const StepGate& gate) {
+  if (skipped(gate)) return;
   switch (dtype) {
     case DType::f32:
       lion_typed(n, static_cast<float*>(p), static_cast<const float*>(g), static_cast<float*>(m), s);
@@ -84,32 +92,46 @@ void lion_step(DType dtype, int64_t n, void* p, const void* g, void* m, const Li
       break;
     default: throw_unsupported_dtype("lion_step (parameters must be f32 or f64)", dtype);
   }
+  advance(gate);
 }
 
-void adam_step(DType dtype, int64_t n, void* p, const void* g, void* m, void* v, void* v_max, const AdamStep& s) {
+void adam_step(DType dtype, int64_t n, void* p, const void* g, void* m, void* v, void* v_max, const AdamStep& s,
+               const StepGate& gate) {
+  if (skipped(gate)) return;
+  AdamStep at = s;
+  if (gate.step) {
+    at.bias_correction1 = bias_correction(s.beta1, *gate.step + 1);
+    at.bias_correction2 = bias_correction(s.beta2, *gate.step + 1);
+  }
   switch (dtype) {
     case DType::f32:
       adam_typed(n, static_cast<float*>(p), static_cast<const float*>(g), static_cast<float*>(m),
-                 static_cast<float*>(v), static_cast<float*>(v_max), s);
+                 static_cast<float*>(v), static_cast<float*>(v_max), at);
       break;
     case DType::f64:
       adam_typed(n, static_cast<double*>(p), static_cast<const double*>(g), static_cast<double*>(m),
-                 static_cast<double*>(v), static_cast<double*>(v_max), s);
+                 static_cast<double*>(v), static_cast<double*>(v_max), at);
       break;
     default: throw_unsupported_dtype("adam_step (parameters must be f32 or f64)", dtype);
   }
+  advance(gate);
 }
 
-void sgd_step(DType dtype, int64_t n, void* p, const void* g, void* momentum_buffer, const SgdStep& s) {
+void sgd_step(DType dtype, int64_t n, void* p, const void* g, void* momentum_buffer, const SgdStep& s,
+              const StepGate& gate) {
+  if (skipped(gate)) return;
+  SgdStep at = s;
+  if (gate.step) at.first_step = *gate.step == 0;
   switch (dtype) {
     case DType::f32:
-      sgd_typed(n, static_cast<float*>(p), static_cast<const float*>(g), static_cast<float*>(momentum_buffer), s);
+      sgd_typed(n, static_cast<float*>(p), static_cast<const float*>(g), static_cast<float*>(momentum_buffer), at);
       break;
     case DType::f64:
-      sgd_typed(n, static_cast<double*>(p), static_cast<const double*>(g), static_cast<double*>(momentum_buffer), s);
+      sgd_typed(n, static_cast<double*>(p), static_cast<const double*>(g), static_cast<double*>(momentum_buffer), at);
       break;
     default: throw_unsupported_dtype("sgd_step (parameters must be f32 or f64)", dtype);
   }
+  advance(gate);
 }
 
 }  // namespace genesis::kernels::cpu

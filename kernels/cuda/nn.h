@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/nn.h"
 #include "libgenesis/core/dtype.h"
 #include "libgenesis/cuda/runtime.h"
 
@@ -20,18 +21,19 @@ void softmax_backward(DType dtype, bool log, int64_t rows, int64_t dim, const vo
                       cudaStream_t stream);
 
 // Layer norm (centered) or RMS norm of each row of x [rows, cols], then * weight + bias (either
-// may be null). mean and rstd [rows] are in the accumulator type (f64 for f64, f32 otherwise).
-void norm_rows(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
+// may be null), in the dtypes `dtypes` (kernels::norm_dtypes_supported). mean and rstd [rows]
+// are in the accumulator type of x (f64 for f64, f32 otherwise).
+void norm_rows(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
                const void* bias, double eps, void* y, void* mean, void* rstd, cudaStream_t stream);
 // Row chunks of the weight/bias gradient: norm_rows_backward needs a `partials` buffer of
-// 2 * norm_backward_chunks(dtype, rows, cols) * cols accumulator-type elements when grad_weight or
-// grad_bias is set (a chunk per resident block of the backward).
-int64_t norm_backward_chunks(DType dtype, int64_t rows, int64_t cols);
-// grad_x [rows, cols], and grad_weight / grad_bias [cols] when non-null: each chunk of rows sums
-// its column partials, then every column adds its chunks in order.
-void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
-                        const void* mean, const void* rstd, const void* grad_y, void* grad_x, void* grad_weight,
-                        void* grad_bias, void* partials, cudaStream_t stream);
+// 2 * norm_backward_chunks(x_dtype, rows, cols) * cols accumulator-type elements when grad_weight
+// or grad_bias is set (a chunk per resident block of the backward).
+int64_t norm_backward_chunks(DType x_dtype, int64_t rows, int64_t cols);
+// grad_x [rows, cols] from grad_y (of y's dtype), and grad_weight / grad_bias [cols] when
+// non-null: each chunk of rows sums its column partials, then every column adds its chunks in order.
+void norm_rows_backward(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x,
+                        const void* weight, const void* mean, const void* rstd, const void* grad_y, void* grad_x,
+                        void* grad_weight, void* grad_bias, void* partials, cudaStream_t stream);
 
 // out[i, :] = weight[index[i], :] for n indices into weight [num, dim]. The indices are checked
 // on the way: an index outside [0, num) leaves its output row unwritten and is reported to

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/multi_tensor.cuh"
 #include "kernels/cuda/optim.h"
 #include "libgenesis/core/error.h"
 
@@ -15,7 +16,6 @@ namespace genesis::kernels::cuda {
 
 namespace {
 
-constexpr int kChunk = 4096;        // norm and clipping
 constexpr int kUpdateChunk = 8192;  // optimizer updates: 8 packs of 4 floats per thread
 constexpr int kOptimBlock = 256;
 
@@ -26,6 +26,7 @@ struct TensorTable {
   void* slots[3][kMaxTensorsPerLaunch];
   int64_t n[kMaxTensorsPerLaunch];
   int64_t chunk_start[kMaxTensorsPerLaunch + 1];  // first chunk of each tensor; [count] = all chunks
+  int64_t* step[kMaxTensorsPerLaunch];            // applied-update counts (StepGate::step), or null
   int count;
 };
 
@@ -44,6 +45,7 @@ void for_each_table(std::span<const OptimTensor> tensors, Visit&& visit) {
     table.grad[i] = t.grad;
     for (int s = 0; s < 3; ++s) table.slots[s][i] = t.slots[s];
     table.n[i] = t.n;
+    table.step[i] = t.step;
     table.chunk_start[i + 1] = table.chunk_start[i] + (t.n + kUpdateChunk - 1) / kUpdateChunk;
     if (table.count == kMaxTensorsPerLaunch) flush();
   }
@@ -69,13 +71,17 @@ __device__ __forceinline__ bool aligned_to(const void* p, size_t bytes) {
 // One block per chunk of kUpdateChunk elements (the hardware scheduler balances the blocks);
 // each thread updates 16-byte packs of every buffer when all of them are aligned, elements
 // otherwise and in a tensor's ragged end. update(param, grad, slot0, slot1, slot2, has_slot0)
-// works on registers: absent slots get a dummy and are neither read nor written.
+// works on registers: absent slots get a dummy and are neither read nor written. A set
+// *skip_if makes the launch a no-op; a tensor with a step count updates as step *step + 1.
 template <class T, class G, class Update>
-__global__ void __launch_bounds__(kOptimBlock) multi_tensor_update(TensorTable table, Update update) {
+__global__ void __launch_bounds__(kOptimBlock)
+    multi_tensor_update(TensorTable table, Update step_update, const float* skip_if) {
+  if (skip_if && *skip_if != 0.0f) return;
   constexpr int kPack = 16 / sizeof(T);
   const int64_t chunks = table.chunk_start[table.count];
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
     const int t = tensor_of_chunk(table, chunk);
+    const Update update = table.step[t] ? step_update.at_step(*table.step[t] + 1) : step_update;
     const int64_t begin = (chunk - table.chunk_start[t]) * kUpdateChunk;
     const int64_t end = begin + kUpdateChunk < table.n[t] ? begin + kUpdateChunk : table.n[t];
     T* p = static_cast<T*>(table.param[t]);
@@ -121,11 +127,19 @@ __global__ void __launch_bounds__(kOptimBlock) multi_tensor_update(TensorTable t
   }
 }
 
-// The constants of each update are computed on the host exactly as kernels/cpu/optim.cpp does.
+// After an update launch whose tensors have step counts: each advances unless the step was skipped.
+__global__ void advance_steps(TensorTable table, const float* skip_if) {
+  if (skip_if && *skip_if != 0.0f) return;
+  if (threadIdx.x < table.count && table.step[threadIdx.x]) ++*table.step[threadIdx.x];
+}
+
+// The constants of each update are computed on the host exactly as kernels/cpu/optim.cpp does
+// (on the device from the same formulas for a step number read there: at_step).
 template <class T>
 struct AdamUpdate {
   T b1, b2, eps, step_size, bc2_sqrt, decay, wd;
   bool decoupled, amsgrad;
+  double lr, beta1, beta2;
   explicit AdamUpdate(const AdamStep& s)
       : b1(static_cast<T>(s.beta1)),
         b2(static_cast<T>(s.beta2)),
@@ -135,7 +149,16 @@ struct AdamUpdate {
         decay(static_cast<T>(1.0 - s.lr * s.weight_decay)),
         wd(static_cast<T>(s.weight_decay)),
         decoupled(s.decoupled),
-        amsgrad(s.amsgrad) {}
+        amsgrad(s.amsgrad),
+        lr(s.lr),
+        beta1(s.beta1),
+        beta2(s.beta2) {}
+  __device__ AdamUpdate at_step(int64_t t) const {
+    AdamUpdate u = *this;
+    u.step_size = static_cast<T>(lr / bias_correction(beta1, t));
+    u.bc2_sqrt = static_cast<T>(sqrt(bias_correction(beta2, t)));
+    return u;
+  }
   __device__ void operator()(T& p, T grad, T& m, T& v, T& v_max, bool) const {
     T param = p;
     if (decoupled) {
@@ -168,6 +191,11 @@ struct SgdUpdate {
         wd(static_cast<T>(s.weight_decay)),
         nesterov(s.nesterov),
         first_step(s.first_step) {}
+  __device__ SgdUpdate at_step(int64_t t) const {
+    SgdUpdate u = *this;
+    u.first_step = t == 1;
+    return u;
+  }
   __device__ void operator()(T& p, T grad, T& buf, T&, T&, bool has_buf) const {
     T d = grad + wd * p;
     if (has_buf) {
@@ -188,6 +216,7 @@ struct LionUpdate {
         b2(static_cast<T>(s.beta2)),
         lr(static_cast<T>(s.lr)),
         decay(static_cast<T>(1.0 - s.lr * s.weight_decay)) {}
+  __device__ LionUpdate at_step(int64_t) const { return *this; }
   __device__ void operator()(T& p, T grad, T& m, T&, T&, bool) const {
     const T c = b1 * m + (T(1) - b1) * grad;
     const T sign = c > T(0) ? T(1) : (c < T(0) ? T(-1) : T(0));
@@ -197,32 +226,37 @@ struct LionUpdate {
 };
 
 template <class T, class G, class Update>
-void launch_update(std::span<const OptimTensor> tensors, const Update& update, cudaStream_t stream) {
+void launch_update(std::span<const OptimTensor> tensors, const Update& update, cudaStream_t stream,
+                   const float* skip_if) {
   for_each_table(tensors, [&](const TensorTable& table) {
     const auto blocks = static_cast<unsigned>(std::min<int64_t>(table.chunk_start[table.count], INT_MAX));
-    multi_tensor_update<T, G><<<blocks, kOptimBlock, 0, stream>>>(table, update);
+    multi_tensor_update<T, G><<<blocks, kOptimBlock, 0, stream>>>(table, update, skip_if);
     GENESIS_CUDA_LAUNCH_CHECK();
+    if (std::any_of(table.step, table.step + table.count, [](const int64_t* step) { return step != nullptr; })) {
+      advance_steps<<<1, kMaxTensorsPerLaunch, 0, stream>>>(table, skip_if);
+      GENESIS_CUDA_LAUNCH_CHECK();
+    }
   });
 }
 
 // f32 parameters take f32, f16 or bf16 gradients; f64 parameters f64 gradients.
 template <template <class> class Update, class Step>
 void dispatch_update(const char* what, DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors,
-                     const Step& s, cudaStream_t stream) {
+                     const Step& s, cudaStream_t stream, const float* skip_if) {
   if (param_dtype == DType::f32) {
     const Update<float> update(s);
     switch (grad_dtype) {
       case DType::f32:
-        return launch_update<float, float>(tensors, update, stream);
+        return launch_update<float, float>(tensors, update, stream, skip_if);
       case DType::f16:
-        return launch_update<float, __half>(tensors, update, stream);
+        return launch_update<float, __half>(tensors, update, stream, skip_if);
       case DType::bf16:
-        return launch_update<float, __nv_bfloat16>(tensors, update, stream);
+        return launch_update<float, __nv_bfloat16>(tensors, update, stream, skip_if);
       default:
         break;
     }
   } else if (param_dtype == DType::f64 && grad_dtype == DType::f64) {
-    return launch_update<double, double>(tensors, Update<double>(s), stream);
+    return launch_update<double, double>(tensors, Update<double>(s), stream, skip_if);
   }
   GENESIS_THROW(DTypeError, what,
                 ": CUDA parameters must be f32 (gradients f32, f16 or bf16) or f64 (gradients f64), got ",
@@ -233,47 +267,6 @@ void dispatch_update(const char* what, DType param_dtype, DType grad_dtype, std:
 
 constexpr int kNormBlocks = 256;  // fixed, so the summation order never depends on the device
 constexpr int kNormThreads = 512;
-
-// Tensors of one norm launch; dtypes per tensor because a model may mix them.
-struct NormTable {
-  void* data[kMaxTensorsPerLaunch];
-  int64_t n[kMaxTensorsPerLaunch];
-  int64_t chunk_start[kMaxTensorsPerLaunch + 1];
-  DType dtype[kMaxTensorsPerLaunch];
-  int count;
-};
-
-template <class Visit>
-void for_each_norm_table(std::span<const NormTensor> tensors, Visit&& visit) {
-  NormTable table{};
-  auto flush = [&] {
-    if (table.count > 0) visit(table);
-    table = NormTable{};
-  };
-  for (const NormTensor& t : tensors) {
-    if (t.n == 0) continue;
-    const int i = table.count++;
-    table.data[i] = t.data;
-    table.n[i] = t.n;
-    table.dtype[i] = t.dtype;
-    table.chunk_start[i + 1] = table.chunk_start[i] + (t.n + kChunk - 1) / kChunk;
-    if (table.count == kMaxTensorsPerLaunch) flush();
-  }
-  flush();
-}
-
-__device__ __forceinline__ float load_as_float(const void* data, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::f64:
-      return static_cast<float>(static_cast<const double*>(data)[i]);
-    case DType::f16:
-      return __half2float(static_cast<const __half*>(data)[i]);
-    case DType::bf16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
-    default:
-      return static_cast<const float*>(data)[i];
-  }
-}
 
 // Sum of a block's values in a fixed tree order; the result is valid in thread 0.
 __device__ float block_sum(float value) {
@@ -289,16 +282,13 @@ __device__ float block_sum(float value) {
 }
 
 // Block b sums the squares of chunks b, b + kNormBlocks, ... into partials[b].
-__global__ void __launch_bounds__(kNormThreads) sum_squares_partials(NormTable table, float* partials) {
+__global__ void __launch_bounds__(kNormThreads) sum_squares_partials(GradTable table, float* partials) {
   const int64_t chunks = table.chunk_start[table.count];
   float acc = 0.0f;
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    int t = 0;
-    while (chunk >= table.chunk_start[t + 1]) ++t;
-    const int64_t begin = (chunk - table.chunk_start[t]) * kChunk;
-    const int64_t end = begin + kChunk < table.n[t] ? begin + kChunk : table.n[t];
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      const float x = load_as_float(table.data[t], table.dtype[t], i);
+    const GradChunk c = grad_chunk(table, chunk);
+    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+      const float x = load_as_float(table.data[c.tensor], table.dtype[c.tensor], i);
       acc += x * x;
     }
   }
@@ -314,17 +304,14 @@ __global__ void __launch_bounds__(kNormThreads) finish_norm(const float* partial
   if (threadIdx.x == 0) norm[0] = sqrtf(acc);
 }
 
-__global__ void __launch_bounds__(kOptimBlock) scale_by_norm(NormTable table, const float* norm, float max_norm) {
+__global__ void __launch_bounds__(kOptimBlock) scale_by_norm(GradTable table, const float* norm, float max_norm) {
   const float coef = fminf(1.0f, max_norm / (norm[0] + 1e-6f));
   const int64_t chunks = table.chunk_start[table.count];
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    int t = 0;
-    while (chunk >= table.chunk_start[t + 1]) ++t;
-    const int64_t begin = (chunk - table.chunk_start[t]) * kChunk;
-    const int64_t end = begin + kChunk < table.n[t] ? begin + kChunk : table.n[t];
-    void* data = table.data[t];
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      switch (table.dtype[t]) {
+    const GradChunk c = grad_chunk(table, chunk);
+    void* data = table.data[c.tensor];
+    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+      switch (table.dtype[c.tensor]) {
         case DType::f64:
           static_cast<double*>(data)[i] *= static_cast<double>(coef);
           break;
@@ -346,28 +333,21 @@ __global__ void __launch_bounds__(kOptimBlock) scale_by_norm(NormTable table, co
   }
 }
 
-void check_norm_dtypes(const char* what, std::span<const NormTensor> tensors) {
-  for (const NormTensor& t : tensors) {
-    if (t.dtype != DType::f32 && t.dtype != DType::f64 && t.dtype != DType::f16 && t.dtype != DType::bf16)
-      throw_unsupported_dtype(what, t.dtype);
-  }
-}
-
 }  // namespace
 
 void adam_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const AdamStep& s,
-               cudaStream_t stream) {
-  dispatch_update<AdamUpdate>("adam_step", param_dtype, grad_dtype, tensors, s, stream);
+               cudaStream_t stream, const float* skip_if) {
+  dispatch_update<AdamUpdate>("adam_step", param_dtype, grad_dtype, tensors, s, stream, skip_if);
 }
 
 void sgd_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const SgdStep& s,
-              cudaStream_t stream) {
-  dispatch_update<SgdUpdate>("sgd_step", param_dtype, grad_dtype, tensors, s, stream);
+              cudaStream_t stream, const float* skip_if) {
+  dispatch_update<SgdUpdate>("sgd_step", param_dtype, grad_dtype, tensors, s, stream, skip_if);
 }
 
 void lion_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const LionStep& s,
-               cudaStream_t stream) {
-  dispatch_update<LionUpdate>("lion_step", param_dtype, grad_dtype, tensors, s, stream);
+               cudaStream_t stream, const float* skip_if) {
+  dispatch_update<LionUpdate>("lion_step", param_dtype, grad_dtype, tensors, s, stream, skip_if);
 }
 
 int64_t global_norm_scratch(int64_t count) {
@@ -375,9 +355,9 @@ int64_t global_norm_scratch(int64_t count) {
 }
 
 void global_norm(std::span<const NormTensor> tensors, float* scratch, float* norm, cudaStream_t stream) {
-  check_norm_dtypes("global_norm", tensors);
+  check_grad_dtypes("global_norm", tensors);
   int64_t launches = 0;
-  for_each_norm_table(tensors, [&](const NormTable& table) {
+  for_each_grad_table(tensors, [&](const GradTable& table) {
     sum_squares_partials<<<kNormBlocks, kNormThreads, 0, stream>>>(table, scratch + launches * kNormBlocks);
     GENESIS_CUDA_LAUNCH_CHECK();
     ++launches;
@@ -387,8 +367,8 @@ void global_norm(std::span<const NormTensor> tensors, float* scratch, float* nor
 }
 
 void clip_by_norm(std::span<const NormTensor> tensors, const float* norm, double max_norm, cudaStream_t stream) {
-  check_norm_dtypes("clip_by_norm", tensors);
-  for_each_norm_table(tensors, [&](const NormTable& table) {
+  check_grad_dtypes("clip_by_norm", tensors);
+  for_each_grad_table(tensors, [&](const GradTable& table) {
     const unsigned blocks = grid_size(table.chunk_start[table.count] * kOptimBlock, kOptimBlock);
     scale_by_norm<<<blocks, kOptimBlock, 0, stream>>>(table, norm, static_cast<float>(max_norm));
     GENESIS_CUDA_LAUNCH_CHECK();

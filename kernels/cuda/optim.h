@@ -18,19 +18,23 @@ inline constexpr int kMaxTensorsPerLaunch = 36;
 // have the parameter dtype (f32 or f64); the gradient has the parameter dtype or, for f32
 // parameters, f16/bf16. Slots: adam exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad only);
 // sgd momentum_buffer (momentum != 0 only); lion exp_avg.
+// `step` (device memory, may be null) is StepGate::step of kernels/cpu/optim.h.
 struct OptimTensor {
   void* param = nullptr;
   const void* grad = nullptr;
   void* slots[3] = {nullptr, nullptr, nullptr};
   int64_t n = 0;
+  int64_t* step = nullptr;
 };
 
+// `skip_if` (device memory, may be null) is StepGate::skip_if: every update of the call is a
+// no-op while it is nonzero. Tensors with a `step` take their step number from it.
 void adam_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const AdamStep& s,
-               cudaStream_t stream);
+               cudaStream_t stream, const float* skip_if = nullptr);
 void sgd_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const SgdStep& s,
-              cudaStream_t stream);
+              cudaStream_t stream, const float* skip_if = nullptr);
 void lion_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const LionStep& s,
-               cudaStream_t stream);
+               cudaStream_t stream, const float* skip_if = nullptr);
 
 // A floating tensor of n contiguous elements (a gradient).
 struct NormTensor {

@@ -167,16 +167,17 @@ __device__ __forceinline__ A rescaled(A l, A m, A to) {
 // Scores (already scaled) to probabilities in place, one warp per row of kv_len: lane l reads
 // columns l, l + 32, ... keeping a running max and rescaled sum (one read), the lanes merge
 // theirs by a butterfly (same order on every run), then a second pass writes exp(s - max) / sum
-// and zeros past the causal limit.
-template <class A>
-__global__ void softmax_scores_kernel(int64_t rows, int64_t q_len, int64_t kv_len, bool causal, A* scores) {
+// and zeros past the causal limit. T is the storage type (16-bit scores keep f32 math).
+template <class T>
+__global__ void softmax_scores_kernel(int64_t rows, int64_t q_len, int64_t kv_len, bool causal, T* scores) {
+  using A = float_acc_t<T>;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   GENESIS_FOR_EACH_WARP_ROW(r, rows) {
-    A* row = scores + r * kv_len;
+    T* row = scores + r * kv_len;
     const int64_t visible = visible_keys(causal, q_len, kv_len, r % q_len);
     A m = -std::numeric_limits<A>::infinity(), l = 0;
     for (int64_t c = lane; c < visible; c += kWarp) {
-      const A x = row[c];
+      const A x = to_acc<A>(row[c]);
       if (x > m) {
         l = rescaled(l, m, x) + A(1);
         m = x;
@@ -192,25 +193,28 @@ __global__ void softmax_scores_kernel(int64_t rows, int64_t q_len, int64_t kv_le
       m = merged;
     }
     const A inv = A(1) / l;
-    for (int64_t c = lane; c < kv_len; c += kWarp) row[c] = c < visible ? exp_of(row[c] - m) * inv : A(0);
+    for (int64_t c = lane; c < kv_len; c += kWarp)
+      row[c] = from_acc<T>(c < visible ? exp_of(to_acc<A>(row[c]) - m) * inv : A(0));
   }
 }
 
 // grad of the scaled scores in place over grad_probs, one warp per row:
 // scale * p * (dp - sum(dp * p)), zero past the causal limit.
-template <class A>
-__global__ void softmax_scores_backward_kernel(int64_t rows, int64_t q_len, int64_t kv_len, bool causal, A scale,
-                                               const A* probs, A* grad) {
+template <class T>
+__global__ void softmax_scores_backward_kernel(int64_t rows, int64_t q_len, int64_t kv_len, bool causal,
+                                               float_acc_t<T> scale, const T* probs, T* grad) {
+  using A = float_acc_t<T>;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   GENESIS_FOR_EACH_WARP_ROW(r, rows) {
-    const A* p = probs + r * kv_len;
-    A* g = grad + r * kv_len;
+    const T* p = probs + r * kv_len;
+    T* g = grad + r * kv_len;
     const int64_t visible = visible_keys(causal, q_len, kv_len, r % q_len);
     A weighted = 0;
-    for (int64_t c = lane; c < visible; c += kWarp) weighted += g[c] * p[c];
+    for (int64_t c = lane; c < visible; c += kWarp) weighted += to_acc<A>(g[c]) * to_acc<A>(p[c]);
 #pragma unroll
     for (int offset = kWarp / 2; offset > 0; offset >>= 1) weighted += __shfl_xor_sync(0xffffffffu, weighted, offset);
-    for (int64_t c = lane; c < kv_len; c += kWarp) g[c] = c < visible ? scale * p[c] * (g[c] - weighted) : A(0);
+    for (int64_t c = lane; c < kv_len; c += kWarp)
+      g[c] = from_acc<T>(c < visible ? scale * to_acc<A>(p[c]) * (to_acc<A>(g[c]) - weighted) : A(0));
   }
 }
 
@@ -301,28 +305,24 @@ Operand dense(const cpu::AttentionShape& s, const void* data, int64_t rows, int6
   return {data, s.kv_heads * rows * cols, rows * cols, cols};
 }
 
-template <class A>
-void launch_softmax(const cpu::AttentionShape& s, A* scores, cudaStream_t stream) {
+template <class T>
+void launch_softmax(const cpu::AttentionShape& s, T* scores, cudaStream_t stream) {
   const int64_t rows = s.batch * s.q_heads * s.q_len;
   if (rows == 0 || s.kv_len == 0) return;
   softmax_scores_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(rows, s.q_len, s.kv_len, s.causal, scores);
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 
-template <class A>
-void launch_softmax_backward(const cpu::AttentionShape& s, const A* probs, A* grad, cudaStream_t stream) {
+template <class T>
+void launch_softmax_backward(const cpu::AttentionShape& s, const T* probs, T* grad, cudaStream_t stream) {
   const int64_t rows = s.batch * s.q_heads * s.q_len;
   if (rows == 0 || s.kv_len == 0) return;
   softmax_scores_backward_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(rows, s.q_len, s.kv_len, s.causal,
-                                                                                 static_cast<A>(s.scale), probs, grad);
+                                                                                 static_cast<float_acc_t<T>>(s.scale), probs,
+                                                                                 grad);
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 
-void check_attention_dtype(DType dtype) {
-  GENESIS_CHECK(dtype == DType::f32 || dtype == DType::f64, DTypeError,
-                "scaled_dot_product_attention: the CUDA kernels take f32 or f64 (got ", dtype_name(dtype),
-                "); 16-bit inputs are computed in f32 by the op");
-}
 
 }  // namespace
 
@@ -383,16 +383,12 @@ bool attention_query_stackable(const cpu::AttentionShape& s, const HeadsLayout& 
 void attention(DType dtype, const cpu::AttentionShape& s, const void* q, const HeadsLayout& q_layout, const void* k,
                const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout, void* out, void* probs,
                cudaStream_t stream) {
-  check_attention_dtype(dtype);
   const int64_t rows = group_of(s) * s.q_len;
   const Operand scores = dense(s, probs, rows, s.kv_len);
   grouped_gemm(dtype, s, false, true, rows, s.kv_len, s.head_dim, stacked_queries(s, q, q_layout),
                kv_operand(s, k, k_layout), scores, s.scale, stream);
-  if (dtype == DType::f64) {
-    launch_softmax(s, static_cast<double*>(probs), stream);
-  } else {
-    launch_softmax(s, static_cast<float*>(probs), stream);
-  }
+  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "scaled_dot_product_attention",
+                              launch_softmax(s, static_cast<scalar_t*>(probs), stream));
   grouped_gemm(dtype, s, false, false, rows, s.head_dim, s.kv_len, scores, kv_operand(s, v, v_layout),
                dense(s, out, rows, s.head_dim), 1.0, stream);
 }
@@ -401,7 +397,6 @@ void attention_backward(DType dtype, const cpu::AttentionShape& s, const void* q
                         const void* k, const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout,
                         const void* probs, const void* grad_out, void* grad_q, void* grad_k, void* grad_v,
                         void* scratch, cudaStream_t stream) {
-  check_attention_dtype(dtype);
   const int64_t rows = group_of(s) * s.q_len;
   const Operand p = dense(s, probs, rows, s.kv_len), grad_scores = dense(s, scratch, rows, s.kv_len);
   const Operand grad_o = dense(s, grad_out, rows, s.head_dim);
@@ -411,11 +406,9 @@ void attention_backward(DType dtype, const cpu::AttentionShape& s, const void* q
                1.0, stream);
   grouped_gemm(dtype, s, false, true, rows, s.kv_len, s.head_dim, grad_o, kv_operand(s, v, v_layout), grad_scores, 1.0,
                stream);
-  if (dtype == DType::f64) {
-    launch_softmax_backward(s, static_cast<const double*>(probs), static_cast<double*>(scratch), stream);
-  } else {
-    launch_softmax_backward(s, static_cast<const float*>(probs), static_cast<float*>(scratch), stream);
-  }
+  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "scaled_dot_product_attention",
+                              launch_softmax_backward(s, static_cast<const scalar_t*>(probs),
+                                                      static_cast<scalar_t*>(scratch), stream));
   // dQ = dS K and dK = dS^T Q (dS already carries the scale).
   grouped_gemm(dtype, s, false, false, rows, s.head_dim, s.kv_len, grad_scores, kv_operand(s, k, k_layout),
                dense(s, grad_q, rows, s.head_dim), 1.0, stream);

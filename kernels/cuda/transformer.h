@@ -42,7 +42,7 @@ bool gemm_rows_ok(int64_t rows, int64_t cols, int64_t row_stride);
 // q_len rows) form one evenly strided matrix: contiguous q, one head per group, or q_len 1.
 bool attention_query_stackable(const cpu::AttentionShape& s, const HeadsLayout& q);
 
-// f32 or f64 only (half types are computed in f32 by the op). out is contiguous
+// Any floating dtype (16-bit scores and probabilities with f32 softmax math). out is contiguous
 // [batch, q_heads, q_len, head_dim]; probs contiguous [batch, q_heads, q_len, kv_len] in dtype,
 // zero where masked. q must be attention_query_stackable; k and v rows gemm_rows_ok.
 void attention(DType dtype, const cpu::AttentionShape& s, const void* q, const HeadsLayout& q_layout, const void* k,

@@ -2,7 +2,9 @@
 
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "libgenesis/autograd/autocast.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/core/error.h"
@@ -41,6 +43,30 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
+size_t saved_storage_bytes(const Tensor& root, const TensorList& excluding) {
+  std::unordered_set<const Storage*> counted;
+  for (const Tensor& t : excluding)
+    if (t.defined()) counted.insert(t.storage().get());
+  size_t bytes = 0;
+  std::vector<const Node*> stack;
+  std::unordered_set<const Node*> seen;
+  if (root.grad_fn()) stack.push_back(root.grad_fn().get());
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (const auto* f = dynamic_cast<const FunctionNode*>(n); f && f->holds_saved()) {
+      for (const FunctionNode::SavedVersion& s : f->saved_versions) {
+        std::shared_ptr<Storage> storage = s.storage.lock();
+        if (storage && counted.insert(storage.get()).second) bytes += storage->nbytes();
+      }
+    }
+    for (const Edge& e : n->next_edges)
+      if (e.valid()) stack.push_back(e.node.get());
+  }
+  return bytes;
+}
+
 void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph) {
   GENESIS_CHECK(roots.size() == grads.size(), AutogradError, "backward: ", roots.size(), " outputs but ",
                 grads.size(), " gradients");
@@ -70,6 +96,7 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
   }
 
   NoGradGuard no_grad;
+  AutocastGuard no_autocast(std::nullopt);  // gradients keep the dtypes the forward chose
   std::unordered_map<Node*, TensorList> buffers;
   std::priority_queue<Node*, std::vector<Node*>, ByNewestFirst> ready;
   ready.push(root.get());

@@ -51,12 +51,21 @@ TensorList FunctionNode::apply(TensorList&& grad_outputs) {
                   "': a tensor it saved was modified in place after the forward pass (version ", storage->version(),
                   ", saved at ", s.version, "); clone() it before modifying it, or modify it after backward");
   }
-  for (size_t i = 0; i < outputs_.size() && i < grad_outputs.size(); ++i) {
+  grad_outputs.resize(outputs_.size());
+  for (size_t i = 0; missing_ == MissingGrads::zeros && i < outputs_.size(); ++i) {
     if (!grad_outputs[i].defined())
       grad_outputs[i] = zeros(outputs_[i].shape, {.dtype = outputs_[i].dtype, .device = outputs_[i].device});
   }
   return fn_(grad_outputs);
 }
+
+namespace {
+// True when `t` is the only reference to its storage and covers all of it, contiguously.
+bool owns_whole_storage(const Tensor& t) {
+  return t.impl_ptr().use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous() && t.offset() == 0 &&
+         t.storage()->nbytes() == static_cast<size_t>(t.numel()) * t.element_size();
+}
+}  // namespace
 
 TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
   Tensor leaf(leaf_);
@@ -69,14 +78,15 @@ TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
   }
   GENESIS_CHECK(g.shape() == leaf.shape(), AutogradError, "gradient of shape ", g.shape(), " for a leaf of shape ",
                 leaf.shape());
-  if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
-  if (!meta.grad.defined()) {
-    // Steal the incoming gradient when nothing else references it; copy it otherwise, so two
-    // leaves never share one .grad buffer.
-    bool unique = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous();
-    meta.grad = unique ? g : g.clone();
+  if (meta.grad.defined()) {
+    add_(meta.grad, g);  // in place (casting g to .grad's dtype): .grad's storage persists across steps
+  } else if (owns_whole_storage(g) && g.dtype() == leaf.dtype()) {
+    meta.grad = std::move(g);  // nothing else holds the buffer: adopt it
   } else {
-    add_(meta.grad, g);
+    // A buffer of the leaf's dtype owned by .grad alone: two leaves never share one, and a
+    // 16-bit gradient of an f32 parameter accumulates in f32.
+    meta.grad = empty(leaf.shape(), {.dtype = leaf.dtype(), .device = leaf.device()});
+    meta.grad.copy_(g);
   }
   for (const PostAccumulateHook& hook : meta.post_accumulate_hooks) hook(leaf);
   return {};

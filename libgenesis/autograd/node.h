@@ -50,6 +50,11 @@ class Node {
 
 using BackwardFn = std::function<TensorList(const TensorList& grad_outputs)>;
 
+// What a closure receives for an output that got no gradient: a zero tensor (formulas need
+// not check), or an undefined tensor (multi-output views such as split, whose backward
+// writes zeros only where a piece got no gradient).
+enum class MissingGrads { zeros, undefined };
+
 // A node whose backward is a closure (the common case: ops/<family>.cpp writes the formula
 // next to the forward).
 class FunctionNode final : public Node {
@@ -59,11 +64,17 @@ class FunctionNode final : public Node {
     DType dtype;
     Device device;
   };
-  FunctionNode(std::string name, std::vector<OutputInfo> outputs, BackwardFn fn)
-      : Node(std::move(name), static_cast<uint32_t>(outputs.size())), outputs_(std::move(outputs)), fn_(std::move(fn)) {}
-  // Substitutes zeros for outputs that received no gradient, then runs the closure.
+  FunctionNode(std::string name, std::vector<OutputInfo> outputs, BackwardFn fn, MissingGrads missing)
+      : Node(std::move(name), static_cast<uint32_t>(outputs.size())),
+        outputs_(std::move(outputs)),
+        fn_(std::move(fn)),
+        missing_(missing) {}
+  // Substitutes zeros for outputs that received no gradient (unless MissingGrads::undefined),
+  // then runs the closure.
   TensorList apply(TensorList&& grad_outputs) override;
   void release_saved() override { fn_ = nullptr; }
+  // False once backward has freed the saved tensors.
+  bool holds_saved() const { return fn_ != nullptr; }
 
   struct SavedVersion {
     std::weak_ptr<Storage> storage;
@@ -74,6 +85,7 @@ class FunctionNode final : public Node {
  private:
   std::vector<OutputInfo> outputs_;
   BackwardFn fn_;
+  MissingGrads missing_;
 };
 
 // Adds incoming gradients into a leaf's .grad, running its hooks.

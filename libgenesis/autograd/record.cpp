@@ -31,11 +31,12 @@ bool needs_grad(const TensorList& inputs) {
   return false;
 }
 
-void record(std::string name, const TensorList& inputs, const TensorList& outputs, BackwardFn backward) {
+void record(std::string name, const TensorList& inputs, const TensorList& outputs, BackwardFn backward,
+            MissingGrads missing) {
   std::vector<FunctionNode::OutputInfo> infos;
   infos.reserve(outputs.size());
   for (const Tensor& o : outputs) infos.push_back({o.shape(), o.dtype(), o.device()});
-  auto node = std::make_shared<FunctionNode>(std::move(name), std::move(infos), std::move(backward));
+  auto node = std::make_shared<FunctionNode>(std::move(name), std::move(infos), std::move(backward), missing);
   node->saved_versions = std::move(t_pending_saved);
   t_pending_saved.clear();
   node->next_edges.reserve(inputs.size());

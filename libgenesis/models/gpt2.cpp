@@ -55,7 +55,10 @@ class Conv1D final : public nn::Module {
     weight_ = &register_parameter("weight", empty({in, out}, options));
     bias_ = &register_parameter("bias", zeros({out}, options));
   }
-  Tensor forward(const Tensor& x) override { return add(matmul(x, *weight_), *bias_); }
+  // One linear over the transposed view of W: the rows of x stay one GEMM (the weight gradient
+  // too, instead of a batched GEMM plus a reduction), and under autocast the bias joins the
+  // low-precision product as torch.addmm's does.
+  Tensor forward(const Tensor& x) override { return linear(x, weight_->t(), *bias_); }
   // gelu_tanh(forward(x)) in one op: the bias and GELU ride on the GEMM (a cuBLASLt epilogue on CUDA).
   Tensor forward_gelu(const Tensor& x) { return linear_gelu(x, weight_->t(), *bias_); }
   std::string describe() const override {
@@ -92,14 +95,14 @@ class Gpt2Block final : public nn::Module {
   // x [B, T, C] -> [B, T, C]; appends this layer's keys and values to `cache` when given.
   Tensor run(const Tensor& x, KVCache* cache, size_t layer) {
     const int64_t batch = x.size(0), steps = x.size(1), width = x.size(2);
-    std::vector<Tensor> qkv = split(c_attn_->forward(ln_1_->forward(x)), width, 2);
+    std::vector<Tensor> qkv = split((*c_attn_)((*ln_1_)(x)), width, 2);
     auto heads = [&](const Tensor& t) { return t.reshape({batch, steps, heads_, head_dim_}).transpose(1, 2); };
     Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
     if (cache) std::tie(k, v) = detail::append_to_cache(*cache, layer, k, v);
     Tensor attended = scaled_dot_product_attention(q, k, v, true).transpose(1, 2).reshape({batch, steps, width});
-    Tensor h = add(x, attn_proj_->forward(attended));
-    Tensor hidden = c_fc_->forward_gelu(ln_2_->forward(h));
-    return add(h, mlp_proj_->forward(hidden));
+    Tensor h = add(x, (*attn_proj_)(attended));
+    Tensor hidden = c_fc_->forward_gelu((*ln_2_)(h));
+    return add(h, (*mlp_proj_)(hidden));
   }
 
  private:
@@ -138,7 +141,7 @@ Tensor Gpt2LM::forward_with_cache(const Tensor& ids, KVCache* cache) {
   Tensor x = add(embedding(ids, *wte_), embedding(positions, *wpe_));
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->run(x, cache, i);
   if (cache) cache->length += ids.size(1);
-  return matmul(ln_f_->forward(x), wte_->t());
+  return matmul((*ln_f_)(x), wte_->t());
 }
 
 KVCache Gpt2LM::make_cache(int64_t batch, int64_t capacity) const {

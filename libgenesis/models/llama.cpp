@@ -119,25 +119,25 @@ class DecoderLayer final : public nn::Module {
   // values to `cache` when given.
   Tensor run(const Tensor& x, const RopeTables& rope_table, KVCache* cache, size_t layer) {
     const int64_t batch = x.size(0), steps = x.size(1);
-    Tensor normed = input_layernorm_->forward(x);
+    Tensor normed = (*input_layernorm_)(x);
     auto heads = [&](const Tensor& t, int64_t count) {
       return t.reshape({batch, steps, count, head_dim_}).transpose(1, 2);
     };
-    Tensor q = heads(q_proj_->forward(normed), heads_);
-    Tensor k = heads(k_proj_->forward(normed), kv_heads_);
-    Tensor v = heads(v_proj_->forward(normed), kv_heads_);
+    Tensor q = heads((*q_proj_)(normed), heads_);
+    Tensor k = heads((*k_proj_)(normed), kv_heads_);
+    Tensor v = heads((*v_proj_)(normed), kv_heads_);
     if (q_norm_) {
-      q = q_norm_->forward(q);
-      k = k_norm_->forward(k);
+      q = (*q_norm_)(q);
+      k = (*k_norm_)(k);
     }
     q = rope(q, rope_table.cos, rope_table.sin);
     k = rope(k, rope_table.cos, rope_table.sin);
     if (cache) std::tie(k, v) = detail::append_to_cache(*cache, layer, k, v);
     Tensor attended =
         scaled_dot_product_attention(q, k, v, true).transpose(1, 2).reshape({batch, steps, heads_ * head_dim_});
-    Tensor h = add(x, o_proj_->forward(attended));
-    Tensor m = post_attention_layernorm_->forward(h);
-    return add(h, down_proj_->forward(swiglu(gate_proj_->forward(m), up_proj_->forward(m))));
+    Tensor h = add(x, (*o_proj_)(attended));
+    Tensor m = (*post_attention_layernorm_)(h);
+    return add(h, (*down_proj_)(swiglu((*gate_proj_)(m), (*up_proj_)(m))));
   }
 
  private:
@@ -174,7 +174,7 @@ Tensor DecoderLM::forward_with_cache(const Tensor& ids, KVCache* cache) {
       rope_tables(start, ids.size(1), config_.head_dim, config_.rope_theta, {.dtype = x.dtype(), .device = x.device()});
   for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->run(x, tables, cache, i);
   if (cache) cache->length += ids.size(1);
-  return linear(norm_->forward(x), *lm_head_);
+  return linear((*norm_)(x), *lm_head_);
 }
 
 KVCache DecoderLM::make_cache(int64_t batch, int64_t capacity) const {

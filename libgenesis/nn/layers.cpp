@@ -138,7 +138,7 @@ void Sequential::append(ModulePtr module) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (ModulePtr& m : layers_) h = m->forward(h);
+  for (ModulePtr& m : layers_) h = (*m)(h);
   return h;
 }
 

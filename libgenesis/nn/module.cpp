@@ -3,6 +3,7 @@
 #include <map>
 #include <sstream>
 
+#include "libgenesis/autograd/autocast.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
 
@@ -11,6 +12,13 @@ namespace genesis::nn {
 namespace {
 std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
 }  // namespace
+
+Tensor Module::operator()(const Tensor& x) {
+  if (autocast_enabled_ || !autocast_dtype()) return forward(x);
+  AutocastGuard f32(std::nullopt);
+  const bool half = x.dtype() == DType::f16 || x.dtype() == DType::bf16;
+  return forward(half ? x.to(DType::f32) : x);
+}
 
 Tensor& Module::register_parameter(std::string name, Tensor value) {
   GENESIS_CHECK(value.defined(), ValueError, "register_parameter: '", name, "' is undefined");
@@ -55,7 +63,7 @@ std::vector<NamedTensor> Module::named_buffers() const {
 std::vector<std::pair<std::string, Module*>> Module::named_modules() const {
   std::vector<std::pair<std::string, Module*>> out{{"", const_cast<Module*>(this)}};
   for (const auto& [name, child] : children_) {
-    for (auto& [sub, m] : child->named_modules()) out.emplace_back(join(name, sub), m);
+    for (auto& [sub, m] : child->named_modules()) out.emplace_back(sub.empty() ? name : join(name, sub), m);
   }
   return out;
 }

@@ -21,7 +21,13 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x); with autocast disabled for this module (set_autocast_enabled(false), e.g. amp.keep_f32),
+  // under autocast it runs with autocast off and a bf16/f16 input cast to f32 first. Calls of
+  // forward() itself bypass this: parents keep a child in f32 by calling it as (*child)(x).
+  Tensor operator()(const Tensor& x);
+  // Whether this module's forward runs under the caller's autocast (the default) or in f32.
+  void set_autocast_enabled(bool enabled) { autocast_enabled_ = enabled; }
+  bool autocast_enabled() const { return autocast_enabled_; }
   // Short type name for printing ("Linear(784 -> 256)").
   virtual std::string describe() const = 0;
 
@@ -70,6 +76,7 @@ class Module {
   std::deque<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  bool autocast_enabled_ = true;
 };
 
 using ModulePtr = std::shared_ptr<Module>;

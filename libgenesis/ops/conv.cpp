@@ -7,6 +7,7 @@
 #include "kernels/cpu/conv.h"
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
+#include "libgenesis/ops/prologue.h"
 #include "libgenesis/ops/reduce.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/conv.h"
@@ -191,10 +192,10 @@ ConvGrads conv2d_backward_cuda(const Conv2dShape& s, const Tensor& x, const Tens
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions options) {
+Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, Conv2dOptions options) {
+  auto [x, weight, bias] = detail::op_prologue<OpId::conv2d>(x_arg, weight_arg, bias_arg);
   detail::check_defined("conv2d", x, "input");
   detail::check_defined("conv2d", weight, "weight");
-  detail::check_same_device("conv2d", {x, weight, bias});
   const Conv2dShape s = conv_shape(x, weight, bias, options);
   Tensor y;
   {
@@ -224,7 +225,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
   return y;
 }
 
-Tensor max_pool2d(const Tensor& x, Pool2dOptions options) {
+Tensor max_pool2d(const Tensor& x_arg, Pool2dOptions options) {
+  auto [x] = detail::op_prologue<OpId::max_pool2d>(x_arg);
   const Pool2dShape s = pool_shape("max_pool2d", x, options);
   const DType dtype = x.dtype();
   Tensor y = empty(pooled_shape(x, s), {.dtype = dtype, .device = x.device()});
@@ -238,7 +240,7 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions options) {
                                                       y.data_ptr(), argmax.data<int64_t>(), cuda::current_stream()));
   }
   if (needs_grad({x})) {
-    record("max_pool2d", {x}, {y}, [s, in = x.shape(), dtype, argmax](const TensorList& g) {
+    record("max_pool2d", {x}, {y}, [s, in = x.shape(), dtype, argmax = saved(argmax)](const TensorList& g) {
       Tensor gy = g[0].to(dtype).contiguous();
       Tensor gx = empty(in, {.dtype = dtype, .device = gy.device()});
       if (gy.device().is_cpu()) {
@@ -253,7 +255,8 @@ Tensor max_pool2d(const Tensor& x, Pool2dOptions options) {
   return y;
 }
 
-Tensor avg_pool2d(const Tensor& x, Pool2dOptions options) {
+Tensor avg_pool2d(const Tensor& x_arg, Pool2dOptions options) {
+  auto [x] = detail::op_prologue<OpId::avg_pool2d>(x_arg);
   const Pool2dShape s = pool_shape("avg_pool2d", x, options);
   const DType dtype = x.dtype();
   Tensor y = empty(pooled_shape(x, s), {.dtype = dtype, .device = x.device()});

@@ -5,6 +5,7 @@
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/prologue.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/elementwise.h"
 #endif
@@ -41,32 +42,38 @@ Tensor transfer(const Tensor& src, Device device) {
 
 }  // namespace
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  auto [self] = detail::op_prologue<OpId::contiguous>(*this);
+  return self.is_contiguous() ? self : self.clone();
+}
 
 Tensor Tensor::clone() const {
-  Tensor out = empty(shape(), {.dtype = dtype(), .device = device()});
-  copy_same_device(out, *this);
-  if (needs_grad({*this})) record("clone", {*this}, {out}, [](const TensorList& g) { return TensorList{g[0]}; });
+  auto [self] = detail::op_prologue<OpId::clone>(*this);
+  Tensor out = empty(self.shape(), {.dtype = self.dtype(), .device = self.device()});
+  copy_same_device(out, self);
+  if (needs_grad({self})) record("clone", {self}, {out}, [](const TensorList& g) { return TensorList{g[0]}; });
   return out;
 }
 
 Tensor Tensor::to(DType target) const {
-  if (target == dtype()) return *this;
-  Tensor out = empty(shape(), {.dtype = target, .device = device()});
-  copy_same_device(out, *this);
-  if (is_floating(target) && needs_grad({*this})) {
-    DType source = dtype();
-    record("to_dtype", {*this}, {out}, [source](const TensorList& g) { return TensorList{g[0].to(source)}; });
+  auto [self] = detail::op_prologue<OpId::to_dtype>(*this);
+  if (target == self.dtype()) return self;
+  Tensor out = empty(self.shape(), {.dtype = target, .device = self.device()});
+  copy_same_device(out, self);
+  if (is_floating(target) && needs_grad({self})) {
+    DType source = self.dtype();
+    record("to_dtype", {self}, {out}, [source](const TensorList& g) { return TensorList{g[0].to(source)}; });
   }
   return out;
 }
 
 Tensor Tensor::to(Device target) const {
-  if (target == device()) return *this;
-  Tensor out = transfer(*this, target);
-  if (needs_grad({*this})) {
-    Device source = device();
-    record("to_device", {*this}, {out}, [source](const TensorList& g) { return TensorList{g[0].to(source)}; });
+  auto [self] = detail::op_prologue<OpId::to_device>(*this);
+  if (target == self.device()) return self;
+  Tensor out = transfer(self, target);
+  if (needs_grad({self})) {
+    Device source = self.device();
+    record("to_device", {self}, {out}, [source](const TensorList& g) { return TensorList{g[0].to(source)}; });
   }
   return out;
 }
@@ -93,8 +100,9 @@ Tensor& Tensor::fill_(double value) {
     }
     return *this;
   }
-  Tensor filled = full(shape(), value, {.dtype = dtype(), .device = device()});
-  copy_same_device(*this, filled);
+  // A strided destination (a region of a larger buffer): one element broadcast by zero strides.
+  Tensor value_tensor = full({}, value, {.dtype = dtype(), .device = device()});
+  copy_same_device(*this, value_tensor.expand(shape()));
   return *this;
 }
 

@@ -10,7 +10,7 @@ void check_defined(std::string_view op, const Tensor& t, std::string_view arg) {
   GENESIS_CHECK(t.defined(), ValueError, op, ": argument '", arg, "' is an undefined tensor");
 }
 
-void check_same_device(std::string_view op, std::initializer_list<Tensor> tensors) {
+const Tensor* check_same_device(std::string_view op, std::span<const Tensor> tensors) {
   const Tensor* first = nullptr;
   for (const Tensor& t : tensors) {
     if (!t.defined()) continue;
@@ -21,6 +21,7 @@ void check_same_device(std::string_view op, std::initializer_list<Tensor> tensor
     GENESIS_CHECK(t.device() == first->device(), DeviceError, op, ": tensors are on different devices (",
                   first->device().str(), " and ", t.device().str(), "); move them to one device with .to(device)");
   }
+  return first;
 }
 
 void check_same_dtype(std::string_view op, const Tensor& a, const Tensor& b) {

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the op files: argument checks that name the op, and the CPU/CUDA
 // branch. Kernels receive raw pointers, extents and element strides.
+#include <span>
 #include <string_view>
 
 #include "libgenesis/core/error.h"
@@ -20,8 +21,9 @@ namespace genesis::detail {
 [[noreturn]] void throw_no_cuda();
 
 void check_defined(std::string_view op, const Tensor& t, std::string_view arg);
-// All tensors on one device; the message lists each argument's device.
-void check_same_device(std::string_view op, std::initializer_list<Tensor> tensors);
+// All defined tensors on one device (the op prologue's check; the message names both devices).
+// Returns the first defined tensor, or nullptr.
+const Tensor* check_same_device(std::string_view op, std::span<const Tensor> tensors);
 void check_same_dtype(std::string_view op, const Tensor& a, const Tensor& b);
 void check_floating(std::string_view op, const Tensor& t);
 void check_index_dtype(std::string_view op, const Tensor& index);

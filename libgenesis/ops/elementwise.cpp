@@ -1,6 +1,8 @@
 // Elementwise ops: forward dispatch and backward formulas side by side.
 #include "libgenesis/ops/elementwise.h"
 
+#include <array>
+
 #include <cmath>
 #include <limits>
 
@@ -8,6 +10,7 @@
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/prologue.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/elementwise.h"
 #endif
@@ -96,22 +99,32 @@ Tensor unary(const char* name, UnaryOp op, const Tensor& x, ElementwiseParams p 
   return y;
 }
 
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-#define GENESIS_BINARY_NAME(name) \
-  case BinaryOp::name: return #name;
-    GENESIS_FORALL_BINARY_OPS(GENESIS_BINARY_NAME)
-#undef GENESIS_BINARY_NAME
-  }
-  return "binary";
+// A public unary op: its prologue, then the shared body under its table name.
+template <OpId id>
+Tensor unary_entry(UnaryOp op, const Tensor& x_arg, ElementwiseParams p = {}) {
+  auto [x] = detail::op_prologue<id>(x_arg);
+  return unary(op_info(id).name.data(), op, x, p);  // a literal: null-terminated
 }
+
+// The op-table row of a binary op: the kernels' BinaryOp names are the table's.
+constexpr OpId binary_id(BinaryOp op) {
+  switch (op) {
+#define GENESIS_BINARY_ID(name) \
+  case BinaryOp::name: return OpId::name;
+    GENESIS_FORALL_BINARY_OPS(GENESIS_BINARY_ID)
+#undef GENESIS_BINARY_ID
+  }
+  return OpId::add;
+}
+
+// Table names are string literals, so data() is null-terminated.
+const char* binary_name(BinaryOp op) { return op_info(binary_id(op)).name.data(); }
 
 // Broadcasts, promotes and runs the kernel. No autograd.
 Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
   const char* name = binary_name(op);
   detail::check_defined(name, a_in, "a");
   detail::check_defined(name, b_in, "b");
-  detail::check_same_device(name, {a_in, b_in});
   DType compute = promote_types(a_in.dtype(), b_in.dtype());
   if (op == BinaryOp::div || op == BinaryOp::pow) {
     if (op == BinaryOp::div || compute == DType::boolean) compute = float_result_type(compute);
@@ -133,32 +146,61 @@ Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-// Gradients of a binary op w.r.t. its (promoted, broadcast) operands.
-TensorList binary_backward(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& g) {
+// Which operands a binary op's backward reads, given which inputs need a gradient: add and
+// sub none, mul each operand for the other's gradient, div b (and its output for b's gradient).
+struct BinarySaves {
+  bool a = false, b = false, out = false;
+};
+BinarySaves binary_saves(BinaryOp op, bool need_a, bool need_b) {
   switch (op) {
-    case BinaryOp::add: return {g, g};
-    case BinaryOp::sub: return {g, neg(g)};
-    case BinaryOp::mul: return {mul(g, b), mul(g, a)};
-    case BinaryOp::div: return {div(g, b), neg(mul(g, div(out, b)))};
-    case BinaryOp::pow: {
+    case BinaryOp::mul: return {.a = need_b, .b = need_a};
+    case BinaryOp::div: return {.b = true, .out = need_b};
+    case BinaryOp::pow: return {.a = true, .b = need_a, .out = need_b};
+    case BinaryOp::maximum:
+    case BinaryOp::minimum: return {.a = true, .b = true};
+    default: return {};
+  }
+}
+
+// Gradients of a binary op w.r.t. its (promoted, broadcast) operands, each only where asked;
+// a, b and out are defined where binary_saves says so.
+TensorList binary_backward(BinaryOp op, bool need_a, bool need_b, const Tensor& a, const Tensor& b, const Tensor& out,
+                           const Tensor& g) {
+  TensorList grads(2);
+  switch (op) {
+    case BinaryOp::add:
+      grads = {g, g};
+      break;
+    case BinaryOp::sub:
+      grads = {g, need_b ? neg(g) : Tensor()};
+      break;
+    case BinaryOp::mul:
+      if (need_a) grads[0] = mul(g, b);
+      if (need_b) grads[1] = mul(g, a);
+      break;
+    case BinaryOp::div:
+      if (need_a) grads[0] = div(g, b);
+      if (need_b) grads[1] = neg(mul(g, div(out, b)));
+      break;
+    case BinaryOp::pow:
       // d/da a^b = b a^(b-1), defined as 0 where b == 0 (a^(b-1) is inf at a == 0).
-      Tensor ga = masked_fill(mul(g, mul(b, pow(a, sub(b, 1.0)))), eq(b, 0.0), 0.0);
+      if (need_a) grads[0] = masked_fill(mul(g, mul(b, pow(a, sub(b, 1.0)))), eq(b, 0.0), 0.0);
       // d/db a^b = a^b log a; defined as 0 where a == 0 (PyTorch's convention).
-      Tensor gb = mul(g, masked_fill(mul(out, log(a)), eq(a, 0.0), 0.0));
-      return {ga, gb};
-    }
+      if (need_b) grads[1] = mul(g, masked_fill(mul(out, log(a)), eq(a, 0.0), 0.0));
+      break;
     case BinaryOp::maximum:
     case BinaryOp::minimum: {
       // Ties split the gradient evenly between both inputs.
       Tensor a_wins = op == BinaryOp::maximum ? gt(a, b) : lt(a, b);
       Tensor tie = eq(a, b);
       Tensor half = mul(g, 0.5);
-      Tensor ga = where(a_wins, g, where(tie, half, 0.0));
-      Tensor gb = masked_fill(where(tie, half, g), a_wins, 0.0);
-      return {ga, gb};
+      if (need_a) grads[0] = where(a_wins, g, where(tie, half, 0.0));
+      if (need_b) grads[1] = masked_fill(where(tie, half, g), a_wins, 0.0);
+      break;
     }
-    default: return {Tensor(), Tensor()};
+    default: break;
   }
+  return grads;
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
@@ -168,60 +210,75 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     out = binary_forward(op, a, b);
   }
   if (is_floating(out.dtype()) && needs_grad({a, b})) {
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    const BinarySaves keep = binary_saves(op, need_a, need_b);
     record(binary_name(op), {a, b}, {out},
-           [op, as = saved(a), bs = saved(b), os = saved(out)](const TensorList& g) {
-             DType dt = os.dtype();
-             TensorList grads = binary_backward(op, as.to(dt), bs.to(dt), os, g[0]);
-             return TensorList{sum_to(grads[0], as.shape()).to(as.dtype()), sum_to(grads[1], bs.shape()).to(bs.dtype())};
+           [op, need_a, need_b, dt = out.dtype(), a_shape = a.shape(), b_shape = b.shape(), a_dtype = a.dtype(),
+            b_dtype = b.dtype(), as = keep.a ? saved(a) : Tensor(), bs = keep.b ? saved(b) : Tensor(),
+            os = keep.out ? saved(out) : Tensor()](const TensorList& g) {
+             auto in_dt = [dt](const Tensor& t) { return t.defined() ? t.to(dt) : t; };
+             TensorList grads = binary_backward(op, need_a, need_b, in_dt(as), in_dt(bs), os, g[0]);
+             return TensorList{need_a ? sum_to(grads[0], a_shape).to(a_dtype) : Tensor(),
+                               need_b ? sum_to(grads[1], b_shape).to(b_dtype) : Tensor()};
            });
   }
   return out;
+}
+
+// A public binary op (comparisons included: their bool result records nothing): its prologue,
+// then the shared body.
+template <BinaryOp op>
+Tensor binary_entry(const Tensor& a_arg, const Tensor& b_arg) {
+  auto [a, b] = detail::op_prologue<binary_id(op)>(a_arg, b_arg);
+  return binary(op, a, b);
 }
 
 double nan_if_absent(std::optional<double> v) { return v ? *v : std::numeric_limits<double>::quiet_NaN(); }
 
 }  // namespace
 
-Tensor neg(const Tensor& x) { return unary("neg", UnaryOp::neg, x); }
-Tensor abs(const Tensor& x) { return unary("abs", UnaryOp::abs, x); }
-Tensor exp(const Tensor& x) { return unary("exp", UnaryOp::exp, x); }
-Tensor log(const Tensor& x) { return unary("log", UnaryOp::log, x); }
-Tensor log1p(const Tensor& x) { return unary("log1p", UnaryOp::log1p, x); }
-Tensor sqrt(const Tensor& x) { return unary("sqrt", UnaryOp::sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary("rsqrt", UnaryOp::rsqrt, x); }
-Tensor sin(const Tensor& x) { return unary("sin", UnaryOp::sin, x); }
-Tensor cos(const Tensor& x) { return unary("cos", UnaryOp::cos, x); }
-Tensor tanh(const Tensor& x) { return unary("tanh", UnaryOp::tanh, x); }
-Tensor sigmoid(const Tensor& x) { return unary("sigmoid", UnaryOp::sigmoid, x); }
-Tensor relu(const Tensor& x) { return unary("relu", UnaryOp::relu, x); }
+Tensor neg(const Tensor& x) { return unary_entry<OpId::neg>(UnaryOp::neg, x); }
+Tensor abs(const Tensor& x) { return unary_entry<OpId::abs>(UnaryOp::abs, x); }
+Tensor exp(const Tensor& x) { return unary_entry<OpId::exp>(UnaryOp::exp, x); }
+Tensor log(const Tensor& x) { return unary_entry<OpId::log>(UnaryOp::log, x); }
+Tensor log1p(const Tensor& x) { return unary_entry<OpId::log1p>(UnaryOp::log1p, x); }
+Tensor sqrt(const Tensor& x) { return unary_entry<OpId::sqrt>(UnaryOp::sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary_entry<OpId::rsqrt>(UnaryOp::rsqrt, x); }
+Tensor sin(const Tensor& x) { return unary_entry<OpId::sin>(UnaryOp::sin, x); }
+Tensor cos(const Tensor& x) { return unary_entry<OpId::cos>(UnaryOp::cos, x); }
+Tensor tanh(const Tensor& x) { return unary_entry<OpId::tanh>(UnaryOp::tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary_entry<OpId::sigmoid>(UnaryOp::sigmoid, x); }
+Tensor relu(const Tensor& x) { return unary_entry<OpId::relu>(UnaryOp::relu, x); }
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
-  return approximate == GeluApproximation::tanh ? unary("gelu_tanh", UnaryOp::gelu_tanh, x)
-                                                : unary("gelu", UnaryOp::gelu_erf, x);
+  return approximate == GeluApproximation::tanh ? unary_entry<OpId::gelu_tanh>(UnaryOp::gelu_tanh, x)
+                                                : unary_entry<OpId::gelu>(UnaryOp::gelu_erf, x);
 }
-Tensor silu(const Tensor& x) { return unary("silu", UnaryOp::silu, x); }
+Tensor silu(const Tensor& x) { return unary_entry<OpId::silu>(UnaryOp::silu, x); }
 Tensor softplus(const Tensor& x, double beta, double threshold) {
   GENESIS_CHECK(beta > 0.0, ValueError, "softplus: beta must be positive (got ", beta, ")");
-  return unary("softplus", UnaryOp::softplus, x, {beta, threshold});
+  return unary_entry<OpId::softplus>(UnaryOp::softplus, x, {beta, threshold});
 }
-Tensor pow(const Tensor& x, double exponent) { return unary("pow_scalar", UnaryOp::pow_scalar, x, {exponent, 0.0}); }
+Tensor pow(const Tensor& x, double exponent) {
+  return unary_entry<OpId::pow_scalar>(UnaryOp::pow_scalar, x, {exponent, 0.0});
+}
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
-  return unary("clamp", UnaryOp::clamp, x, {nan_if_absent(min), nan_if_absent(max)});
+  return unary_entry<OpId::clamp>(UnaryOp::clamp, x, {nan_if_absent(min), nan_if_absent(max)});
 }
-Tensor sign(const Tensor& x) { return unary("sign", UnaryOp::sign, x); }
+Tensor sign(const Tensor& x) { return unary_entry<OpId::sign>(UnaryOp::sign, x); }
 
-Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::pow, a, b); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maximum, a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::eq, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::ne, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::lt, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::le, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::gt, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::ge, a, b); }
+Tensor add(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::add>(a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::sub>(a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::mul>(a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::div>(a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::pow>(a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::maximum>(a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::minimum>(a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::eq>(a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::ne>(a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::lt>(a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::le>(a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::gt>(a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_entry<BinaryOp::ge>(a, b); }
 
 Tensor wrap_scalar(const Tensor& x, double value) {
   return scalar_tensor(value, {.dtype = scalar_dtype(x.dtype(), value), .device = x.device()});
@@ -310,27 +367,34 @@ Tensor scalar_binary(BinaryOp op, const Tensor& t, double value, bool scalar_fir
   return out;
 }
 
+// A public tensor-scalar op: its prologue, then the shared body.
+template <BinaryOp op>
+Tensor scalar_entry(const Tensor& t_arg, double value, bool scalar_first = false) {
+  auto [t] = detail::op_prologue<binary_id(op)>(t_arg);
+  return scalar_binary(op, t, value, scalar_first);
+}
+
 }  // namespace
 
-Tensor add(const Tensor& a, double b) { return scalar_binary(BinaryOp::add, a, b); }
-Tensor sub(const Tensor& a, double b) { return scalar_binary(BinaryOp::sub, a, b); }
-Tensor sub(double a, const Tensor& b) { return scalar_binary(BinaryOp::sub, b, a, true); }
-Tensor mul(const Tensor& a, double b) { return scalar_binary(BinaryOp::mul, a, b); }
-Tensor div(const Tensor& a, double b) { return scalar_binary(BinaryOp::div, a, b); }
-Tensor div(double a, const Tensor& b) { return scalar_binary(BinaryOp::div, b, a, true); }
-Tensor pow(double a, const Tensor& b) { return scalar_binary(BinaryOp::pow, b, a, true); }
-Tensor maximum(const Tensor& a, double b) { return scalar_binary(BinaryOp::maximum, a, b); }
-Tensor minimum(const Tensor& a, double b) { return scalar_binary(BinaryOp::minimum, a, b); }
-Tensor eq(const Tensor& a, double b) { return scalar_binary(BinaryOp::eq, a, b); }
-Tensor ne(const Tensor& a, double b) { return scalar_binary(BinaryOp::ne, a, b); }
-Tensor lt(const Tensor& a, double b) { return scalar_binary(BinaryOp::lt, a, b); }
-Tensor le(const Tensor& a, double b) { return scalar_binary(BinaryOp::le, a, b); }
-Tensor gt(const Tensor& a, double b) { return scalar_binary(BinaryOp::gt, a, b); }
-Tensor ge(const Tensor& a, double b) { return scalar_binary(BinaryOp::ge, a, b); }
+Tensor add(const Tensor& a, double b) { return scalar_entry<BinaryOp::add>(a, b); }
+Tensor sub(const Tensor& a, double b) { return scalar_entry<BinaryOp::sub>(a, b); }
+Tensor sub(double a, const Tensor& b) { return scalar_entry<BinaryOp::sub>(b, a, true); }
+Tensor mul(const Tensor& a, double b) { return scalar_entry<BinaryOp::mul>(a, b); }
+Tensor div(const Tensor& a, double b) { return scalar_entry<BinaryOp::div>(a, b); }
+Tensor div(double a, const Tensor& b) { return scalar_entry<BinaryOp::div>(b, a, true); }
+Tensor pow(double a, const Tensor& b) { return scalar_entry<BinaryOp::pow>(b, a, true); }
+Tensor maximum(const Tensor& a, double b) { return scalar_entry<BinaryOp::maximum>(a, b); }
+Tensor minimum(const Tensor& a, double b) { return scalar_entry<BinaryOp::minimum>(a, b); }
+Tensor eq(const Tensor& a, double b) { return scalar_entry<BinaryOp::eq>(a, b); }
+Tensor ne(const Tensor& a, double b) { return scalar_entry<BinaryOp::ne>(a, b); }
+Tensor lt(const Tensor& a, double b) { return scalar_entry<BinaryOp::lt>(a, b); }
+Tensor le(const Tensor& a, double b) { return scalar_entry<BinaryOp::le>(a, b); }
+Tensor gt(const Tensor& a, double b) { return scalar_entry<BinaryOp::gt>(a, b); }
+Tensor ge(const Tensor& a, double b) { return scalar_entry<BinaryOp::ge>(a, b); }
 
-Tensor where(const Tensor& cond, const Tensor& a_in, const Tensor& b_in) {
+Tensor where(const Tensor& cond_arg, const Tensor& a_arg, const Tensor& b_arg) {
+  auto [cond, a_in, b_in] = detail::op_prologue<OpId::where>(cond_arg, a_arg, b_arg);
   detail::check_defined("where", cond, "cond");
-  detail::check_same_device("where", {cond, a_in, b_in});
   GENESIS_CHECK(cond.dtype() == DType::boolean, DTypeError, "where: cond must be bool, got ", dtype_name(cond.dtype()));
   DType dt = promote_types(a_in.dtype(), b_in.dtype());
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a_in.shape(), "where"), b_in.shape(), "where");
@@ -391,14 +455,14 @@ Tensor where_scalar_forward(const Tensor& cond, const Tensor& x_in, double value
 void check_mask(const char* op, const Tensor& mask, const char* mask_name, const Tensor& x) {
   detail::check_defined(op, mask, mask_name);
   detail::check_defined(op, x, "input");
-  detail::check_same_device(op, {mask, x});
   GENESIS_CHECK(mask.dtype() == DType::boolean, DTypeError, op, ": ", mask_name, " must be bool, got ",
                 dtype_name(mask.dtype()));
 }
 
 }  // namespace
 
-Tensor where(const Tensor& cond, const Tensor& a, double b) {
+Tensor where(const Tensor& cond_arg, const Tensor& a_arg, double b) {
+  auto [cond, a] = detail::op_prologue<OpId::where>(cond_arg, a_arg);
   check_mask("where", cond, "cond", a);
   const DType dt = promote_types(a.dtype(), scalar_dtype(a.dtype(), b));
   Tensor out;
@@ -414,7 +478,8 @@ Tensor where(const Tensor& cond, const Tensor& a, double b) {
   return out;
 }
 
-Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+Tensor masked_fill(const Tensor& x_arg, const Tensor& mask_arg, double value) {
+  auto [x, mask] = detail::op_prologue<OpId::masked_fill>(x_arg, mask_arg);
   check_mask("masked_fill", mask, "mask", x);
   Shape shape = broadcast_shapes(x.shape(), mask.shape(), "masked_fill");
   GENESIS_CHECK(shape == x.shape(), ShapeError, "masked_fill: mask of shape ", mask.shape(),
@@ -441,7 +506,7 @@ Tensor& binary_inplace(const char* name, BinaryOp op, Tensor& dst, const Tensor&
   detail::check_defined(name, dst, "self");
   detail::check_defined(name, src, "other");
   detail::check_inplace(name, dst);
-  detail::check_same_device(name, {dst, src});
+  detail::check_same_device(name, std::array{dst, src});
   GENESIS_CHECK(!needs_grad({src}), AutogradError, name,
                 ": gradients do not flow through in-place updates; detach the source or update under NoGradGuard");
   Tensor s;

@@ -12,6 +12,7 @@
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/prologue.h"
 #include "libgenesis/ops/reduce.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/index.h"
@@ -136,12 +137,37 @@ void check_index_fits(const char* op, const Tensor& index, int64_t axis, const T
   }
 }
 
+// The pieces are views of x under one node, whose backward writes x's gradient into one
+// buffer: each piece's gradient copied into its region, zeros only where a piece got none
+// (rather than a zero-filled input-sized buffer per piece, summed by the engine).
 std::vector<Tensor> split_checked(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis) {
   std::vector<Tensor> pieces;
-  int64_t start = 0;
-  for (int64_t n : sizes) {
-    pieces.push_back(x.narrow(axis, start, n));
-    start += n;
+  {
+    NoGradGuard views_only;
+    int64_t start = 0;
+    for (int64_t n : sizes) {
+      pieces.push_back(x.narrow(axis, start, n));
+      start += n;
+    }
+  }
+  if (is_floating(x.dtype()) && needs_grad({x})) {
+    record(
+        "split", {x}, pieces,
+        [axis, sizes, in = x.shape(), dtype = x.dtype(), device = x.device()](const TensorList& g) {
+          Tensor gx = empty(in, {.dtype = dtype, .device = device});
+          int64_t start = 0;
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            Tensor region = gx.narrow(axis, start, sizes[i]);
+            if (g[i].defined()) {
+              region.copy_(g[i]);
+            } else {
+              region.fill_(0.0);
+            }
+            start += sizes[i];
+          }
+          return TensorList{gx};
+        },
+        MissingGrads::undefined);
   }
   return pieces;
 }
@@ -176,7 +202,9 @@ Tensor triangle(const char* op, bool lower, const Tensor& x, int64_t diagonal) {
 
 }  // namespace
 
-Tensor cat(const std::vector<Tensor>& tensors, int64_t axis) {
+Tensor cat(const std::vector<Tensor>& tensors_arg, int64_t axis) {
+  const detail::OpListArgs args = detail::op_prologue_list<OpId::cat>(tensors_arg);
+  const std::vector<Tensor>& tensors = args.tensors;
   GENESIS_CHECK(!tensors.empty(), ValueError, "cat: expected a non-empty list of tensors");
   for (size_t i = 0; i < tensors.size(); ++i)
     detail::check_defined("cat", tensors[i], detail::concat("tensors[", i, "]"));
@@ -187,8 +215,6 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t axis) {
   std::vector<int64_t> sizes;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    GENESIS_CHECK(t.device() == first.device(), DeviceError, "cat: tensors are on different devices (",
-                  first.device().str(), " and ", t.device().str(), ")");
     bool matches = t.dim() == first.dim();
     for (int64_t d = 0; matches && d < t.dim(); ++d) matches = d == ax || t.size(d) == first.size(d);
     GENESIS_CHECK(matches, ShapeError, "cat: tensor ", i, " has shape ", t.shape(), " but tensor 0 has shape ",
@@ -228,7 +254,9 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t axis) {
   return out;
 }
 
-Tensor stack(const std::vector<Tensor>& tensors, int64_t axis) {
+Tensor stack(const std::vector<Tensor>& tensors_arg, int64_t axis) {
+  const detail::OpListArgs args = detail::op_prologue_list<OpId::stack>(tensors_arg);
+  const std::vector<Tensor>& tensors = args.tensors;
   GENESIS_CHECK(!tensors.empty(), ValueError, "stack: expected a non-empty list of tensors");
   for (size_t i = 0; i < tensors.size(); ++i) {
     detail::check_defined("stack", tensors[i], detail::concat("tensors[", i, "]"));
@@ -241,7 +269,8 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t axis) {
   return cat(unsqueezed, ax);
 }
 
-std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t axis) {
+std::vector<Tensor> split(const Tensor& x_arg, int64_t size, int64_t axis) {
+  auto [x] = detail::op_prologue<OpId::split>(x_arg);
   const int64_t ax = split_axis("split", x, axis);
   GENESIS_CHECK(size > 0, ValueError, "split: size must be positive (got ", size, ")");
   const int64_t n = x.size(ax);
@@ -251,7 +280,8 @@ std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t axis) {
   return split_checked(x, sizes, ax);
 }
 
-std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis) {
+std::vector<Tensor> split(const Tensor& x_arg, const std::vector<int64_t>& sizes, int64_t axis) {
+  auto [x] = detail::op_prologue<OpId::split>(x_arg);
   const int64_t ax = split_axis("split", x, axis);
   int64_t total = 0;
   for (int64_t n : sizes) {
@@ -263,17 +293,18 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
   return split_checked(x, sizes, ax);
 }
 
-std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t axis) {
+std::vector<Tensor> chunk(const Tensor& x_arg, int64_t chunks, int64_t axis) {
+  auto [x] = detail::op_prologue<OpId::chunk>(x_arg);
   const int64_t ax = split_axis("chunk", x, axis);
   GENESIS_CHECK(chunks > 0, ValueError, "chunk: the number of chunks must be positive (got ", chunks, ")");
   const int64_t size = std::max<int64_t>((x.size(ax) + chunks - 1) / chunks, 1);
   return split(x, size, ax);
 }
 
-Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
+Tensor index_select(const Tensor& x_arg, int64_t axis, const Tensor& index_arg) {
+  auto [x, index] = detail::op_prologue<OpId::index_select>(x_arg, index_arg);
   detail::check_defined("index_select", x, "input");
   detail::check_defined("index_select", index, "index");
-  detail::check_same_device("index_select", {x, index});
   detail::check_index_dtype("index_select", index);
   GENESIS_CHECK(x.dim() >= 1, ShapeError, "index_select: input must have at least one dimension");
   GENESIS_CHECK(index.dim() <= 1, ShapeError, "index_select: index must be 1-D, got shape ", index.shape());
@@ -290,7 +321,8 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
     out = gather_checked("index_select", x, ax, spread);
   }
   if (is_floating(x.dtype()) && needs_grad({x})) {
-    record("index_select", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), positions, spread](const TensorList& g) {
+    record("index_select", {x}, {out},
+           [ax, in = x.shape(), dtype = x.dtype(), positions = saved(positions), spread = saved(spread)](const TensorList& g) {
       if (!g[0].device().is_cpu()) {
         GENESIS_ON_CUDA(return TensorList{index_select_backward_cuda(in, dtype, ax, positions, g[0])});
       }
@@ -302,10 +334,10 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
   return out;
 }
 
-Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
+Tensor gather(const Tensor& x_arg, int64_t axis, const Tensor& index_arg) {
+  auto [x, index] = detail::op_prologue<OpId::gather>(x_arg, index_arg);
   detail::check_defined("gather", x, "input");
   detail::check_defined("gather", index, "index");
-  detail::check_same_device("gather", {x, index});
   detail::check_index_dtype("gather", index);
   GENESIS_CHECK(x.dim() >= 1, ShapeError, "gather: input must have at least one dimension");
   const int64_t ax = normalize_axis(axis, x.dim(), "gather");
@@ -318,7 +350,7 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
     out = gather_checked("gather", x, ax, positions);
   }
   if (is_floating(x.dtype()) && needs_grad({x})) {
-    record("gather", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), positions](const TensorList& g) {
+    record("gather", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), positions = saved(positions)](const TensorList& g) {
       Tensor gx = zeros(in, {.dtype = dtype, .device = g[0].device()});
       scatter_add_checked("gather", gx, ax, positions, g[0].to(dtype));
       return TensorList{gx};
@@ -327,11 +359,11 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
   return out;
 }
 
-Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+Tensor scatter_add(const Tensor& x_arg, int64_t axis, const Tensor& index_arg, const Tensor& src_arg) {
+  auto [x, index, src] = detail::op_prologue<OpId::scatter_add>(x_arg, index_arg, src_arg);
   detail::check_defined("scatter_add", x, "input");
   detail::check_defined("scatter_add", index, "index");
   detail::check_defined("scatter_add", src, "src");
-  detail::check_same_device("scatter_add", {x, index, src});
   detail::check_index_dtype("scatter_add", index);
   detail::check_same_dtype("scatter_add", x, src);
   GENESIS_CHECK(x.dim() >= 1, ShapeError, "scatter_add: input must have at least one dimension");
@@ -347,7 +379,7 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
     scatter_add_checked("scatter_add", out, ax, positions, src);
   }
   if (is_floating(x.dtype()) && needs_grad({x, src})) {
-    record("scatter_add", {x, src}, {out}, [ax, src_shape = src.shape(), positions](const TensorList& g) {
+    record("scatter_add", {x, src}, {out}, [ax, src_shape = src.shape(), positions = saved(positions)](const TensorList& g) {
       Tensor picked = gather_checked("scatter_add", g[0], ax, positions);
       if (picked.shape() == src_shape) return TensorList{g[0], picked};
       // src entries beyond the index's extent were never added: their gradient is zero.
@@ -361,14 +393,17 @@ Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Ten
   return out;
 }
 
-Tensor tril(const Tensor& x, int64_t diagonal) {
+Tensor tril(const Tensor& x_arg, int64_t diagonal) {
+  auto [x] = detail::op_prologue<OpId::tril>(x_arg);
   return triangle("tril", true, x, diagonal);
 }
-Tensor triu(const Tensor& x, int64_t diagonal) {
+Tensor triu(const Tensor& x_arg, int64_t diagonal) {
+  auto [x] = detail::op_prologue<OpId::triu>(x_arg);
   return triangle("triu", false, x, diagonal);
 }
 
-Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
+Tensor repeat(const Tensor& x_arg, const std::vector<int64_t>& repeats) {
+  auto [x] = detail::op_prologue<OpId::repeat>(x_arg);
   detail::check_defined("repeat", x, "input");
   GENESIS_CHECK(static_cast<int64_t>(repeats.size()) >= x.dim(), ShapeError, "repeat: ", repeats.size(),
                 " repeat counts given for the input of shape ", x.shape(), "; at least one per dimension is needed");
@@ -409,7 +444,8 @@ Tensor repeat(const Tensor& x, const std::vector<int64_t>& repeats) {
   return out;
 }
 
-Tensor flip(const Tensor& x, const std::vector<int64_t>& axes) {
+Tensor flip(const Tensor& x_arg, const std::vector<int64_t>& axes) {
+  auto [x] = detail::op_prologue<OpId::flip>(x_arg);
   detail::check_defined("flip", x, "input");
   std::vector<bool> flipped(static_cast<size_t>(std::max<int64_t>(x.dim(), 1)), false);
   for (int64_t a : axes) {

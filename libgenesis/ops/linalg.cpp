@@ -11,6 +11,7 @@
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/prologue.h"
 #include "libgenesis/ops/reduce.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/elementwise.h"
@@ -181,7 +182,6 @@ Tensor batched_matmul(const char* op, const Tensor& a2, const Tensor& b2, const 
 void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   detail::check_defined(op, a, "a");
   detail::check_defined(op, b, "b");
-  detail::check_same_device(op, {a, b});
 }
 
 // matmul's operands as matrices: a 1-D a becomes [1, k], a 1-D b becomes [k, 1].
@@ -192,8 +192,9 @@ Tensor transpose_last(const Tensor& t) { return t.transpose(-1, -2); }
 
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  check_operands("matmul", a, b);
+Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
+  check_operands("matmul", a_arg, b_arg);
+  auto [a, b] = detail::op_prologue<OpId::matmul>(a_arg, b_arg);
   GENESIS_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: both arguments need at least one dimension (got ",
                 a.shape(), " and ", b.shape(), ")");
   Tensor out;
@@ -223,8 +224,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
-  check_operands("bmm", a, b);
+Tensor bmm(const Tensor& a_arg, const Tensor& b_arg) {
+  check_operands("bmm", a_arg, b_arg);
+  auto [a, b] = detail::op_prologue<OpId::bmm>(a_arg, b_arg);
   GENESIS_CHECK(a.dim() == 3 && b.dim() == 3, ShapeError, "bmm: expects two 3-D tensors, got shapes ", a.shape(),
                 " and ", b.shape());
   GENESIS_CHECK(a.size(0) == b.size(0), ShapeError, "bmm: batch sizes differ (shapes ", a.shape(), " and ",
@@ -254,7 +256,6 @@ struct LinearShapes {
 LinearShapes check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   detail::check_defined(op, x, "x");
   detail::check_defined(op, weight, "weight");
-  detail::check_same_device(op, {x, weight, bias});
   GENESIS_CHECK(x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1), ShapeError, op,
                 ": input of shape ", x.shape(), " does not match weight of shape ", weight.shape(),
                 " (expected input [..., in] and weight [out, in])");
@@ -347,7 +348,7 @@ Tensor gelu_tanh_backward(const Tensor& pre, const Tensor& grad_out) {
   return grad_pre;
 }
 
-// linear, and linear followed by gelu_tanh (`op` names which).
+// linear, and linear followed by gelu_tanh (`op` names which), after the op prologue.
 Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, bool with_gelu) {
   const LinearShapes shapes = check_linear(op, x, weight, bias);
   const DType dt = shapes.dtype;
@@ -378,11 +379,13 @@ Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Te
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg) {
+  auto [x, weight, bias] = detail::op_prologue<OpId::linear>(x_arg, weight_arg, bias_arg);
   return linear_op("linear", x, weight, bias, false);
 }
 
-Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear_gelu(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg) {
+  auto [x, weight, bias] = detail::op_prologue<OpId::linear_gelu>(x_arg, weight_arg, bias_arg);
   return linear_op("linear_gelu", x, weight, bias, true);
 }
 

@@ -11,6 +11,7 @@
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/nn.h"
+#include "libgenesis/ops/prologue.h"
 #include "libgenesis/ops/reduce.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/loss.h"
@@ -34,7 +35,6 @@ DType compute_dtype(DType dtype) {
 
 // Checks input [N, C, d...] against class-index target [N, d...]; returns the row layout.
 ClassRows class_rows(const char* name, const Tensor& input, const Tensor& target, const char* input_name) {
-  detail::check_same_device(name, {input, target});
   detail::check_floating(name, input);
   GENESIS_CHECK(is_integral(target.dtype()), DTypeError, name, ": target must hold class indices (i32 or i64), got ",
                 dtype_name(target.dtype()));
@@ -113,17 +113,18 @@ int fault_op(const char* name) {
 }
 #endif
 
-// Single-sample form: [C] input with a 0-d target runs as a batch of one.
-template <class F>
-Tensor as_batch_of_one(const Tensor& input, const Tensor& target, Reduction reduction, F&& loss_fn) {
-  Tensor loss = loss_fn(input.unsqueeze(0), target.unsqueeze(0));
-  return reduction == Reduction::none ? loss.squeeze(0) : loss;
+// Single-sample form: a [C] input with a 0-d target runs as a batch of one (the caller squeezes
+// an unreduced loss back); returns whether it does.
+bool as_batch_of_one(Tensor& input, Tensor& target) {
+  if (input.dim() != 1 || target.dim() != 0) return false;
+  input = input.unsqueeze(0);
+  target = target.unsqueeze(0);
+  return true;
 }
 
 void check_pair(const char* name, const Tensor& input, const Tensor& target, const char* input_name) {
   detail::check_defined(name, input, input_name);
   detail::check_defined(name, target, "target");
-  detail::check_same_device(name, {input, target});
   detail::check_floating(name, input);
   GENESIS_CHECK(target.dtype() == input.dtype(), DTypeError, name, ": target has dtype ", dtype_name(target.dtype()),
                 " but ", input_name, " has ", dtype_name(input.dtype()));
@@ -156,13 +157,11 @@ Tensor softplus_of_neg(const Tensor& x) {
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options) {
+Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target_arg, CrossEntropyOptions options) {
+  auto [logits, target] = detail::op_prologue<OpId::cross_entropy>(logits_arg, target_arg);
   detail::check_defined("cross_entropy", logits, "logits");
   detail::check_defined("cross_entropy", target, "target");
-  if (logits.dim() == 1 && target.dim() == 0) {
-    return as_batch_of_one(logits, target, options.reduction,
-                           [&](const Tensor& x, const Tensor& t) { return cross_entropy(x, t, options); });
-  }
+  const bool single = as_batch_of_one(logits, target);
   ClassRows s = class_rows("cross_entropy", logits, target, "logits");
   GENESIS_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing < 1.0, ValueError,
                 "cross_entropy: label_smoothing must be in [0, 1) (got ", options.label_smoothing, ")");
@@ -185,7 +184,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
                                                    lse.data_ptr(), cuda::kernel_fault_slot(), fault_op("cross_entropy"),
                                                    cuda::current_stream()));
     }
-    loss = reduce_rows(row_loss, options.reduction, count, target.shape(), dt);
+    // Autocast policy f32_math: the kernels read 16-bit logits as they are and the loss comes out in f32.
+    const DType loss_dtype = is_half(dt) && detail::current_op_autocast() ? DType::f32 : dt;
+    loss = reduce_rows(row_loss, options.reduction, count, target.shape(), loss_dtype);
   }
   if (needs_grad({logits})) {
     record("cross_entropy", {logits}, {loss},
@@ -206,16 +207,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
              return TensorList{gx};
            });
   }
-  return loss;
+  return single && options.reduction == Reduction::none ? loss.squeeze(0) : loss;
 }
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+Tensor nll_loss(const Tensor& log_probs_arg, const Tensor& target_arg, Reduction reduction, int64_t ignore_index) {
+  auto [log_probs, target] = detail::op_prologue<OpId::nll_loss>(log_probs_arg, target_arg);
   detail::check_defined("nll_loss", log_probs, "log_probs");
   detail::check_defined("nll_loss", target, "target");
-  if (log_probs.dim() == 1 && target.dim() == 0) {
-    return as_batch_of_one(log_probs, target, reduction,
-                           [&](const Tensor& x, const Tensor& t) { return nll_loss(x, t, reduction, ignore_index); });
-  }
+  const bool single = as_batch_of_one(log_probs, target);
   ClassRows s = class_rows("nll_loss", log_probs, target, "log_probs");
   Tensor tc = target.contiguous();
   const TargetCount count = count_valid_targets("nll_loss", tc, s.classes, ignore_index, reduction);
@@ -253,10 +252,11 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
              return TensorList{gx};
            });
   }
-  return loss;
+  return single && reduction == Reduction::none ? loss.squeeze(0) : loss;
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor mse_loss(const Tensor& input_arg, const Tensor& target_arg, Reduction reduction) {
+  auto [input, target] = detail::op_prologue<OpId::mse_loss>(input_arg, target_arg);
   check_pair("mse_loss", input, target, "input");
   const DType compute = compute_dtype(input.dtype());
   Tensor loss;
@@ -276,7 +276,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   return loss;
 }
 
-Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor l1_loss(const Tensor& input_arg, const Tensor& target_arg, Reduction reduction) {
+  auto [input, target] = detail::op_prologue<OpId::l1_loss>(input_arg, target_arg);
   check_pair("l1_loss", input, target, "input");
   const DType compute = compute_dtype(input.dtype());
   Tensor loss;
@@ -297,11 +298,12 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
 }
 
 // loss = (1 - t) * x + (1 + (pos_weight - 1) * t) * log(1 + exp(-x)), PyTorch's stable form.
-Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction,
-                                        const Tensor& pos_weight) {
+Tensor binary_cross_entropy_with_logits(const Tensor& logits_arg, const Tensor& target_arg, Reduction reduction,
+                                        const Tensor& pos_weight_arg) {
+  auto [logits, target, pos_weight] =
+      detail::op_prologue<OpId::binary_cross_entropy_with_logits>(logits_arg, target_arg, pos_weight_arg);
   check_pair(kBce, logits, target, "logits");
   if (pos_weight.defined()) {
-    detail::check_same_device(kBce, {logits, pos_weight});
     GENESIS_CHECK(pos_weight.dtype() == logits.dtype(), DTypeError, kBce, ": pos_weight has dtype ",
                   dtype_name(pos_weight.dtype()), " but logits has ", dtype_name(logits.dtype()));
     GENESIS_CHECK(broadcast_shapes(logits.shape(), pos_weight.shape(), kBce) == logits.shape(), ShapeError, kBce,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "kernels/cpu/nn.h"
@@ -12,6 +13,7 @@
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/prologue.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/index.h"
@@ -103,31 +105,50 @@ Tensor softmax_family(const char* name, bool log, const Tensor& x, int64_t axis_
   return y;
 }
 
-// Layer norm (centered) or RMS norm over the trailing `normalized_shape` dimensions.
-Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                 const Tensor& bias, double eps) {
+// Layer norm (centered) or RMS norm over the trailing `normalized_shape` dimensions. x is read
+// in its own dtype and the parameters in theirs (f32 parameters with a 16-bit x need no cast);
+// the result has x's dtype, or under autocast (the low_out policy) the autocast dtype, which is
+// what the matrix product after a norm reads.
+Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& normalized_shape,
+                 const Tensor& weight_arg, const Tensor& bias_arg, double eps) {
   detail::check_defined(name, x, "input");
-  detail::check_same_device(name, {x, weight, bias});
   detail::check_floating(name, x);
   const auto k = static_cast<int64_t>(normalized_shape.size());
   const bool trailing =
       k >= 1 && k <= x.dim() && std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - k);
   GENESIS_CHECK(trailing, ShapeError, name, ": normalized_shape ", normalized_shape,
                 " must be non-empty and match the trailing dimensions of the input of shape ", x.shape());
-  auto check_param = [&](const Tensor& t, const char* arg) {
-    if (!t.defined()) return;
-    GENESIS_CHECK(t.shape() == normalized_shape, ShapeError, name, ": ", arg, " of shape ", t.shape(),
+  auto check_shape = [&](const Tensor& t, const char* arg) {
+    GENESIS_CHECK(!t.defined() || t.shape() == normalized_shape, ShapeError, name, ": ", arg, " of shape ", t.shape(),
                   " does not match normalized_shape ", normalized_shape);
-    GENESIS_CHECK(t.dtype() == x.dtype(), DTypeError, name, ": ", arg, " has dtype ", dtype_name(t.dtype()),
-                  " but the input has ", dtype_name(x.dtype()));
   };
-  check_param(weight, "weight");
-  check_param(bias, "bias");
+  check_shape(weight_arg, "weight");
+  check_shape(bias_arg, "bias");
+  GENESIS_CHECK(!weight_arg.defined() || !bias_arg.defined() || weight_arg.dtype() == bias_arg.dtype(), DTypeError,
+                name, ": weight has dtype ", dtype_name(weight_arg.dtype()), " but bias has ",
+                dtype_name(bias_arg.dtype()));
   GENESIS_CHECK(eps >= 0.0 && std::isfinite(eps), ValueError, name, ": eps must be finite and >= 0 (got ", eps, ")");
+  // f64 stays f64 under autocast, as for the other policies.
+  const std::optional<DType> autocast = detail::current_op_autocast();
+  const DType y_dtype = autocast && x.dtype() != DType::f64 ? *autocast : x.dtype();
+  const Tensor& param = weight_arg.defined() ? weight_arg : bias_arg;
+  kernels::NormDTypes dtypes{x.dtype(), param.defined() ? param.dtype() : y_dtype == x.dtype() ? x.dtype() : DType::f32,
+                             y_dtype};
+  Tensor weight = weight_arg, bias = bias_arg;
+  if (autocast && !kernels::norm_dtypes_supported(dtypes) && is_floating(dtypes.weight)) {
+    // Parameters the kernels do not pair with x (bf16 ones with an f32 input, ...): cast them, not
+    // x, to f32 rather than fail.
+    if (weight.defined()) weight = weight.to(DType::f32);
+    if (bias.defined()) bias = bias.to(DType::f32);
+    dtypes.weight = DType::f32;
+  }
+  GENESIS_CHECK(kernels::norm_dtypes_supported(dtypes), DTypeError, name, ": ", weight.defined() ? "weight" : "bias",
+                " has dtype ", dtype_name(dtypes.weight), " but the input has ", dtype_name(x.dtype()),
+                " (parameters take the input's dtype, or f32 with an f32, f16 or bf16 input)");
   const int64_t cols = numel_of(normalized_shape);
   const int64_t rows = numel_of(Shape(x.shape().begin(), x.shape().end() - k));
   Tensor xc, wc, bc;
-  Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  Tensor y = empty(x.shape(), {.dtype = y_dtype, .device = x.device()});
   Tensor mean = empty({rows}, {.dtype = acc_dtype(x.dtype()), .device = x.device()});
   Tensor rstd = empty({rows}, {.dtype = acc_dtype(x.dtype()), .device = x.device()});
   {
@@ -138,37 +159,41 @@ Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& 
     const void* w = wc.defined() ? wc.data_ptr() : nullptr;
     const void* b = bc.defined() ? bc.data_ptr() : nullptr;
     if (x.device().is_cpu()) {
-      kernels::cpu::norm_rows(x.dtype(), centered, rows, cols, xc.data_ptr(), w, b, eps, y.data_ptr(), mean.data_ptr(),
+      kernels::cpu::norm_rows(dtypes, centered, rows, cols, xc.data_ptr(), w, b, eps, y.data_ptr(), mean.data_ptr(),
                               rstd.data_ptr());
     } else {
-      GENESIS_ON_CUDA(kernels::cuda::norm_rows(x.dtype(), centered, rows, cols, xc.data_ptr(), w, b, eps, y.data_ptr(),
+      GENESIS_ON_CUDA(kernels::cuda::norm_rows(dtypes, centered, rows, cols, xc.data_ptr(), w, b, eps, y.data_ptr(),
                                                mean.data_ptr(), rstd.data_ptr(), cuda::current_stream()));
     }
   }
+  // The backward reads x, the weight and the row statistics (never y): grad_x in x's dtype, the
+  // parameter gradients in theirs, from grad_y in y's dtype.
   TensorList inputs = centered ? TensorList{x, weight, bias} : TensorList{x, weight};
   if (needs_grad(inputs)) {
     record(name, inputs, {y},
-           [centered, rows, cols, normalized_shape, has_bias = bias.defined(), xs = saved(xc), ws = saved(wc),
+           [dtypes, centered, rows, cols, normalized_shape, has_bias = bias.defined(), xs = saved(xc), ws = saved(wc),
             means = saved(mean), rstds = saved(rstd)](const TensorList& g) {
-             const DType dt = xs.dtype();
              const Device device = xs.device();
-             Tensor gy = g[0].to(dt).contiguous();
+             Tensor gy = g[0].to(dtypes.y).contiguous();
              Tensor gx = empty_like(xs);
-             Tensor gw = ws.defined() ? empty(normalized_shape, {.dtype = dt, .device = device}) : Tensor();
-             Tensor gb = has_bias ? empty(normalized_shape, {.dtype = dt, .device = device}) : Tensor();
+             const TensorOptions param_options{.dtype = dtypes.weight, .device = device};
+             Tensor gw = ws.defined() ? empty(normalized_shape, param_options) : Tensor();
+             Tensor gb = has_bias ? empty(normalized_shape, param_options) : Tensor();
              const void* w = ws.defined() ? ws.data_ptr() : nullptr;
              void* gw_ptr = gw.defined() ? gw.data_ptr() : nullptr;
              void* gb_ptr = gb.defined() ? gb.data_ptr() : nullptr;
              if (device.is_cpu()) {
-               kernels::cpu::norm_rows_backward(dt, centered, rows, cols, xs.data_ptr(), w, means.data_ptr(),
+               kernels::cpu::norm_rows_backward(dtypes, centered, rows, cols, xs.data_ptr(), w, means.data_ptr(),
                                                 rstds.data_ptr(), gy.data_ptr(), gx.data_ptr(), gw_ptr, gb_ptr);
              } else {
                GENESIS_ON_CUDA({
                  // Per-chunk column sums of the weight and bias gradients, added in chunk order.
                  const int64_t partial_count =
-                     gw.defined() || gb.defined() ? 2 * kernels::cuda::norm_backward_chunks(dt, rows, cols) * cols : 0;
-                 Tensor partials = empty({partial_count}, {.dtype = acc_dtype(dt), .device = device});
-                 kernels::cuda::norm_rows_backward(dt, centered, rows, cols, xs.data_ptr(), w, means.data_ptr(),
+                     gw.defined() || gb.defined()
+                         ? 2 * kernels::cuda::norm_backward_chunks(dtypes.x, rows, cols) * cols
+                         : 0;
+                 Tensor partials = empty({partial_count}, {.dtype = acc_dtype(dtypes.x), .device = device});
+                 kernels::cuda::norm_rows_backward(dtypes, centered, rows, cols, xs.data_ptr(), w, means.data_ptr(),
                                                    rstds.data_ptr(), gy.data_ptr(), gx.data_ptr(), gw_ptr, gb_ptr,
                                                    partials.data_ptr(), cuda::current_stream());
                });
@@ -181,26 +206,30 @@ Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& 
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t axis) {
+Tensor softmax(const Tensor& x_arg, int64_t axis) {
+  auto [x] = detail::op_prologue<OpId::softmax>(x_arg);
   return softmax_family("softmax", false, x, axis);
 }
-Tensor log_softmax(const Tensor& x, int64_t axis) {
+Tensor log_softmax(const Tensor& x_arg, int64_t axis) {
+  auto [x] = detail::op_prologue<OpId::log_softmax>(x_arg);
   return softmax_family("log_softmax", true, x, axis);
 }
 
-Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+Tensor layer_norm(const Tensor& x_arg, const Shape& normalized_shape, const Tensor& weight_arg, const Tensor& bias_arg,
                   double eps) {
+  auto [x, weight, bias] = detail::op_prologue<OpId::layer_norm>(x_arg, weight_arg, bias_arg);
   return normalize("layer_norm", true, x, normalized_shape, weight, bias, eps);
 }
 
-Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, double eps) {
+Tensor rms_norm(const Tensor& x_arg, const Shape& normalized_shape, const Tensor& weight_arg, double eps) {
+  auto [x, weight] = detail::op_prologue<OpId::rms_norm>(x_arg, weight_arg);
   return normalize("rms_norm", false, x, normalized_shape, weight, Tensor(), eps);
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight, std::optional<int64_t> padding_idx) {
+Tensor embedding(const Tensor& indices_arg, const Tensor& weight_arg, std::optional<int64_t> padding_idx) {
+  auto [indices, weight] = detail::op_prologue<OpId::embedding>(indices_arg, weight_arg);
   detail::check_defined("embedding", indices, "indices");
   detail::check_defined("embedding", weight, "weight");
-  detail::check_same_device("embedding", {indices, weight});
   detail::check_index_dtype("embedding", indices);
   detail::check_floating("embedding", weight);
   GENESIS_CHECK(weight.dim() == 2, ShapeError, "embedding: weight must be 2-D [num_embeddings, dim], got shape ",
@@ -287,7 +316,8 @@ Tensor dropout_cuda(const Tensor& x, double p, double scale, Generator* gen) {
 }  // namespace
 #endif
 
-Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+Tensor dropout(const Tensor& x_arg, double p, bool training, Generator* gen) {
+  auto [x] = detail::op_prologue<OpId::dropout>(x_arg);
   detail::check_defined("dropout", x, "input");
   detail::check_floating("dropout", x);
   GENESIS_CHECK(p >= 0.0 && p <= 1.0, ValueError, "dropout: p must be in [0, 1] (got ", p, ")");
@@ -310,7 +340,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   return y;
 }
 
-Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+Tensor one_hot(const Tensor& indices_arg, int64_t num_classes) {
+  auto [indices] = detail::op_prologue<OpId::one_hot>(indices_arg);
   detail::check_defined("one_hot", indices, "indices");
   detail::check_index_dtype("one_hot", indices);
   Tensor idx = indices.contiguous();

@@ -1,19 +1,23 @@
 #include "libgenesis/ops/op_table.h"
 
-#include <array>
-
 namespace genesis {
 
-namespace {
-#define GENESIS_OP_INFO(name, family, backward, cuda) OpInfo{#name, family, backward, cuda},
-constexpr std::array kOps{GENESIS_OPS(GENESIS_OP_INFO)};
-#undef GENESIS_OP_INFO
-}  // namespace
+std::string_view autocast_policy_name(AutocastPolicy policy) {
+  switch (policy) {
+    case AutocastPolicy::none: return "none";
+    case AutocastPolicy::lower: return "lower";
+    case AutocastPolicy::f32: return "f32";
+    case AutocastPolicy::f32_math: return "f32_math";
+    case AutocastPolicy::low_out: return "low_out";
+    case AutocastPolicy::promote: return "promote";
+  }
+  return "?";
+}
 
-std::span<const OpInfo> op_table() { return kOps; }
+std::span<const OpInfo> op_table() { return kOpTable; }
 
 const OpInfo* find_op(std::string_view name) {
-  for (const OpInfo& op : kOps)
+  for (const OpInfo& op : kOpTable)
     if (op.name == name) return &op;
   return nullptr;
 }

@@ -4,130 +4,160 @@
 // an op added here without a gradient check (or a CUDA test, when it claims a CUDA
 // kernel) fails the suite.
 //
-// X(name, family, backward, cuda): backward = differentiable (has a backward formula);
-// cuda = has CUDA kernels. Every op has CPU kernels.
+// X(name, family, backward, cuda, autocast): backward = differentiable (has a backward
+// formula); cuda = has CUDA kernels (every op has CPU kernels); autocast = what the op does
+// with its floating inputs while autocast is on (libgenesis/autograd/autocast.h), modelled
+// on PyTorch's autocast op lists:
+//   lower    cast to the autocast dtype (matrix products, convolution, attention)
+//   f32      cast 16-bit inputs to f32 (softmax, losses, reductions, exp/log/pow)
+//   f32_math read 16-bit inputs as they are, compute and return f32 (the op's kernels widen on
+//            load, so no cast pass: cross_entropy of bf16 logits)
+//   low_out  read inputs as they are (f32 or 16-bit), compute the statistics and math in f32,
+//            return the autocast dtype (layer_norm, rms_norm: their outputs feed matrix products)
+//   promote  cast to the widest floating input (binary ops, where, cat, stack, ...)
+//   none     run in the inputs' own dtypes (views, copies, indexing, activations)
+#include <array>
+#include <cstdint>
 #include <span>
 #include <string_view>
 
 namespace genesis {
 
-#define GENESIS_OPS(X)                                   \
-  /* views and copies */                                 \
-  X(view, "view", true, true)                            \
-  X(reshape, "view", true, true)                         \
-  X(permute, "view", true, true)                         \
-  X(transpose, "view", true, true)                       \
-  X(narrow, "view", true, true)                          \
-  X(slice, "view", true, true)                           \
-  X(select, "view", true, true)                          \
-  X(expand, "view", true, true)                          \
-  X(squeeze, "view", true, true)                         \
-  X(unsqueeze, "view", true, true)                       \
-  X(flatten, "view", true, true)                         \
-  X(contiguous, "copy", true, true)                      \
-  X(clone, "copy", true, true)                           \
-  X(to_dtype, "copy", true, true)                        \
-  X(to_device, "copy", true, true)                       \
-  /* factories */                                        \
-  X(full, "factory", false, true)                        \
-  X(arange, "factory", false, true)                      \
-  X(linspace, "factory", false, true)                    \
-  X(eye, "factory", false, true)                         \
-  X(rand, "random", false, true)                         \
-  X(randn, "random", false, true)                        \
-  X(randint, "random", false, true)                      \
-  X(bernoulli, "random", false, true)                    \
-  /* unary */                                            \
-  X(neg, "unary", true, true)                            \
-  X(abs, "unary", true, true)                            \
-  X(exp, "unary", true, true)                            \
-  X(log, "unary", true, true)                            \
-  X(log1p, "unary", true, true)                          \
-  X(sqrt, "unary", true, true)                           \
-  X(rsqrt, "unary", true, true)                          \
-  X(sin, "unary", true, true)                            \
-  X(cos, "unary", true, true)                            \
-  X(tanh, "unary", true, true)                           \
-  X(sigmoid, "unary", true, true)                        \
-  X(relu, "unary", true, true)                           \
-  X(gelu, "unary", true, true)                           \
-  X(gelu_tanh, "unary", true, true)                      \
-  X(silu, "unary", true, true)                           \
-  X(softplus, "unary", true, true)                       \
-  X(pow_scalar, "unary", true, true)                     \
-  X(clamp, "unary", true, true)                          \
-  X(sign, "unary", true, true)                           \
-  /* binary (broadcasting) */                            \
-  X(add, "binary", true, true)                           \
-  X(sub, "binary", true, true)                           \
-  X(mul, "binary", true, true)                           \
-  X(div, "binary", true, true)                           \
-  X(pow, "binary", true, true)                           \
-  X(maximum, "binary", true, true)                       \
-  X(minimum, "binary", true, true)                       \
-  X(eq, "compare", false, true)                          \
-  X(ne, "compare", false, true)                          \
-  X(lt, "compare", false, true)                          \
-  X(le, "compare", false, true)                          \
-  X(gt, "compare", false, true)                          \
-  X(ge, "compare", false, true)                          \
-  X(where, "select", true, true)                         \
-  X(masked_fill, "select", true, true)                   \
-  /* reductions */                                       \
-  X(sum, "reduce", true, true)                           \
-  X(mean, "reduce", true, true)                          \
-  X(prod, "reduce", true, true)                          \
-  X(max, "reduce", true, true)                           \
-  X(min, "reduce", true, true)                           \
-  X(argmax, "reduce", false, true)                       \
-  X(argmin, "reduce", false, true)                       \
-  X(var, "reduce", true, true)                           \
-  X(std, "reduce", true, true)                           \
-  X(logsumexp, "reduce", true, true)                     \
-  X(norm, "reduce", true, true)                          \
-  /* linear algebra */                                   \
-  X(matmul, "linalg", true, true)                        \
-  X(bmm, "linalg", true, true)                           \
-  X(linear, "linalg", true, true)                        \
-  X(linear_gelu, "linalg", true, true)                   \
-  /* neural-network functions */                         \
-  X(softmax, "nn", true, true)                           \
-  X(log_softmax, "nn", true, true)                       \
-  X(layer_norm, "nn", true, true)                        \
-  X(rms_norm, "nn", true, true)                          \
-  X(embedding, "nn", true, true)                         \
-  X(dropout, "nn", true, true)                           \
-  X(cross_entropy, "loss", true, true)                   \
-  X(nll_loss, "loss", true, true)                        \
-  X(mse_loss, "loss", true, true)                        \
-  X(l1_loss, "loss", true, true)                         \
-  X(binary_cross_entropy_with_logits, "loss", true, true) \
-  X(conv2d, "conv", true, true)                          \
-  X(max_pool2d, "conv", true, true)                      \
-  X(avg_pool2d, "conv", true, true)                      \
-  X(one_hot, "nn", false, true)                          \
-  X(rope, "nn", true, true)                              \
-  X(swiglu, "nn", true, true)                            \
-  X(scaled_dot_product_attention, "nn", true, true)      \
-  /* shape and indexing */                               \
-  X(cat, "index", true, true)                            \
-  X(stack, "index", true, true)                          \
-  X(split, "index", true, true)                          \
-  X(chunk, "index", true, true)                          \
-  X(index_select, "index", true, true)                   \
-  X(gather, "index", true, true)                         \
-  X(scatter_add, "index", true, true)                    \
-  X(tril, "index", true, true)                           \
-  X(triu, "index", true, true)                           \
-  X(repeat, "index", true, true)                         \
-  X(flip, "index", true, true)
+enum class AutocastPolicy : uint8_t { none, lower, f32, f32_math, low_out, promote };
+std::string_view autocast_policy_name(AutocastPolicy policy);
+
+#define GENESIS_OPS(X)                                              \
+  /* views and copies */                                            \
+  X(view, "view", true, true, none)                                 \
+  X(reshape, "view", true, true, none)                              \
+  X(permute, "view", true, true, none)                              \
+  X(transpose, "view", true, true, none)                            \
+  X(narrow, "view", true, true, none)                               \
+  X(slice, "view", true, true, none)                                \
+  X(select, "view", true, true, none)                               \
+  X(expand, "view", true, true, none)                               \
+  X(squeeze, "view", true, true, none)                              \
+  X(unsqueeze, "view", true, true, none)                            \
+  X(flatten, "view", true, true, none)                              \
+  X(contiguous, "copy", true, true, none)                           \
+  X(clone, "copy", true, true, none)                                \
+  X(to_dtype, "copy", true, true, none)                             \
+  X(to_device, "copy", true, true, none)                            \
+  /* factories */                                                   \
+  X(full, "factory", false, true, none)                             \
+  X(arange, "factory", false, true, none)                           \
+  X(linspace, "factory", false, true, none)                         \
+  X(eye, "factory", false, true, none)                              \
+  X(rand, "random", false, true, none)                              \
+  X(randn, "random", false, true, none)                             \
+  X(randint, "random", false, true, none)                           \
+  X(bernoulli, "random", false, true, none)                         \
+  /* unary */                                                       \
+  X(neg, "unary", true, true, none)                                 \
+  X(abs, "unary", true, true, none)                                 \
+  X(exp, "unary", true, true, f32)                                  \
+  X(log, "unary", true, true, f32)                                  \
+  X(log1p, "unary", true, true, f32)                                \
+  X(sqrt, "unary", true, true, none)                                \
+  X(rsqrt, "unary", true, true, f32)                                \
+  X(sin, "unary", true, true, none)                                 \
+  X(cos, "unary", true, true, none)                                 \
+  X(tanh, "unary", true, true, none)                                \
+  X(sigmoid, "unary", true, true, none)                             \
+  X(relu, "unary", true, true, none)                                \
+  X(gelu, "unary", true, true, none)                                \
+  X(gelu_tanh, "unary", true, true, none)                           \
+  X(silu, "unary", true, true, none)                                \
+  X(softplus, "unary", true, true, f32)                             \
+  X(pow_scalar, "unary", true, true, f32)                           \
+  X(clamp, "unary", true, true, none)                               \
+  X(sign, "unary", true, true, none)                                \
+  /* binary (broadcasting) */                                       \
+  X(add, "binary", true, true, promote)                             \
+  X(sub, "binary", true, true, promote)                             \
+  X(mul, "binary", true, true, promote)                             \
+  X(div, "binary", true, true, promote)                             \
+  X(pow, "binary", true, true, f32)                                 \
+  X(maximum, "binary", true, true, promote)                         \
+  X(minimum, "binary", true, true, promote)                         \
+  X(eq, "compare", false, true, promote)                            \
+  X(ne, "compare", false, true, promote)                            \
+  X(lt, "compare", false, true, promote)                            \
+  X(le, "compare", false, true, promote)                            \
+  X(gt, "compare", false, true, promote)                            \
+  X(ge, "compare", false, true, promote)                            \
+  X(where, "select", true, true, promote)                           \
+  X(masked_fill, "select", true, true, none)                        \
+  /* reductions */                                                  \
+  X(sum, "reduce", true, true, f32)                                 \
+  X(mean, "reduce", true, true, f32)                                \
+  X(prod, "reduce", true, true, f32)                                \
+  X(max, "reduce", true, true, none)                                \
+  X(min, "reduce", true, true, none)                                \
+  X(argmax, "reduce", false, true, none)                            \
+  X(argmin, "reduce", false, true, none)                            \
+  X(var, "reduce", true, true, f32)                                 \
+  X(std, "reduce", true, true, f32)                                 \
+  X(logsumexp, "reduce", true, true, f32)                           \
+  X(norm, "reduce", true, true, f32)                                \
+  /* linear algebra */                                              \
+  X(matmul, "linalg", true, true, lower)                            \
+  X(bmm, "linalg", true, true, lower)                               \
+  X(linear, "linalg", true, true, lower)                            \
+  X(linear_gelu, "linalg", true, true, lower)                       \
+  /* neural-network functions */                                    \
+  X(softmax, "nn", true, true, f32)                                 \
+  X(log_softmax, "nn", true, true, f32)                             \
+  X(layer_norm, "nn", true, true, low_out)                          \
+  X(rms_norm, "nn", true, true, low_out)                            \
+  X(embedding, "nn", true, true, none)                              \
+  X(dropout, "nn", true, true, none)                                \
+  X(cross_entropy, "loss", true, true, f32_math)                         \
+  X(nll_loss, "loss", true, true, f32)                              \
+  X(mse_loss, "loss", true, true, f32)                              \
+  X(l1_loss, "loss", true, true, f32)                               \
+  X(binary_cross_entropy_with_logits, "loss", true, true, f32)      \
+  X(conv2d, "conv", true, true, lower)                              \
+  X(max_pool2d, "conv", true, true, none)                           \
+  X(avg_pool2d, "conv", true, true, none)                           \
+  X(one_hot, "nn", false, true, none)                               \
+  X(rope, "nn", true, true, none)                                   \
+  X(swiglu, "nn", true, true, promote)                              \
+  X(scaled_dot_product_attention, "nn", true, true, lower)          \
+  /* shape and indexing */                                          \
+  X(cat, "index", true, true, promote)                              \
+  X(stack, "index", true, true, promote)                            \
+  X(split, "index", true, true, none)                               \
+  X(chunk, "index", true, true, none)                               \
+  X(index_select, "index", true, true, none)                        \
+  X(gather, "index", true, true, none)                              \
+  X(scatter_add, "index", true, true, promote)                      \
+  X(tril, "index", true, true, none)                                \
+  X(triu, "index", true, true, none)                                \
+  X(repeat, "index", true, true, none)                              \
+  X(flip, "index", true, true, none)
 
 struct OpInfo {
   std::string_view name;
   std::string_view family;
   bool backward;
   bool cuda;
+  AutocastPolicy autocast;
 };
+
+// One enumerator per op, in table order (OpId::matmul, ...).
+enum class OpId : uint16_t {
+#define GENESIS_OP_ID(name, family, backward, cuda, autocast) name,
+  GENESIS_OPS(GENESIS_OP_ID)
+#undef GENESIS_OP_ID
+};
+
+#define GENESIS_OP_INFO(name, family, backward, cuda, autocast) \
+  OpInfo{#name, family, backward, cuda, AutocastPolicy::autocast},
+inline constexpr std::array kOpTable{GENESIS_OPS(GENESIS_OP_INFO)};
+#undef GENESIS_OP_INFO
+
+constexpr const OpInfo& op_info(OpId op) { return kOpTable[static_cast<size_t>(op)]; }
 
 std::span<const OpInfo> op_table();
 const OpInfo* find_op(std::string_view name);

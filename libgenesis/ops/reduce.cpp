@@ -10,6 +10,7 @@
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/prologue.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/reduce.h"
 #endif
@@ -278,7 +279,8 @@ Tensor norm_backward(const Tensor& x, const Tensor& norm_out, const Tensor& g, d
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Axes& axes_in, bool keepdim) {
+Tensor sum(const Tensor& x_arg, const Axes& axes_in, bool keepdim) {
+  auto [x] = detail::op_prologue<OpId::sum>(x_arg);
   detail::check_defined("sum", x, "input");
   Axes axes = detail::reduction_axes(axes_in, x.dim(), "sum");
   Tensor out = sum_forward(x, axes, keepdim);
@@ -290,7 +292,8 @@ Tensor sum(const Tensor& x, const Axes& axes_in, bool keepdim) {
   return out;
 }
 
-Tensor mean(const Tensor& x, const Axes& axes_in, bool keepdim) {
+Tensor mean(const Tensor& x_arg, const Axes& axes_in, bool keepdim) {
+  auto [x] = detail::op_prologue<OpId::mean>(x_arg);
   detail::check_defined("mean", x, "input");
   Axes axes = detail::reduction_axes(axes_in, x.dim(), "mean");
   Tensor xf = to_floating(x);
@@ -309,7 +312,8 @@ Tensor mean(const Tensor& x, const Axes& axes_in, bool keepdim) {
   return out;
 }
 
-Tensor prod(const Tensor& x, const Axes& axes_in, bool keepdim) {
+Tensor prod(const Tensor& x_arg, const Axes& axes_in, bool keepdim) {
+  auto [x] = detail::op_prologue<OpId::prod>(x_arg);
   Axes axes = checked_axes("prod", x, axes_in);
   Tensor out = reduce_into(
       x, axes, keepdim, sum_dtype(x.dtype()),
@@ -342,23 +346,34 @@ Tensor prod(const Tensor& x, const Axes& axes_in, bool keepdim) {
   return out;
 }
 
-ValuesIndices max(const Tensor& x, int64_t axis, bool keepdim) {
+ValuesIndices max(const Tensor& x_arg, int64_t axis, bool keepdim) {
+  auto [x] = detail::op_prologue<OpId::max>(x_arg);
   return extreme_along(Extreme::max, "max", x, axis, keepdim);
 }
-ValuesIndices min(const Tensor& x, int64_t axis, bool keepdim) {
+ValuesIndices min(const Tensor& x_arg, int64_t axis, bool keepdim) {
+  auto [x] = detail::op_prologue<OpId::min>(x_arg);
   return extreme_along(Extreme::min, "min", x, axis, keepdim);
 }
-Tensor max(const Tensor& x) { return extreme_all(Extreme::max, "max", x); }
-Tensor min(const Tensor& x) { return extreme_all(Extreme::min, "min", x); }
+Tensor max(const Tensor& x_arg) {
+  auto [x] = detail::op_prologue<OpId::max>(x_arg);
+  return extreme_all(Extreme::max, "max", x);
+}
+Tensor min(const Tensor& x_arg) {
+  auto [x] = detail::op_prologue<OpId::min>(x_arg);
+  return extreme_all(Extreme::min, "min", x);
+}
 
-Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) {
+Tensor argmax(const Tensor& x_arg, int64_t axis, bool keepdim) {
+  auto [x] = detail::op_prologue<OpId::argmax>(x_arg);
   return extreme_forward(Extreme::max, x, extreme_axis("argmax", x, axis), keepdim).indices;
 }
-Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
+Tensor argmin(const Tensor& x_arg, int64_t axis, bool keepdim) {
+  auto [x] = detail::op_prologue<OpId::argmin>(x_arg);
   return extreme_forward(Extreme::min, x, extreme_axis("argmin", x, axis), keepdim).indices;
 }
 
-Tensor var(const Tensor& x, const Axes& axes_in, bool unbiased, bool keepdim) {
+Tensor var(const Tensor& x_arg, const Axes& axes_in, bool unbiased, bool keepdim) {
+  auto [x] = detail::op_prologue<OpId::var>(x_arg);
   Axes axes = checked_axes("var", x, axes_in);
   int64_t correction = unbiased ? 1 : 0;
   Tensor out = var_forward(x, axes, correction, keepdim);
@@ -371,7 +386,8 @@ Tensor var(const Tensor& x, const Axes& axes_in, bool unbiased, bool keepdim) {
   return out;
 }
 
-Tensor std(const Tensor& x, const Axes& axes_in, bool unbiased, bool keepdim) {
+Tensor std(const Tensor& x_arg, const Axes& axes_in, bool unbiased, bool keepdim) {
+  auto [x] = detail::op_prologue<OpId::std>(x_arg);
   Axes axes = checked_axes("std", x, axes_in);
   int64_t correction = unbiased ? 1 : 0;
   Tensor out = sqrt(var_forward(x, axes, correction, keepdim));
@@ -387,7 +403,8 @@ Tensor std(const Tensor& x, const Axes& axes_in, bool unbiased, bool keepdim) {
   return out;
 }
 
-Tensor logsumexp(const Tensor& x, const Axes& axes_in, bool keepdim) {
+Tensor logsumexp(const Tensor& x_arg, const Axes& axes_in, bool keepdim) {
+  auto [x] = detail::op_prologue<OpId::logsumexp>(x_arg);
   Axes axes = checked_axes("logsumexp", x, axes_in);
   Tensor xf = to_floating(x);
   Tensor out = reduce_into(
@@ -410,7 +427,8 @@ Tensor logsumexp(const Tensor& x, const Axes& axes_in, bool keepdim) {
   return out;
 }
 
-Tensor norm(const Tensor& x, double p, const Axes& axes_in, bool keepdim) {
+Tensor norm(const Tensor& x_arg, double p, const Axes& axes_in, bool keepdim) {
+  auto [x] = detail::op_prologue<OpId::norm>(x_arg);
   Axes axes = checked_axes("norm", x, axes_in);
   GENESIS_CHECK(!std::isnan(p), ValueError, "norm: p must be a number or +-inf (got NaN)");
   Tensor xf = to_floating(x);

@@ -9,6 +9,7 @@
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/prologue.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/transformer.h"
 #endif
@@ -61,12 +62,9 @@ Tensor attention_operand(const Tensor& t, const kernels::cpu::AttentionShape& s,
   return unit_cols && rows_ok ? t : t.contiguous();
 }
 
-// Attention on cuda. 16-bit inputs run the f32 path (cuBLAS writes f32 scores only from f32
-// operands; the CPU kernel also multiplies in f32) and round the output once.
+// Attention on cuda. 16-bit inputs keep 16-bit scores and probabilities (the softmax computes
+// in f32): half the memory of the saved probabilities, as PyTorch's math attention under autocast.
 Tensor attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s) {
-  if (q.dtype() == DType::f16 || q.dtype() == DType::bf16) {
-    return attention_cuda(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), s).to(q.dtype());
-  }
   const Device device = q.device();
   Tensor qv, kv, vv;
   Tensor out = empty(q.shape(), {.dtype = q.dtype(), .device = device});
@@ -130,12 +128,14 @@ RopeTables rope_tables(int64_t start, int64_t length, int64_t head_dim, double t
   return {finish(cos_values), finish(sin_values)};
 }
 
-Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+Tensor rope(const Tensor& x_arg, const Tensor& cos_arg, const Tensor& sin_arg) {
+  auto [x, cos, sin] = detail::op_prologue<OpId::rope>(x_arg, cos_arg, sin_arg);
   detail::check_defined("rope", x, "input");
   detail::check_defined("rope", cos, "cos");
   detail::check_defined("rope", sin, "sin");
-  detail::check_same_device("rope", {x, cos, sin});
   detail::check_floating("rope", x);
+  detail::check_floating("rope", cos);
+  detail::check_floating("rope", sin);
   GENESIS_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0, ShapeError,
                 "rope: input must be [..., seq, head_dim] with an even head_dim, got shape ", x.shape());
   const int64_t seq = x.size(-2), dim = x.size(-1);
@@ -143,11 +143,10 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   GENESIS_CHECK(cos.shape() == table_shape && sin.shape() == table_shape, ShapeError, "rope: cos ", cos.shape(),
                 " and sin ", sin.shape(), " must both be [seq, head_dim / 2] = ", table_shape, " for input ",
                 x.shape());
-  GENESIS_CHECK(cos.dtype() == x.dtype() && sin.dtype() == x.dtype(), DTypeError, "rope: cos (",
-                dtype_name(cos.dtype()), ") and sin (", dtype_name(sin.dtype()), ") must have the input's dtype (",
-                dtype_name(x.dtype()), ")");
   const int64_t outer = seq * dim == 0 ? 0 : x.numel() / (seq * dim);
-  Tensor cc = cos.contiguous(), sc = sin.contiguous();
+  // The tables are cast to the input's dtype, as Hugging Face's rotary embedding does: under
+  // autocast an f32 table meets a bf16 input.
+  Tensor cc = cos.to(x.dtype()).contiguous(), sc = sin.to(x.dtype()).contiguous();
   Tensor y = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
   {
     NoGradGuard forward_only;
@@ -174,10 +173,10 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return y;
 }
 
-Tensor swiglu(const Tensor& gate, const Tensor& up) {
+Tensor swiglu(const Tensor& gate_arg, const Tensor& up_arg) {
+  auto [gate, up] = detail::op_prologue<OpId::swiglu>(gate_arg, up_arg);
   detail::check_defined("swiglu", gate, "gate");
   detail::check_defined("swiglu", up, "up");
-  detail::check_same_device("swiglu", {gate, up});
   detail::check_floating("swiglu", gate);
   detail::check_same_dtype("swiglu", gate, up);
   GENESIS_CHECK(gate.shape() == up.shape(), ShapeError, "swiglu: gate ", gate.shape(), " and up ", up.shape(),
@@ -213,13 +212,13 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   return y;
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, bool causal,
                                     std::optional<double> scale) {
+  auto [q, k, v] = detail::op_prologue<OpId::scaled_dot_product_attention>(q_arg, k_arg, v_arg);
   const char* op = "scaled_dot_product_attention";
   detail::check_defined(op, q, "q");
   detail::check_defined(op, k, "k");
   detail::check_defined(op, v, "v");
-  detail::check_same_device(op, {q, k, v});
   detail::check_floating(op, q);
   detail::check_same_dtype(op, q, k);
   detail::check_same_dtype(op, q, v);

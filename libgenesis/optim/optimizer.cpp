@@ -1,6 +1,5 @@
 #include "libgenesis/optim/optimizer.h"
 
-#include <cmath>
 #include <map>
 
 #include "kernels/cpu/optim.h"
@@ -42,8 +41,10 @@ Tensor gradient_for_update(const Tensor& param, const Tensor& grad) {
 
 }  // namespace
 
-void Optimizer::step() {
+void Optimizer::step(const Tensor& skip_if) {
   NoGradGuard no_grad;
+  GENESIS_CHECK(!skip_if.defined() || (skip_if.dtype() == DType::f32 && skip_if.numel() == 1), ValueError,
+                "optimizer: skip_if must be one f32 element (a GradScaler's found_inf)");
   ++step_count_;
   size_t index = 0;
   for (ParamGroup& g : groups_) {
@@ -63,9 +64,20 @@ void Optimizer::step() {
       if (state.slots.empty()) {
         for (size_t s = 0; s < slot_names().size(); ++s) state.slots.push_back(zeros_like(p.tensor));
       }
+      kernels::StepGate gate;
+      if (skip_if.defined()) {
+        GENESIS_CHECK(skip_if.device() == p.tensor.device(), DeviceError, "optimizer: skip_if is on ",
+                      skip_if.device().str(), " but parameter '", p.name, "' is on ", p.tensor.device().str());
+        gate.skip_if = skip_if.data<float>();
+        // The host cannot know whether a gated step happens, so the count moves to the device.
+        if (!state.applied_steps.defined())
+          state.applied_steps =
+              scalar_tensor(static_cast<double>(state.steps), {.dtype = DType::i64, .device = p.tensor.device()});
+      }
+      if (state.applied_steps.defined()) gate.step = state.applied_steps.data<int64_t>();
       ++state.steps;
       p.tensor.storage()->bump_version();  // an in-place update: graphs that saved it are stale
-      ParamUpdate u{p.tensor, gradient_for_update(p.tensor, grad), &state};
+      ParamUpdate u{p.tensor, gradient_for_update(p.tensor, grad), &state, gate};
       if (!batch.empty()) {
         const ParamUpdate& first = batch.front();
         if (first.param.device() != u.param.device() || first.param.dtype() != u.param.dtype() ||
@@ -78,9 +90,17 @@ void Optimizer::step() {
   }
 }
 
-void Optimizer::zero_grad() {
-  for (ParamGroup& g : groups_)
-    for (NamedTensor& p : g.params) p.tensor.set_grad(Tensor());
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (ParamGroup& g : groups_) {
+    for (NamedTensor& p : g.params) {
+      if (set_to_none) {
+        p.tensor.set_grad(Tensor());
+      } else if (Tensor grad = p.tensor.grad(); grad.defined()) {
+        grad.fill_(0.0);
+      }
+    }
+  }
 }
 
 std::vector<NamedTensor> Optimizer::state() const {
@@ -91,8 +111,12 @@ std::vector<NamedTensor> Optimizer::state() const {
     for (const NamedTensor& p : g.params) {
       const ParamState& state = states_[index++];
       if (state.steps == 0) continue;
+      // Gated updates that were all skipped leave no state (a host read, at checkpoints only).
+      if (state.applied_steps.defined() && state.applied_steps.item() == 0) continue;
       for (size_t s = 0; s < state.slots.size(); ++s) out.push_back({p.name + "." + slot_list[s], state.slots[s]});
-      out.push_back({p.name + ".step", scalar_tensor(static_cast<double>(state.steps), {.dtype = DType::i64})});
+      out.push_back({p.name + ".step", state.applied_steps.defined()
+                                           ? state.applied_steps
+                                           : scalar_tensor(static_cast<double>(state.steps), {.dtype = DType::i64})});
     }
   }
   return out;
@@ -109,7 +133,8 @@ void Optimizer::load_state(const std::vector<NamedTensor>& state, int64_t step_c
       ParamState& ps = loaded[index++];
       auto step_it = by_name.find(p.name + ".step");
       if (step_it == by_name.end()) continue;  // never updated before the checkpoint
-      ps.steps = static_cast<int64_t>(step_it->second.item());
+      ps.steps = static_cast<int64_t>(step_it->second.item());  // applied updates; a gated step restarts
+                                                                 // the device count from it
       by_name.erase(step_it);
       for (const std::string& slot : slot_list) {
         std::string key = p.name + "." + slot;
@@ -136,7 +161,8 @@ std::vector<kernels::cuda::OptimTensor> cuda_tensors(const Batch& batch) {
   std::vector<kernels::cuda::OptimTensor> tensors;
   tensors.reserve(batch.size());
   for (const auto& u : batch) {
-    kernels::cuda::OptimTensor t{.param = u.param.data_ptr(), .grad = u.grad.data_ptr(), .n = u.param.numel()};
+    kernels::cuda::OptimTensor t{
+        .param = u.param.data_ptr(), .grad = u.grad.data_ptr(), .n = u.param.numel(), .step = u.gate.step};
     for (size_t s = 0; s < u.state->slots.size(); ++s) t.slots[s] = u.state->slots[s].data_ptr();
     tensors.push_back(t);
   }
@@ -170,12 +196,13 @@ class Sgd final : public Optimizer {
       for (ParamUpdate& u : batch) {
         void* momentum_buffer = u.state->slots.empty() ? nullptr : u.state->slots[0].data_ptr();
         kernels::cpu::sgd_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
-                               momentum_buffer, s);
+                               momentum_buffer, s, u.gate);
       }
       return;
     }
     GENESIS_ON_CUDA(kernels::cuda::sgd_step(batch.front().param.dtype(), batch.front().grad.dtype(),
-                                            cuda_tensors(batch), s, cuda::current_stream()));
+                                            cuda_tensors(batch), s, cuda::current_stream(),
+                                            batch.front().gate.skip_if));
   }
 
 
@@ -197,22 +224,23 @@ class Adam final : public Optimizer {
     return {"exp_avg", "exp_avg_sq"};
   }
   void update(ParamGroup& g, std::span<ParamUpdate> batch) override {
-    auto t = static_cast<double>(batch.front().state->steps);
+    const int64_t t = batch.front().state->steps;
     kernels::AdamStep s{.lr = g.lr, .beta1 = o_.beta1, .beta2 = o_.beta2, .eps = o_.eps,
                         .weight_decay = g.weight_decay, .decoupled = o_.decoupled_weight_decay,
-                        .amsgrad = o_.amsgrad, .bias_correction1 = 1.0 - std::pow(o_.beta1, t),
-                        .bias_correction2 = 1.0 - std::pow(o_.beta2, t)};
+                        .amsgrad = o_.amsgrad, .bias_correction1 = kernels::bias_correction(o_.beta1, t),
+                        .bias_correction2 = kernels::bias_correction(o_.beta2, t)};
     if (batch.front().param.device().is_cpu()) {
       for (ParamUpdate& u : batch) {
         std::vector<Tensor>& slots = u.state->slots;
         kernels::cpu::adam_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
                                 slots[0].data_ptr(), slots[1].data_ptr(), o_.amsgrad ? slots[2].data_ptr() : nullptr,
-                                s);
+                                s, u.gate);
       }
       return;
     }
     GENESIS_ON_CUDA(kernels::cuda::adam_step(batch.front().param.dtype(), batch.front().grad.dtype(),
-                                             cuda_tensors(batch), s, cuda::current_stream()));
+                                             cuda_tensors(batch), s, cuda::current_stream(),
+                                             batch.front().gate.skip_if));
   }
 
 
@@ -234,12 +262,13 @@ class Lion final : public Optimizer {
     if (batch.front().param.device().is_cpu()) {
       for (ParamUpdate& u : batch) {
         kernels::cpu::lion_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
-                                u.state->slots[0].data_ptr(), s);
+                                u.state->slots[0].data_ptr(), s, u.gate);
       }
       return;
     }
     GENESIS_ON_CUDA(kernels::cuda::lion_step(batch.front().param.dtype(), batch.front().grad.dtype(),
-                                             cuda_tensors(batch), s, cuda::current_stream()));
+                                             cuda_tensors(batch), s, cuda::current_stream(),
+                                             batch.front().gate.skip_if));
   }
 
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/optim.h"  // StepGate
 #include "libgenesis/core/tensor.h"
 
 namespace genesis {
@@ -34,35 +35,48 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // Applies one update to every parameter that has a gradient.
-  void step();
-  // Drops every gradient (set to undefined, like PyTorch's set_to_none=True).
-  void zero_grad();
+  // Applies one update to every parameter that has a gradient. `skip_if` (a one-element f32
+  // tensor on the parameters' device, e.g. amp::GradScaler::found_inf()) decides on the device:
+  // while it holds a nonzero value the step is a no-op for parameters and state, with no host
+  // read. A parameter's first gated step starts a device-side count of its applied updates,
+  // which from then on gives adam's bias corrections and sgd's first step (so a skipped step
+  // does not advance them) and is what state() exports as "<name>.step".
+  void step(const Tensor& skip_if = Tensor());
+  // Zeroes every gradient in place, keeping its storage (PyTorch's set_to_none=False): the next
+  // backward accumulates into the same buffers, which data-parallel training can bucket.
+  // set_to_none drops them instead (the next backward allocates new ones).
+  void zero_grad(bool set_to_none = false);
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
-  int64_t step_count() const { return step_count_; }
+  int64_t step_count() const { return step_count_; }  // step() calls, skipped ones included
   virtual std::string_view name() const = 0;
 
   // Per-parameter state as "<param name>.<slot>" tensors plus "<param name>.step" (i64,
   // 0-d), like PyTorch's per-parameter state. load_state checks names and shapes and
   // names any mismatch. The optimizer's own step count travels separately (trainer.json).
+  // After gated steps, state() reads the device-side counts (a host read).
   std::vector<NamedTensor> state() const;
   void load_state(const std::vector<NamedTensor>& state, int64_t step_count);
 
  protected:
   struct ParamState {
     std::vector<Tensor> slots;  // allocated on the parameter's first update
-    int64_t steps = 0;          // updates applied to this parameter (bias corrections use it)
+    int64_t steps = 0;          // updates applied to this parameter (bias corrections use it),
+                                // or attempted once applied_steps exists
+    Tensor applied_steps;       // i64 0-d on the parameter's device, from its first gated step
   };
   // Slots this optimizer keeps per parameter (e.g. {"exp_avg", "exp_avg_sq"}).
   virtual std::vector<std::string> slot_names() const = 0;
-  // One parameter's update: its gradient is contiguous, of the parameter's dtype except that
-  // f32 CUDA parameters keep f16/bf16 gradients (the kernels widen them).
+  // One parameter's update: its gradient is contiguous, of the parameter's dtype (backward
+  // accumulates into a .grad of the parameter's dtype) except that f32 CUDA parameters keep
+  // f16/bf16 gradients given through set_grad (the kernels widen them).
+  // `gate` is to be passed to the update kernels (kernels/cpu/optim.h StepGate).
   struct ParamUpdate {
     Tensor param;
     Tensor grad;
     ParamState* state;
+    kernels::StepGate gate;
   };
   // Updates parameters of one group that share a device, dtypes and a step count (state.steps
   // already counting this update).

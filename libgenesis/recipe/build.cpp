@@ -9,6 +9,7 @@
 #include "libgenesis/data/tokenizer.h"
 #include "libgenesis/models/classifier.h"
 #include "libgenesis/models/hf.h"
+#include "libgenesis/recipe/schema.h"
 #if GENESIS_WITH_CUDA
 #include "libgenesis/cuda/runtime.h"
 #endif
@@ -72,6 +73,24 @@ std::string preparation_commands(const RecipeSpec::Data& d) {
   for (const std::string& s : d.source) tokenize += " " + s + (fs::is_directory(s) ? "/*.txt" : "");
   tokenize += " --out " + d.shards + " --val-fraction " + std::to_string(d.val_fraction);
   return d.fetch.empty() ? tokenize : "data/fetch.sh " + join(d.fetch, " ") + " && " + tokenize;
+}
+
+// Marks the modules whose dotted names contain an amp.keep_f32 pattern to run without autocast.
+void keep_modules_f32(const RecipeSpec& spec, nn::Module& model) {
+  const auto modules = model.named_modules();
+  for (const std::string& pattern : spec.amp.keep_f32) {
+    bool matched = false;
+    for (const auto& [name, module] : modules) {
+      if (name.find(pattern) == std::string::npos) continue;
+      module->set_autocast_enabled(false);
+      matched = true;
+    }
+    if (matched) continue;
+    std::vector<std::string> examples;
+    for (size_t i = 1; i < modules.size() && examples.size() < 8; ++i) examples.push_back(modules[i].first);
+    GENESIS_THROW(RecipeError, "amp.keep_f32: '", pattern, "' matches no module of model ", spec.model.name,
+                  " (its modules: ", join(examples, ", "), modules.size() > examples.size() + 1 ? ", ..." : "", ")");
+  }
 }
 
 }  // namespace
@@ -160,7 +179,33 @@ std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
     GENESIS_THROW(RecipeError, "model.name: unknown model '", m.name, "' (valid: mlp, cnn, gpt2, llama, qwen2, qwen3)");
   }
   if (!device.is_cpu()) model->to(device);
+  keep_modules_f32(spec, *model);
   return model;
+}
+
+std::optional<DType> amp_dtype(const RecipeSpec& spec) {
+  if (spec.amp.dtype == "bf16") return DType::bf16;
+  if (spec.amp.dtype == "fp16") return DType::f16;
+  GENESIS_CHECK(spec.amp.dtype == "f32", RecipeError, "amp.dtype: unknown dtype '", spec.amp.dtype,
+                "' (valid: f32, bf16, fp16)");
+  return std::nullopt;
+}
+
+void check_amp_device(const RecipeSpec& spec, Device device) {
+  GENESIS_CHECK(amp_dtype(spec) != DType::f16 || !device.is_cpu(), RecipeError,
+                "amp.dtype = \"fp16\" needs a CUDA device, and this run is on the CPU (run.device = \"",
+                spec.run.device, "\"): use amp.dtype = \"bf16\" (or \"f32\") on the CPU");
+}
+
+std::unique_ptr<amp::GradScaler> build_grad_scaler(const RecipeSpec& spec, Device device) {
+  if (amp_dtype(spec) != DType::f16) return nullptr;
+  const RecipeSpec::Amp& a = spec.amp;
+  const std::optional<double> fixed = number_in_text(a.loss_scale);
+  return std::make_unique<amp::GradScaler>(device, amp::GradScalerOptions{.init_scale = fixed.value_or(a.init_scale),
+                                                                          .growth_factor = a.growth_factor,
+                                                                          .backoff_factor = a.backoff_factor,
+                                                                          .growth_interval = a.growth_interval,
+                                                                          .dynamic = !fixed});
 }
 
 std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, const nn::Module& model) {

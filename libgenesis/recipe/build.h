@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 
+#include "libgenesis/amp/grad_scaler.h"
 #include "libgenesis/data/dataset.h"
 #include "libgenesis/nn/module.h"
 #include "libgenesis/optim/lr_schedule.h"
@@ -16,7 +18,17 @@ namespace genesis::recipe {
 // "cpu", "cuda", "cuda:N"; "auto" picks CUDA when a GPU is present.
 Device resolve_device(const std::string& requested);
 
+// The model on `device`, with the modules amp.keep_f32 names kept out of autocast (a pattern
+// that matches no module is a RecipeError).
 std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device);
+
+// The autocast dtype of amp.dtype: bf16 or f16; nullopt for f32.
+std::optional<DType> amp_dtype(const RecipeSpec& spec);
+// Refuses (RecipeError) an amp.dtype the device cannot run: fp16 on the CPU, which has no fp16
+// kernels (bf16 runs there). Call it once the device is resolved, before anything starts.
+void check_amp_device(const RecipeSpec& spec, Device device);
+// The loss scaler of amp.dtype = "fp16" (dynamic, or the fixed amp.loss_scale); null otherwise.
+std::unique_ptr<amp::GradScaler> build_grad_scaler(const RecipeSpec& spec, Device device);
 
 // Two parameter groups: names containing any optimizer.no_decay pattern get weight
 // decay 0, the rest optimizer.weight_decay. Empty groups are dropped.

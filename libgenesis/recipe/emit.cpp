@@ -9,6 +9,17 @@ Value read_field(const KeySpec& key, RecipeSpec& spec) {
   return std::visit([](auto* member) { return Value(*member); }, key.field(spec));
 }
 
+// An Optional key that the recipe leaves unset holds its type's zero value (0, "").
+bool is_unset(const Value& value) {
+  return std::visit([](const auto& v) { return v == std::decay_t<decltype(v)>{}; }, value);
+}
+
+// A key's value as the resolved recipe writes it: a number held as text (number_as_text) unquoted.
+std::string toml_text(const KeySpec& key, const Value& value) {
+  if (key.number_as_text && number_in_text(std::get<std::string>(value))) return std::get<std::string>(value);
+  return format_toml_value(value);
+}
+
 std::string table_cell(std::string text) {
   std::string out;
   for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
@@ -87,10 +98,10 @@ std::string RecipeSpec::to_toml() const {
     for (const KeySpec& key : recipe_schema()) {
       if (std::string_view(key.section) != section.name) continue;
       Value value = read_field(key, copy);
-      if (key.presence == Presence::Optional && std::get<int64_t>(value) == 0)
+      if (key.presence == Presence::Optional && is_unset(value))
         out += std::string("# ") + key.key + " is not set\n";
       else
-        out += std::string(key.key) + " = " + format_toml_value(value) + "\n";
+        out += std::string(key.key) + " = " + toml_text(key, value) + "\n";
     }
   }
   return out;
@@ -104,7 +115,8 @@ std::string recipe_reference_markdown() {
     out += "| key | type | default | valid values | meaning |\n|---|---|---|---|---|\n";
     for (const KeySpec& key : recipe_schema()) {
       if (std::string_view(key.section) != section.name) continue;
-      out += "| `" + std::string(key.key) + "` | " + type_name(key.type()) + " | " + table_cell(default_cell(key)) +
+      const std::string type = key.number_as_text ? "string or float" : type_name(key.type());
+      out += "| `" + std::string(key.key) + "` | " + type + " | " + table_cell(default_cell(key)) +
              " | " + table_cell(describe_constraint(key)) + " | " + table_cell(key.doc) + " |\n";
     }
   }

@@ -118,6 +118,15 @@ std::vector<T> convert_list(const toml::node& node, const KeySpec& spec, const L
   return out;
 }
 
+// A key that takes a string or a number: a number, given as one or spelled in a string (a --set
+// value), becomes its shortest TOML text, so that every way of writing it reads back equal.
+std::string string_or_number(const toml::node& node, const KeySpec& spec, const Locate& locate) {
+  if (node.is_number()) return format_toml_value(*scalar<double>(node));
+  std::string text = convert_scalar<std::string>(node, "a string or a number", spec.full_name(), locate);
+  const std::optional<double> number = number_in_text(text);
+  return number ? format_toml_value(*number) : text;
+}
+
 // Reads `node` as the key's type and checks it against the key's constraints.
 Value convert(const toml::node& node, const KeySpec& spec, const Locate& locate) {
   Value value;
@@ -132,7 +141,8 @@ Value convert(const toml::node& node, const KeySpec& spec, const Locate& locate)
       value = convert_scalar<bool>(node, "a bool", spec.full_name(), locate);
       break;
     case ValueType::String:
-      value = convert_scalar<std::string>(node, "a string", spec.full_name(), locate);
+      value = spec.number_as_text ? string_or_number(node, spec, locate)
+                                  : convert_scalar<std::string>(node, "a string", spec.full_name(), locate);
       break;
     case ValueType::IntList:
       value = convert_list<int64_t>(node, spec, locate);

@@ -28,7 +28,7 @@ struct RecipeSpec {
     int64_t seed = 0;
     std::string device;  // "cpu", "cuda", "cuda:N" or "auto"
     std::string out_dir;
-    int64_t threads = 0;  // 0 = all cores
+    int64_t threads = 0;  // 0 = automatic (libgenesis/core/threads.h)
     bool allow_tf32 = false;  // CUDA f32 matmuls may use TF32 tensor cores
     double peak_tflops = 0;   // MFU reference; 0 = the GPU's bf16 peak or a measured CPU GEMM rate
     bool operator==(const Run&) const = default;
@@ -125,6 +125,18 @@ struct RecipeSpec {
     int64_t batch_size = 0;
     bool operator==(const Eval&) const = default;
   };
+  struct Amp {
+    std::string dtype;  // "f32" (off), "bf16" or "fp16": the low dtype of autocast
+    // fp16 only: "dynamic", or a fixed scale as its TOML number text ("1024.0"); "" = not set
+    // (fp16 then scales dynamically). recipe::grad_scaler_options reads it.
+    std::string loss_scale;
+    double init_scale = 0;  // dynamic scaling: torch.amp.GradScaler's meaning
+    double growth_factor = 0;
+    double backoff_factor = 0;
+    int64_t growth_interval = 0;
+    std::vector<std::string> keep_f32;  // module-name substrings whose forward runs without autocast
+    bool operator==(const Amp&) const = default;
+  };
 
   Run run;
   Model model;
@@ -133,6 +145,7 @@ struct RecipeSpec {
   Scheduler scheduler;
   Training training;
   Eval eval;
+  Amp amp;
 
   // The resolved recipe as TOML: every section and key in schema order, defaults included
   // (an unset optional key appears as a comment). Loading it gives back an equal RecipeSpec.

@@ -3,6 +3,7 @@
 #include "libgenesis/recipe/schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace genesis::recipe {
@@ -52,6 +53,13 @@ std::string check_nonempty_strings(const Value& v) {
   return "";
 }
 
+std::string check_loss_scale(const Value& v) {
+  const auto& text = std::get<std::string>(v);
+  if (text == "dynamic") return "";
+  const std::optional<double> scale = number_in_text(text);
+  return scale && std::isfinite(*scale) && *scale > 0 ? "" : "must be \"dynamic\" or a number > 0";
+}
+
 // The size keys a language model needs (or, with init_from, must leave to its config.json).
 std::string language_model_size_problem(const RecipeSpec::Model& m) {
   if (!m.is_language_model()) return "";
@@ -96,6 +104,9 @@ const std::vector<SectionSpec>& recipe_sections() {
       {"scheduler", "Learning-rate schedule, as a factor of optimizer.lr; step counts are optimizer steps."},
       {"training", "Length of the run, batching, gradient clipping, logging and checkpoints."},
       {"eval", "Evaluation during and after training."},
+      {"amp",
+       "Mixed precision: the forward pass under autocast in bf16 or fp16 (parameters, gradients reaching them "
+       "and optimizer states stay f32), with dynamic loss scaling for fp16 as torch.amp.GradScaler does it."},
   };
   return sections;
 }
@@ -136,7 +147,8 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "threads",
        .fallback = int64_t{0},
        .min = at_least(0),
-       .doc = "CPU threads for kernels; 0 = all cores.",
+       .doc = "CPU threads for kernels; 0 = automatic: OMP_NUM_THREADS when set, else the cores free of other "
+              "processes (docs/architecture.md, CPU threads).",
        .field = GENESIS_RECIPE_FIELD(run.threads)},
       {.section = "run",
        .key = "allow_tf32",
@@ -591,6 +603,57 @@ const std::vector<KeySpec>& recipe_schema() {
        .doc = "Samples per evaluation batch (token windows for a language model: keep it small, every window "
               "holds seq_len x vocab_size logits).",
        .field = GENESIS_RECIPE_FIELD(eval.batch_size)},
+      // [amp]
+      {.section = "amp",
+       .key = "dtype",
+       .fallback = S{"f32"},
+       .choices = {"f32", "bf16", "fp16"},
+       .doc = "Autocast dtype of the forward pass; f32 = no autocast. bf16 runs on the CPU and CUDA; fp16 needs a "
+              "CUDA device and scales the loss (loss_scale).",
+       .field = GENESIS_RECIPE_FIELD(amp.dtype)},
+      {.section = "amp",
+       .key = "loss_scale",
+       .presence = Presence::Optional,
+       .check = check_loss_scale,
+       .check_doc = "\"dynamic\" or a number > 0; fp16 only",
+       .number_as_text = true,
+       .doc = "fp16: \"dynamic\" (the default: init_scale, backed off at every step whose gradients hold inf/nan, "
+              "grown after growth_interval clean steps) or a fixed scale. Steps with inf/nan gradients are skipped "
+              "either way and logged in metrics.jsonl (\"skipped\": true); a dynamic scale below 2^-24 stops the run.",
+       .field = GENESIS_RECIPE_FIELD(amp.loss_scale)},
+      {.section = "amp",
+       .key = "init_scale",
+       .fallback = 65536.0,
+       .min = above(0),
+       .doc = "fp16, dynamic loss_scale: the first loss scale.",
+       .field = GENESIS_RECIPE_FIELD(amp.init_scale)},
+      {.section = "amp",
+       .key = "growth_factor",
+       .fallback = 2.0,
+       .min = above(1),
+       .doc = "fp16, dynamic loss_scale: factor of the scale after growth_interval steps in a row without inf/nan.",
+       .field = GENESIS_RECIPE_FIELD(amp.growth_factor)},
+      {.section = "amp",
+       .key = "backoff_factor",
+       .fallback = 0.5,
+       .min = above(0),
+       .max = below(1),
+       .doc = "fp16, dynamic loss_scale: factor of the scale at a step whose gradients hold inf/nan.",
+       .field = GENESIS_RECIPE_FIELD(amp.backoff_factor)},
+      {.section = "amp",
+       .key = "growth_interval",
+       .fallback = int64_t{2000},
+       .min = at_least(1),
+       .doc = "fp16, dynamic loss_scale: clean steps in a row before the scale grows.",
+       .field = GENESIS_RECIPE_FIELD(amp.growth_interval)},
+      {.section = "amp",
+       .key = "keep_f32",
+       .fallback = Strings{},
+       .check = check_nonempty_strings,
+       .check_doc = "non-empty strings, each matching a module",
+       .doc = "Modules whose dotted name contains one of these strings (e.g. \"lm_head\", \"norm\") run their "
+              "forward in f32 with autocast off; a string that matches no module is an error.",
+       .field = GENESIS_RECIPE_FIELD(amp.keep_f32)},
   };
   return schema;
 }
@@ -670,6 +733,14 @@ const std::vector<RecipeRule>& recipe_rules() {
          return r.data.name == "tokens" && context > 0 && r.data.seq_len > context
                     ? "data.seq_len (" + std::to_string(r.data.seq_len) + ") exceeds the model's context of " +
                           std::to_string(context) + " positions"
+                    : "";
+       }},
+      {{"amp.loss_scale", "amp.dtype"},
+       "amp.loss_scale is for amp.dtype = \"fp16\" only: bf16 and f32 need no loss scaling.",
+       [](const RecipeSpec& r) -> std::string {
+         return !r.amp.loss_scale.empty() && r.amp.dtype != "fp16"
+                    ? "amp.loss_scale (valid: \"dynamic\" or a number > 0) is for amp.dtype = \"fp16\" only; amp.dtype "
+                      "is \"" + r.amp.dtype + "\", which needs no loss scaling: remove amp.loss_scale"
                     : "";
        }},
       {{"model.channels", "model.name"},

@@ -24,7 +24,8 @@ using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vecto
 enum class Presence {
   Defaulted,  // absent -> `fallback`
   Required,   // absent -> error
-  Optional,   // absent -> 0 in the spec (an int key whose valid values start at 1)
+  Optional,   // absent -> 0 or "" in the spec (an int key whose valid values start at 1, or a
+              // string key that refuses "")
 };
 
 // Bounds on a number, or on each element of a number list.
@@ -45,6 +46,9 @@ struct KeySpec {
   // Extra check for a format the fields above cannot say; returns the problem or "".
   std::string (*check)(const Value&) = nullptr;
   const char* check_doc = nullptr;  // what `check` accepts, for messages and docs
+  // A String key that also takes a TOML number; a number (given either way) is kept as its
+  // shortest TOML text ("1024" -> "1024.0") and written back unquoted.
+  bool number_as_text = false;
   const char* doc = "";
   FieldRef (*field)(RecipeSpec&) = nullptr;
 
@@ -77,6 +81,8 @@ std::string constraint_violation(const KeySpec& spec, const Value& value);
 std::string describe_constraint(const KeySpec& spec);
 // The candidate closest to `name` by edit distance, if close enough to be a likely typo.
 const std::string* closest_name(std::string_view name, const std::vector<std::string>& candidates);
+// The number a whole string spells ("1024", "6.5e4"), if it spells one.
+std::optional<double> number_in_text(const std::string& text);
 // A value as TOML text: strings quoted and escaped, floats always with '.' or exponent,
 // printed so that reading them back gives the same double.
 std::string format_toml_value(const Value& value);

@@ -174,6 +174,14 @@ std::string scalar_text(const T& v) {
 
 }  // namespace
 
+std::optional<double> number_in_text(const std::string& text) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || stop != end) return std::nullopt;
+  return value;
+}
+
 std::string format_toml_value(const Value& value) {
   return std::visit(
       [](const auto& v) -> std::string {

@@ -57,6 +57,10 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
                          {"scheduler", state.scheduler_name},
                          {"world_size", state.world_size},
                          {"format_version", 1}};
+  if (const auto& g = state.grad_scaler) {
+    trainer["grad_scaler"] = {
+        {"scale", g->scale}, {"growth_tracker", g->growth_tracker}, {"skipped_steps", g->skipped_steps}};
+  }
   io::write_file_atomic(tx.path() / "trainer.json", trainer.dump(2) + "\n");
   io::write_file_atomic(tx.path() / "recipe.toml", recipe_toml);
   // Language models also carry their Hugging Face config.json, which `genesis convert` and
@@ -91,6 +95,12 @@ TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& mode
     s.optimizer_name = j.at("optimizer").get<std::string>();
     s.scheduler_name = j.at("scheduler").get<std::string>();
     s.world_size = j.at("world_size").get<int>();
+    if (j.contains("grad_scaler")) {
+      const nlohmann::json& g = j["grad_scaler"];
+      s.grad_scaler = amp::GradScalerState{.scale = g.at("scale").get<double>(),
+                                           .growth_tracker = g.at("growth_tracker").get<int64_t>(),
+                                           .skipped_steps = g.at("skipped_steps").get<int64_t>()};
+    }
   } catch (const nlohmann::json::exception& e) {
     GENESIS_THROW(FormatError, (dir / "trainer.json").string(), ": missing or mistyped field: ", e.what());
   }

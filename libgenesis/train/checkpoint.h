@@ -2,11 +2,15 @@
 // A training checkpoint is a directory (checkpoints/step_00001200/) written atomically:
 //   model.safetensors      parameters and buffers, Hugging Face-style names
 //   optimizer.safetensors  per-parameter optimizer state ("<param>.exp_avg", "<param>.step")
-//   trainer.json           step, data cursor, RNG state, optimizer step count, world size
+//   trainer.json           step, data cursor, RNG state, optimizer step count, world size, and
+//                          for fp16 runs the loss scaler (scale, growth tracker, skipped steps)
 //   recipe.toml            the resolved recipe of the run
 #include <filesystem>
 #include <string>
 
+#include <optional>
+
+#include "libgenesis/amp/grad_scaler.h"
 #include "libgenesis/core/generator.h"
 #include "libgenesis/data/loader.h"
 #include "libgenesis/nn/module.h"
@@ -22,6 +26,7 @@ struct TrainerState {
   int world_size = 1;
   std::string optimizer_name;
   std::string scheduler_name;
+  std::optional<amp::GradScalerState> grad_scaler;  // fp16 runs
 };
 
 // Writes checkpoints_dir/step_<step>/ atomically, points `latest` at it and keeps the newest

@@ -37,6 +37,7 @@ void RunLog::step(const StepRecord& r) {
                    {"elapsed_s", r.elapsed_s}};
   if (r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
   if (r.mfu > 0) j["mfu"] = r.mfu;
+  if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
   std::fprintf(metrics_, "%s\n", j.dump().c_str());
   std::fflush(metrics_);
   if (quiet_) return;
@@ -77,6 +78,16 @@ void RunLog::eval(int64_t step, const std::map<std::string, double>& metrics) {
     line += buf;
   }
   std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void RunLog::skipped_step(int64_t step, double loss_scale) {
+  nlohmann::json j{{"step", step}, {"skipped", true}, {"loss_scale", loss_scale}};
+  std::fprintf(metrics_, "%s\n", j.dump().c_str());
+  std::fflush(metrics_);
+  char line[128];
+  std::snprintf(line, sizeof(line), "step %6lld skipped: inf/nan gradients at loss scale %g",
+                static_cast<long long>(step), loss_scale);
+  note(line);
 }
 
 void RunLog::note(const std::string& message) {

@@ -21,6 +21,7 @@ struct StepRecord {
   double mfu = 0.0;           // model-FLOPs utilization in [0, 1]; 0 = not reported
   double elapsed_s = 0.0;
   double eta_s = 0.0;
+  double loss_scale = 0.0;  // fp16: the loss scale after the step; 0 = not reported
 };
 
 class RunLog {
@@ -35,6 +36,9 @@ class RunLog {
   void step(const StepRecord& r);
   // An evaluation result: a line on stderr and {"step": .., "eval": {...}} in metrics.jsonl.
   void eval(int64_t step, const std::map<std::string, double>& metrics);
+  // A step whose fp16 gradients held inf/nan, so the optimizer skipped it:
+  // {"step": .., "skipped": true, "loss_scale": <the scale it ran with>} in metrics.jsonl.
+  void skipped_step(int64_t step, double loss_scale);
   // A free-form note on stderr (rank 0 only; suppressed when quiet).
   void note(const std::string& message);
 

@@ -10,9 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/linalg.h"
+#include "libgenesis/autograd/autocast.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/generator.h"
+#include "libgenesis/core/threads.h"
 #include "libgenesis/data/loader.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
@@ -33,8 +35,6 @@
 #include "libgenesis/cuda/caching_allocator.h"
 #endif
 
-extern "C" void openblas_set_num_threads(int);
-
 namespace genesis::train {
 
 namespace fs = std::filesystem;
@@ -45,10 +45,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-void set_threads(int64_t threads) {
-  if (threads <= 0) return;
-  omp_set_num_threads(static_cast<int>(threads));
-  openblas_set_num_threads(static_cast<int>(threads));
+// CPU threads of the run (libgenesis/core/threads.h): run.threads, else OMP_NUM_THREADS, else
+// the free cores (the load sampled for 0.1 s on CPU runs). thread_note(choice) is the warning
+// when that oversubscribes them, printed with the run's other notes (after the data loads, so
+// that an error stays the only line on stderr).
+ThreadChoice set_threads(int64_t threads, Device device) {
+  return configure_threads(threads, {.measure_load = device.is_cpu()});
 }
 
 // Prepares the run directory: refuses to reuse a non-empty one unless resuming or told to
@@ -184,12 +186,9 @@ Tensor training_loss(const Tensor& logits, const Tensor& targets) {
   return cross_entropy(logits.reshape({rows, logits.size(2)}), targets.reshape({rows}));
 }
 
-// The per-step hooks that later issues fill in: data-parallel gradient averaging after
-// backward, and the autocast scope around the forward pass. Both are no-ops today.
+// The per-step hook that a later issue fills in: data-parallel gradient averaging after
+// backward. A no-op today.
 void synchronize_gradients(const std::vector<Tensor>& /*params*/) {}
-struct AutocastScope {
-  explicit AutocastScope(const RecipeSpec& /*spec*/) {}
-};
 
 }  // namespace
 
@@ -222,10 +221,12 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   GENESIS_CHECK(language_model == spec.model.is_language_model(), RecipeError, "model ", spec.model.name,
                 " is a language model: it trains on data.name = \"tokens\" (token shards)");
   fs::path run_dir = options.run_dir.empty() ? default_run_dir(spec) : options.run_dir;
+  recipe::check_amp_device(spec, recipe::resolve_device(spec.run.device));  // before the run directory is touched
   prepare_run_dir(run_dir, options);
-  set_threads(spec.run.threads);
   set_allow_tf32(spec.run.allow_tf32);
   Device device = recipe::resolve_device(spec.run.device);
+  const ThreadChoice threads = set_threads(spec.run.threads, device);
+  const std::optional<DType> amp = recipe::amp_dtype(spec);
   std::string recipe_toml = spec.to_toml();
   if (!options.resume) io::write_file_atomic(run_dir / "recipe.toml", recipe_toml);
   if (options.resume) {
@@ -241,6 +242,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                            : sample_batches(spec, device);
   std::shared_ptr<nn::Module> model = recipe::build_model(spec, device);
   std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, *model);
+  const auto scaler = recipe::build_grad_scaler(spec, device);  // fp16 only
   const int64_t total = recipe::total_steps(spec, batches.per_epoch);
   LrSchedule schedule = recipe::build_schedule(spec, total);
   std::vector<Tensor> params = model->parameters();
@@ -250,6 +252,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   state.scheduler_name = spec.scheduler.name;
   if (options.resume) {
     state = load_checkpoint(run_dir / "checkpoints", *model, optimizer.get());
+    if (scaler && state.grad_scaler) scaler->load_state_dict(*state.grad_scaler);
     batches.seek(state.cursor);
     default_generator().set_state(state.rng);
     log.note("resumed " + run_dir.string() + " at step " + std::to_string(state.step));
@@ -257,6 +260,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   if (spec.run.device == "auto") log.note("device auto: using " + device.str());
   if (device.is_cpu()) {
     if (std::string hint = kernels::cpu::blas_kernel_warning(); !hint.empty()) log.note("note: " + hint);
+    if (std::string hint = thread_note(threads); !hint.empty()) log.note(hint);
   }
   log.note("training " + spec.run.name + " on " + device.str() + ": " + std::to_string(model->num_parameters()) +
            " parameters, " + std::to_string(total) + " steps of " + std::to_string(t.batch_size * t.grad_accum_steps) +
@@ -274,13 +278,47 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     return peak.flops_per_s > 0 ? tokens_per_s * flops_per_token / peak.flops_per_s : 0.0;
   };
 
+  // Evaluation runs under the training's autocast, as the forward passes it measures.
+  auto evaluate_model = [&] {
+    AutocastGuard autocast(amp);
+    return batches.evaluate(*model);
+  };
+
+  // fp16: the steps the scaler skipped since the last read go to metrics.jsonl (one host read, at
+  // log steps and checkpoints); notes the last applied step and the first whose scale underflowed.
+  int64_t last_applied_step = state.step, underflow_step = 0;
+  auto log_skipped_steps = [&] {
+    if (!scaler) return;
+    const std::vector<genesis::amp::ScaleStep> history = scaler->read_history();
+    int64_t step = state.step - static_cast<int64_t>(history.size());
+    for (const genesis::amp::ScaleStep& s : history) {
+      ++step;
+      if (s.skipped) log.skipped_step(step, s.scale);
+      else last_applied_step = step;
+      if (underflow_step == 0 && s.next_scale < genesis::amp::kMinLossScale) underflow_step = step;
+    }
+  };
+
   StopSignal stop;
   auto checkpoint = [&] {
+    log_skipped_steps();
+    if (scaler) state.grad_scaler = scaler->state_dict();
     state.cursor = batches.cursor();
     state.rng = default_generator().state();
     state.optimizer_steps = optimizer->step_count();
     save_checkpoint(run_dir / "checkpoints", *model, *optimizer, state, recipe_toml, static_cast<size_t>(t.keep_last),
                     spec.data.tokenizer);
+  };
+
+  // A dynamic fp16 scale below 2^-24 means every recent step overflowed: stop with the weights of
+  // the last applied step in a checkpoint (the skipped steps did not change them).
+  auto stop_on_underflow = [&] {
+    if (underflow_step == 0) return;
+    checkpoint();
+    GENESIS_THROW(Error, "the fp16 loss scale fell below 2^-24 at step ", underflow_step,
+                  " (every step with inf/nan gradients is skipped and backs the scale off); the last step applied was ",
+                  last_applied_step, " and the checkpoint written at step ", state.step,
+                  " holds its weights. Set amp.dtype = \"bf16\" or lower optimizer.lr");
   };
 
   const Clock::time_point start = Clock::now();
@@ -298,25 +336,28 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
       Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
       Tensor loss;
       {
-        AutocastScope autocast(spec);
+        AutocastGuard autocast(amp);
         loss = training_loss((*model)(x), y);
       }
       Tensor scaled = t.grad_accum_steps > 1 ? div(loss, static_cast<double>(t.grad_accum_steps)) : loss;
-      scaled.backward();
+      (scaler ? scaler->scale_loss(scaled) : scaled).backward();
       step_loss = step_loss.defined() ? add(step_loss, scaled.detach()) : scaled.detach();
       window_samples += batch.targets.size(0);
     }
     synchronize_gradients(params);
+    if (scaler) scaler->unscale_(params);
     Tensor grad_norm = clip_grad_norm(params, t.clip_grad_norm);
     if (t.clip_grad_value > 0.0) clip_grad_value(params, t.clip_grad_value);
-    optimizer->step();
+    optimizer->step(scaler ? scaler->found_inf() : Tensor());  // skipped on the device on inf/nan
+    if (scaler) scaler->update();
     optimizer->zero_grad();
     ++state.step;
 
     bool last = state.step == total;
     if (state.step % t.log_every == 0 || last || stop.requested()) {
-      // The only host reads of the loop: the loss and gradient norm at log steps.
+      // The only host reads of the loop: the loss, gradient norm and loss scale at log steps.
       last_loss = step_loss.item();
+      log_skipped_steps();
       double elapsed = seconds_since(start), window = seconds_since(window_start);
       double per_step = elapsed / static_cast<double>(state.step - first_step);
       const double samples_per_s = window > 0 ? static_cast<double>(window_samples) / window : 0.0;
@@ -333,12 +374,13 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                 .tokens_per_s = tokens_per_s,
                 .mfu = mfu(tokens_per_s),
                 .elapsed_s = elapsed,
-                .eta_s = per_step * static_cast<double>(total - state.step)});
+                .eta_s = per_step * static_cast<double>(total - state.step),
+                .loss_scale = scaler ? scaler->scale().item() : 0.0});
       window_start = Clock::now();
       window_samples = 0;
     }
     if (t.eval_every > 0 && state.step % t.eval_every == 0 && !last && batches.evaluate) {
-      last_eval = batches.evaluate(*model);
+      last_eval = evaluate_model();
       log.eval(state.step, last_eval);
     }
     if (stop.requested()) {
@@ -347,13 +389,15 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
       return 130;
     }
     if (t.checkpoint_every > 0 && state.step % t.checkpoint_every == 0 && !last) checkpoint();
+    stop_on_underflow();
   }
   double wall = seconds_since(start);
   if (batches.evaluate) {
-    last_eval = batches.evaluate(*model);
+    last_eval = evaluate_model();
     log.eval(state.step, last_eval);
   }
   checkpoint();
+  stop_on_underflow();
 
   int64_t examples = (state.step - first_step) * t.batch_size * t.grad_accum_steps;
   const double samples_per_s = wall > 0 ? static_cast<double>(examples) / wall : 0.0;
@@ -368,6 +412,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                          {"peak_memory_bytes", peak_memory_bytes(device)},
                          {"device", device.str()},
                          {"parameters", model->num_parameters()}};
+  if (state.grad_scaler) summary["skipped_steps"] = state.grad_scaler->skipped_steps;
   if (language_model) {
     const double tokens_per_s = samples_per_s * static_cast<double>(spec.data.seq_len);
     summary["tokens_per_s"] = tokens_per_s;
@@ -386,9 +431,9 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::p
   if (!split.empty()) s.eval.split = split;
   GENESIS_CHECK(s.eval.split != "val" || s.data.val_fraction > 0.0, UsageError,
                 "--split val needs data.val_fraction > 0 in the recipe");
-  set_threads(s.run.threads);
   set_allow_tf32(s.run.allow_tf32);
   Device device = recipe::resolve_device(s.run.device);
+  set_threads(s.run.threads, device);
   std::function<std::map<std::string, double>(nn::Module&)> evaluation;
   if (s.data.name == "tokens") {
     GENESIS_CHECK(s.eval.split == "val", UsageError, "a language model is evaluated on val.bin: use --split val");
@@ -401,6 +446,7 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::p
   }
   std::shared_ptr<nn::Module> model = recipe::build_model(s, device);
   load_checkpoint(checkpoint, *model, nullptr);
+  AutocastGuard autocast(recipe::amp_dtype(s));
   return evaluation(*model);
 }
 

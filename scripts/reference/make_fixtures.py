@@ -15,17 +15,41 @@ token t + 1), as transformers computes it. Runs on the CPU in float32, determini
 given torch/transformers version. Usage (where torch + transformers are installed):
 
     python3 scripts/reference/make_fixtures.py [--out tests/fixtures]
+
+bf16 autocast references (--autocast bf16). Leaves every existing file alone: loads each
+existing directory tests/fixtures/<name>/ with AutoModelForCausalLM.from_pretrained (float32,
+attn_implementation "sdpa"), reads input_ids from its reference.safetensors and writes only
+tests/fixtures/<name>/reference_autocast_bf16.safetensors:
+
+  logits [2, 11, vocab] f32      the forward under torch.autocast("cpu", dtype=torch.bfloat16),
+                                 upcast to f32 (the model returns bf16 logits)
+  loss [1] f32                   the loss above (same definition), computed under autocast
+  adamw_losses [5] f64           the loss before each of 5 AdamW steps (same settings): forward
+                                 and loss under autocast, backward and step outside it, no
+                                 GradScaler (PyTorch AMP with bf16); parameters stay f32
+
+"sdpa" because genesis's attention is one fused op (bf16 q/k/v under autocast, f32 scores and
+softmax inside, bf16 output), which is what torch's CPU autocast does with
+scaled_dot_product_attention (in its lower-precision list); "eager" would round the scores to
+bf16 before the softmax. (torch's CPU autocast leaves norms and softmax in their input dtype,
+unlike CUDA's; transformers' norms compute in f32 themselves and the residual stream stays f32,
+as genesis's f32 policy for them gives.) One CPU thread, so the sums do not depend on the host's core count
+(bf16 GEMMs may still differ in the last bit between CPU instruction sets). Usage:
+
+    python3 scripts/reference/make_fixtures.py --autocast bf16 [--out tests/fixtures]
 """
 import argparse
 import inspect
 import json
+import math
 import pathlib
+import re
 import sys
 
 import torch
 import torch.nn.functional as F
 import transformers
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 VOCAB = 96
@@ -150,6 +174,18 @@ def greedy_generate(model, prompt, name):
     return generated
 
 
+def warn_if_hf_loss_differs(name, model, ids, loss, tolerance, autocast_dtype=None):
+    """Warns when transformers' own labels= loss is more than tolerance from lm_loss's."""
+    what = "loss" if autocast_dtype is None else "autocast loss"
+    try:
+        with torch.autocast("cpu", dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+            hf_loss = model(input_ids=ids, labels=ids).loss
+        if abs(float(hf_loss) - float(loss)) > tolerance:
+            print(f"warning: {name}: transformers' {what} {float(hf_loss)} != {float(loss)}", file=sys.stderr)
+    except Exception as error:  # noqa: BLE001 - the explicit loss is the reference
+        print(f"warning: {name}: labels= loss unavailable ({error})", file=sys.stderr)
+
+
 def make_fixture(name, make_config, seed, out_root):
     out = out_root / name
     out.mkdir(parents=True, exist_ok=True)
@@ -164,12 +200,7 @@ def make_fixture(name, make_config, seed, out_root):
     generator = torch.Generator().manual_seed(1000 + seed)
     ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=generator, dtype=torch.int64)
     logits, loss = lm_loss(model, ids)
-    try:
-        hf_loss = model(input_ids=ids, labels=ids).loss
-        if abs(float(hf_loss) - float(loss)) > 1e-5:
-            print(f"warning: {name}: transformers' loss {float(hf_loss)} != {float(loss)}", file=sys.stderr)
-    except Exception as error:  # noqa: BLE001 - the explicit loss above is the reference
-        print(f"warning: {name}: labels= loss unavailable ({error})", file=sys.stderr)
+    warn_if_hf_loss_differs(name, model, ids, loss, 1e-5)
     model.zero_grad(set_to_none=True)
     loss.backward()
     reference = {
@@ -203,12 +234,129 @@ def make_fixture(name, make_config, seed, out_root):
     return size
 
 
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16}
+DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout")
+
+
+def load_pretrained_f32(name, directory):
+    """The fixture's Hugging Face directory in float32 with SDPA attention (see the docstring)."""
+    version = tuple(int(part) for part in re.findall(r"\d+", transformers.__version__)[:2])
+    dtype_key = "dtype" if version >= (4, 56) else "torch_dtype"  # renamed in transformers 4.56
+    model = AutoModelForCausalLM.from_pretrained(str(directory), attn_implementation="sdpa",
+                                                 **{dtype_key: torch.float32}).float()
+    attn = getattr(model.config, "_attn_implementation", "sdpa")
+    if attn != "sdpa":
+        sys.exit(f"{name}: transformers chose attn_implementation {attn!r}, not 'sdpa'")
+    for key in DROPOUT_KEYS:
+        if float(getattr(model.config, key, 0.0) or 0.0) != 0.0:
+            sys.exit(f"{name}: config {key} = {getattr(model.config, key)}: the reference needs no dropout")
+    bad = [pname for pname, p in model.named_parameters() if p.dtype != torch.float32]
+    if bad:
+        sys.exit(f"{name}: parameters not float32 after loading: {bad[:3]}")
+    return model
+
+
+def relative_gaps(actual, expected):
+    """(||a - e|| / ||e||, max |a - e| / max |e|) in float64."""
+    delta = actual.double() - expected.double()
+    return (float(delta.norm() / expected.double().norm().clamp_min(1e-30)),
+            float(delta.abs().max() / expected.double().abs().max().clamp_min(1e-30)))
+
+
+def make_autocast_reference(name, directory, dtype_name):
+    """Writes directory/reference_autocast_<dtype_name>.safetensors; changes no other file."""
+    low = AUTOCAST_DTYPES[dtype_name]
+    reference_path = directory / "reference.safetensors"
+    if not (directory / "config.json").exists() or not reference_path.exists():
+        sys.exit(f"{name}: {directory} lacks config.json or reference.safetensors; make the f32 fixtures "
+                 f"first (this script without --autocast)")
+    f32_reference = load_file(str(reference_path))
+    ids = f32_reference["input_ids"].to(torch.int64)
+    if tuple(ids.shape) != (BATCH, SEQ):
+        sys.exit(f"{name}: input_ids has shape {tuple(ids.shape)}, expected {(BATCH, SEQ)}")
+    torch.manual_seed(0)  # nothing below draws random numbers; this only pins it down
+    model = load_pretrained_f32(name, directory)
+    model.train()  # as the f32 reference (no dropout, so the same as eval)
+    vocab = int(model.config.vocab_size)
+
+    # Without autocast the loaded model must reproduce the f32 reference: else this directory is
+    # not the one that reference.safetensors was made from.
+    with torch.no_grad():
+        f32_logits, _ = lm_loss(model, ids)
+    f32_gap = float((f32_logits.float() - f32_reference["logits"].float()).abs().max())
+    if f32_gap > 1e-3:
+        sys.exit(f"{name}: float32 logits differ from reference.safetensors by {f32_gap:.3e}")
+
+    with torch.no_grad(), torch.autocast("cpu", dtype=low):
+        logits, loss = lm_loss(model, ids)
+    logits_dtype = str(logits.dtype).replace("torch.", "")
+    logits = logits.float()
+    if tuple(logits.shape) != (BATCH, SEQ, vocab):
+        sys.exit(f"{name}: autocast logits have shape {tuple(logits.shape)}, expected {(BATCH, SEQ, vocab)}")
+    if not bool(torch.isfinite(logits).all()) or not math.isfinite(float(loss)):
+        sys.exit(f"{name}: non-finite logits or loss under autocast")
+    if loss.dtype != torch.float32:
+        sys.exit(f"{name}: the loss under autocast is {loss.dtype}, expected float32 (cross_entropy's policy)")
+    norm_gap, max_gap = relative_gaps(logits, f32_logits)
+    if max_gap == 0.0:
+        sys.exit(f"{name}: autocast logits equal the float32 ones: autocast had no effect")
+    if norm_gap > 5e-2:
+        print(f"warning: {name}: autocast logits are {norm_gap:.3e} (relative norm) from float32", file=sys.stderr)
+    with torch.no_grad():
+        warn_if_hf_loss_differs(name, model, ids, loss, 1e-4, low)
+
+    # PyTorch AMP with bf16: forward and loss under autocast, backward and step outside it, no
+    # GradScaler; parameters, gradients and AdamW's states stay float32.
+    model.zero_grad(set_to_none=True)
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=False, **ADAMW)
+    losses = []
+    for _ in range(ADAMW_STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=low):
+            _, step_loss = lm_loss(model, ids)
+        losses.append(float(step_loss.detach()))
+        step_loss.backward()
+        optimizer.step()
+    bad = [pname for pname, p in model.named_parameters()
+           if p.dtype != torch.float32 or p.grad is None or p.grad.dtype != torch.float32]
+    if bad:
+        sys.exit(f"{name}: parameters or gradients not float32 after the AdamW steps: {bad[:3]}")
+    if not all(math.isfinite(x) for x in losses):
+        sys.exit(f"{name}: non-finite AdamW losses under autocast: {losses}")
+    if abs(losses[0] - float(loss)) > 1e-6:
+        print(f"warning: {name}: the first AdamW loss {losses[0]} != the autocast loss {float(loss)}", file=sys.stderr)
+    f32_losses = f32_reference["adamw_losses"].double().tolist()
+    adamw_gap = max(abs(a - b) for a, b in zip(losses, f32_losses))
+
+    reference = {
+        "logits": logits.contiguous(),
+        "loss": loss.detach().float().reshape(1).contiguous(),
+        "adamw_losses": torch.tensor(losses, dtype=torch.float64),
+    }
+    metadata = {"torch": torch.__version__, "transformers": transformers.__version__, "adamw": json.dumps(ADAMW),
+                "autocast": dtype_name, "attn_implementation": "sdpa", "threads": str(torch.get_num_threads()),
+                "model_logits_dtype": logits_dtype}
+    out = directory / f"reference_autocast_{dtype_name}.safetensors"
+    save_file(reference, str(out), metadata=metadata)
+    print(f"{name}: autocast {dtype_name}: loss {float(loss):.6f} (float32 {float(f32_reference['loss']):.6f}), "
+          f"logits vs float32: relative norm {norm_gap:.3e}, max {max_gap:.3e} ({logits_dtype} logits); "
+          f"adamw {['%.6f' % x for x in losses]} (max gap to float32 {adamw_gap:.3e}); {out}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(pathlib.Path(__file__).resolve().parents[2] / "tests" / "fixtures"))
+    parser.add_argument("--autocast", choices=sorted(AUTOCAST_DTYPES),
+                        help="only write reference_autocast_<dtype>.safetensors beside the existing fixtures")
     args = parser.parse_args()
     torch.set_default_dtype(torch.float32)
     out_root = pathlib.Path(args.out)
+    if args.autocast:
+        torch.set_num_threads(1)
+        for name in MODELS:
+            make_autocast_reference(name, out_root / name, args.autocast)
+        print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+        return
     total = sum(make_fixture(name, make_config, seed, out_root) for name, (make_config, seed) in MODELS.items())
     print(f"total {total} bytes (torch {torch.__version__}, transformers {transformers.__version__})")
 

@@ -18,7 +18,7 @@ echo "$out" | grep -q "^matmul " || { echo "FAIL: ops --list does not list matmu
 echo "$out" | tail -1 | grep -q "ops:" || { echo "FAIL: ops --list has no summary line"; failures=$((failures + 1)); }
 
 json=$("$genesis" ops --json 2>/dev/null); check "ops --json" 0 $?
-for field in '"name"' '"backward"' '"cpu"' '"cuda"' '"gradcheck"'; do
+for field in '"name"' '"backward"' '"cpu"' '"cuda"' '"gradcheck"' '"autocast"'; do
   echo "$json" | grep -q "$field" || { echo "FAIL: ops --json lacks $field"; failures=$((failures + 1)); }
 done
 if command -v python3 >/dev/null; then

@@ -1,0 +1,245 @@
+#include "libgenesis/core/threads.h"
+
+#include <alloca.h>
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+extern "C" void openblas_set_num_threads(int);
+extern "C" int openblas_get_parallel(void);
+
+namespace genesis {
+
+namespace {
+
+std::string cores_text(double n) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", n);
+  return buf;
+}
+
+std::string plural(int64_t n, const char* word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+// CPUs in this process's affinity mask (the ids index /proc/stat's cpuN lines).
+std::vector<int> allowed_cpus() {
+  std::vector<int> ids;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int i = 0; i < CPU_SETSIZE; ++i)
+      if (CPU_ISSET(i, &set)) ids.push_back(i);
+  }
+  if (ids.empty()) {
+    unsigned n = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned i = 0; i < n; ++i) ids.push_back(static_cast<int>(i));
+  }
+  return ids;
+}
+
+// Whole cores granted by a cgroup CPU quota (v2 cpu.max, v1 cfs_quota_us), rounded up; 0 = none.
+int cgroup_quota_cores() {
+  double quota = -1, period = 0;
+  if (std::ifstream f("/sys/fs/cgroup/cpu.max"); f) {
+    std::string q;
+    if (f >> q >> period && q != "max") quota = std::atof(q.c_str());
+  } else {
+    for (const char* dir : {"/sys/fs/cgroup/cpu/", "/sys/fs/cgroup/cpu,cpuacct/"}) {
+      std::ifstream fq(std::string(dir) + "cpu.cfs_quota_us"), fp(std::string(dir) + "cpu.cfs_period_us");
+      if (fq >> quota && fp >> period) break;
+      quota = -1;
+    }
+  }
+  if (quota <= 0 || period <= 0) return 0;
+  return std::max(1, static_cast<int>(std::ceil(quota / period)));
+}
+
+// Busy and total clock ticks of the given CPUs since boot, from /proc/stat.
+struct CpuTicks {
+  unsigned long long busy = 0, total = 0;
+  bool ok = false;
+};
+
+CpuTicks read_cpu_ticks(const std::vector<int>& cpus) {
+  CpuTicks t;
+  std::ifstream f("/proc/stat");
+  std::string line;
+  int found = 0;
+  while (std::getline(f, line)) {
+    if (line.rfind("cpu", 0) != 0 || line.size() < 4 || line[3] < '0' || line[3] > '9') continue;
+    int id = std::atoi(line.c_str() + 3);
+    if (!std::binary_search(cpus.begin(), cpus.end(), id)) continue;
+    std::istringstream in(line.substr(line.find(' ')));
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    unsigned long long v[8] = {};
+    for (unsigned long long& x : v) in >> x;
+    const unsigned long long idle = v[3] + v[4];
+    const unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+    t.busy += busy;
+    t.total += busy + idle;
+    ++found;
+  }
+  t.ok = found > 0;
+  return t;
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// CPU time that other processes used on `cpus` over sample_s, in cores; -1 when unreadable.
+double sample_busy_cores(const std::vector<int>& cpus, double sample_s) {
+  const double own0 = process_cpu_seconds();
+  const CpuTicks a = read_cpu_ticks(cpus);
+  std::this_thread::sleep_for(std::chrono::duration<double>(sample_s));
+  const CpuTicks b = read_cpu_ticks(cpus);
+  const double own = process_cpu_seconds() - own0;
+  if (!a.ok || !b.ok || b.total <= a.total) return -1;
+  const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double window_ticks = static_cast<double>(b.total - a.total) / static_cast<double>(cpus.size());
+  const double others = static_cast<double>(b.busy - a.busy) - own * hz;
+  return std::clamp(others / window_ticks, 0.0, static_cast<double>(cpus.size()));
+}
+
+bool starts_with(const char* s, const char* prefix) {
+  return std::strncmp(s, prefix, std::strlen(prefix)) == 0;
+}
+
+}  // namespace
+
+int64_t parse_omp_num_threads(const char* value) {
+  if (value == nullptr) return 0;
+  char* end = nullptr;
+  long long n = std::strtoll(value, &end, 10);
+  if (end == value || n <= 0) return 0;
+  while (*end == ' ') ++end;
+  return *end == '\0' || *end == ',' ? n : 0;
+}
+
+ThreadChoice choose_threads(const ThreadInputs& in) {
+  ThreadChoice c;
+  c.cores = std::max(1, in.cores);
+  c.busy_cores = in.busy_cores;
+  // A core counts as busy when other processes use at least half of it.
+  c.free_cores =
+      in.busy_cores < 0 ? c.cores : std::clamp(c.cores - static_cast<int>(std::lround(in.busy_cores)), 1, c.cores);
+  const std::string load = in.busy_cores < 0 ? "load not measured"
+                                             : "other processes keep ~" + cores_text(in.busy_cores) + " of " +
+                                                   plural(c.cores, "core") + " busy";
+  if (in.run_threads > 0 || in.env_threads > 0) {
+    c.source = in.run_threads > 0 ? "run.threads" : "OMP_NUM_THREADS";
+    c.threads = in.run_threads > 0 ? in.run_threads : in.env_threads;
+    c.oversubscribed = c.threads > c.free_cores;
+    c.reason = c.source + " = " + std::to_string(c.threads) + " (explicit; " + load + ")";
+    return c;
+  }
+  c.source = "automatic";
+  c.threads = c.free_cores;
+  c.reason = c.free_cores == c.cores
+                 ? "all " + plural(c.cores, "core") + " this process may use are free (" + load + ")"
+                 : plural(c.free_cores, "free core") + ": " + load;
+  return c;
+}
+
+ThreadChoice configure_threads(int64_t run_threads, const ThreadOptions& options) {
+  std::vector<int> cpus = allowed_cpus();
+  ThreadInputs in;
+  in.run_threads = run_threads;
+  in.env_threads = parse_omp_num_threads(std::getenv("OMP_NUM_THREADS"));
+  in.cores = static_cast<int>(cpus.size());
+  if (int quota = cgroup_quota_cores(); quota > 0) in.cores = std::min(in.cores, quota);
+  if (options.measure_load) in.busy_cores = sample_busy_cores(cpus, options.sample_s);
+  ThreadChoice c = choose_threads(in);
+  if (c.source != "OMP_NUM_THREADS") {
+    omp_set_num_threads(static_cast<int>(c.threads));
+    openblas_set_num_threads(static_cast<int>(c.threads));
+  }
+  return c;
+}
+
+std::string thread_note(const ThreadChoice& c) {
+  const std::string busy =
+      "other processes keep ~" + cores_text(c.busy_cores) + " of " + plural(c.cores, "core") + " busy";
+  if (c.oversubscribed) {
+    const std::string fix = c.source == "run.threads" ? "run.threads = 0" : "unsetting OMP_NUM_THREADS";
+    return "note: " + plural(c.threads, "CPU thread") + " (" + c.source + ") but only " + plural(c.free_cores, "core") +
+           " free (" + busy + "): steps may run several times slower; " + fix + " picks the free cores";
+  }
+  if (c.source == "automatic" && c.free_cores < c.cores)
+    return "note: using " + plural(c.threads, "CPU thread") + ": " + busy;
+  return "";
+}
+
+WaitPolicy wait_policy() {
+  WaitPolicy w;
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  w.omp_wait_policy = policy ? policy : "";
+  w.gomp_spincount = spin ? spin : "";
+  const char* marker = std::getenv("GENESIS_WAIT_POLICY");
+  if (policy == nullptr && spin == nullptr)
+    w.source = "libgomp default";
+  else if (marker != nullptr && std::strcmp(marker, "default") == 0 && policy == nullptr &&
+           w.gomp_spincount == kSpinCount)
+    w.source = "genesis default";
+  else
+    w.source = "user";
+  return w;
+}
+
+std::string blas_threading() {
+  switch (openblas_get_parallel()) {
+    case 0:
+      return "sequential";
+    case 1:
+      return "pthreads";
+    case 2:
+      return "openmp";
+    default:
+      return "unknown";
+  }
+}
+
+void preinit_wait_policy(int argc, char** argv, char** envp) {
+  // Only system calls and plain loops here: the C library is not initialised yet.
+  (void)argc;
+  if (argv == nullptr || argv[0] == nullptr || envp == nullptr) return;
+  size_t n = 0;
+  for (; envp[n] != nullptr; ++n) {
+    if (starts_with(envp[n], "OMP_WAIT_POLICY=") || starts_with(envp[n], "GOMP_SPINCOUNT=") ||
+        starts_with(envp[n], "GENESIS_WAIT_POLICY="))
+      return;  // the user's settings (or this hook's, after the exec) stand
+  }
+  // Started through the dynamic loader (ld.so PROGRAM): /proc/self/exe is the loader.
+  char exe[4096];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len <= 0) return;
+  exe[len] = '\0';
+  if (std::strstr(exe, "/ld-linux") != nullptr || std::strstr(exe, "/ld.so") != nullptr) return;
+  static char spin[32] = "GOMP_SPINCOUNT=";
+  std::strncat(spin, kSpinCount, sizeof spin - std::strlen(spin) - 1);
+  static char marker[] = "GENESIS_WAIT_POLICY=default";
+  auto** env = static_cast<char**>(alloca((n + 3) * sizeof(char*)));
+  for (size_t i = 0; i < n; ++i) env[i] = envp[i];
+  env[n] = spin;
+  env[n + 1] = marker;
+  env[n + 2] = nullptr;
+  execve("/proc/self/exe", argv, env);
+  // The exec failed: carry on with libgomp's defaults (genesis info reports them).
+}
+
+}  // namespace genesis

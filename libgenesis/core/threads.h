@@ -1,0 +1,91 @@
+#pragma once
+// CPU threads: how many OpenMP threads (and OpenBLAS threads, the same pool in the OpenMP
+// build of OpenBLAS) the kernels use, and how idle threads wait. On a shared machine the
+// libgomp defaults collapse: threads that wait at a barrier spin for ~3 ms (300,000 polls)
+// while the thread they wait for is descheduled by another process, so a 2-core host with one
+// busy neighbour ran the MLP recipe 12x slower at 2 threads than at 1. Two remedies:
+//  - the wait policy: GOMP_SPINCOUNT is bounded (kSpinCount) before libgomp reads its
+//    environment (GENESIS_WAIT_POLICY_PREINIT in main.cpp): a waiting thread polls 1,000
+//    times (microseconds) instead of 300,000, then sleeps on a futex;
+//  - the thread count: run.threads when > 0, else OMP_NUM_THREADS when set, else the free
+//    cores (choose_threads), and a note when explicit settings ask for more than are free.
+// docs/architecture.md ("CPU threads") describes the rule and the measurements behind it.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace genesis {
+
+// What the thread count is chosen from.
+struct ThreadInputs {
+  int64_t run_threads = 0;  // the recipe's run.threads; 0 = automatic
+  int64_t env_threads = 0;  // OMP_NUM_THREADS (its first value); 0 = not set or not a number
+  int cores = 1;            // CPUs this process may run on: the affinity mask, capped by a cgroup CPU quota
+  double busy_cores = -1;   // CPU time other processes used over a short sample, in cores; < 0 = unknown
+};
+
+struct ThreadChoice {
+  int64_t threads = 1;
+  std::string source;  // "run.threads", "OMP_NUM_THREADS" or "automatic"
+  int cores = 1;
+  int free_cores = 1;           // cores minus the busy ones (a core counts as busy at >= 0.5 used), at least 1
+  double busy_cores = -1;       // as measured; < 0 = not measured
+  bool oversubscribed = false;  // threads > free_cores: expect steps several times slower
+  std::string reason;           // one sentence: why this many threads
+};
+
+// The decision, without reading the machine: run.threads > 0 wins, then OMP_NUM_THREADS, then
+// the free cores. Never below 1.
+ThreadChoice choose_threads(const ThreadInputs& in);
+
+// OMP_NUM_THREADS's first value (OpenMP's list syntax "4,2" gives 4); 0 when unset or invalid.
+int64_t parse_omp_num_threads(const char* value);
+
+struct ThreadOptions {
+  // Sample the other processes' CPU use (blocks for sample_s); false: assume no load
+  // (CUDA runs, where CPU threads matter little).
+  bool measure_load = true;
+  double sample_s = 0.1;
+};
+
+// Reads the machine (affinity, cgroup quota, /proc/stat over sample_s, OMP_NUM_THREADS),
+// chooses and applies the choice (omp_set_num_threads and openblas_set_num_threads; an
+// OMP_NUM_THREADS setting is left to the runtimes as before). Called by genesis train, eval,
+// bench and info.
+ThreadChoice configure_threads(int64_t run_threads, const ThreadOptions& options = {});
+
+// One "note: ..." line for the run log, or "" when there is nothing to say: explicit settings
+// that oversubscribe the free cores (the collapse warning), or an automatic choice below the
+// cores because other processes keep some busy.
+std::string thread_note(const ThreadChoice& choice);
+
+// The libgomp wait settings of this process and who set them.
+struct WaitPolicy {
+  std::string omp_wait_policy;  // OMP_WAIT_POLICY ("" = unset)
+  std::string gomp_spincount;   // GOMP_SPINCOUNT ("" = unset)
+  std::string source;           // "genesis default", "user" or "libgomp default"
+};
+WaitPolicy wait_policy();
+
+// How the linked OpenBLAS runs in parallel: "openmp", "pthreads" or "sequential".
+std::string blas_threading();
+
+// The spin count set when the user sets neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT.
+inline constexpr const char* kSpinCount = "1000";
+
+// Runs before any shared library's constructor (from .preinit_array, see
+// GENESIS_WAIT_POLICY_PREINIT): when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set,
+// re-executes the program (/proc/self/exe, same pid and arguments) with GOMP_SPINCOUNT=
+// kSpinCount and GENESIS_WAIT_POLICY=default added. libgomp reads its environment once, in its
+// own constructor, before main() and before any constructor of the executable, so a setenv()
+// in main() would be too late, and at preinit time the C library's environment is not set up
+// yet for setenv(). Does nothing when the exec fails (the libgomp defaults then apply).
+void preinit_wait_policy(int argc, char** argv, char** envp);
+
+}  // namespace genesis
+
+// In the executable's main.cpp: the dynamic loader runs .preinit_array entries of the
+// executable only, and before any shared library's constructor (libgomp's included).
+#define GENESIS_WAIT_POLICY_PREINIT                                                                               \
+  [[gnu::section(".preinit_array"), gnu::used]] static void (*genesis_wait_policy_preinit)(int, char**, char**) = \
+      &genesis::preinit_wait_policy

@@ -1,0 +1,80 @@
+#include "libgenesis/ops/prologue.h"
+
+#include "libgenesis/autograd/autocast.h"
+#include "libgenesis/core/error.h"
+#include "libgenesis/ops/dispatch.h"
+#if GENESIS_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "libgenesis/cuda/runtime.h"
+#endif
+
+namespace genesis::detail {
+
+namespace {
+
+thread_local std::optional<DType> t_op_autocast;
+
+// The dtype a floating argument of dtype `t` is cast to under `policy`, or nullopt to keep it.
+std::optional<DType> autocast_target(AutocastPolicy policy, DType low, DType widest, DType t) {
+  if (!is_floating(t)) return std::nullopt;
+  switch (policy) {
+    case AutocastPolicy::none:
+    case AutocastPolicy::f32_math:
+    case AutocastPolicy::low_out: return std::nullopt;
+    // f64 stays f64, as in PyTorch: autocast is for f32 code paths.
+    case AutocastPolicy::lower: return t == DType::f64 || t == low ? std::nullopt : std::optional(low);
+    case AutocastPolicy::f32: return is_half(t) ? std::optional(DType::f32) : std::nullopt;
+    case AutocastPolicy::promote: return t == widest ? std::nullopt : std::optional(widest);
+  }
+  return std::nullopt;
+}
+
+void autocast_args(AutocastPolicy policy, DType low, std::span<Tensor> args) {
+  if (policy == AutocastPolicy::none || policy == AutocastPolicy::f32_math || policy == AutocastPolicy::low_out) return;
+  std::optional<DType> widest;
+  if (policy == AutocastPolicy::promote) {
+    for (const Tensor& t : args)
+      if (t.defined() && is_floating(t.dtype())) widest = widest ? promote_types(*widest, t.dtype()) : t.dtype();
+    if (!widest) return;
+  }
+  for (Tensor& t : args) {
+    if (!t.defined()) continue;
+    if (std::optional<DType> to = autocast_target(policy, low, widest.value_or(low), t.dtype())) t = t.to(*to);
+  }
+}
+
+}  // namespace
+
+std::optional<DType> current_op_autocast() { return t_op_autocast; }
+
+OpScope::OpScope(const OpInfo& op, std::span<Tensor> args) {
+  const Tensor* first = check_same_device(op.name, args);
+#if GENESIS_WITH_CUDA
+  if (first && first->device().is_cuda()) {
+    int current = 0;
+    GENESIS_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != first->device().index) {
+      GENESIS_CUDA_CHECK(cudaSetDevice(first->device().index));
+      previous_device_ = current;
+    }
+  }
+#endif
+  outer_op_autocast_ = t_op_autocast;
+  const std::optional<DType> low = autocast_dtype();
+  t_op_autocast = low;
+  if (!low) return;
+  autocast_args(op.autocast, *low, args);
+  set_autocast_dtype(std::nullopt);
+  suspended_autocast_ = low;
+}
+
+OpScope::~OpScope() {
+  t_op_autocast = outer_op_autocast_;
+  if (suspended_autocast_) set_autocast_dtype(suspended_autocast_);
+#if GENESIS_WITH_CUDA
+  if (previous_device_ >= 0) cudaSetDevice(previous_device_);  // cannot throw from a destructor
+#endif
+}
+
+}  // namespace genesis::detail

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""PyTorch side of the language-model training benchmark: the model of a genesis LM recipe
+(GPT-2 or a Qwen2/Llama decoder, built by transformers with the same shapes), trained on
+random token windows with AdamW, bf16 autocast (or f32 with TF32) and SDPA attention; prints
+one JSON object: tokens/s and ms per step (medians over the timed steps) and the peak of
+torch.cuda.max_memory_allocated.
+
+  python3 scripts/bench/torch_train_lm.py --model gpt2 --batch 16 --seq 1024 --dtype bf16
+  python3 scripts/bench/torch_train_lm.py --model qwen2_0.5b --batch 8 --seq 1024 [--compile]
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+MODELS = {
+    # the shapes of recipes/gpt2_124m.toml and recipes/qwen2_0.5b.toml
+    "gpt2": dict(kind="gpt2", vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12),
+    "qwen2_0.5b": dict(kind="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                       num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                       max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1e6,
+                       tie_word_embeddings=True),
+}
+
+
+def build(name):
+    import transformers
+    cfg = dict(MODELS[name])
+    kind = cfg.pop("kind")
+    if kind == "gpt2":
+        config = transformers.GPT2Config(**cfg, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                         activation_function="gelu_new")
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.Qwen2Config(**cfg, attention_dropout=0.0)
+        model = transformers.Qwen2ForCausalLM(config)
+    model.config._attn_implementation = "sdpa"
+    return model, cfg["vocab_size"]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=sorted(MODELS), default="gpt2")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--dtype", choices=["bf16", "f32"], default="bf16")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--compile", action="store_true")
+    a = p.parse_args()
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    dev = torch.device("cuda")
+    model, vocab = build(a.model)
+    model.to(dev).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    step_model = torch.compile(model) if a.compile else model
+    gen = torch.Generator(device=dev).manual_seed(0)
+
+    def step():
+        ids = torch.randint(0, vocab, (a.batch, a.seq + 1), device=dev, generator=gen)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            logits = step_model(input_ids=ids[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
+                                                     ids[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    ms = statistics.median(times) * 1e3
+    print(json.dumps({
+        "framework": "pytorch " + torch.__version__ + (" compile" if a.compile else " eager"),
+        "model": a.model, "batch": a.batch, "seq": a.seq, "dtype": a.dtype,
+        "ms_per_step": round(ms, 2), "tokens_per_s": round(a.batch * a.seq / (ms / 1e3)),
+        "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        "final_loss": round(loss.item(), 4), "gpu": torch.cuda.get_device_name()}))
+
+
+if __name__ == "__main__":
+    main()
