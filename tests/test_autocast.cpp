@@ -200,6 +200,7 @@ DType predicted(AutocastPolicy policy, DType low, InputDtypes d) {
     case AutocastPolicy::none:
       return d.first;
     case AutocastPolicy::lower:
+    case AutocastPolicy::low_out:
       return low;
     case AutocastPolicy::f32:
     case AutocastPolicy::f32_math:
@@ -278,6 +279,9 @@ TEST_CASE("under autocast each op returns the dtype its policy predicts", "[cpu]
           break;
         case AutocastPolicy::none:  // a 16-bit input other than the autocast dtype stays as it is
           check_case(op, low, {other_half, other_half});
+          break;
+        case AutocastPolicy::low_out:  // a 16-bit input with f32 parameters is read as it is
+          check_case(op, low, {DType::bf16, DType::f32});
           break;
         case AutocastPolicy::lower:
           break;

@@ -1,8 +1,10 @@
 // CUDA parity of the neural-network functions: softmax family, layer/RMS norm and embedding
 // against the CPU on odd sizes, warp-per-row and block-per-row lengths, empty inputs,
-// non-contiguous operands, every floating dtype, gradients and determinism.
+// non-contiguous operands, every floating dtype, the norms' mixed dtypes (f32 parameters, 16-bit
+// x or y), gradients and determinism.
 #include <optional>
 
+#include "libgenesis/autograd/autocast.h"
 #include "tests/cuda_testing.h"
 
 using namespace genesis;
@@ -189,6 +191,62 @@ void check_norm(const NormFn& op, bool has_bias) {
   CHECK_THROWS_AS(op(x, {8}, random_input({8}, DType::f32), Tensor()), DeviceError);
 }
 
+// op with f32 parameters and x of f32, bf16 or f16, under no autocast (y of x's dtype) or bf16 or
+// f16 autocast (y of that dtype): register rows of a warp or a block, the scalar path (odd
+// widths, rows off a 16-byte boundary, a transposed x), and many rows per block of the fused
+// backward; gradients of x (x's dtype) and the parameters (f32), and of x alone without them.
+void check_mixed_norm(const NormFn& op, bool has_bias) {
+  const Shape kShapes[] = {{37, 129}, {21, 200}, {19, 768}, {5, 1536}, {2, 8192}, {4, 3001}, {2500, 768}, {2500, 1280}};
+  for (DType x_dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (std::optional<DType> autocast :
+         {std::optional<DType>(), std::optional(DType::bf16), std::optional(DType::f16)}) {
+      if (x_dtype == DType::f32 && !autocast) continue;  // one dtype throughout: check_norm
+      INFO("x " << dtype_name(x_dtype) << ", autocast " << (autocast ? dtype_name(*autocast) : "off"));
+      const DType y_dtype = autocast.value_or(x_dtype);
+      const Tolerance tolerance = forward_tolerance(y_dtype);
+      // f32 gradients of x and of the parameters summed over 2500 rows: as check_norm's tall rows.
+      const Tolerance grad_tolerance = x_dtype == DType::f32 ? Tolerance{1e-4, 1e-4} : backward_tolerance(x_dtype);
+      // The parameters are inputs 1 and 2 when given.
+      auto under_autocast = [&op, has_bias, autocast](std::function<Tensor(const Tensor&)> view, Shape normalized) {
+        return [=](const TensorList& in) {
+          AutocastGuard guard(autocast);
+          const Tensor w = in.size() > 1 ? in[1] : Tensor(), b = has_bias && in.size() > 2 ? in[2] : Tensor();
+          Tensor y = op(view(in[0]), normalized, w, b);
+          REQUIRE(y.dtype() == autocast.value_or(in[0].dtype()));
+          return y;
+        };
+      };
+      auto params = [has_bias](Tensor x, int64_t cols) {
+        TensorList in = {std::move(x), random_input({cols}, DType::f32, 0.5, 1.5)};
+        if (has_bias) in.push_back(random_input({cols}, DType::f32, -1, 1));
+        return in;
+      };
+      auto as_is = [](const Tensor& x) { return x; };
+      for (const Shape& shape : kShapes) {
+        INFO("shape " << shape_str(shape));
+        const int64_t cols = shape[1];
+        const TensorList in = params(random_input(shape, x_dtype, -2, 3), cols);
+        if (shape[0] < 1000) check_parity(under_autocast(as_is, {cols}), in, tolerance);
+        check_backward_parity(under_autocast(as_is, {cols}), in, grad_tolerance);
+        check_backward_parity(under_autocast(as_is, {cols}), {in[0]}, grad_tolerance);
+      }
+      // A transposed x, and contiguous rows 4 bytes off a 16-byte boundary.
+      auto transposed = under_autocast([](const Tensor& x) { return x.t(); }, {129});
+      const TensorList transposed_in = params(random_input({129, 37}, x_dtype, -2, 3), 129);
+      check_parity(transposed, transposed_in, tolerance);
+      check_backward_parity(transposed, transposed_in, grad_tolerance);
+      auto misaligned = under_autocast(
+          [](const Tensor& x) {
+            return x.slice(0, 1, 1 + 6 * 768).view({6, 768});
+          },
+          {768});
+      const TensorList misaligned_in = params(random_input({1 + 6 * 768}, x_dtype, -2, 3), 768);
+      check_parity(misaligned, misaligned_in, tolerance);
+      check_backward_parity(misaligned, misaligned_in, grad_tolerance);
+    }
+  }
+}
+
 }  // namespace
 
 GENESIS_CUDA_PARITY("softmax") {
@@ -200,15 +258,19 @@ GENESIS_CUDA_PARITY("log_softmax") {
 }
 
 GENESIS_CUDA_PARITY("layer_norm") {
-  check_norm([](const Tensor& x, const Shape& normalized, const Tensor& w,
-                const Tensor& b) { return layer_norm(x, normalized, w, b); },
-             true);
+  auto op = [](const Tensor& x, const Shape& normalized, const Tensor& w, const Tensor& b) {
+    return layer_norm(x, normalized, w, b);
+  };
+  check_norm(op, true);
+  check_mixed_norm(op, true);
 }
 
 GENESIS_CUDA_PARITY("rms_norm") {
-  check_norm([](const Tensor& x, const Shape& normalized, const Tensor& w,
-                const Tensor&) { return rms_norm(x, normalized, w); },
-             false);
+  auto op = [](const Tensor& x, const Shape& normalized, const Tensor& w, const Tensor&) {
+    return rms_norm(x, normalized, w);
+  };
+  check_norm(op, false);
+  check_mixed_norm(op, false);
 }
 
 GENESIS_CUDA_PARITY("embedding") {

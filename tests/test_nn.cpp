@@ -1,7 +1,9 @@
 // Neural-network functions: forward values against float64 references computed here,
 // f32/bf16 tolerances, error types, determinism, and finite-difference gradient checks.
 #include <cmath>
+#include <optional>
 
+#include "libgenesis/autograd/autocast.h"
 #include "tests/testing.h"
 
 using namespace genesis;
@@ -202,6 +204,7 @@ TEST_CASE("layer_norm and rms_norm reject bad arguments", "[cpu][nn]") {
   CHECK_THROWS_AS(layer_norm(x, {4}, ones({4}, {.dtype = DType::f64})), DTypeError);
   CHECK_THROWS_AS(rms_norm(x, {3, 5}), ShapeError);
   CHECK_THROWS_AS(rms_norm(x, {4}, ones({4}, {.dtype = DType::bf16})), DTypeError);
+  CHECK_THROWS_AS(layer_norm(x, {4}, ones({4}), ones({4}, {.dtype = DType::bf16})), DTypeError);
   CHECK_THROWS_AS(rms_norm(from_vector(std::vector<int32_t>{1, 2}, {2}), {2}), DTypeError);
   CHECK_THROWS_AS(layer_norm(x, {4}, Tensor(), Tensor(), -1.0), ValueError);
 }
@@ -232,6 +235,67 @@ TEST_CASE("norm backward sums weight gradients deterministically over many rows"
   rms_norm(xb, {33}).backward(g.to(DType::bf16));
   rms_norm(x64, {33}).backward(g.to(DType::bf16).to(DType::f64));
   require_close(xb.grad().to(DType::f64), x64.grad(), 3e-2, 3e-2);
+}
+
+TEST_CASE("layer_norm and rms_norm read f32 parameters with any x and write the autocast dtype", "[cpu][nn]") {
+  // Tolerance of a result rounded to `dtype` against its float64 value.
+  auto tolerance = [](DType dtype) { return dtype == DType::bf16 ? 3e-2 : dtype == DType::f16 ? 4e-3 : 1e-4; };
+  for (bool centered : {true, false}) {
+    for (DType x_dtype : {DType::f32, DType::bf16, DType::f16}) {
+      for (std::optional<DType> autocast :
+           {std::optional<DType>(), std::optional(DType::bf16), std::optional(DType::f16)}) {
+        for (bool transposed : {false, true}) {
+          const DType y_dtype = autocast.value_or(x_dtype);
+          INFO((centered ? "layer_norm" : "rms_norm")
+               << ", x " << dtype_name(x_dtype) << ", autocast " << (autocast ? dtype_name(*autocast) : "off")
+               << (transposed ? ", transposed x" : ""));
+          // Odd sizes; the transposed input [7, 37] is read through strides.
+          Tensor x = testing::rand_values(transposed ? Shape{37, 7} : Shape{7, 37}, x_dtype, -2, 3).requires_grad_();
+          Tensor w = testing::rand_values({37}, DType::f32, 0.5, 1.5).requires_grad_();
+          Tensor b = centered ? testing::rand_values({37}, DType::f32, -1, 1).requires_grad_() : Tensor();
+          auto op = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+            const Tensor input = transposed ? xi.t() : xi;
+            return centered ? layer_norm(input, {37}, wi, bi, 1e-5) : rms_norm(input, {37}, wi, 1e-5);
+          };
+          Tensor y;
+          {
+            AutocastGuard guard(autocast);
+            y = op(x, w, b);
+          }
+          REQUIRE(y.dtype() == y_dtype);
+          // No cast of x or the parameters: the norm's inputs are the leaves (or x's transpose).
+          for (const Edge& edge : y.grad_fn()->next_edges) CHECK((!edge.node || edge.node->name() != "to_dtype"));
+          // The float64 definition on the same (rounded) values, forward and backward.
+          Tensor x64 = x.detach().to(DType::f64).requires_grad_(), w64 = w.detach().to(DType::f64).requires_grad_();
+          Tensor b64 = centered ? b.detach().to(DType::f64).requires_grad_() : Tensor();
+          Tensor y64 = op(x64, w64, b64);
+          require_close(y.to(DType::f64), y64, tolerance(y_dtype), tolerance(y_dtype));
+          Tensor g = testing::rand_values(y.shape(), y_dtype);
+          y.backward(g);
+          y64.backward(g.to(DType::f64));
+          REQUIRE(x.grad().dtype() == x_dtype);
+          REQUIRE(w.grad().dtype() == DType::f32);
+          require_close(x.grad().to(DType::f64), x64.grad(), tolerance(x_dtype), tolerance(x_dtype));
+          require_close(w.grad().to(DType::f64), w64.grad(), 1e-4, 1e-4);
+          if (centered) {
+            REQUIRE(b.grad().dtype() == DType::f32);
+            require_close(b.grad().to(DType::f64), b64.grad(), 1e-4, 1e-4);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("under autocast a norm casts parameters the kernels cannot pair with x, never x", "[cpu][nn]") {
+  AutocastGuard autocast(DType::bf16);
+  Tensor x = testing::rand_values({3, 8}, DType::f32), w = testing::rand_values({8}, DType::bf16, 0.5, 1.5);
+  Tensor y = rms_norm(x, {8}, w);
+  CHECK(y.dtype() == DType::bf16);
+  require_close(y, rms_norm(x, {8}, w.to(DType::f32)), 0.0, 0.0);
+  // f64 stays f64 under autocast; its parameters must be f64 too.
+  CHECK(layer_norm(x.to(DType::f64), {8}).dtype() == DType::f64);
+  CHECK_THROWS_AS(layer_norm(x.to(DType::f64), {8}, w.to(DType::f32)), DTypeError);
 }
 
 GENESIS_GRADCHECK("layer_norm") {

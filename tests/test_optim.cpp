@@ -121,7 +121,7 @@ TEST_CASE("optimizer state round-trips and resumes identically", "[cpu][optim]")
   CHECK_THROWS_AS(c->load_state(bad, 3), ValueError);
 }
 
-TEST_CASE("parameters without gradients are skipped; zero_grad drops gradients", "[cpu][optim]") {
+TEST_CASE("parameters without gradients are skipped; zero_grad zeroes gradients or drops them", "[cpu][optim]") {
   Tensor p = param(), q = param();
   ParamGroup g;
   g.params = {{"p", p}, {"q", q}};
@@ -134,7 +134,13 @@ TEST_CASE("parameters without gradients are skipped; zero_grad drops gradients",
   opt->step();
   CHECK(p.to_vector<double>()[0] == Approx(0.4));
   CHECK(q.to_vector<double>()[0] == 0.5);
+  const void* storage = p.grad().data_ptr();
   opt->zero_grad();
+  REQUIRE(p.grad().defined());
+  CHECK(p.grad().data_ptr() == storage);
+  CHECK(p.grad().to_vector<double>() == std::vector<double>{0, 0, 0});
+  CHECK(!q.grad().defined());
+  opt->zero_grad(/*set_to_none=*/true);
   CHECK(!p.grad().defined());
   CHECK_THROWS_AS(make_sgd(group(param(), -1.0, 0.0)), UsageError);
   CHECK_THROWS_AS(make_adam(group(param(), 0.1, 0.0), {.beta1 = 1.0}), UsageError);

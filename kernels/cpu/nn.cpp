@@ -133,8 +133,8 @@ void softmax_backward_typed(bool log, int64_t outer, int64_t dim, int64_t inner,
   });
 }
 
-// x of X, weight and bias of W, y of Y (one dtype, or f32 weights with 16-bit or f32 x and y):
-// every value widens to the accumulator type A of X on load and y rounds once.
+// x of X, weight and bias of W, y of Y (norm_dtypes_supported): every value widens to the
+// accumulator type A of X on load and y rounds once.
 template <class X, class W, class Y>
 void norm_rows_typed(bool centered, int64_t rows, int64_t cols, const X* x, const W* w, const W* b, double eps, Y* y,
                      acc_t<X>* mean, acc_t<X>* rstd) {
@@ -279,19 +279,17 @@ void softmax_backward(DType dtype, bool log, int64_t outer, int64_t dim, int64_t
 
 void norm_rows(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
                const void* bias, double eps, void* y, void* mean, void* rstd) {
-  with_norm_types<float16, bfloat16>(dtypes, "norm", [&]<class X, class W, class Y>(std::type_identity<X>, std::type_identity<W>,
-                                                                  std::type_identity<Y>) {
+  with_norm_types<float16, bfloat16>(dtypes, "norm", [&]<class X, class W, class Y>() {
     norm_rows_typed<X, W, Y>(centered, rows, cols, static_cast<const X*>(x), static_cast<const W*>(weight),
                              static_cast<const W*>(bias), eps, static_cast<Y*>(y), static_cast<acc_t<X>*>(mean),
                              static_cast<acc_t<X>*>(rstd));
   });
 }
 
-void norm_rows_backward(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x,
-                        const void* weight, const void* mean, const void* rstd, const void* grad_y, void* grad_x,
-                        void* grad_weight, void* grad_bias) {
-  with_norm_types<float16, bfloat16>(dtypes, "norm backward", [&]<class X, class W, class Y>(std::type_identity<X>, std::type_identity<W>,
-                                                                           std::type_identity<Y>) {
+void norm_rows_backward(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
+                        const void* mean, const void* rstd, const void* grad_y, void* grad_x, void* grad_weight,
+                        void* grad_bias) {
+  with_norm_types<float16, bfloat16>(dtypes, "norm backward", [&]<class X, class W, class Y>() {
     norm_rows_backward_typed<X, W, Y>(centered, rows, cols, static_cast<const X*>(x), static_cast<const W*>(weight),
                                       static_cast<const acc_t<X>*>(mean), static_cast<const acc_t<X>*>(rstd),
                                       static_cast<const Y*>(grad_y), static_cast<X*>(grad_x),

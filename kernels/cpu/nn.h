@@ -19,32 +19,36 @@ struct NormDTypes {
   DType weight;
   DType y;
 };
-// The combinations the norm kernels take: one floating dtype for all, or f32 weights with x and
-// y each f32, f16 or bf16 (mixed precision: f32 parameters, 16-bit activations in or out).
+// The combinations the norm kernels take: one floating dtype for all, or f32 weights with an x of
+// f32, f16 or bf16 and a 16-bit y (mixed precision: f32 parameters, the f32 residual stream or
+// 16-bit activations in, the autocast dtype out).
 constexpr bool norm_dtypes_supported(NormDTypes d) {
   const bool same = d.x == d.weight && d.x == d.y && is_floating(d.x);
-  const bool mixed = d.weight == DType::f32 && (d.x == DType::f32 || is_half(d.x)) && (d.y == DType::f32 || is_half(d.y));
-  return same || mixed;
+  return same || (d.weight == DType::f32 && (d.x == DType::f32 || is_half(d.x)) && is_half(d.y));
 }
 
-// Calls f(std::type_identity<X>{}, std::type_identity<W>{}, std::type_identity<Y>{}) with the
-// element types of a supported combination, Half and BFloat16 standing for f16 and bf16 (each
-// device's own types); throws for any other combination. Shared by the CPU and CUDA kernels, so
-// both instantiate the same combinations.
+// Calls f.template operator()<X, W, Y>() (f: a lambda `[&]<class X, class W, class Y>() {...}`)
+// with the element types of x, the weights and y for a supported combination, Half and BFloat16
+// standing for f16 and bf16 (each device's own types); throws for any other combination. Shared
+// by the CPU and CUDA kernels, so both instantiate the same combinations.
 template <class Half, class BFloat16, class F>
 void with_norm_types(NormDTypes d, std::string_view what, F&& f) {
   if (!norm_dtypes_supported(d)) throw_unsupported_dtype(what, d.x == d.weight ? d.y : d.weight);
-  auto f32_or_half = [](DType t, auto&& g) {
-    if (t == DType::f16) return g(std::type_identity<Half>{});
-    if (t == DType::bf16) return g(std::type_identity<BFloat16>{});
-    return g(std::type_identity<float>{});
+  auto half = [](DType t, auto&& g) {
+    return t == DType::f16 ? g(std::type_identity<Half>{}) : g(std::type_identity<BFloat16>{});
+  };
+  auto f32_or_half = [&half](DType t, auto&& g) {
+    return t == DType::f32 ? g(std::type_identity<float>{}) : half(t, g);
+  };
+  auto run = [&f](auto x, auto w, auto y) {
+    f.template operator()<typename decltype(x)::type, typename decltype(w)::type, typename decltype(y)::type>();
   };
   if (d.x == DType::f64) {
-    f(std::type_identity<double>{}, std::type_identity<double>{}, std::type_identity<double>{});
+    f.template operator()<double, double, double>();
   } else if (d.x == d.weight && d.x == d.y) {
-    f32_or_half(d.x, [&](auto t) { f(t, t, t); });
+    f32_or_half(d.x, [&](auto t) { run(t, t, t); });
   } else {
-    f32_or_half(d.x, [&](auto x) { f32_or_half(d.y, [&](auto y) { f(x, std::type_identity<float>{}, y); }); });
+    f32_or_half(d.x, [&](auto x) { half(d.y, [&](auto y) { run(x, std::type_identity<float>{}, y); }); });
   }
 }
 
@@ -67,9 +71,9 @@ void norm_rows(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, con
 // grad_x [rows, cols] from grad_y (of y's dtype), and grad_weight / grad_bias [cols] when
 // non-null. The column sums reduce fixed row chunks in a fixed order, so results do not depend
 // on the thread count.
-void norm_rows_backward(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x,
-                        const void* weight, const void* mean, const void* rstd, const void* grad_y, void* grad_x,
-                        void* grad_weight, void* grad_bias);
+void norm_rows_backward(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
+                        const void* mean, const void* rstd, const void* grad_y, void* grad_x, void* grad_weight,
+                        void* grad_bias);
 
 // Smallest and largest of the n index values other than `skip`, and how many there are.
 struct IndexStats {

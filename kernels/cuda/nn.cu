@@ -78,18 +78,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One group per row: mean (when centered), sum of squared deviations, output.
-template <int kGroup, class T>
+// One group per row: mean (when centered), sum of squared deviations, output. x of X, weight
+// and bias of W, y of Y, all math in the accumulator type of X.
+template <int kGroup, class X, class W, class Y>
 __global__ void __launch_bounds__(kThreads)
-    norm_rows_kernel(bool centered, int64_t rows, int64_t cols, const T* x, const T* w, const T* b, double eps, T* y,
-                     float_acc_t<T>* mean, float_acc_t<T>* rstd) {
-  using A = float_acc_t<T>;
+    norm_rows_kernel(bool centered, int64_t rows, int64_t cols, const X* x, const W* w, const W* b, double eps, Y* y,
+                     float_acc_t<X>* mean, float_acc_t<X>* rstd) {
+  using A = float_acc_t<X>;
   __shared__ A shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const A n = static_cast<A>(cols);
   GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
-    const T* xr = x + r * cols;
-    T* yr = y + r * cols;
+    const X* xr = x + r * cols;
+    Y* yr = y + r * cols;
     A mu = 0;
     if (centered) {
       for (int64_t c = lane; c < cols; c += kGroup) mu += to_acc<A>(xr[c]);
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(kThreads)
       A v = (to_acc<A>(xr[c]) - mu) * rs;
       if (w) v *= to_acc<A>(w[c]);
       if (b) v += to_acc<A>(b[c]);
-      yr[c] = from_acc<T>(v);
+      yr[c] = from_acc<Y>(v);
     }
     if (lane == 0) {
       mean[r] = mu;
@@ -115,19 +116,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// grad_x: one group per row, two row sums, then the output pass.
-template <int kGroup, class T>
+// grad_x: one group per row, two row sums, then the output pass. grad_y is of the forward's
+// output type Y.
+template <int kGroup, class X, class W, class Y>
 __global__ void __launch_bounds__(kThreads)
-    norm_grad_x(bool centered, int64_t rows, int64_t cols, const T* x, const T* w, const float_acc_t<T>* mean,
-                const float_acc_t<T>* rstd, const T* gy, T* gx) {
-  using A = float_acc_t<T>;
+    norm_grad_x(bool centered, int64_t rows, int64_t cols, const X* x, const W* w, const float_acc_t<X>* mean,
+                const float_acc_t<X>* rstd, const Y* gy, X* gx) {
+  using A = float_acc_t<X>;
   __shared__ A shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const A n = static_cast<A>(cols);
   GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
-    const T* xr = x + r * cols;
-    const T* gr = gy + r * cols;
-    T* out = gx + r * cols;
+    const X* xr = x + r * cols;
+    const Y* gr = gy + r * cols;
+    X* out = gx + r * cols;
     const A mu = mean[r], rs = rstd[r];
     A sum_dxhat = 0, sum_dxhat_xhat = 0;
     for (int64_t c = lane; c < cols; c += kGroup) {
@@ -145,19 +147,19 @@ __global__ void __launch_bounds__(kThreads)
       const A xhat = (to_acc<A>(xr[c]) - mu) * rs;
       const A g = to_acc<A>(gr[c]);
       const A dxhat = w ? g * to_acc<A>(w[c]) : g;
-      out[c] = from_acc<T>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+      out[c] = from_acc<X>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
     }
   }
 }
 
 // Thread (column c, chunk blockIdx.y) sums g * xhat and g down its chunk's rows; neighbouring
 // threads read neighbouring columns of a row.
-template <class T>
+template <class X, class Y>
 __global__ void __launch_bounds__(kThreads)
-    norm_column_partials(int64_t rows, int64_t cols, int64_t chunks, const T* x, const float_acc_t<T>* mean,
-                         const float_acc_t<T>* rstd, const T* gy, float_acc_t<T>* partial_w,
-                         float_acc_t<T>* partial_b) {
-  using A = float_acc_t<T>;
+    norm_column_partials(int64_t rows, int64_t cols, int64_t chunks, const X* x, const float_acc_t<X>* mean,
+                         const float_acc_t<X>* rstd, const Y* gy, float_acc_t<X>* partial_w,
+                         float_acc_t<X>* partial_b) {
+  using A = float_acc_t<X>;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (c >= cols) return;
   const int64_t k = blockIdx.y;
@@ -176,15 +178,14 @@ constexpr int kSlices = kThreads / kPartialColumns;
 
 // Block (8 columns) x (kSlices slices): slice s adds chunks s, s + kSlices, ... of its column,
 // then the slice sums are added in slice order. Narrow blocks make many of them, each thread
-// with few loads in its chain. blockIdx.y picks the weight (0) or bias (1).
-template <class T>
-__global__ void __launch_bounds__(kThreads)
-    sum_column_partials(int64_t chunks, int64_t cols, const float_acc_t<T>* partial_w, const float_acc_t<T>* partial_b,
-                        T* grad_weight, T* grad_bias) {
-  using A = float_acc_t<T>;
+// with few loads in its chain. blockIdx.y picks the weight (0) or bias (1). The partials are in
+// the accumulator type A, the gradients in the weights' type W.
+template <class A, class W>
+__global__ void __launch_bounds__(kThreads) sum_column_partials(int64_t chunks, int64_t cols, const A* partial_w,
+                                                                const A* partial_b, W* grad_weight, W* grad_bias) {
   __shared__ A slice_sums[kSlices][kPartialColumns];
   const A* partial = blockIdx.y == 0 ? partial_w : partial_b;
-  T* out = blockIdx.y == 0 ? grad_weight : grad_bias;
+  W* out = blockIdx.y == 0 ? grad_weight : grad_bias;
   if (!out) return;
   const int column = static_cast<int>(threadIdx.x) % kPartialColumns;
   const int slice = static_cast<int>(threadIdx.x) / kPartialColumns;
@@ -198,7 +199,7 @@ __global__ void __launch_bounds__(kThreads)
   if (slice == 0 && c < cols) {
     A total = slice_sums[0][column];
     for (int s = 1; s < kSlices; ++s) total += slice_sums[s][column];
-    out[c] = from_acc<T>(total);
+    out[c] = from_acc<W>(total);
   }
 }
 
@@ -335,57 +336,55 @@ void softmax_backward(DType dtype, bool log, int64_t rows, int64_t dim, const vo
   });
 }
 
-void norm_rows(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
+void norm_rows(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
                const void* bias, double eps, void* y, void* mean, void* rstd, cudaStream_t stream) {
-  if (norm_rows_in_registers(dtype, centered, rows, cols, x, weight, bias, eps, y, mean, rstd, stream)) return;
-  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "norm", {
-    using T = scalar_t;
-    using A = float_acc_t<T>;
-    launch_rows(norm_rows_kernel<kWarp, T>, norm_rows_kernel<kThreads, T>, rows, cols, stream, centered, rows, cols,
-                static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), eps,
-                static_cast<T*>(y), static_cast<A*>(mean), static_cast<A*>(rstd));
+  if (norm_rows_in_registers(dtypes, centered, rows, cols, x, weight, bias, eps, y, mean, rstd, stream)) return;
+  with_norm_types<__half, __nv_bfloat16>(dtypes, "norm", [&]<class X, class W, class Y>() {
+    using A = float_acc_t<X>;
+    launch_rows(norm_rows_kernel<kWarp, X, W, Y>, norm_rows_kernel<kThreads, X, W, Y>, rows, cols, stream, centered,
+                rows, cols, static_cast<const X*>(x), static_cast<const W*>(weight), static_cast<const W*>(bias), eps,
+                static_cast<Y*>(y), static_cast<A*>(mean), static_cast<A*>(rstd));
   });
 }
 
 // Two blocks per multiprocessor: the register-row backward keeps 2 x 8 warps of rows resident.
-int64_t norm_backward_chunks(DType dtype, int64_t rows, int64_t cols) {
+int64_t norm_backward_chunks(DType x_dtype, int64_t rows, int64_t cols) {
   return std::min<int64_t>(rows,
-                           norm_backward_blocks_per_sm(dtype, cols) * static_cast<int64_t>(multiprocessor_count()));
+                           norm_backward_blocks_per_sm(x_dtype, cols) * static_cast<int64_t>(multiprocessor_count()));
 }
 
-void norm_rows_backward(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
+void norm_rows_backward(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
                         const void* mean, const void* rstd, const void* grad_y, void* grad_x, void* grad_weight,
                         void* grad_bias, void* partials, cudaStream_t stream) {
   const bool want_partials = (grad_weight || grad_bias) && cols > 0;
-  const int64_t chunks = norm_backward_chunks(dtype, rows, cols);
-  // The register path takes f32, f16 and bf16 only, whose partials are f32.
+  const int64_t chunks = norm_backward_chunks(dtypes.x, rows, cols);
+  // The register path takes x of f32, f16 and bf16 only, whose partials are f32.
   float* partials_f32 = want_partials ? static_cast<float*>(partials) : nullptr;
   const bool fused = norm_backward_in_registers(
-      dtype, centered, rows, cols, chunks, x, weight, mean, rstd, grad_y, grad_x, grad_weight ? partials_f32 : nullptr,
+      dtypes, centered, rows, cols, chunks, x, weight, mean, rstd, grad_y, grad_x, grad_weight ? partials_f32 : nullptr,
       grad_bias && partials_f32 ? partials_f32 + chunks * cols : nullptr, stream);
-  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "norm backward", {
-    using T = scalar_t;
-    using A = float_acc_t<T>;
+  with_norm_types<__half, __nv_bfloat16>(dtypes, "norm backward", [&]<class X, class W, class Y>() {
+    using A = float_acc_t<X>;
     A* partial_w = want_partials ? static_cast<A*>(partials) : nullptr;
     A* partial_b = want_partials ? partial_w + chunks * cols : nullptr;
-    const T* xt = static_cast<const T*>(x);
+    const X* xt = static_cast<const X*>(x);
     const A* mu = static_cast<const A*>(mean);
     const A* rs = static_cast<const A*>(rstd);
-    const T* gy = static_cast<const T*>(grad_y);
+    const Y* gy = static_cast<const Y*>(grad_y);
     if (!fused) {
-      launch_rows(norm_grad_x<kWarp, T>, norm_grad_x<kThreads, T>, rows, cols, stream, centered, rows, cols, xt,
-                  static_cast<const T*>(weight), mu, rs, gy, static_cast<T*>(grad_x));
+      launch_rows(norm_grad_x<kWarp, X, W, Y>, norm_grad_x<kThreads, X, W, Y>, rows, cols, stream, centered, rows, cols,
+                  xt, static_cast<const W*>(weight), mu, rs, gy, static_cast<X*>(grad_x));
       if (want_partials && chunks > 0) {
         const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(chunks));
-        norm_column_partials<T><<<grid, kThreads, 0, stream>>>(
+        norm_column_partials<X, Y><<<grid, kThreads, 0, stream>>>(
             rows, cols, chunks, xt, mu, rs, gy, grad_weight ? partial_w : nullptr, grad_bias ? partial_b : nullptr);
         GENESIS_CUDA_LAUNCH_CHECK();
       }
     }
     if (want_partials) {
       const dim3 grid(static_cast<unsigned>((cols + kPartialColumns - 1) / kPartialColumns), 2);
-      sum_column_partials<T><<<grid, kThreads, 0, stream>>>(chunks, cols, partial_w, partial_b,
-                                                            static_cast<T*>(grad_weight), static_cast<T*>(grad_bias));
+      sum_column_partials<A, W><<<grid, kThreads, 0, stream>>>(
+          chunks, cols, partial_w, partial_b, static_cast<W*>(grad_weight), static_cast<W*>(grad_bias));
       GENESIS_CUDA_LAUNCH_CHECK();
     }
   });

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/nn.h"
+#include "kernels/cpu/nn.h"  // NormDTypes: the norms' dtypes, the same on both devices
 #include "libgenesis/core/dtype.h"
 #include "libgenesis/cuda/runtime.h"
 
@@ -31,9 +31,9 @@ void norm_rows(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, con
 int64_t norm_backward_chunks(DType x_dtype, int64_t rows, int64_t cols);
 // grad_x [rows, cols] from grad_y (of y's dtype), and grad_weight / grad_bias [cols] when
 // non-null: each chunk of rows sums its column partials, then every column adds its chunks in order.
-void norm_rows_backward(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x,
-                        const void* weight, const void* mean, const void* rstd, const void* grad_y, void* grad_x,
-                        void* grad_weight, void* grad_bias, void* partials, cudaStream_t stream);
+void norm_rows_backward(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
+                        const void* mean, const void* rstd, const void* grad_y, void* grad_x, void* grad_weight,
+                        void* grad_bias, void* partials, cudaStream_t stream);
 
 // out[i, :] = weight[index[i], :] for n indices into weight [num, dim]. The indices are checked
 // on the way: an index outside [0, num) leaves its output row unwritten and is reported to

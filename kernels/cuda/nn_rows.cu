@@ -29,10 +29,44 @@ using Packed = Pack<T, kPack<T>>;
 #define GENESIS_FOR_EACH_SLOT(k, j) \
   _Pragma("unroll") for (int k = 0; k < kSlots; ++k) if (const int j = lane + k * kGroup; j < nvec)
 
-template <int kGroup, int kSlots, class T>
-__device__ __forceinline__ void load_row(const T* row, int nvec, int lane, Packed<T> (&data)[kSlots]) {
-  const Packed<T>* packs = reinterpret_cast<const Packed<T>*>(row);
-  GENESIS_FOR_EACH_SLOT(k, j) data[k] = load_pack(packs + j);
+// N elements of T at p in one access of up to 16 bytes, or in 16-byte ones (the f32 weights of
+// a pack of 16-bit x); p is aligned to the smaller of 16 bytes and the N elements' size.
+template <int N, class T>
+__device__ __forceinline__ Pack<T, N> load_elements(const T* p) {
+  constexpr int kStep = N < kPack<T> ? N : kPack<T>;
+  if constexpr (kStep == N) {
+    return load_pack<N>(p);
+  } else {
+    Pack<T, N> pack;
+#pragma unroll
+    for (int s = 0; s < N; s += kStep) {
+      const Pack<T, kStep> part = load_pack<kStep>(p + s);
+#pragma unroll
+      for (int i = 0; i < kStep; ++i) pack.v[s + i] = part.v[i];
+    }
+    return pack;
+  }
+}
+template <int N, class T>
+__device__ __forceinline__ void store_elements(T* p, const Pack<T, N>& pack) {
+  constexpr int kStep = N < kPack<T> ? N : kPack<T>;
+  if constexpr (kStep == N) {
+    store_pack<N>(p, pack);
+  } else {
+#pragma unroll
+    for (int s = 0; s < N; s += kStep) {
+      Pack<T, kStep> part;
+#pragma unroll
+      for (int i = 0; i < kStep; ++i) part.v[i] = pack.v[s + i];
+      store_pack<kStep>(p + s, part);
+    }
+  }
+}
+
+// Pack j of a row holds its elements j * N ... j * N + N - 1.
+template <int kGroup, int kSlots, int N, class T>
+__device__ __forceinline__ void load_row(const T* row, int nvec, int lane, Pack<T, N> (&data)[kSlots]) {
+  GENESIS_FOR_EACH_SLOT(k, j) data[k] = load_elements<N>(row + j * N);
 }
 
 // What a softmax-family row kernel writes: the probabilities, their logarithms, or only the
@@ -112,19 +146,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Mean (when centered) and the sum of squared deviations both from the registers.
-template <int kGroup, int kSlots, class T>
-__global__ void __launch_bounds__(kThreads) norm_kernel(bool centered, int64_t rows, int nvec, const T* x, const T* w,
-                                                        const T* b, float eps, T* y, float* mean, float* rstd) {
-  constexpr int N = kPack<T>;
+// Mean (when centered) and the sum of squared deviations both from the registers. A pack is 16
+// bytes of x (X); the weights (W) and y (Y) of its columns are read and written as they are.
+template <int kGroup, int kSlots, class X, class W, class Y>
+__global__ void __launch_bounds__(kThreads) norm_kernel(bool centered, int64_t rows, int nvec, const X* x, const W* w,
+                                                        const W* b, float eps, Y* y, float* mean, float* rstd) {
+  constexpr int N = kPack<X>;
   __shared__ float shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int64_t cols = static_cast<int64_t>(nvec) * N;
   const float n = static_cast<float>(cols);
-  const Packed<T>* wp = reinterpret_cast<const Packed<T>*>(w);
-  const Packed<T>* bp = reinterpret_cast<const Packed<T>*>(b);
   GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
-    Packed<T> data[kSlots];
+    Packed<X> data[kSlots];
     load_row<kGroup>(x + r * cols, nvec, lane, data);
     float mu = 0;
     if (centered) {
@@ -142,18 +175,19 @@ __global__ void __launch_bounds__(kThreads) norm_kernel(bool centered, int64_t r
     }
     squares = group_reduce<kGroup>(squares, shared, Sum{});
     const float rs = 1.0f / std::sqrt(squares / n + eps);
-    Packed<T>* out = reinterpret_cast<Packed<T>*>(y + r * cols);
+    Y* out = y + r * cols;
     GENESIS_FOR_EACH_SLOT(k, j) {
-      Packed<T> wk, bk, result;
-      if (w) wk = load_pack(wp + j);
-      if (b) bk = load_pack(bp + j);
+      Pack<W, N> wk, bk;
+      Pack<Y, N> result;
+      if (w) wk = load_elements<N>(w + j * N);
+      if (b) bk = load_elements<N>(b + j * N);
       for (int i = 0; i < N; ++i) {
         float v = (to_acc<float>(data[k].v[i]) - mu) * rs;
         if (w) v *= to_acc<float>(wk.v[i]);
         if (b) v += to_acc<float>(bk.v[i]);
-        result.v[i] = from_acc<T>(v);
+        result.v[i] = from_acc<Y>(v);
       }
-      store_pack(out + j, result);
+      store_elements<N>(out + j * N, result);
     }
     if (lane == 0) {
       mean[r] = mu;
@@ -177,12 +211,13 @@ constexpr int kSharedSumsBlocks = 3;
 // rows (in registers, or for kSharedSums in its warp's shared buffer), then the block's column
 // partials go to row blockIdx.x of partial_w / partial_b (the warps of a warp-per-row block add
 // theirs in warp order). At two blocks per multiprocessor, where the registers allow, the next
-// row's x and grad_y are loaded before the current row is reduced.
-template <int kGroup, int kSlots, bool kSharedSums, int kMinBlocks, class T>
+// row's x and grad_y are loaded before the current row is reduced. A pack is 16 bytes of x (X);
+// grad_y (Y, the forward's output type), grad_x (X) and the weights (W) of its columns as they are.
+template <int kGroup, int kSlots, bool kSharedSums, int kMinBlocks, class X, class W, class Y>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    norm_backward_kernel(bool centered, int64_t rows, int nvec, const T* x, const T* w, const float* mean,
-                         const float* rstd, const T* gy, T* gx, float* partial_w, float* partial_b) {
-  constexpr int N = kPack<T>, kQuads = N / 4;
+    norm_backward_kernel(bool centered, int64_t rows, int nvec, const X* x, const W* w, const float* mean,
+                         const float* rstd, const Y* gy, X* gx, float* partial_w, float* partial_b) {
+  constexpr int N = kPack<X>, kQuads = N / 4;
   constexpr int kRegisterSums = kSharedSums ? 1 : kSlots;
   // Registers for two rows of x and grad_y packs and their f32 values in use: only the rows
   // whose column sums are in shared memory, at two blocks per multiprocessor, leave room for that.
@@ -193,7 +228,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int64_t cols = static_cast<int64_t>(nvec) * N;
   const float n = static_cast<float>(cols);
-  const Packed<T>* wp = reinterpret_cast<const Packed<T>*>(w);
   const bool sums = partial_w || partial_b;
   // This warp's buffer: the g * xhat sums, then the g sums, each as kQuads x nvec float4.
   float4* warp_sums = column_sums + (threadIdx.x / kWarp) * 2 * kQuads * nvec;
@@ -205,9 +239,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   const int64_t first = static_cast<int64_t>(blockIdx.x) * (kThreads / kGroup) + threadIdx.x / kGroup;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * (kThreads / kGroup);
-  Packed<T> next_xs[kSlots], next_gs[kSlots];
+  Packed<X> next_xs[kSlots];
+  Pack<Y, N> next_gs[kSlots];
   float next_mu = 0, next_rs = 0;
-  auto load = [&](int64_t r, Packed<T>(&xd)[kSlots], Packed<T>(&gd)[kSlots], float& mu, float& rs) {
+  auto load = [&](int64_t r, Packed<X>(&xd)[kSlots], Pack<Y, N>(&gd)[kSlots], float& mu, float& rs) {
     load_row<kGroup>(x + r * cols, nvec, lane, xd);
     load_row<kGroup>(gy + r * cols, nvec, lane, gd);
     mu = mean[r];
@@ -215,7 +250,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   };
   if (kPrefetch && first < rows) load(first, next_xs, next_gs, next_mu, next_rs);
   for (int64_t r = first; r < rows; r += stride) {
-    Packed<T> xs[kSlots], gs[kSlots];
+    Packed<X> xs[kSlots];
+    Pack<Y, N> gs[kSlots];
     float mu, rs;
     if constexpr (kPrefetch) {
 #pragma unroll
@@ -231,8 +267,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     float sum_dxhat = 0, sum_dxhat_xhat = 0;
     GENESIS_FOR_EACH_SLOT(k, j) {
-      Packed<T> wk;
-      if (w) wk = load_pack(wp + j);
+      Pack<W, N> wk;
+      if (w) wk = load_elements<N>(w + j * N);
       float gxhat[N], g[N];
       for (int i = 0; i < N; ++i) {
         const float xhat = (to_acc<float>(xs[k].v[i]) - mu) * rs;
@@ -262,14 +298,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     sum_dxhat = group_reduce<kGroup>(sum_dxhat, shared, Sum{});
     sum_dxhat_xhat = group_reduce<kGroup>(sum_dxhat_xhat, shared, Sum{});
     const float mean_dxhat = centered ? sum_dxhat / n : 0.0f, mean_dxhat_xhat = sum_dxhat_xhat / n;
-    Packed<T>* out = reinterpret_cast<Packed<T>*>(gx + r * cols);
+    Packed<X>* out = reinterpret_cast<Packed<X>*>(gx + r * cols);
     GENESIS_FOR_EACH_SLOT(k, j) {
-      Packed<T> wk, result;
-      if (w) wk = load_pack(wp + j);
+      Pack<W, N> wk;
+      Packed<X> result;
+      if (w) wk = load_elements<N>(w + j * N);
       for (int i = 0; i < N; ++i) {
         const float xhat = (to_acc<float>(xs[k].v[i]) - mu) * rs, g = to_acc<float>(gs[k].v[i]);
         const float dxhat = w ? g * to_acc<float>(wk.v[i]) : g;
-        result.v[i] = from_acc<T>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+        result.v[i] = from_acc<X>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
       }
       store_pack(out + j, result);
     }
@@ -422,27 +459,29 @@ bool softmax_backward_in_registers(DType dtype, bool log, int64_t rows, int64_t 
   return launched;
 }
 
-bool norm_rows_in_registers(DType dtype, bool centered, int64_t rows, int64_t cols, const void* x, const void* weight,
-                            const void* bias, double eps, void* y, void* mean, void* rstd, cudaStream_t stream) {
+bool norm_rows_in_registers(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, const void* x,
+                            const void* weight, const void* bias, double eps, void* y, void* mean, void* rstd,
+                            cudaStream_t stream) {
   bool launched = false;
-  GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
-    using T = scalar_t;
-    if (rows <= 0 || !packable<T>(cols, {x, weight, bias, y})) break;
-    const int64_t nvec = cols / kPack<T>;
-    launched = with_register_row(nvec, [&](auto group, auto slots) {
-      constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
-      norm_kernel<kGroup, kSlots, T><<<row_grid(rows, kGroup), kThreads, 0, stream>>>(
-          centered, rows, static_cast<int>(nvec), static_cast<const T*>(x), static_cast<const T*>(weight),
-          static_cast<const T*>(bias), static_cast<float>(eps), static_cast<T*>(y), static_cast<float*>(mean),
-          static_cast<float*>(rstd));
-    });
+  with_norm_types<__half, __nv_bfloat16>(dtypes, "norm", [&]<class X, class W, class Y>() {
+    if constexpr (!std::is_same_v<X, double>) {
+      if (rows <= 0 || !packable<X>(cols, {x, weight, bias, y})) return;
+      const int64_t nvec = cols / kPack<X>;
+      launched = with_register_row(nvec, [&](auto group, auto slots) {
+        constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
+        norm_kernel<kGroup, kSlots, X, W, Y><<<row_grid(rows, kGroup), kThreads, 0, stream>>>(
+            centered, rows, static_cast<int>(nvec), static_cast<const X*>(x), static_cast<const W*>(weight),
+            static_cast<const W*>(bias), static_cast<float>(eps), static_cast<Y*>(y), static_cast<float*>(mean),
+            static_cast<float*>(rstd));
+      });
+    }
   });
   return launched;
 }
 
-int norm_backward_blocks_per_sm(DType dtype, int64_t cols) {
+int norm_backward_blocks_per_sm(DType x_dtype, int64_t cols) {
   bool shared_sums = false;
-  GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
+  GENESIS_CUDA_DISPATCH_F32_HALF(x_dtype, {
     const int64_t nvec = (cols + kPack<scalar_t> - 1) / kPack<scalar_t>;
     shared_sums = nvec <= 8 * kWarp && cols <= kSharedColumnSumsLimit;
   });
@@ -452,41 +491,43 @@ int norm_backward_blocks_per_sm(DType dtype, int64_t cols) {
   return static_cast<int>(std::clamp<int64_t>(shared_memory_per_multiprocessor() / per_block, 1, kSharedSumsBlocks));
 }
 
-bool norm_backward_in_registers(DType dtype, bool centered, int64_t rows, int64_t cols, int64_t chunks, const void* x,
-                                const void* weight, const void* mean, const void* rstd, const void* grad_y,
-                                void* grad_x, float* partial_w, float* partial_b, cudaStream_t stream) {
+bool norm_backward_in_registers(NormDTypes dtypes, bool centered, int64_t rows, int64_t cols, int64_t chunks,
+                                const void* x, const void* weight, const void* mean, const void* rstd,
+                                const void* grad_y, void* grad_x, float* partial_w, float* partial_b,
+                                cudaStream_t stream) {
   bool launched = false;
-  GENESIS_CUDA_DISPATCH_F32_HALF(dtype, {
-    using T = scalar_t;
-    if (rows <= 0 || chunks <= 0 || !packable<T>(cols, {x, weight, grad_y, grad_x})) break;
-    const int64_t nvec = cols / kPack<T>;
-    launched = with_register_row(nvec, [&](auto group, auto slots) {
-      constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
-      auto run = [&](auto kernel, size_t column_bytes) {
-        if (column_bytes > 48 * 1024) {
-          GENESIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  static_cast<int>(column_bytes)));
-        }
-        kernel<<<static_cast<unsigned>(chunks), kThreads, column_bytes, stream>>>(
-            centered, rows, static_cast<int>(nvec), static_cast<const T*>(x), static_cast<const T*>(weight),
-            static_cast<const float*>(mean), static_cast<const float*>(rstd), static_cast<const T*>(grad_y),
-            static_cast<T*>(grad_x), partial_w, partial_b);
-      };
-      const size_t column_bytes = 2 * static_cast<size_t>(cols) * sizeof(float);
-      if constexpr (kGroup == kWarp) {
-        if (cols <= kSharedColumnSumsLimit) {
-          const size_t bytes = kThreads / kWarp * column_bytes;
-          if (norm_backward_blocks_per_sm(dtype, cols) == kSharedSumsBlocks)
-            run(norm_backward_kernel<kGroup, kSlots, true, kSharedSumsBlocks, T>, bytes);
-          else
-            run(norm_backward_kernel<kGroup, kSlots, true, 2, T>, bytes);
+  with_norm_types<__half, __nv_bfloat16>(dtypes, "norm backward", [&]<class X, class W, class Y>() {
+    if constexpr (!std::is_same_v<X, double>) {
+      if (rows <= 0 || chunks <= 0 || !packable<X>(cols, {x, weight, grad_y, grad_x})) return;
+      const int64_t nvec = cols / kPack<X>;
+      launched = with_register_row(nvec, [&](auto group, auto slots) {
+        constexpr int kGroup = decltype(group)::value, kSlots = decltype(slots)::value;
+        auto run = [&](auto kernel, size_t column_bytes) {
+          if (column_bytes > 48 * 1024) {
+            GENESIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(column_bytes)));
+          }
+          kernel<<<static_cast<unsigned>(chunks), kThreads, column_bytes, stream>>>(
+              centered, rows, static_cast<int>(nvec), static_cast<const X*>(x), static_cast<const W*>(weight),
+              static_cast<const float*>(mean), static_cast<const float*>(rstd), static_cast<const Y*>(grad_y),
+              static_cast<X*>(grad_x), partial_w, partial_b);
+        };
+        const size_t column_bytes = 2 * static_cast<size_t>(cols) * sizeof(float);
+        if constexpr (kGroup == kWarp) {
+          if (cols <= kSharedColumnSumsLimit) {
+            const size_t bytes = kThreads / kWarp * column_bytes;
+            if (norm_backward_blocks_per_sm(dtypes.x, cols) == kSharedSumsBlocks)
+              run(norm_backward_kernel<kGroup, kSlots, true, kSharedSumsBlocks, X, W, Y>, bytes);
+            else
+              run(norm_backward_kernel<kGroup, kSlots, true, 2, X, W, Y>, bytes);
+          } else {
+            run(norm_backward_kernel<kGroup, kSlots, false, 2, X, W, Y>, column_bytes);
+          }
         } else {
-          run(norm_backward_kernel<kGroup, kSlots, false, 2, T>, column_bytes);
+          run(norm_backward_kernel<kGroup, kSlots, false, 2, X, W, Y>, 0);
         }
-      } else {
-        run(norm_backward_kernel<kGroup, kSlots, false, 2, T>, 0);
-      }
-    });
+      });
+    }
   });
   return launched;
 }

@@ -130,22 +130,30 @@ struct ConvGrads {
   Tensor x, w;
 };
 
+// What conv2d's backward keeps of its operands: the input only for the weight's gradient, the
+// weight only for the input's.
+struct ConvSaved {
+  Tensor x, weight;  // undefined where not kept
+  Shape x_shape, w_shape;
+  DType x_dtype, w_dtype;
+  Device device;
+};
+
 // Gradients of the input and weight (where asked) from grad_y `gy`, contiguous in the compute type.
-ConvGrads conv2d_backward_cpu(const Conv2dShape& s, const Tensor& x, const Tensor& weight, const Tensor& gy,
-                              bool need_x, bool need_w) {
+ConvGrads conv2d_backward_cpu(const Conv2dShape& s, const ConvSaved& in, const Tensor& gy, bool need_x, bool need_w) {
   const DType compute = gy.dtype();
   ConvGrads grads;
   if (need_x) {
-    Tensor wc = weight.to(compute).contiguous();
-    grads.x = empty(x.shape(), {.dtype = compute});
+    Tensor wc = in.weight.to(compute).contiguous();
+    grads.x = empty(in.x_shape, {.dtype = compute});
     kernels::cpu::conv2d_backward_input(compute, s, gy.data_ptr(), wc.data_ptr(), grads.x.data_ptr());
-    grads.x = grads.x.to(x.dtype());
+    grads.x = grads.x.to(in.x_dtype);
   }
   if (need_w) {
-    Tensor xc = x.to(compute).contiguous();
-    grads.w = empty(weight.shape(), {.dtype = compute});
+    Tensor xc = in.x.to(compute).contiguous();
+    grads.w = empty(in.w_shape, {.dtype = compute});
     kernels::cpu::conv2d_backward_weight(compute, s, xc.data_ptr(), gy.data_ptr(), grads.w.data_ptr());
-    grads.w = grads.w.to(weight.dtype());
+    grads.w = grads.w.to(in.w_dtype);
   }
   return grads;
 }
@@ -166,25 +174,24 @@ Tensor conv2d_forward_cuda(const Conv2dShape& s, const Tensor& x, const Tensor& 
   return y;
 }
 
-ConvGrads conv2d_backward_cuda(const Conv2dShape& s, const Tensor& x, const Tensor& weight, const Tensor& gy,
-                               bool need_x, bool need_w) {
+ConvGrads conv2d_backward_cuda(const Conv2dShape& s, const ConvSaved& in, const Tensor& gy, bool need_x, bool need_w) {
   const DType compute = gy.dtype();
   ConvGrads grads;
   if (!need_x && !need_w) return grads;
-  Tensor columns = empty({kernels::cuda::conv2d_column_elements(s)}, {.dtype = compute, .device = x.device()});
+  Tensor columns = empty({kernels::cuda::conv2d_column_elements(s)}, {.dtype = compute, .device = in.device});
   if (need_x) {
-    Tensor wc = weight.to(compute).contiguous();
-    grads.x = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
-    kernels::cuda::conv2d_backward_input(x.dtype(), s, gy.data_ptr(), wc.data_ptr(), columns.data_ptr(),
+    Tensor wc = in.weight.to(compute).contiguous();
+    grads.x = empty(in.x_shape, {.dtype = in.x_dtype, .device = in.device});
+    kernels::cuda::conv2d_backward_input(in.x_dtype, s, gy.data_ptr(), wc.data_ptr(), columns.data_ptr(),
                                          grads.x.data_ptr(), cuda::current_stream());
   }
   if (need_w) {
     // [C_out, N, oH, oW]: one GEMM per group then sums over every sample of a block.
     Tensor gy_t = gy.transpose(0, 1).contiguous();
-    grads.w = empty(weight.shape(), {.dtype = compute, .device = x.device()});
-    kernels::cuda::conv2d_backward_weight(x.dtype(), s, x.data_ptr(), x.strides().data(), gy_t.data_ptr(),
+    grads.w = empty(in.w_shape, {.dtype = compute, .device = in.device});
+    kernels::cuda::conv2d_backward_weight(in.x_dtype, s, in.x.data_ptr(), in.x.strides().data(), gy_t.data_ptr(),
                                           columns.data_ptr(), grads.w.data_ptr(), cuda::current_stream());
-    grads.w = grads.w.to(weight.dtype());
+    grads.w = grads.w.to(in.w_dtype);
   }
   return grads;
 }
@@ -207,18 +214,26 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
     }
   }
   if (needs_grad({x, weight, bias})) {
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+    const bool need_b = bias.defined() && bias.requires_grad();
+    ConvSaved in{.x = need_w ? saved(x) : Tensor(),
+                 .weight = need_x ? saved(weight) : Tensor(),
+                 .x_shape = x.shape(),
+                 .w_shape = weight.shape(),
+                 .x_dtype = x.dtype(),
+                 .w_dtype = weight.dtype(),
+                 .device = x.device()};
     record("conv2d", {x, weight, bias}, {y},
-           [s, xs = saved(x), ws = saved(weight), need_x = x.requires_grad(), need_w = weight.requires_grad(),
-            need_b = bias.defined() && bias.requires_grad()](const TensorList& g) {
-             const DType compute = conv_compute_type(xs.dtype());
+           [s, in = std::move(in), need_x, need_w, need_b](const TensorList& g) {
+             const DType compute = conv_compute_type(in.x_dtype);
              Tensor gy = g[0].to(compute).contiguous();
              ConvGrads grads;
-             if (xs.device().is_cpu()) {
-               grads = conv2d_backward_cpu(s, xs, ws, gy, need_x, need_w);
+             if (in.device.is_cpu()) {
+               grads = conv2d_backward_cpu(s, in, gy, need_x, need_w);
              } else {
-               GENESIS_ON_CUDA(grads = conv2d_backward_cuda(s, xs, ws, gy, need_x, need_w));
+               GENESIS_ON_CUDA(grads = conv2d_backward_cuda(s, in, gy, need_x, need_w));
              }
-             Tensor gb = need_b ? sum(gy, {0, 2, 3}).to(xs.dtype()) : Tensor();
+             Tensor gb = need_b ? sum(gy, {0, 2, 3}).to(in.x_dtype) : Tensor();
              return TensorList{grads.x, grads.w, gb};
            });
   }

@@ -322,14 +322,15 @@ Tensor index_select(const Tensor& x_arg, int64_t axis, const Tensor& index_arg) 
   }
   if (is_floating(x.dtype()) && needs_grad({x})) {
     record("index_select", {x}, {out},
-           [ax, in = x.shape(), dtype = x.dtype(), positions = saved(positions), spread = saved(spread)](const TensorList& g) {
-      if (!g[0].device().is_cpu()) {
-        GENESIS_ON_CUDA(return TensorList{index_select_backward_cuda(in, dtype, ax, positions, g[0])});
-      }
-      Tensor gx = zeros(in, {.dtype = dtype});
-      scatter_add_checked("index_select", gx, ax, spread, g[0].to(dtype));
-      return TensorList{gx};
-    });
+           [ax, in = x.shape(), dtype = x.dtype(), positions = saved(positions),
+            spread = saved(spread)](const TensorList& g) {
+             if (!g[0].device().is_cpu()) {
+               GENESIS_ON_CUDA(return TensorList{index_select_backward_cuda(in, dtype, ax, positions, g[0])});
+             }
+             Tensor gx = zeros(in, {.dtype = dtype});
+             scatter_add_checked("index_select", gx, ax, spread, g[0].to(dtype));
+             return TensorList{gx};
+           });
   }
   return out;
 }
@@ -350,11 +351,12 @@ Tensor gather(const Tensor& x_arg, int64_t axis, const Tensor& index_arg) {
     out = gather_checked("gather", x, ax, positions);
   }
   if (is_floating(x.dtype()) && needs_grad({x})) {
-    record("gather", {x}, {out}, [ax, in = x.shape(), dtype = x.dtype(), positions = saved(positions)](const TensorList& g) {
-      Tensor gx = zeros(in, {.dtype = dtype, .device = g[0].device()});
-      scatter_add_checked("gather", gx, ax, positions, g[0].to(dtype));
-      return TensorList{gx};
-    });
+    record("gather", {x}, {out},
+           [ax, in = x.shape(), dtype = x.dtype(), positions = saved(positions)](const TensorList& g) {
+             Tensor gx = zeros(in, {.dtype = dtype, .device = g[0].device()});
+             scatter_add_checked("gather", gx, ax, positions, g[0].to(dtype));
+             return TensorList{gx};
+           });
   }
   return out;
 }
@@ -379,16 +381,17 @@ Tensor scatter_add(const Tensor& x_arg, int64_t axis, const Tensor& index_arg, c
     scatter_add_checked("scatter_add", out, ax, positions, src);
   }
   if (is_floating(x.dtype()) && needs_grad({x, src})) {
-    record("scatter_add", {x, src}, {out}, [ax, src_shape = src.shape(), positions = saved(positions)](const TensorList& g) {
-      Tensor picked = gather_checked("scatter_add", g[0], ax, positions);
-      if (picked.shape() == src_shape) return TensorList{g[0], picked};
-      // src entries beyond the index's extent were never added: their gradient is zero.
-      Tensor gsrc = zeros(src_shape, {.dtype = picked.dtype(), .device = picked.device()});
-      Tensor region = gsrc;
-      for (int64_t d = 0; d < picked.dim(); ++d) region = region.narrow(d, 0, picked.size(d));
-      region.copy_(picked);
-      return TensorList{g[0], gsrc};
-    });
+    record("scatter_add", {x, src}, {out},
+           [ax, src_shape = src.shape(), positions = saved(positions)](const TensorList& g) {
+             Tensor picked = gather_checked("scatter_add", g[0], ax, positions);
+             if (picked.shape() == src_shape) return TensorList{g[0], picked};
+             // src entries beyond the index's extent were never added: their gradient is zero.
+             Tensor gsrc = zeros(src_shape, {.dtype = picked.dtype(), .device = picked.device()});
+             Tensor region = gsrc;
+             for (int64_t d = 0; d < picked.dim(); ++d) region = region.narrow(d, 0, picked.size(d));
+             region.copy_(picked);
+             return TensorList{g[0], gsrc};
+           });
   }
   return out;
 }

@@ -205,19 +205,27 @@ Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
     if (b.dim() == 1) out = out.squeeze(-1);
   }
   if (needs_grad({a, b})) {
+    // Each operand is kept only for the other's gradient.
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     record("matmul", {a, b}, {out},
-           [as = saved(a), bs = saved(b), need_a = a.requires_grad(), need_b = b.requires_grad()](const TensorList& g) {
+           [need_a, need_b, as = need_b ? saved(a) : Tensor(), bs = need_a ? saved(b) : Tensor(), a_shape = a.shape(),
+            b_shape = b.shape(), a_dtype = a.dtype(), b_dtype = b.dtype()](const TensorList& g) {
              DType dt = g[0].dtype();
-             Tensor a2 = as_matrix_a(as.to(dt)), b2 = as_matrix_b(bs.to(dt));
              // Re-insert the dimensions that 1-D operands dropped: g2 is [batch..., m, n].
              Tensor g2 = g[0];
-             if (bs.dim() == 1) g2 = g2.unsqueeze(-1);
-             if (as.dim() == 1) g2 = g2.unsqueeze(-2);
+             if (b_shape.size() == 1) g2 = g2.unsqueeze(-1);
+             if (a_shape.size() == 1) g2 = g2.unsqueeze(-2);
              TensorList grads(2);
-             if (need_a)
-               grads[0] = sum_to(matmul(g2, transpose_last(b2)), a2.shape()).reshape(as.shape()).to(as.dtype());
-             if (need_b)
-               grads[1] = sum_to(matmul(transpose_last(a2), g2), b2.shape()).reshape(bs.shape()).to(bs.dtype());
+             if (need_a) {
+               const Shape a2_shape = a_shape.size() == 1 ? Shape{1, a_shape[0]} : a_shape;
+               Tensor b2 = as_matrix_b(bs.to(dt));
+               grads[0] = sum_to(matmul(g2, transpose_last(b2)), a2_shape).reshape(a_shape).to(a_dtype);
+             }
+             if (need_b) {
+               const Shape b2_shape = b_shape.size() == 1 ? Shape{b_shape[0], 1} : b_shape;
+               Tensor a2 = as_matrix_a(as.to(dt));
+               grads[1] = sum_to(matmul(transpose_last(a2), g2), b2_shape).reshape(b_shape).to(b_dtype);
+             }
              return grads;
            });
   }
@@ -233,12 +241,14 @@ Tensor bmm(const Tensor& a_arg, const Tensor& b_arg) {
                 b.shape(), ")");
   Tensor out = batched_matmul("bmm", a, b, a.shape(), b.shape());
   if (needs_grad({a, b})) {
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     record("bmm", {a, b}, {out},
-           [as = saved(a), bs = saved(b), need_a = a.requires_grad(), need_b = b.requires_grad()](const TensorList& g) {
+           [need_a, need_b, as = need_b ? saved(a) : Tensor(), bs = need_a ? saved(b) : Tensor(), a_dtype = a.dtype(),
+            b_dtype = b.dtype()](const TensorList& g) {
              DType dt = g[0].dtype();
              TensorList grads(2);
-             if (need_a) grads[0] = bmm(g[0], transpose_last(bs.to(dt))).to(as.dtype());
-             if (need_b) grads[1] = bmm(transpose_last(as.to(dt)), g[0]).to(bs.dtype());
+             if (need_a) grads[0] = bmm(g[0], transpose_last(bs.to(dt))).to(a_dtype);
+             if (need_b) grads[1] = bmm(transpose_last(as.to(dt)), g[0]).to(b_dtype);
              return grads;
            });
   }
@@ -311,16 +321,17 @@ LinearOutput linear_forward(const char* op, const Tensor& x2, const Tensor& w, c
 }
 
 // Gradients of x2 [rows, in] @ w^T + b with respect to x2, w and b from g2 [rows, out], all
-// of one dtype; each only where asked. On CUDA the bias gradient rides on the weight
-// gradient's GEMM (cuBLASLt's BGRADB epilogue sums g2 over rows as it reads it).
+// of one dtype; each only where asked (w is read only for x2's gradient, x2 only for w's). On
+// CUDA the bias gradient rides on the weight gradient's GEMM (cuBLASLt's BGRADB epilogue sums
+// g2 over rows as it reads it).
 TensorList linear_backward([[maybe_unused]] const char* op, const Tensor& g2, const Tensor& x2, const Tensor& w,
                            bool need_x, bool need_w, bool need_b) {
   TensorList grads(3);
   if (need_x) grads[0] = matmul(g2, w);
 #if GENESIS_WITH_CUDA
   if (need_w && need_b && g2.device().is_cuda() && g2.dtype() != DType::f64 && g2.numel() > 0 && x2.size(1) > 0) {
-    Tensor gw = empty(w.shape(), {.dtype = g2.dtype(), .device = g2.device()});
-    Tensor gb = empty({w.size(0)}, {.dtype = g2.dtype(), .device = g2.device()});
+    Tensor gw = empty({g2.size(1), x2.size(1)}, {.dtype = g2.dtype(), .device = g2.device()});
+    Tensor gb = empty({g2.size(1)}, {.dtype = g2.dtype(), .device = g2.device()});
     kernels::cuda::GemmEpilogue epilogue{.kind = kernels::cuda::EpilogueKind::bias_grad, .bias_grad = gb.data_ptr()};
     if (gemm_with_epilogue(op, g2.t(), x2, gw, epilogue)) {
       grads[1] = gw;
@@ -359,17 +370,22 @@ Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Te
                      bias.defined() ? bias.to(dt).contiguous() : Tensor(), with_gelu, with_gelu && grad);
   Tensor out = forward.out.view(shapes.out_shape);
   if (grad) {
+    // x is kept for the weight's gradient, the weight for x's; never the output (linear_gelu
+    // keeps its pre-activation, which GELU's derivative reads).
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
     record(op, {x, weight, bias}, {out},
-           [op, xs = saved(x), ws = saved(weight), pre = forward.pre, bdt = bias.defined() ? bias.dtype() : dt, rows,
-            need_x = x.requires_grad(), need_w = weight.requires_grad(),
+           [op, xs = need_w ? saved(x) : Tensor(), ws = need_x ? saved(weight) : Tensor(), pre = saved(forward.pre),
+            x_shape = x.shape(), x_dtype = x.dtype(), w_dtype = weight.dtype(),
+            bdt = bias.defined() ? bias.dtype() : dt, rows, in_features, out_features = weight.size(0), need_x, need_w,
             need_b = bias.defined() && bias.requires_grad()](const TensorList& g) {
-             Tensor g2 = g[0].reshape({rows, ws.size(0)});
+             Tensor g2 = g[0].reshape({rows, out_features});
              if (pre.defined()) g2 = gelu_tanh_backward(pre, g2);
              DType grad_dtype = g2.dtype();
-             TensorList grads = linear_backward(op, g2, xs.to(grad_dtype).reshape({rows, ws.size(1)}),
-                                                ws.to(grad_dtype), need_x, need_w, need_b);
-             if (grads[0].defined()) grads[0] = grads[0].reshape(xs.shape()).to(xs.dtype());
-             if (grads[1].defined()) grads[1] = grads[1].to(ws.dtype());
+             Tensor x2 = xs.defined() ? xs.to(grad_dtype).reshape({rows, in_features}) : Tensor();
+             Tensor w = ws.defined() ? ws.to(grad_dtype) : Tensor();
+             TensorList grads = linear_backward(op, g2, x2, w, need_x, need_w, need_b);
+             if (grads[0].defined()) grads[0] = grads[0].reshape(x_shape).to(x_dtype);
+             if (grads[1].defined()) grads[1] = grads[1].to(w_dtype);
              if (grads[2].defined()) grads[2] = grads[2].to(bdt);
              return grads;
            });

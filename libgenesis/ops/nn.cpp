@@ -131,9 +131,10 @@ Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& 
   // f64 stays f64 under autocast, as for the other policies.
   const std::optional<DType> autocast = detail::current_op_autocast();
   const DType y_dtype = autocast && x.dtype() != DType::f64 ? *autocast : x.dtype();
+  // Without parameters, the weight dtype only picks the kernel: x's, or f32 for a mixed one.
   const Tensor& param = weight_arg.defined() ? weight_arg : bias_arg;
-  kernels::NormDTypes dtypes{x.dtype(), param.defined() ? param.dtype() : y_dtype == x.dtype() ? x.dtype() : DType::f32,
-                             y_dtype};
+  const DType param_dtype = param.defined() ? param.dtype() : y_dtype == x.dtype() ? x.dtype() : DType::f32;
+  kernels::NormDTypes dtypes{x.dtype(), param_dtype, y_dtype};
   Tensor weight = weight_arg, bias = bias_arg;
   if (autocast && !kernels::norm_dtypes_supported(dtypes) && is_floating(dtypes.weight)) {
     // Parameters the kernels do not pair with x (bf16 ones with an f32 input, ...): cast them, not
@@ -189,9 +190,8 @@ Tensor normalize(const char* name, bool centered, const Tensor& x, const Shape& 
                GENESIS_ON_CUDA({
                  // Per-chunk column sums of the weight and bias gradients, added in chunk order.
                  const int64_t partial_count =
-                     gw.defined() || gb.defined()
-                         ? 2 * kernels::cuda::norm_backward_chunks(dtypes.x, rows, cols) * cols
-                         : 0;
+                     gw.defined() || gb.defined() ? 2 * kernels::cuda::norm_backward_chunks(dtypes.x, rows, cols) * cols
+                                                  : 0;
                  Tensor partials = empty({partial_count}, {.dtype = acc_dtype(dtypes.x), .device = device});
                  kernels::cuda::norm_rows_backward(dtypes, centered, rows, cols, xs.data_ptr(), w, means.data_ptr(),
                                                    rstds.data_ptr(), gy.data_ptr(), gx.data_ptr(), gw_ptr, gb_ptr,

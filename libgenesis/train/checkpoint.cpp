@@ -56,6 +56,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
                          {"optimizer", state.optimizer_name},
                          {"scheduler", state.scheduler_name},
                          {"world_size", state.world_size},
+                         {"cpu_threads", state.cpu_threads},
                          {"format_version", 1}};
   if (const auto& g = state.grad_scaler) {
     trainer["grad_scaler"] = {
@@ -95,6 +96,7 @@ TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& mode
     s.optimizer_name = j.at("optimizer").get<std::string>();
     s.scheduler_name = j.at("scheduler").get<std::string>();
     s.world_size = j.at("world_size").get<int>();
+    s.cpu_threads = j.value("cpu_threads", int64_t{0});  // absent in checkpoints before it existed
     if (j.contains("grad_scaler")) {
       const nlohmann::json& g = j["grad_scaler"];
       s.grad_scaler = amp::GradScalerState{.scale = g.at("scale").get<double>(),

@@ -24,6 +24,7 @@ struct TrainerState {
   GeneratorState rng;             // default generator (dropout)
   int64_t optimizer_steps = 0;
   int world_size = 1;
+  int64_t cpu_threads = 0;  // the CPU threads the run chose (reductions split by them); 0 = unknown
   std::string optimizer_name;
   std::string scheduler_name;
   std::optional<amp::GradScalerState> grad_scaler;  // fp16 runs

@@ -225,7 +225,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   prepare_run_dir(run_dir, options);
   set_allow_tf32(spec.run.allow_tf32);
   Device device = recipe::resolve_device(spec.run.device);
-  const ThreadChoice threads = set_threads(spec.run.threads, device);
+  ThreadChoice threads = set_threads(spec.run.threads, device);
   const std::optional<DType> amp = recipe::amp_dtype(spec);
   std::string recipe_toml = spec.to_toml();
   if (!options.resume) io::write_file_atomic(run_dir / "recipe.toml", recipe_toml);
@@ -253,6 +253,13 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   if (options.resume) {
     state = load_checkpoint(run_dir / "checkpoints", *model, optimizer.get());
     if (scaler && state.grad_scaler) scaler->load_state_dict(*state.grad_scaler);
+    // An automatic thread count follows the machine's load; a resumed CPU run keeps the count
+    // the checkpoint was written with, since CPU reductions split by threads (bit-exact resume).
+    if (device.is_cpu() && threads.source == "automatic" && state.cpu_threads > 0 &&
+        state.cpu_threads != threads.threads) {
+      threads = set_threads(state.cpu_threads, device);
+      log.note("resume: " + std::to_string(state.cpu_threads) + " CPU threads, as the checkpoint was written with");
+    }
     batches.seek(state.cursor);
     default_generator().set_state(state.rng);
     log.note("resumed " + run_dir.string() + " at step " + std::to_string(state.step));
@@ -306,6 +313,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     state.cursor = batches.cursor();
     state.rng = default_generator().state();
     state.optimizer_steps = optimizer->step_count();
+    state.cpu_threads = device.is_cpu() ? threads.threads : 0;
     save_checkpoint(run_dir / "checkpoints", *model, *optimizer, state, recipe_toml, static_cast<size_t>(t.keep_last),
                     spec.data.tokenizer);
   };
