@@ -19,7 +19,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // Attention sums kv_len products in another order than the CPU and its exponentials differ by
-// an ulp; 16-bit outputs are f32 results rounded once, so one rounding step may flip.
+// an ulp. 16-bit inputs: the CPU rounds only the output, CUDA also stores the probabilities in
+// 16 bits (relative error u = 2^-11 for f16, 2^-8 for bf16 on each term of P V), so the output
+// may move by about u * max|v| more than one rounding step.
 Tolerance attention_tolerance(DType dtype) {
   switch (dtype) {
     case DType::f64:
@@ -27,13 +29,14 @@ Tolerance attention_tolerance(DType dtype) {
     case DType::f32:
       return {2e-5, 2e-5};
     case DType::f16:
-      return {2e-3, 2e-3};
+      return {4e-3, 4e-3};
     default:
-      return {1.6e-2, 1.6e-2};
+      return {2e-2, 2e-2};
   }
 }
 
-// Gradients add one more summation (over query rows) and the softmax backward's cancellation.
+// Gradients add one more summation (over query rows), the softmax backward's cancellation, and
+// for 16-bit inputs the 16-bit score gradients that dQ and dK are products of.
 Tolerance attention_grad_tolerance(DType dtype) {
   switch (dtype) {
     case DType::f64:
@@ -41,9 +44,9 @@ Tolerance attention_grad_tolerance(DType dtype) {
     case DType::f32:
       return {1e-4, 1e-4};
     case DType::f16:
-      return {4e-3, 4e-3};
+      return {1e-2, 1e-2};
     default:
-      return {3e-2, 3e-2};
+      return {5e-2, 5e-2};
   }
 }
 

@@ -345,8 +345,9 @@ bool run_lt(DType dtype, const cpu::GemmArgs& args, const GemmEpilogue* epilogue
   return true;
 }
 
-// The cuBLAS path: f64, k = 0, broadcast batches, and GEMMs cuBLASLt has no algorithm for.
-void run_cublas(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream) {
+// The cuBLAS path: f64, k = 0, broadcast batches, GEMMs cuBLASLt has no algorithm for, and
+// 16-bit operands with an f32 C (c_dtype).
+void run_cublas(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream, DType c_dtype) {
   const int m = checked_int(args.m, "m"), n = checked_int(args.n, "n"), k = checked_int(args.k, "k");
   const int batch = checked_int(args.batch, "batch");
   // cuBLAS requires leading dimensions >= 1 even where a k = 0 operand is never read.
@@ -367,7 +368,7 @@ void run_cublas(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream) {
   std::lock_guard lock(context.mutex);
   cublasHandle_t handle = context.blas(current_device(), stream);
   GENESIS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, n, m, k, alpha, args.b, type, ldb, args.stride_b,
-                                                  args.a, type, lda, args.stride_a, beta, args.c, type, ldc,
+                                                  args.a, type, lda, args.stride_a, beta, args.c, data_type(c_dtype), ldc,
                                                   args.stride_c, batch, compute, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -391,7 +392,15 @@ void gemm(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream) {
   check_extents(args);
   const bool broadcast_batch = args.batch > 1 && (args.stride_a == 0 || args.stride_b == 0);
   if (lt_dtype(dtype) && args.k > 0 && !broadcast_batch && run_lt(dtype, args, nullptr, stream)) return;
-  run_cublas(dtype, args, stream);
+  run_cublas(dtype, args, stream, dtype);
+}
+
+void gemm_f32_out(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream) {
+  if (dtype == DType::f32 || dtype == DType::f64) return gemm(dtype, args, stream);
+  if (args.m == 0 || args.n == 0 || args.batch == 0) return;
+  if (!lt_dtype(dtype)) throw_unsupported_dtype("gemm_f32_out", dtype);
+  check_extents(args);
+  run_cublas(dtype, args, stream, DType::f32);
 }
 
 GemmPlanStats gemm_plan_stats() {

@@ -15,6 +15,9 @@
 namespace genesis::kernels::cuda {
 
 void gemm(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream);
+// The same product with f16/bf16 operands A and B written to an f32 C (f32 accumulation, no
+// rounding of the result); f32 and f64 run as gemm().
+void gemm_f32_out(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream);
 
 // Process-wide: lets f32 GEMMs use TF32 tensor cores (10-bit mantissa inputs). Off by default.
 void set_allow_tf32(bool allow);

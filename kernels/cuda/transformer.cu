@@ -167,13 +167,16 @@ __device__ __forceinline__ A rescaled(A l, A m, A to) {
 // Scores (already scaled) to probabilities in place, one warp per row of kv_len: lane l reads
 // columns l, l + 32, ... keeping a running max and rescaled sum (one read), the lanes merge
 // theirs by a butterfly (same order on every run), then a second pass writes exp(s - max) / sum
-// and zeros past the causal limit. T is the storage type (16-bit scores keep f32 math).
-template <class T>
-__global__ void softmax_scores_kernel(int64_t rows, int64_t q_len, int64_t kv_len, bool causal, T* scores) {
+// and zeros past the causal limit. S is the scores' type, T the probabilities' (16-bit inputs:
+// f32 scores, 16-bit probabilities; otherwise one buffer, in place).
+template <class S, class T>
+__global__ void softmax_scores_kernel(int64_t rows, int64_t q_len, int64_t kv_len, bool causal, const S* scores,
+                                      T* probs) {
   using A = float_acc_t<T>;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   GENESIS_FOR_EACH_WARP_ROW(r, rows) {
-    T* row = scores + r * kv_len;
+    const S* row = scores + r * kv_len;
+    T* out = probs + r * kv_len;
     const int64_t visible = visible_keys(causal, q_len, kv_len, r % q_len);
     A m = -std::numeric_limits<A>::infinity(), l = 0;
     for (int64_t c = lane; c < visible; c += kWarp) {
@@ -194,27 +197,30 @@ __global__ void softmax_scores_kernel(int64_t rows, int64_t q_len, int64_t kv_le
     }
     const A inv = A(1) / l;
     for (int64_t c = lane; c < kv_len; c += kWarp)
-      row[c] = from_acc<T>(c < visible ? exp_of(to_acc<A>(row[c]) - m) * inv : A(0));
+      out[c] = from_acc<T>(c < visible ? exp_of(to_acc<A>(row[c]) - m) * inv : A(0));
   }
 }
 
-// grad of the scaled scores in place over grad_probs, one warp per row:
-// scale * p * (dp - sum(dp * p)), zero past the causal limit.
-template <class T>
+// grad of the scaled scores from grad_probs (G: f32 for 16-bit probabilities), one warp per row:
+// scale * p * (dp - sum(dp * p)), zero past the causal limit; written over grad_probs or into
+// grad_scores (T).
+template <class T, class G>
 __global__ void softmax_scores_backward_kernel(int64_t rows, int64_t q_len, int64_t kv_len, bool causal,
-                                               float_acc_t<T> scale, const T* probs, T* grad) {
+                                               float_acc_t<T> scale, const T* probs, const G* grad_probs,
+                                               T* grad_scores) {
   using A = float_acc_t<T>;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   GENESIS_FOR_EACH_WARP_ROW(r, rows) {
     const T* p = probs + r * kv_len;
-    T* g = grad + r * kv_len;
+    const G* g = grad_probs + r * kv_len;
+    T* out = grad_scores + r * kv_len;
     const int64_t visible = visible_keys(causal, q_len, kv_len, r % q_len);
     A weighted = 0;
     for (int64_t c = lane; c < visible; c += kWarp) weighted += to_acc<A>(g[c]) * to_acc<A>(p[c]);
 #pragma unroll
     for (int offset = kWarp / 2; offset > 0; offset >>= 1) weighted += __shfl_xor_sync(0xffffffffu, weighted, offset);
     for (int64_t c = lane; c < kv_len; c += kWarp)
-      g[c] = from_acc<T>(c < visible ? scale * to_acc<A>(p[c]) * (to_acc<A>(g[c]) - weighted) : A(0));
+      out[c] = from_acc<T>(c < visible ? scale * to_acc<A>(p[c]) * (to_acc<A>(g[c]) - weighted) : A(0));
   }
 }
 
@@ -240,12 +246,16 @@ int64_t collapsed_stride(const cpu::AttentionShape& s, const Operand& o) {
 
 // C[b, h] = alpha * op(A[b, h]) op(B[b, h]) for every batch b and kv head h: one strided-batched
 // GEMM, or one per batch when an operand's batch stride is not kv_heads times its head stride.
+// With f32_out, C is f32 whatever the operands' dtype.
 void grouped_gemm(DType dtype, const cpu::AttentionShape& s, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, const Operand& a, const Operand& b, const Operand& c, double alpha, cudaStream_t stream) {
+                  int64_t k, const Operand& a, const Operand& b, const Operand& c, double alpha, cudaStream_t stream,
+                  bool f32_out = false) {
   const auto element = static_cast<int64_t>(dtype_size(dtype));
+  const auto c_element = f32_out ? int64_t{4} : element;
+  auto run = [&](const cpu::GemmArgs& args) { f32_out ? gemm_f32_out(dtype, args, stream) : gemm(dtype, args, stream); };
   if (k == 0) {  // an empty sum (no keys): zeros, which cuBLAS is not asked to produce
     GENESIS_CUDA_CHECK(cudaMemsetAsync(const_cast<void*>(c.data), 0,
-                                       static_cast<size_t>(s.batch * s.kv_heads * m * n * element), stream));
+                                       static_cast<size_t>(s.batch * s.kv_heads * m * n * c_element), stream));
     return;
   }
   cpu::GemmArgs args{.trans_a = trans_a,
@@ -265,7 +275,7 @@ void grouped_gemm(DType dtype, const cpu::AttentionShape& s, bool trans_a, bool 
     args.stride_b = collapsed_stride(s, b);
     args.stride_c = collapsed_stride(s, c);
     args.batch = s.batch * s.kv_heads;
-    gemm(dtype, args, stream);
+    run(args);
     return;
   }
   args.stride_a = a.group_stride;
@@ -275,8 +285,8 @@ void grouped_gemm(DType dtype, const cpu::AttentionShape& s, bool trans_a, bool 
   for (int64_t i = 0; i < s.batch; ++i) {
     args.a = static_cast<const char*>(a.data) + i * a.batch_stride * element;
     args.b = static_cast<const char*>(b.data) + i * b.batch_stride * element;
-    args.c = static_cast<char*>(const_cast<void*>(c.data)) + i * c.batch_stride * element;
-    gemm(dtype, args, stream);
+    args.c = static_cast<char*>(const_cast<void*>(c.data)) + i * c.batch_stride * c_element;
+    run(args);
   }
 }
 
@@ -305,22 +315,36 @@ Operand dense(const cpu::AttentionShape& s, const void* data, int64_t rows, int6
   return {data, s.kv_heads * rows * cols, rows * cols, cols};
 }
 
-template <class T>
-void launch_softmax(const cpu::AttentionShape& s, T* scores, cudaStream_t stream) {
+template <class S, class T>
+void launch_softmax(const cpu::AttentionShape& s, const S* scores, T* probs, cudaStream_t stream) {
   const int64_t rows = s.batch * s.q_heads * s.q_len;
   if (rows == 0 || s.kv_len == 0) return;
-  softmax_scores_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(rows, s.q_len, s.kv_len, s.causal, scores);
+  softmax_scores_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(rows, s.q_len, s.kv_len, s.causal, scores,
+                                                                        probs);
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 
-template <class T>
-void launch_softmax_backward(const cpu::AttentionShape& s, const T* probs, T* grad, cudaStream_t stream) {
+template <class T, class G>
+void launch_softmax_backward(const cpu::AttentionShape& s, const T* probs, const G* grad_probs, T* grad_scores,
+                             cudaStream_t stream) {
   const int64_t rows = s.batch * s.q_heads * s.q_len;
   if (rows == 0 || s.kv_len == 0) return;
-  softmax_scores_backward_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(rows, s.q_len, s.kv_len, s.causal,
-                                                                                 static_cast<float_acc_t<T>>(s.scale), probs,
-                                                                                 grad);
+  softmax_scores_backward_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(
+      rows, s.q_len, s.kv_len, s.causal, static_cast<float_acc_t<T>>(s.scale), probs, grad_probs, grad_scores);
   GENESIS_CUDA_LAUNCH_CHECK();
+}
+
+// The attention kernels' element types: T the inputs', S the scores' and score gradients'
+// (f32 for 16-bit inputs, so the GEMMs' f32 sums reach the softmax unrounded).
+template <class F>
+void with_attention_types(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: return f.template operator()<float, float>();
+    case DType::f64: return f.template operator()<double, double>();
+    case DType::f16: return f.template operator()<__half, float>();
+    case DType::bf16: return f.template operator()<__nv_bfloat16, float>();
+    default: throw_unsupported_dtype("scaled_dot_product_attention", dtype);
+  }
 }
 
 
@@ -382,37 +406,42 @@ bool attention_query_stackable(const cpu::AttentionShape& s, const HeadsLayout& 
 
 void attention(DType dtype, const cpu::AttentionShape& s, const void* q, const HeadsLayout& q_layout, const void* k,
                const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout, void* out, void* probs,
-               cudaStream_t stream) {
+               void* scores, cudaStream_t stream) {
   const int64_t rows = group_of(s) * s.q_len;
-  const Operand scores = dense(s, probs, rows, s.kv_len);
+  const bool half = is_half(dtype);
+  const Operand p = dense(s, probs, rows, s.kv_len);
   grouped_gemm(dtype, s, false, true, rows, s.kv_len, s.head_dim, stacked_queries(s, q, q_layout),
-               kv_operand(s, k, k_layout), scores, s.scale, stream);
-  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "scaled_dot_product_attention",
-                              launch_softmax(s, static_cast<scalar_t*>(probs), stream));
-  grouped_gemm(dtype, s, false, false, rows, s.head_dim, s.kv_len, scores, kv_operand(s, v, v_layout),
+               kv_operand(s, k, k_layout), half ? dense(s, scores, rows, s.kv_len) : p, s.scale, stream, half);
+  with_attention_types(dtype, [&]<class T, class S>() {
+    launch_softmax(s, static_cast<const S*>(half ? scores : probs), static_cast<T*>(probs), stream);
+  });
+  grouped_gemm(dtype, s, false, false, rows, s.head_dim, s.kv_len, p, kv_operand(s, v, v_layout),
                dense(s, out, rows, s.head_dim), 1.0, stream);
 }
 
 void attention_backward(DType dtype, const cpu::AttentionShape& s, const void* q, const HeadsLayout& q_layout,
                         const void* k, const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout,
                         const void* probs, const void* grad_out, void* grad_q, void* grad_k, void* grad_v,
-                        void* scratch, cudaStream_t stream) {
+                        void* grad_probs, void* grad_scores, cudaStream_t stream) {
   const int64_t rows = group_of(s) * s.q_len;
-  const Operand p = dense(s, probs, rows, s.kv_len), grad_scores = dense(s, scratch, rows, s.kv_len);
+  const bool half = is_half(dtype);
+  void* ds = half ? grad_scores : grad_probs;  // f32 and f64: dS overwrites dP in place
+  const Operand p = dense(s, probs, rows, s.kv_len), grad_s = dense(s, ds, rows, s.kv_len);
   const Operand grad_o = dense(s, grad_out, rows, s.head_dim);
   const Operand grad_k_out = dense(s, grad_k, s.kv_len, s.head_dim);
   // dV = P^T dO and dP = dO V^T; the group's rows are the inner dimension of dV's product.
   grouped_gemm(dtype, s, true, false, s.kv_len, s.head_dim, rows, p, grad_o, dense(s, grad_v, s.kv_len, s.head_dim),
                1.0, stream);
-  grouped_gemm(dtype, s, false, true, rows, s.kv_len, s.head_dim, grad_o, kv_operand(s, v, v_layout), grad_scores, 1.0,
-               stream);
-  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "scaled_dot_product_attention",
-                              launch_softmax_backward(s, static_cast<const scalar_t*>(probs),
-                                                      static_cast<scalar_t*>(scratch), stream));
+  grouped_gemm(dtype, s, false, true, rows, s.kv_len, s.head_dim, grad_o, kv_operand(s, v, v_layout),
+               dense(s, grad_probs, rows, s.kv_len), 1.0, stream, half);
+  with_attention_types(dtype, [&]<class T, class S>() {
+    launch_softmax_backward(s, static_cast<const T*>(probs), static_cast<const S*>(grad_probs), static_cast<T*>(ds),
+                            stream);
+  });
   // dQ = dS K and dK = dS^T Q (dS already carries the scale).
-  grouped_gemm(dtype, s, false, false, rows, s.head_dim, s.kv_len, grad_scores, kv_operand(s, k, k_layout),
+  grouped_gemm(dtype, s, false, false, rows, s.head_dim, s.kv_len, grad_s, kv_operand(s, k, k_layout),
                dense(s, grad_q, rows, s.head_dim), 1.0, stream);
-  grouped_gemm(dtype, s, true, false, s.kv_len, s.head_dim, rows, grad_scores, stacked_queries(s, q, q_layout),
+  grouped_gemm(dtype, s, true, false, s.kv_len, s.head_dim, rows, grad_s, stacked_queries(s, q, q_layout),
                grad_k_out, 1.0, stream);
 }
 

@@ -49,7 +49,7 @@ void autocast_args(AutocastPolicy policy, DType low, std::span<Tensor> args) {
 std::optional<DType> current_op_autocast() { return t_op_autocast; }
 
 OpScope::OpScope(const OpInfo& op, std::span<Tensor> args) {
-  const Tensor* first = check_same_device(op.name, args);
+  [[maybe_unused]] const Tensor* first = check_same_device(op.name, args);
 #if GENESIS_WITH_CUDA
   if (first && first->device().is_cuda()) {
     int current = 0;

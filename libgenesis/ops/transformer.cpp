@@ -3,6 +3,7 @@
 #include "libgenesis/ops/transformer.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/transformer.h"
@@ -62,20 +63,30 @@ Tensor attention_operand(const Tensor& t, const kernels::cpu::AttentionShape& s,
   return unit_cols && rows_ok ? t : t.contiguous();
 }
 
-// Attention on cuda. 16-bit inputs keep 16-bit scores and probabilities (the softmax computes
-// in f32): half the memory of the saved probabilities, as PyTorch's math attention under autocast.
+// A transient [batch, q_heads, q_len, kv_len] buffer: f32 for 16-bit inputs (their scores and
+// score gradients), unused (undefined) for f32 and f64, which work in place.
+Tensor f32_scores_buffer(const Tensor& like, const Shape& shape) {
+  if (!is_half(like.dtype())) return Tensor();
+  return empty(shape, {.dtype = DType::f32, .device = like.device()});
+}
+
+// Attention on cuda. 16-bit inputs get f32 scores and keep only their probabilities, in 16 bits
+// (the second product reads them so, as in flash attention): half the saved bytes of f32.
 Tensor attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s) {
   const Device device = q.device();
   Tensor qv, kv, vv;
   Tensor out = empty(q.shape(), {.dtype = q.dtype(), .device = device});
-  Tensor probs = empty({s.batch, s.q_heads, s.q_len, s.kv_len}, {.dtype = q.dtype(), .device = device});
+  const Shape scores_shape{s.batch, s.q_heads, s.q_len, s.kv_len};
+  Tensor probs = empty(scores_shape, {.dtype = q.dtype(), .device = device});
   {
     NoGradGuard forward_only;
     qv = attention_operand(q, s, true);
     kv = attention_operand(k, s, false);
     vv = attention_operand(v, s, false);
+    Tensor scores = f32_scores_buffer(q, scores_shape);
     kernels::cuda::attention(q.dtype(), s, qv.data_ptr(), heads_layout(qv), kv.data_ptr(), heads_layout(kv),
-                             vv.data_ptr(), heads_layout(vv), out.data_ptr(), probs.data_ptr(), cuda::current_stream());
+                             vv.data_ptr(), heads_layout(vv), out.data_ptr(), probs.data_ptr(),
+                             scores.defined() ? scores.data_ptr() : nullptr, cuda::current_stream());
   }
   if (needs_grad({q, k, v})) {
     record("scaled_dot_product_attention", {q, k, v}, {out},
@@ -83,11 +94,16 @@ Tensor attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const k
              Tensor gy = g[0].to(qs.dtype()).contiguous();
              const TensorOptions options{.dtype = qs.dtype(), .device = qs.device()};
              Tensor gq = empty(qs.shape(), options), gk = empty(ks.shape(), options), gv = empty(vs.shape(), options);
-             Tensor scratch = empty(ps.shape(), options);
+             // dP in f32 for 16-bit inputs (dS then in their dtype), else dP and dS share one buffer.
+             Tensor grad_probs = f32_scores_buffer(qs, ps.shape());
+             Tensor grad_scores = empty(ps.shape(), options);
+             if (!grad_probs.defined()) std::swap(grad_probs, grad_scores);
              kernels::cuda::attention_backward(qs.dtype(), s, qs.data_ptr(), heads_layout(qs), ks.data_ptr(),
                                                heads_layout(ks), vs.data_ptr(), heads_layout(vs), ps.data_ptr(),
                                                gy.data_ptr(), gq.data_ptr(), gk.data_ptr(), gv.data_ptr(),
-                                               scratch.data_ptr(), cuda::current_stream());
+                                               grad_probs.data_ptr(),
+                                               grad_scores.defined() ? grad_scores.data_ptr() : nullptr,
+                                               cuda::current_stream());
              return TensorList{gq, gk, gv};
            });
   }

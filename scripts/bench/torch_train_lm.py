@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch side of the language-model training benchmark: the model of a genesis LM recipe
-(GPT-2 or a Qwen2/Llama decoder, built by transformers with the same shapes), trained on
+(GPT-2 as a compact nanoGPT-style module, the fastest eager PyTorch form of it, or
+transformers' GPT-2 with --hf; Qwen2 through transformers), trained on
 random token windows with AdamW, bf16 autocast (or f32 with TF32) and SDPA attention; prints
 one JSON object: tokens/s and ms per step (medians over the timed steps) and the peak of
 torch.cuda.max_memory_allocated.
@@ -25,10 +26,46 @@ MODELS = {
 }
 
 
-def build(name):
+class Gpt2Block(torch.nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1, self.ln_2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.c_attn, self.c_proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.c_fc, self.mlp_proj = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt2(torch.nn.Module):
+    """GPT-2 as nanoGPT writes it (tied head, SDPA flash attention)."""
+
+    def __init__(self, vocab_size, n_positions, n_embd, n_layer, n_head):
+        super().__init__()
+        self.wte, self.wpe = torch.nn.Embedding(vocab_size, n_embd), torch.nn.Embedding(n_positions, n_embd)
+        self.h = torch.nn.ModuleList(Gpt2Block(n_embd, n_head) for _ in range(n_layer))
+        self.ln_f = torch.nn.LayerNorm(n_embd)
+
+    def forward(self, input_ids):
+        pos = torch.arange(input_ids.size(1), device=input_ids.device)
+        x = self.wte(input_ids) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+def build(name, hf):
     import transformers
     cfg = dict(MODELS[name])
     kind = cfg.pop("kind")
+    if kind == "gpt2" and not hf:
+        return Gpt2(**cfg), cfg["vocab_size"]
     if kind == "gpt2":
         config = transformers.GPT2Config(**cfg, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                          activation_function="gelu_new")
@@ -49,12 +86,13 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--hf", action="store_true", help="GPT-2 from transformers instead of the compact module")
     a = p.parse_args()
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     dev = torch.device("cuda")
-    model, vocab = build(a.model)
+    model, vocab = build(a.model, a.hf)
     model.to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     step_model = torch.compile(model) if a.compile else model
@@ -63,7 +101,8 @@ def main():
     def step():
         ids = torch.randint(0, vocab, (a.batch, a.seq + 1), device=dev, generator=gen)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-            logits = step_model(input_ids=ids[:, :-1]).logits
+            out = step_model(input_ids=ids[:, :-1])
+            logits = out if torch.is_tensor(out) else out.logits
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
                                                      ids[:, 1:].reshape(-1))
         loss.backward()
@@ -84,7 +123,8 @@ def main():
         times.append(time.perf_counter() - t0)
     ms = statistics.median(times) * 1e3
     print(json.dumps({
-        "framework": "pytorch " + torch.__version__ + (" compile" if a.compile else " eager"),
+        "framework": "pytorch " + torch.__version__ + (" compile" if a.compile else " eager")
+        + (" transformers" if a.hf or a.model != "gpt2" else " nanogpt-style"),
         "model": a.model, "batch": a.batch, "seq": a.seq, "dtype": a.dtype,
         "ms_per_step": round(ms, 2), "tokens_per_s": round(a.batch * a.seq / (ms / 1e3)),
         "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
