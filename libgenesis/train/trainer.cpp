@@ -53,14 +53,44 @@ ThreadChoice set_threads(int64_t threads, Device device) {
   return configure_threads(threads, {.measure_load = device.is_cpu()});
 }
 
-// Prepares the run directory: refuses to reuse a non-empty one unless resuming or told to
-// overwrite; never deletes anything else.
-void prepare_run_dir(const fs::path& dir, const TrainOptions& o) {
+bool has_checkpoint(const fs::path& dir) { return fs::exists(dir / "checkpoints" / "latest"); }
+
+// True when `dir` holds only what a run writes before its first checkpoint (recipe.toml,
+// metrics.jsonl, an empty checkpoints/): a start that failed, or a run stopped early.
+bool holds_only_a_start(const fs::path& dir) {
+  if (has_checkpoint(dir)) return false;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    const bool ours = name == "recipe.toml" || name == "metrics.jsonl" ||
+                      (name == "checkpoints" && e.is_directory() && fs::is_empty(e.path()));
+    if (!ours) return false;
+  }
+  return true;
+}
+
+// Whether metrics.jsonl in `dir` logged any training step.
+bool logged_steps(const fs::path& dir) {
+  const fs::path metrics = dir / "metrics.jsonl";
+  return fs::exists(metrics) && io::read_file(metrics).find("\"step\"") != std::string::npos;
+}
+
+// Prepares the run directory and says whether the run resumes from a checkpoint. Refuses to
+// reuse a non-empty directory unless resuming or told to overwrite; never deletes anything
+// else. A directory where no checkpoint was written yet (a start that failed, a run stopped
+// before its first checkpoint) starts over from step 0: silently when no step was logged,
+// with `note` set under --resume.
+bool prepare_run_dir(const fs::path& dir, const TrainOptions& o, std::string& note) {
   bool exists_nonempty = fs::exists(dir) && !fs::is_empty(dir);
+  const bool only_a_start = exists_nonempty && holds_only_a_start(dir);
+  if (only_a_start && (o.resume || !logged_steps(dir))) {
+    if (o.resume) note = "--resume: " + dir.string() + " has no checkpoint yet; starting from step 0";
+    fs::remove(dir / "metrics.jsonl");
+    return false;
+  }
   if (o.resume) {
-    GENESIS_CHECK(exists_nonempty && fs::exists(dir / "checkpoints"), UsageError, "--resume: no checkpoint in ",
-                  dir.string(), " (train without --resume first, or pass the run directory with --out)");
-    return;
+    GENESIS_CHECK(exists_nonempty && has_checkpoint(dir), UsageError, "--resume: no checkpoint in ", dir.string(),
+                  " (train without --resume first, or pass the run directory with --out)");
+    return true;
   }
   if (exists_nonempty) {
     GENESIS_CHECK(o.overwrite, UsageError, "run directory ", dir.string(),
@@ -71,6 +101,7 @@ void prepare_run_dir(const fs::path& dir, const TrainOptions& o) {
     fs::remove_all(dir);
   }
   fs::create_directories(dir);
+  return false;
 }
 
 // Peak memory of the run: the CUDA allocator's peak on a GPU, the process's peak resident
@@ -222,19 +253,21 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                 " is a language model: it trains on data.name = \"tokens\" (token shards)");
   fs::path run_dir = options.run_dir.empty() ? default_run_dir(spec) : options.run_dir;
   recipe::check_amp_device(spec, recipe::resolve_device(spec.run.device));  // before the run directory is touched
-  prepare_run_dir(run_dir, options);
+  std::string start_note;
+  const bool resuming = prepare_run_dir(run_dir, options, start_note);
   set_allow_tf32(spec.run.allow_tf32);
   Device device = recipe::resolve_device(spec.run.device);
   ThreadChoice threads = set_threads(spec.run.threads, device);
   const std::optional<DType> amp = recipe::amp_dtype(spec);
   std::string recipe_toml = spec.to_toml();
-  if (!options.resume) io::write_file_atomic(run_dir / "recipe.toml", recipe_toml);
-  if (options.resume) {
+  if (!resuming) io::write_file_atomic(run_dir / "recipe.toml", recipe_toml);
+  if (resuming) {
     // Peek at the checkpoint's step first: lines a crashed run logged after it are dropped
     // from metrics.jsonl, so the resumed run does not log those steps twice.
     truncate_metrics_after(run_dir / "metrics.jsonl", checkpoint_step(run_dir / "checkpoints"));
   }
   RunLog log((run_dir / "metrics.jsonl").string(), options.quiet);
+  if (!start_note.empty()) log.note(start_note);
 
   manual_seed(static_cast<uint64_t>(spec.run.seed));
   RunBatches batches = language_model
@@ -250,7 +283,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   TrainerState state;
   state.optimizer_name = optimizer->name();
   state.scheduler_name = spec.scheduler.name;
-  if (options.resume) {
+  if (resuming) {
     state = load_checkpoint(run_dir / "checkpoints", *model, optimizer.get());
     if (scaler && state.grad_scaler) scaler->load_state_dict(*state.grad_scaler);
     // An automatic thread count follows the machine's load; a resumed CPU run keeps the count

@@ -106,6 +106,20 @@ expect "unknown optimizer lists valid ones" 2 "adamw" -- "$genesis" train "$work
 expect "unknown scheduler" 2 "cosine" -- "$genesis" train "$recipe" --set scheduler.name=cosin --out "$work/e6"
 expect "missing data file names path and package" 1 "dataset-fashion-mnist" -- "$genesis" train "$recipe" --set data.path=/nonexistent --out "$work/e7"
 expect "--resume without checkpoint" 2 "no checkpoint" -- "$genesis" train "$recipe" --resume --out "$work/e8"
+# A failed start (e7: data missing) leaves recipe.toml and metrics.jsonl but no checkpoint: the
+# retry reuses the directory, and --resume there starts from step 0 with a note.
+if "$genesis" train "$recipe" --out "$work/e7" --set training.steps=3 -q >/dev/null 2>"$work/retry.err"; then
+  ok "a failed start does not block the retry"
+else
+  fail "retry after a failed start: $(cat "$work/retry.err")"
+fi
+"$genesis" train "$recipe" --set data.path=/nonexistent --out "$work/e9" -q >/dev/null 2>&1
+if "$genesis" train "$recipe" --out "$work/e9" --resume --set training.steps=3 >/dev/null 2>"$work/resume0.err" &&
+    grep -q "starting from step 0" "$work/resume0.err"; then
+  ok "--resume after a failed start starts from step 0 with a note"
+else
+  fail "--resume after a failed start: $(cat "$work/resume0.err")"
+fi
 before=$(ls -l "$work/short" | md5sum)
 expect "existing run directory refused" 2 "already exists" -- "$genesis" train "$recipe" --out "$work/short"
 [ "$(ls -l "$work/short" | md5sum)" = "$before" ] && ok "refused run directory untouched" || fail "refused run directory was modified"
