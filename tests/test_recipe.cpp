@@ -463,3 +463,44 @@ TEST_CASE("recipe: docs/recipes.md matches the recipe schema", "[cpu][recipe]") 
     FAIL("docs/recipes.md is stale; regenerate it with: cp " << fresh.string() << " " << path);
   }
 }
+
+// Regression (issue 14): fK.toml including fK+1.toml twice, 24 deep, re-read every file once per
+// path through the chain (2^24 reads). Each file is now read once; a diamond applies its
+// values once; and the number of files is bounded.
+TEST_CASE("recipe: include diamonds are read once and the file count is bounded", "[cpu][recipe]") {
+  testing::TempDir dir;
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / (name + ".toml")) << text; };
+  auto numbered = [](char prefix, int k) {
+    std::ostringstream out;
+    out << prefix << k;
+    return out.str();
+  };
+  // "include = [\"NAME.toml\", ...]" (streams: GCC 12's -Wrestrict misfires on "literal" +
+  // std::string temporaries).
+  auto includes = [](std::initializer_list<std::string> names) {
+    std::ostringstream out;
+    out << "include = [";
+    for (const std::string& name : names) out << (&name == names.begin() ? "" : ", ") << '"' << name << ".toml\"";
+    out << "]\n";
+    return out.str();
+  };
+  constexpr int kDepth = 24;
+  for (int k = 0; k < kDepth; ++k) {
+    const std::string next = numbered('f', k + 1);
+    write(numbered('f', k), includes({next, next}));
+  }
+  write(numbered('f', kDepth), kMinimal);
+  CHECK(load_recipe(dir / "f0.toml").run.name == "t");
+
+  // A diamond: left and right both include base; left's value stands although base is reached
+  // again through right.
+  write("base", kMinimal + "[eval]\nbatch_size = 7\n");
+  write("left", includes({"base"}) + "[eval]\nbatch_size = 11\n");
+  write("right", includes({"base"}));
+  write("top", includes({"left", "right"}));
+  CHECK(load_recipe(dir / "top.toml").eval.batch_size == 11);
+
+  for (int k = 0; k < 300; ++k) write(numbered('c', k), includes({numbered('c', k + 1)}));
+  write("c300", kMinimal);
+  CHECK_THAT(error_of([&] { load_recipe(dir / "c0.toml"); }), Catch::Matchers::Contains("more than 256 recipe files"));
+}

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "libgenesis/recipe/schema.h"
@@ -181,6 +182,11 @@ class Loader {
       chain.push_back(display);
       fail(included_at, "include cycle: " + join(chain, " -> "));
     }
+    // A file reached again through another include (a diamond) is read once: re-reading would
+    // apply its values a second time and made chains of duplicate includes exponential.
+    if (!loaded_.insert(identity).second) return;
+    if (loaded_.size() > kMaxRecipeFiles)
+      fail(included_at, "more than " + std::to_string(kMaxRecipeFiles) + " recipe files included; simplify the includes");
     std::ifstream in(path, std::ios::binary);
     if (!in) {
       fail(included_at, included_at.empty() ? "cannot read recipe file '" + display + "'"
@@ -225,6 +231,8 @@ class Loader {
     fs::path identity;
     std::string display;
   };
+  static constexpr size_t kMaxRecipeFiles = 256;
+  std::set<fs::path> loaded_;  // files read so far, by identity
 
   void load_includes(const toml::table& table, const std::string& display) {
     const toml::node* includes = table.get("include");
