@@ -589,6 +589,15 @@ const std::vector<KeySpec>& recipe_schema() {
        .min = at_least(1),
        .doc = "Checkpoints kept in the run directory; older ones are deleted.",
        .field = GENESIS_RECIPE_FIELD(training.keep_last)},
+      {.section = "training",
+       .key = "on_nonfinite",
+       .fallback = S{"stop"},
+       .choices = {"stop", "skip"},
+       .doc = "A step whose loss or gradient norm is inf/NaN never updates the weights (checked on the device); "
+              "stop: the run then ends with exit 1 at the next log or checkpoint step, naming the first such step "
+              "(no checkpoint of it is written); skip: training goes on and summary.json counts the skipped steps. "
+              "fp16 runs leave this to the loss scaler.",
+       .field = GENESIS_RECIPE_FIELD(training.on_nonfinite)},
       // [eval]
       {.section = "eval",
        .key = "split",

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -217,6 +218,39 @@ Tensor training_loss(const Tensor& logits, const Tensor& targets) {
   return cross_entropy(logits.reshape({rows, logits.size(2)}), targets.reshape({rows}));
 }
 
+// Counts the steps whose loss or gradient norm is inf/NaN on the device, and the first of them.
+class NonfiniteSteps {
+ public:
+  explicit NonfiniteSteps(Device device)
+      : count_(scalar_tensor(0.0, {.dtype = DType::f64, .device = device})),
+        first_(scalar_tensor(kNone, {.dtype = DType::f64, .device = device})) {}
+  // This step's flag as the optimizer's skip_if (1 when non-finite); accumulates the count.
+  Tensor flag(const Tensor& loss, const Tensor& grad_norm, int64_t step) {
+    NoGradGuard no_grad;
+    const Tensor sum = add(loss.to(DType::f64), grad_norm.to(DType::f64));  // inf/NaN if either is
+    const Tensor bad = sub(1.0, lt(abs(sum), std::numeric_limits<double>::infinity()).to(DType::f64));
+    count_ = add(count_, bad);
+    first_ = minimum(first_, add(mul(bad, static_cast<double>(step) - kNone), kNone));
+    return bad.to(DType::f32);
+  }
+  // One host read: a sentence about the non-finite steps since the last call, or nullopt.
+  std::optional<std::string> news(int64_t step) {
+    const auto total = static_cast<int64_t>(count_.item());
+    if (total == reported_) return std::nullopt;
+    const int64_t fresh = total - reported_;
+    reported_ = total;
+    return "step " + std::to_string(static_cast<int64_t>(first_.item())) +
+           " had a non-finite loss or gradient norm (" + std::to_string(fresh) + " such step(s) in the last window, " +
+           std::to_string(total) + " by step " + std::to_string(step) + "); its update was not applied";
+  }
+  int64_t count() const { return static_cast<int64_t>(count_.item()); }
+
+ private:
+  static constexpr double kNone = 1e15;  // "no non-finite step yet"
+  Tensor count_, first_;
+  int64_t reported_ = 0;
+};
+
 // The per-step hook that a later issue fills in: data-parallel gradient averaging after
 // backward. A no-op today.
 void synchronize_gradients(const std::vector<Tensor>& /*params*/) {}
@@ -292,6 +326,10 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
         state.cpu_threads != threads.threads) {
       threads = set_threads(state.cpu_threads, device);
       log.note("resume: " + std::to_string(state.cpu_threads) + " CPU threads, as the checkpoint was written with");
+    } else if (device.is_cpu() && state.cpu_threads > 0 && state.cpu_threads != threads.threads) {
+      log.note("warning: resuming with " + std::to_string(threads.threads) + " CPU threads (" + threads.source +
+               ") where the checkpoint was written with " + std::to_string(state.cpu_threads) +
+               ": the losses will differ from an uninterrupted run in the last bits");
     }
     batches.seek(state.cursor);
     default_generator().set_state(state.rng);
@@ -339,8 +377,24 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     }
   };
 
+  // Steps with a non-finite loss or gradient norm (without an fp16 scaler, which handles its
+  // own): flagged on the device, their updates skipped by the optimizer there; the host reads the
+  // count where it reads anyway (log steps, checkpoints) and stops or notes them
+  // (training.on_nonfinite).
+  NonfiniteSteps nonfinite(device);
+  auto check_nonfinite = [&] {
+    if (scaler) return;
+    const std::optional<std::string> problem = nonfinite.news(state.step);
+    if (!problem) return;
+    GENESIS_CHECK(t.on_nonfinite != "stop", Error, *problem,
+                  "; no checkpoint was written after it. Lower optimizer.lr, set training.clip_grad_norm, or set "
+                  "training.on_nonfinite = \"skip\"");
+    log.note("note: " + *problem + "; skipped (training.on_nonfinite = \"skip\")");
+  };
+
   StopSignal stop;
   auto checkpoint = [&] {
+    check_nonfinite();
     log_skipped_steps();
     if (scaler) state.grad_scaler = scaler->state_dict();
     state.cursor = batches.cursor();
@@ -389,7 +443,8 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     if (scaler) scaler->unscale_(params);
     Tensor grad_norm = clip_grad_norm(params, t.clip_grad_norm);
     if (t.clip_grad_value > 0.0) clip_grad_value(params, t.clip_grad_value);
-    optimizer->step(scaler ? scaler->found_inf() : Tensor());  // skipped on the device on inf/nan
+    // Skipped on the device on inf/nan (the scaler's found-inf, or this step's loss and norm).
+    optimizer->step(scaler ? scaler->found_inf() : nonfinite.flag(step_loss, grad_norm, state.step + 1));
     if (scaler) scaler->update();
     optimizer->zero_grad();
     ++state.step;
@@ -398,6 +453,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     if (state.step % t.log_every == 0 || last || stop.requested()) {
       // The only host reads of the loop: the loss, gradient norm and loss scale at log steps.
       last_loss = step_loss.item();
+      check_nonfinite();
       log_skipped_steps();
       double elapsed = seconds_since(start), window = seconds_since(window_start);
       double per_step = elapsed / static_cast<double>(state.step - first_step);
@@ -454,6 +510,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                          {"device", device.str()},
                          {"parameters", model->num_parameters()}};
   if (state.grad_scaler) summary["skipped_steps"] = state.grad_scaler->skipped_steps;
+  if (!scaler) summary["nonfinite_steps"] = nonfinite.count();
   if (language_model) {
     const double tokens_per_s = samples_per_s * static_cast<double>(spec.data.seq_len);
     summary["tokens_per_s"] = tokens_per_s;

@@ -120,6 +120,24 @@ if "$genesis" train "$recipe" --out "$work/e9" --resume --set training.steps=3 >
 else
   fail "--resume after a failed start: $(cat "$work/resume0.err")"
 fi
+# Non-finite training (lr 1e6 diverges within a few steps): stop ends with exit 1 naming the
+# step and keeps the last finite checkpoint; skip trains on and counts the skipped steps.
+"$genesis" train "$recipe" --out "$work/nan" --set optimizer.lr=1e6 --set training.steps=60 \
+  --set training.checkpoint_every=2 --set training.log_every=20 -q >/dev/null 2>"$work/nan.err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "non-finite" "$work/nan.err" && [ "$(readlink "$work/nan/checkpoints/latest")" = step_00000002 ]; then
+  ok "non-finite loss stops with exit 1 and keeps the last finite checkpoint"
+else
+  fail "non-finite stop: rc=$rc latest=$(readlink "$work/nan/checkpoints/latest") $(cat "$work/nan.err")"
+fi
+"$genesis" train "$recipe" --out "$work/nanskip" --set optimizer.lr=1e6 --set training.steps=30 \
+  --set training.on_nonfinite=skip -q >/dev/null 2>&1
+skipped=$(sed -n 's/.*"nonfinite_steps": *\([0-9]*\).*/\1/p' "$work/nanskip/summary.json" | head -n 1)
+[ -n "$skipped" ] && [ "$skipped" -gt 0 ] && ok "on_nonfinite = skip counts $skipped skipped steps" \
+  || fail "on_nonfinite = skip: nonfinite_steps '$skipped'"
+"$genesis" train "$recipe" --out "$work/nanskip" --resume --set training.steps=32 --set training.on_nonfinite=skip \
+  --set run.threads=1 2>&1 >/dev/null | grep -q "warning: resuming with 1 CPU threads" \
+  && ok "resuming with another thread count warns" || fail "no warning when resuming with another thread count"
 before=$(ls -l "$work/short" | md5sum)
 expect "existing run directory refused" 2 "already exists" -- "$genesis" train "$recipe" --out "$work/short"
 [ "$(ls -l "$work/short" | md5sum)" = "$before" ] && ok "refused run directory untouched" || fail "refused run directory was modified"
