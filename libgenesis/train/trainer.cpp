@@ -154,6 +154,11 @@ struct RunBatches {
 
 RunBatches sample_batches(const RecipeSpec& spec, Device device) {
   auto run_data = std::make_shared<recipe::RunData>(recipe::build_data(spec));
+  // A larger batch would be cut to the dataset every step while the banner and samples/s
+  // count the requested size.
+  GENESIS_CHECK(spec.training.batch_size <= run_data->train.size(), UsageError, "training.batch_size (",
+                spec.training.batch_size, ") exceeds the ", run_data->train.size(),
+                " samples of the training set; lower it");
   auto loader = std::make_shared<data::DataLoader>(
       run_data->train, data::LoaderOptions{.batch_size = spec.training.batch_size,
                                            .shuffle = spec.data.shuffle,
@@ -334,6 +339,12 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     batches.seek(state.cursor);
     default_generator().set_state(state.rng);
     log.note("resumed " + run_dir.string() + " at step " + std::to_string(state.step));
+  }
+  if (language_model && !batches.evaluate) {
+    GENESIS_CHECK(t.eval_every == 0, UsageError, "training.eval_every = ", t.eval_every, " but ", spec.data.shards,
+                  " has no val.bin to evaluate on (set data.val_fraction > 0 and prepare the shards again, or "
+                  "training.eval_every = 0)");
+    log.note("warning: " + spec.data.shards + " has no val.bin: the run reports no evaluation");
   }
   if (spec.run.device == "auto") log.note("device auto: using " + device.str());
   if (device.is_cpu()) {

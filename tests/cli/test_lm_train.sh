@@ -131,6 +131,15 @@ bad "language model on fashion_mnist" train "$work/lm.toml" --out "$work/bad4" -
 bad "tokens evaluated on test" train "$work/lm.toml" --out "$work/bad5" --set eval.split=test
 bad "unknown fetch target" train "$work/lm.toml" --out "$work/bad6" --set 'data.fetch=["wikipedia"]'
 
+# Shards without val.bin: evaluation asked for is an error before training; otherwise a warning.
+cp -r "$work/shards" "$work/noval" && rm "$work/noval/val.bin"
+bad "eval_every without val.bin" train "$work/lm.toml" --out "$work/bad7" --set data.shards="$work/noval"
+grep -q "val.bin" "$work/err" && ok "the error names val.bin" || fail "no val.bin in: $(cat "$work/err")"
+"$genesis" train "$work/lm.toml" --out "$work/noval_run" --set data.shards="$work/noval" --set training.eval_every=0 \
+  --set training.steps=8 >/dev/null 2>"$work/err"
+[ $? -eq 0 ] && grep -q "no val.bin" "$work/err" && ok "no val.bin and no eval_every: a warning" \
+  || fail "no val.bin warning: $(cat "$work/err")"
+
 # 6. Every shipped recipe resolves.
 for recipe in "$src"/recipes/*.toml; do
   "$genesis" recipe show "$recipe" >/dev/null 2>"$work/err" && ok "recipe show $(basename "$recipe")" \

@@ -105,6 +105,7 @@ expect "negative learning rate" 2 "negative.toml:7" -- "$genesis" train "$work/n
 expect "unknown optimizer lists valid ones" 2 "adamw" -- "$genesis" train "$work/optname.toml" --out "$work/e5"
 expect "unknown scheduler" 2 "cosine" -- "$genesis" train "$recipe" --set scheduler.name=cosin --out "$work/e6"
 expect "missing data file names path and package" 1 "dataset-fashion-mnist" -- "$genesis" train "$recipe" --set data.path=/nonexistent --out "$work/e7"
+expect "batch larger than the training set" 2 "exceeds the 60000 samples" -- "$genesis" train "$recipe" --set training.batch_size=100000 --out "$work/e10"
 expect "--resume without checkpoint" 2 "no checkpoint" -- "$genesis" train "$recipe" --resume --out "$work/e8"
 # A failed start (e7: data missing) leaves recipe.toml and metrics.jsonl but no checkpoint: the
 # retry reuses the directory, and --resume there starts from step 0 with a note.
