@@ -239,3 +239,30 @@ TEST_CASE("a training checkpoint end to end with safetensors in a transaction th
   CHECK(file.metadata().at("step") == "300");
   testing::require_close(file.tensor("w"), weight * 300.0);
 }
+
+// Regression (issue 14): a write or prune killed midway left step_N.tmp-PID/ (and
+// .deleting-PID/) directories forever. A run's start removes those of dead processes.
+TEST_CASE("stale checkpoint temporaries of dead processes are removed", "[cpu][io]") {
+  TempDir root;
+  const fs::path dir = root.path();
+  // 4194399 is above Linux's largest pid (2^22): no such process.
+  auto named = [](std::string base, const std::string& pid) { return base.append(pid); };
+  const std::string tmp_dead = named("step_00000004.tmp-", "4194399");
+  const std::string deleting_dead = named("step_00000001.deleting-", "4194399");
+  const std::string tmp_alive = named("step_00000006.tmp-", std::to_string(::getpid()));
+  for (const std::string& name :
+       std::vector<std::string>{"step_00000002", tmp_dead, deleting_dead, tmp_alive, "notes.tmp-x"}) {
+    fs::create_directories(dir / name);
+    std::ofstream(dir / name / "model.safetensors") << "x";
+  }
+  std::ofstream(dir / "latest.tmp") << "step_00000002";
+  const std::vector<fs::path> removed = io::remove_stale_temporaries(dir);
+  CHECK(removed.size() == 3);
+  CHECK(!fs::exists(dir / tmp_dead));
+  CHECK(!fs::exists(dir / deleting_dead));
+  CHECK(!fs::exists(dir / "latest.tmp"));
+  CHECK(fs::exists(dir / "step_00000002"));
+  CHECK(fs::exists(dir / tmp_alive));      // its writer may still be running
+  CHECK(fs::exists(dir / "notes.tmp-x"));  // not a name genesis writes
+  CHECK(io::remove_stale_temporaries(dir / "missing").empty());
+}

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <system_error>
 
 #include "libgenesis/io/file_util.h"
@@ -217,6 +219,30 @@ std::vector<fs::path> prune_checkpoints(const fs::path& checkpoints_dir, size_t 
     removed.push_back(path);
   }
   if (!removed.empty()) fsync_path(checkpoints_dir);
+  return removed;
+}
+
+std::vector<fs::path> remove_stale_temporaries(const fs::path& checkpoints_dir) {
+  std::vector<fs::path> removed;
+  std::error_code ec;
+  if (!fs::is_directory(checkpoints_dir, ec)) return removed;
+  for (const fs::directory_entry& e : fs::directory_iterator(checkpoints_dir)) {
+    const std::string name = e.path().filename().string();
+    bool stale = name == "latest.tmp";
+    for (const char* marker : {".tmp-", ".deleting-"}) {
+      const size_t at = name.rfind(marker);
+      if (at == std::string::npos) continue;
+      const std::string pid = name.substr(at + std::strlen(marker));
+      const bool numeric = !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos;
+      // A live process with that pid may be writing it now (or a reused pid: then it waits for
+      // the next start).
+      stale = numeric && pid.size() < 10 && (::kill(std::stoi(pid), 0) != 0 && errno == ESRCH);
+    }
+    if (!stale) continue;
+    fs::remove_all(e.path(), ec);
+    if (ec) throw_io_error("cannot remove stale temporary", e.path(), ec.value());
+    removed.push_back(e.path());
+  }
   return removed;
 }
 

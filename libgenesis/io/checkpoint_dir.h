@@ -59,6 +59,11 @@ std::optional<std::filesystem::path> read_latest_pointer(const std::filesystem::
 // points at. Returns the removed directories.
 std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path& checkpoints_dir, size_t keep_last);
 
+// Removes what interrupted writes and prunes leave in `checkpoints_dir` (`<name>.tmp-<pid>`,
+// `<name>.deleting-<pid>` of processes no longer alive, `latest.tmp`); returns what it removed.
+// Call before a run writes there.
+std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& checkpoints_dir);
+
 // The checkpoint directory meant by `path`: a checkpoint directory itself, a `latest` pointer,
 // or a checkpoints directory (its `latest` pointer, else its highest step). Throws IoError
 // naming the path when nothing resolves.

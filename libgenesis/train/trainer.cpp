@@ -300,6 +300,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   const std::optional<DType> amp = recipe::amp_dtype(spec);
   std::string recipe_toml = spec.to_toml();
   if (!resuming) io::write_file_atomic(run_dir / "recipe.toml", recipe_toml);
+  const std::vector<fs::path> stale = io::remove_stale_temporaries(run_dir / "checkpoints");
   if (resuming) {
     // Peek at the checkpoint's step first: lines a crashed run logged after it are dropped
     // from metrics.jsonl, so the resumed run does not log those steps twice.
@@ -307,6 +308,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   }
   RunLog log((run_dir / "metrics.jsonl").string(), options.quiet);
   if (!start_note.empty()) log.note(start_note);
+  for (const fs::path& p : stale) log.note("removed " + p.string() + ", left by an interrupted checkpoint write");
 
   manual_seed(static_cast<uint64_t>(spec.run.seed));
   RunBatches batches = language_model
