@@ -13,10 +13,7 @@ archive=${1:?bundle archive}
 final_out=${OUT:-/tmp/genesis-lm-bench}
 mkdir -p "$final_out"
 out=$(mktemp -d)
-b=$(mktemp -d)
-tar -xJf "$archive" -C "$b"
-export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-genesis="$b/bin/genesis"
+source "$(dirname "$0")/bundle_env.sh" "$archive"
 steps=${STEPS:-60}
 table="$out/lm_bench.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$table"

@@ -6,10 +6,9 @@
 set -uo pipefail
 archive=${1:?bundle archive}; recipe=${2:?recipe}; shift 2
 out=${OUT:-/tmp/genesis-profile}; mkdir -p "$out"
-b=$(mktemp -d); tar -xJf "$archive" -C "$b"
-export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/bundle_env.sh" "$archive"
 ncu --metrics gpu__time_duration.sum --csv --page raw --log-file "$out/profile.csv" \
-  "$b/bin/genesis" train "$recipe" --set training.steps=2 --set training.eval_every=0 \
+  "$genesis" train "$recipe" --set training.steps=2 --set training.eval_every=0 \
   --set training.checkpoint_every=0 --set scheduler.warmup_steps=0 "$@" --out /tmp/runs/profile --overwrite -q \
   > /dev/null 2> "$out/profile.err"
 echo "ncu rc=$?"

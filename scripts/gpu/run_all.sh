@@ -21,11 +21,8 @@ steps=${STEPS:-"tests bench${data:+ fashion}"}
 final_out=${OUT:-/tmp/genesis-gpu-out}
 mkdir -p "$final_out"
 out=$(mktemp -d)
-b=$(mktemp -d)
-tar -xJf "$archive" -C "$b"
-export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/bundle_env.sh" "$archive"
 export GENESIS_SOURCE_DIR=$PWD
-genesis="$b/bin/genesis"
 ncores=$(nproc)
 has() { [[ " $steps " == *" $1 "* ]]; }
 note() { echo "$*" | tee -a "$out/summary.txt"; }
