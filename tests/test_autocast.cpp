@@ -151,6 +151,11 @@ const std::map<std::string_view, AutocastCase>& autocast_cases() {
       return embedding(indices({0, 2, 1}, {3}), input({4, 3}, d.first));
     });
     c["dropout"] = unary_case([](const Tensor& x) { return dropout(x, 0.5); });
+    c["linear_cross_entropy"] = with_inputs(
+        [](InputDtypes d) {
+          return linear_cross_entropy(input({2, 3}, d.first), input({4, 3}, d.rest), indices({0, 3}, {2}));
+        },
+        DType::f32);
     c["cross_entropy"] = with_inputs([](InputDtypes d) {
       return cross_entropy(input({2, 3}, d.first), indices({0, 2}, {2}));
     });

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "libgenesis/autograd/autocast.h"
 #include "libgenesis/ops/loss.h"
 #include "tests/cuda_testing.h"
 
@@ -230,6 +231,83 @@ GENESIS_CUDA_PARITY("cross_entropy") {
                           [](const Tensor& x, const Tensor& t, genesis::Reduction reduction, int64_t ignore) {
                             return cross_entropy(x, t, {.reduction = reduction, .ignore_index = ignore});
                           });
+}
+
+namespace {
+
+// Gradients of a loss of 16-bit inputs on the GPU against the f64 gradient of the same (rounded)
+// inputs: the error may be at most three times the CPU's 16-bit composition's (both round the
+// logits and their gradient to 16 bits, at different points), plus 0.1% of the gradient's range.
+void check_half_gradients_against_f64(const Fn& loss, const TensorList& inputs) {
+  auto gradients = [&loss](const TensorList& values, Device device, std::optional<DType> dtype) {
+    TensorList leaves;
+    for (const Tensor& t : values)
+      leaves.push_back((dtype ? t.to(*dtype) : t).detach().to(device).requires_grad_(true));
+    loss(leaves).backward();
+    TensorList grads;
+    for (const Tensor& leaf : leaves) grads.push_back(leaf.grad().to(kCPU).to(DType::f64));
+    return grads;
+  };
+  const TensorList exact = gradients(inputs, kCPU, DType::f64);
+  const TensorList on_cpu = gradients(inputs, kCPU, std::nullopt);
+  const TensorList on_gpu = gradients(inputs, kCuda0, std::nullopt);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const double range = max(abs(exact[i])).item();
+    const double cpu_error = max(abs(sub(on_cpu[i], exact[i]))).item();
+    const double gpu_error = max(abs(sub(on_gpu[i], exact[i]))).item();
+    INFO("gradient of input " << i << ": GPU error " << gpu_error << ", CPU error " << cpu_error << ", range "
+                              << range);
+    CHECK(gpu_error <= 3 * cpu_error + 1e-3 * range);
+  }
+}
+
+}  // namespace
+
+GENESIS_CUDA_PARITY("linear_cross_entropy") {
+  // The fused head against the CPU's composition: V both odd and a multiple of 64 (the padded
+  // rows' tail), K odd and aligned, ignored targets, smoothing, mean and sum, each float dtype;
+  // the loss, then the gradients of x and the weight.
+  struct HeadCase {
+    int64_t rows, in_features, classes;
+  };
+  for (const HeadCase& c : {HeadCase{37, 64, 1001}, HeadCase{19, 37, 3001}, HeadCase{8, 48, 1024}}) {
+    Tensor target = class_targets({c.rows}, c.classes, DType::i64, -100);
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+      for (genesis::Reduction reduction : {genesis::Reduction::mean, genesis::Reduction::sum}) {
+        for (double smoothing : {0.0, 0.1}) {
+          INFO("x [" << c.rows << ", " << c.in_features << "], weight [" << c.classes << ", " << c.in_features << "] "
+                     << dtype_name(dtype) << ", reduction " << static_cast<int>(reduction) << ", smoothing "
+                     << smoothing);
+          const CrossEntropyOptions options{.reduction = reduction, .label_smoothing = smoothing};
+          auto head = [&](const TensorList& in) {
+            return linear_cross_entropy(in[0], in[1], target.to(in[0].device()), options);
+          };
+          const TensorList inputs{random_input({c.rows, c.in_features}, dtype),
+                                  random_input({c.classes, c.in_features}, dtype)};
+          check_parity(head, inputs, loss_tolerance(dtype));
+          if (dtype == DType::f32) {
+            check_backward_parity(head, inputs, {1e-4, 1e-6});
+          } else {
+            check_half_gradients_against_f64(head, inputs);
+          }
+        }
+      }
+    }
+  }
+  // Under autocast, f32 leaves: bf16 GEMMs, an f32 loss, f32 gradients.
+  {
+    AutocastGuard autocast(DType::bf16);
+    Tensor target = class_targets({37}, 1001, DType::i32, -100);
+    auto head = [&](const TensorList& in) { return linear_cross_entropy(in[0], in[1], target.to(in[0].device())); };
+    const TensorList inputs{random_input({37, 64}, DType::f32), random_input({1001, 64}, DType::f32)};
+    check_parity(head, inputs, loss_tolerance(DType::bf16));
+    check_backward_parity(head, inputs, {5e-2, 1e-3});
+  }
+  // Bad targets surface at the next synchronization, as cross_entropy's do.
+  Tensor x = random_input({5, 8}, DType::f32).to(kCuda0), w = random_input({9, 8}, DType::f32).to(kCuda0);
+  CHECK_THROWS_AS(
+      linear_cross_entropy(x, w, tensor({0, 1, 9, 2, 3}, {5}, {.dtype = DType::i64}).to(kCuda0)).item(),
+      IndexError);
 }
 
 GENESIS_CUDA_PARITY("nll_loss") {

@@ -3,11 +3,16 @@
 // a KV-cache offset, explicit scales and transposed / cache-narrowed operands, every floating
 // dtype, gradients of every input, determinism; then whole Hugging Face fixture models on cuda:0.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
 
 #include "libgenesis/io/safetensors.h"
+#if GENESIS_WITH_CUDA
+#include "libgenesis/cuda/caching_allocator.h"
+#include "libgenesis/cuda/runtime.h"
+#endif
 #include "libgenesis/models/hf.h"
 #include "libgenesis/ops/transformer.h"
 #include "tests/cuda_testing.h"
@@ -234,6 +239,63 @@ GENESIS_CUDA_PARITY("scaled_dot_product_attention") {
   }
 }
 
+// The flash kernels (f16/bf16, head_dim 32/64/96/128): lengths that cross many 64-row tiles
+// and end inside one, the causal offset of kv_len > q_len, groups of 1, 4 and 7 query heads per
+// kv head, a single query (decoding), and operands the kernels cannot read through their
+// strides (an odd row stride: copied first), against the CPU.
+TEST_CASE("cuda flash attention matches the CPU", "[cuda][transformer]") {
+  if (!cuda_ready()) return;
+  const AttentionCase cases[] = {
+      {2, 4, 4, 300, 300, 64, true, {}},  {1, 8, 2, 100, 257, 128, true, {}}, {2, 7, 1, 77, 77, 32, true, 0.2},
+      {1, 4, 4, 65, 190, 96, false, {}},  {2, 4, 1, 1, 200, 64, true, {}},    {1, 2, 2, 256, 256, 128, false, {}},
+      {1, 12, 12, 129, 129, 64, true, {}},
+  };
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    for (const AttentionCase& c : cases) {
+      INFO(dtype_name(dtype) << " B " << c.batch << ", Hq " << c.q_heads << ", Hkv " << c.kv_heads << ", T "
+                             << c.q_len << ", S " << c.kv_len << ", D " << c.head_dim << ", causal " << c.causal);
+      for (const AttentionLayout& layout : kAttentionLayouts) {
+        INFO("layout: " << layout.name);
+        const TensorList inputs = attention_inputs(c, layout, dtype);
+        check_parity(attention_fn(c, layout), inputs, attention_tolerance(dtype));
+        check_backward_parity(attention_fn(c, layout), inputs, attention_grad_tolerance(dtype));
+      }
+    }
+  }
+  // Rows of 65 elements (head_dim 64 plus one): not 16-byte aligned, so copied before the kernels.
+  const AttentionCase c{1, 4, 4, 70, 70, 64, true, {}};
+  auto odd_rows = [c](const TensorList& in) {
+    auto heads = [](const Tensor& t) { return t.narrow(3, 0, 64); };
+    return scaled_dot_product_attention(heads(in[0]), heads(in[1]), heads(in[2]), c.causal);
+  };
+  const TensorList padded{random_input({1, 4, 70, 65}, DType::bf16, -2, 2),
+                          random_input({1, 4, 70, 65}, DType::bf16, -2, 2), random_input({1, 4, 70, 65}, DType::bf16)};
+  check_parity(odd_rows, padded, attention_tolerance(DType::bf16));
+  check_backward_parity(odd_rows, padded, attention_grad_tolerance(DType::bf16));
+}
+
+#if GENESIS_WITH_CUDA
+// No [T, T] matrix: the forward and backward of 4096 tokens allocate about what the inputs,
+// the output, the gradients and the per-row statistics take (a materialized bf16 [1, 4, 4096,
+// 4096] would add 128 MiB).
+TEST_CASE("cuda flash attention keeps no attention matrix", "[cuda][transformer]") {
+  if (!cuda_ready()) return;
+  const int64_t heads = 4, steps = 4096, dim = 64;
+  Tensor q = random_input({1, heads, steps, dim}, DType::bf16).to(kCuda0).requires_grad_(true);
+  Tensor k = random_input({1, heads, steps, dim}, DType::bf16).to(kCuda0).requires_grad_(true);
+  Tensor v = random_input({1, heads, steps, dim}, DType::bf16).to(kCuda0).requires_grad_(true);
+  cuda::synchronize();
+  const size_t before = cuda::memory_stats(0).allocated;
+  cuda::reset_peak_stats(0);
+  Tensor out = scaled_dot_product_attention(q, k, v, true);
+  sum(out.to(DType::f32)).backward();
+  cuda::synchronize();
+  const size_t operand = static_cast<size_t>(heads * steps * dim) * 2;
+  CHECK(cuda::memory_stats(0).peak_allocated - before < 12 * operand);
+  CHECK(std::isfinite(sum(q.grad().to(DType::f32)).item()));
+}
+#endif
+
 // GPT-2's layout: q, k and v are head views of one [B, T, 3 * H * D] projection.
 TEST_CASE("cuda attention reads q, k, v as views of one projection", "[cuda][transformer]") {
   if (!cuda_ready()) return;
@@ -304,13 +366,26 @@ void check_model_on_cuda(const std::string& name) {
   models::causal_lm_loss(gpu_logits, ids.to(kCuda0)).backward();
   const auto cpu_params = on_cpu->named_parameters(), gpu_params = on_gpu->named_parameters();
   REQUIRE(cpu_params.size() == gpu_params.size());
-  for (size_t i = 0; i < cpu_params.size(); ++i) {
-    INFO(name << ": gradient of " << cpu_params[i].name);
-    const Tensor expected = cpu_params[i].tensor.grad().to(DType::f64);
-    const Tensor actual = gpu_params[i].tensor.grad().to(kCPU).to(DType::f64);
-    const double scale = std::max(max(abs(expected)).item(), 1e-12);
-    CHECK(max(abs(sub(actual, expected))).item() / scale <= 1e-4);
-  }
+  auto check_gradients = [&](const char* loss_name) {
+    for (size_t i = 0; i < cpu_params.size(); ++i) {
+      INFO(name << ": gradient of " << cpu_params[i].name << " (" << loss_name << ")");
+      const Tensor expected = cpu_params[i].tensor.grad().to(DType::f64);
+      const Tensor actual = gpu_params[i].tensor.grad().to(kCPU).to(DType::f64);
+      const double scale = std::max(max(abs(expected)).item(), 1e-12);
+      CHECK(max(abs(sub(actual, expected))).item() / scale <= 1e-4);
+    }
+  };
+  check_gradients("causal_lm_loss of the logits");
+  // The fused head's loss (training's path), next-token targets.
+  for (const auto* model : {&on_cpu, &on_gpu})
+    for (Tensor& p : (*model)->parameters()) p.set_grad(Tensor());
+  const int64_t steps = ids.size(1) - 1;
+  Tensor inputs = ids.narrow(1, 0, steps).contiguous(), targets = ids.narrow(1, 1, steps).contiguous();
+  Tensor cpu_loss = on_cpu->loss(inputs, targets), gpu_loss = on_gpu->loss(inputs.to(kCuda0), targets.to(kCuda0));
+  require_close(gpu_loss.to(kCPU), cpu_loss, 1e-5, 1e-5);
+  cpu_loss.backward();
+  gpu_loss.backward();
+  check_gradients("CausalLM::loss");
   Tensor prompt = reference.load("prompt_ids", DType::i64);
   const int64_t new_tokens = reference.load("generated_ids", DType::i64).size(1);
   CHECK(models::greedy_generate(*on_gpu, prompt.to(kCuda0), new_tokens).to_vector<int64_t>() ==

@@ -189,6 +189,35 @@ GENESIS_GRADCHECK("cross_entropy") {
   gradcheck([](const TensorList& in) { return cross_entropy(in[0], targets({2}, {})); }, {single});
 }
 
+GENESIS_GRADCHECK("linear_cross_entropy") {
+  Tensor x = rand_leaf({4, 3}, -1, 1);
+  Tensor w = rand_leaf({5, 3}, -1, 1);
+  Tensor t = targets({1, -100, 4, 0}, {4});
+  for (Reduction red : kReductions) {
+    CrossEntropyOptions opt{.reduction = red, .label_smoothing = 0.1};
+    gradcheck([&](const TensorList& in) { return linear_cross_entropy(in[0], in[1], t, opt); }, {x, w});
+  }
+}
+
+TEST_CASE("linear_cross_entropy is cross_entropy of the linear map, in f32 for 16-bit inputs") {
+  Tensor x = testing::rand_values({6, 4}, DType::f64, -1, 1);
+  Tensor w = testing::rand_values({7, 4}, DType::f64, -1, 1);
+  Tensor t = targets({6, 0, -100, 3, 3, 1}, {6});
+  for (Reduction red : kReductions) {
+    CrossEntropyOptions opt{.reduction = red, .label_smoothing = 0.2};
+    require_close(linear_cross_entropy(x, w, t, opt), cross_entropy(linear(x, w), t, opt), 1e-14, 1e-14);
+  }
+  Tensor half_loss = linear_cross_entropy(x.to(DType::bf16), w.to(DType::bf16), t);
+  CHECK(half_loss.dtype() == DType::f32);
+  require_close(half_loss.to(DType::f64), cross_entropy(linear(x.to(DType::bf16), w.to(DType::bf16)).to(DType::f64), t),
+                1e-6, 1e-6);
+  CHECK_THROWS_AS(linear_cross_entropy(x, w.t(), t), ShapeError);
+  CHECK_THROWS_AS(linear_cross_entropy(x, w, targets({1, 2}, {2})), ShapeError);
+  CHECK_THROWS_AS(linear_cross_entropy(x, w.to(DType::f32), t), DTypeError);
+  CHECK_THROWS_AS(linear_cross_entropy(x, w, t.to(DType::f64)), DTypeError);
+  CHECK_THROWS_WITH(linear_cross_entropy(x, w, targets({6, 0, 7, 3, 3, 1}, {6})), Catch::Contains("7"));
+}
+
 GENESIS_GRADCHECK("nll_loss") {
   Tensor x = rand_leaf({4, 5}, -3, 0);
   Tensor t = targets({1, -100, 4, 4}, {4});

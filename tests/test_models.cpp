@@ -161,6 +161,28 @@ TEST_CASE("language models: loss, backward and inputs outside the model's range"
   CHECK_THROWS_AS(causal_lm_loss(logits.narrow(1, 0, 1), ids.narrow(1, 0, 1)), ShapeError);
 }
 
+TEST_CASE("language models: loss() is the cross-entropy of the logits, with the same gradients", "[cpu][models]") {
+  for (const std::string& json : all_model_jsons()) {
+    auto model = causal_lm_from_config(json, {.dtype = DType::f64});
+    INFO(model->model_type());
+    const int64_t vocab = model->vocab_size();
+    Tensor ids = random_ids(2, 7, vocab), targets = random_ids(2, 7, vocab);
+    targets.narrow(1, 6, 1).fill_(-100.0);
+    Tensor expected = cross_entropy(model->forward(ids).reshape({14, vocab}), targets.reshape({14}));
+    expected.backward();
+    std::vector<Tensor> expected_grads;
+    for (const Tensor& p : model->parameters()) expected_grads.push_back(p.grad().clone());
+    for (Tensor& p : model->parameters()) p.set_grad(Tensor());
+    Tensor loss = model->loss(ids, targets);
+    CHECK(loss.item() == Approx(expected.item()).epsilon(1e-12));
+    loss.backward();
+    const std::vector<Tensor> params = model->parameters();
+    for (size_t i = 0; i < params.size(); ++i) require_close(params[i].grad(), expected_grads[i], 1e-10, 1e-12);
+    CHECK(model->loss(ids, targets, Reduction::sum).item() == Approx(expected.item() * 12).epsilon(1e-12));
+    CHECK_THROWS_AS(model->loss(ids, targets.narrow(1, 0, 6)), ShapeError);
+  }
+}
+
 TEST_CASE("language models: parameter gradients match finite differences in f64", "[cpu][models]") {
   for (const std::string& json : all_model_jsons()) {
     auto model = causal_lm_from_config(json, {.dtype = DType::f64});

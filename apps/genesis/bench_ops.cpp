@@ -15,6 +15,7 @@
 #include "libgenesis/ops/loss.h"
 #include "libgenesis/ops/nn.h"
 #include "libgenesis/ops/reduce.h"
+#include "libgenesis/ops/transformer.h"
 #include "libgenesis/optim/optimizer.h"
 
 namespace genesis::cli::bench {
@@ -240,6 +241,35 @@ const std::vector<OpDef>& registry() {
          return matrix_product(as_product, es);
        },
        {0}},
+      // Causal self-attention, q [B, Hq, T, D] and k, v [B, Hkv, T, D]: the causal half of
+      // 4 B Hq T^2 D flops forward, 2.5 times that more backward (flash attention's count).
+      {"attention",
+       3,
+       3,
+       data_inputs,
+       [](const BenchCase&, const Inputs& in) { return scaled_dot_product_attention(in[0], in[1], in[2], true); },
+       [](const BenchCase& c, double es) {
+         const Shape& q = c.shapes[0];
+         const double flops = 2.0 * n(q) * static_cast<double>(q[2]);
+         const double bytes = (n(c.shapes[0]) * 2 + n(c.shapes[1]) + n(c.shapes[2])) * es;
+         return Cost{c.backward ? 2.5 * bytes : bytes, c.backward ? 3.5 * flops : flops};
+       },
+       {0, 1, 2}},
+      // A language model's head and loss, x [N, K], weight [V, K], targets in [0, V).
+      {"linear_cross_entropy",
+       2,
+       2,
+       [](const BenchCase& c) {
+         return std::vector<InputSpec>{
+             {c.shapes[0], 0, c.backward}, {c.shapes[1], 0, c.backward}, {{c.shapes[0][0]}, c.shapes[1][0], false}};
+       },
+       [](const BenchCase&, const Inputs& in) { return linear_cross_entropy(in[0], in[1], in[2]); },
+       [](const BenchCase& c, double es) {
+         const double flops = 2.0 * n(c.shapes[0]) * static_cast<double>(c.shapes[1][0]);
+         const double bytes = (n(c.shapes[0]) + n(c.shapes[1])) * es;
+         return Cost{c.backward ? 3 * bytes : bytes, c.backward ? 3 * flops : flops};
+       },
+       {}},
       // AdamW has its own workload (AdamWWorkload below); listed here for validation and cost.
       {"adamw",
        1,

@@ -438,6 +438,59 @@ bool same_alignment(const void* a, const void* b) {
   return reinterpret_cast<uintptr_t>(a) % 16 == reinterpret_cast<uintptr_t>(b) % 16;
 }
 
+// The fused head's row pass (one block per row of padded logits, rows 16-byte aligned): the
+// row's cross-entropy into loss[r] and, with write_grad, the row overwritten in place by its
+// gradient softmax - (1 - s) onehot(t) - s / C, zero in the padding columns. Every thread
+// reads the row's statistics and the target logit before the barrier that precedes the writes.
+template <class T, class I>
+__global__ void __launch_bounds__(kRowBlock)
+    cross_entropy_with_grad_kernel(int64_t classes, int64_t ld, T* __restrict__ x, const I* __restrict__ target,
+                                   int64_t ignore_index, float smoothing, bool write_grad, float* __restrict__ loss,
+                                   ::genesis::cuda::KernelFault* fault, int fault_op) {
+  constexpr int V = kPack<T>;
+  const int64_t r = blockIdx.x;
+  const int lane = static_cast<int>(threadIdx.x);
+  T* xr = x + r * ld;
+  auto* body = reinterpret_cast<Pack<T>*>(xr);
+  const int64_t packs = ld / V;
+  const auto t = static_cast<int64_t>(target[r]);
+  if (!counted(t, ignore_index, classes)) {
+    if (lane == 0) {
+      report_bad_target(t, ignore_index, classes, fault, fault_op);
+      loss[r] = 0.0f;
+    }
+    if (write_grad)
+      for (int64_t i = lane; i < packs; i += kRowBlock) body[i] = Pack<T>{};
+    return;
+  }
+  __shared__ float row_lse;
+  const float target_logit = lane == 0 ? to_acc<float>(xr[t]) : 0.0f;
+  RowStats<float> st = group_merge<kRowBlock>(contiguous_row_stats<kRowBlock, T, float>(xr, classes, lane));
+  if (lane == 0) {
+    const float lse = st.max + logf(st.sum_exp);
+    const float nll = lse - target_logit;
+    loss[r] = smoothing == 0.0f ? nll
+                                : (1.0f - smoothing) * nll + smoothing * (lse - st.sum / static_cast<float>(classes));
+    row_lse = lse;
+  }
+  __syncthreads();
+  if (!write_grad) return;
+  const float lse = row_lse, uniform = smoothing / static_cast<float>(classes), hit = 1.0f - smoothing;
+#pragma unroll 4
+  for (int64_t i = lane; i < packs; i += kRowBlock) {
+    const Pack<T> p = body[i];
+    Pack<T> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int64_t c = i * V + j;
+      float d = 0.0f;
+      if (c < classes) d = exp_sub(to_acc<float>(p.v[j]), lse) - uniform - (c == t ? hit : 0.0f);
+      o.v[j] = from_acc<T>(d);
+    }
+    body[i] = o;
+  }
+}
+
 }  // namespace
 
 void cross_entropy(DType dtype, DType target_dtype, ClassRows shape, const void* logits, const void* target,
@@ -471,6 +524,26 @@ void cross_entropy(DType dtype, DType target_dtype, ClassRows shape, const void*
       }
       GENESIS_CUDA_LAUNCH_CHECK();
     });
+  });
+}
+
+void cross_entropy_with_grad(DType dtype, DType target_dtype, int64_t rows, int64_t classes, int64_t ld, void* logits,
+                             const void* target, int64_t ignore_index, double label_smoothing, bool write_grad,
+                             float* loss, ::genesis::cuda::KernelFault* fault, int fault_op, cudaStream_t stream) {
+  if (rows <= 0) return;
+  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "cross_entropy_with_grad", {
+    using T = scalar_t;
+    if constexpr (std::is_same_v<T, double>) {
+      throw_unsupported_dtype("cross_entropy_with_grad", dtype);
+    } else {
+      GENESIS_DISPATCH_INDEX(target_dtype, "cross_entropy_with_grad", {
+        using I = scalar_t;
+        cross_entropy_with_grad_kernel<T, I><<<static_cast<unsigned>(rows), kRowBlock, 0, stream>>>(
+            classes, ld, static_cast<T*>(logits), static_cast<const I*>(target), ignore_index,
+            static_cast<float>(label_smoothing), write_grad, loss, fault, fault_op);
+        GENESIS_CUDA_LAUNCH_CHECK();
+      });
+    }
   });
 }
 

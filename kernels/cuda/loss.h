@@ -28,6 +28,16 @@ void cross_entropy_backward(DType dtype, DType target_dtype, ClassRows shape, co
                             const void* lse, int64_t ignore_index, double label_smoothing, const void* grad_loss,
                             int64_t grad_stride, const int64_t* valid_count, void* grad_logits, cudaStream_t stream);
 
+// The row pass of the fused language-model head (linear_cross_entropy): logits [rows, ld] of
+// which the first `classes` columns are real (ld a multiple of 8, rows 16-byte aligned; f32,
+// f16, bf16). loss[r] (f32) = the row's cross-entropy as cross_entropy computes it (0 on ignored
+// rows; bad targets reported to `fault`). With write_grad each row is overwritten by the
+// gradient of loss[r]: softmax - (1 - s) onehot(t) - s / classes, zero on ignored rows and in
+// columns [classes, ld).
+void cross_entropy_with_grad(DType dtype, DType target_dtype, int64_t rows, int64_t classes, int64_t ld, void* logits,
+                             const void* target, int64_t ignore_index, double label_smoothing, bool write_grad,
+                             float* loss, ::genesis::cuda::KernelFault* fault, int fault_op, cudaStream_t stream);
+
 // *count (a device int64) = how many of the n targets lie in [0, classes) and differ from
 // ignore_index: the rows a mean divides by.
 void count_valid_targets(DType target_dtype, int64_t n, const void* target, int64_t classes, int64_t ignore_index,

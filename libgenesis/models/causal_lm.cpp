@@ -3,10 +3,24 @@
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/ops/index.h"
+#include "libgenesis/ops/linalg.h"
 #include "libgenesis/ops/loss.h"
 #include "libgenesis/ops/reduce.h"
 
 namespace genesis::models {
+
+Tensor CausalLM::forward_with_cache(const Tensor& ids, KVCache* cache) {
+  return linear(hidden_states(ids, cache), head_weight());
+}
+
+Tensor CausalLM::loss(const Tensor& ids, const Tensor& targets, Reduction reduction) {
+  GENESIS_CHECK(targets.shape() == ids.shape(), ShapeError, "causal LM loss: targets ", targets.shape(),
+                " must match ids ", ids.shape());
+  Tensor hidden = hidden_states(ids, nullptr);
+  const int64_t rows = hidden.size(0) * hidden.size(1);
+  return linear_cross_entropy(hidden.reshape({rows, hidden.size(2)}), head_weight(), targets.reshape({rows}),
+                              {.reduction = reduction});
+}
 
 Tensor causal_lm_loss(const Tensor& logits, const Tensor& ids) {
   GENESIS_CHECK(logits.dim() == 3 && ids.dim() == 2 && logits.size(0) == ids.size(0) && logits.size(1) == ids.size(1),

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "libgenesis/nn/module.h"
+#include "libgenesis/ops/loss.h"
 
 namespace genesis::models {
 
@@ -25,7 +26,16 @@ class CausalLM : public nn::Module {
   Tensor forward(const Tensor& ids) override { return forward_with_cache(ids, nullptr); }
   // With a cache, ids continue the cached sequence (positions cache->length ...), attend to the
   // cached keys, and their keys and values are appended.
-  virtual Tensor forward_with_cache(const Tensor& ids, KVCache* cache) = 0;
+  Tensor forward_with_cache(const Tensor& ids, KVCache* cache);
+  // The next-token cross-entropy of ids [B, T] against targets [B, T] (position t predicts
+  // targets[t]; ignore_index -100), mean or sum over the counted targets, through the fused
+  // head (linear_cross_entropy): the [B, T, V] logits are never kept. Training and evaluation
+  // use it.
+  Tensor loss(const Tensor& ids, const Tensor& targets, Reduction reduction = Reduction::mean);
+  // The final hidden states [B, T, hidden] (after the last norm) that the head maps to logits.
+  virtual Tensor hidden_states(const Tensor& ids, KVCache* cache) = 0;
+  // The head's weight [vocab_size, hidden] (the token embedding when tied, as GPT-2's is).
+  virtual const Tensor& head_weight() const = 0;
   // An empty cache for `batch` sequences of up to `capacity` positions, on the model's device and dtype.
   virtual KVCache make_cache(int64_t batch, int64_t capacity) const = 0;
   virtual int64_t vocab_size() const = 0;

@@ -133,7 +133,7 @@ Gpt2LM::Gpt2LM(const Gpt2Config& c, nn::LayerOptions o) : config_(c) {
       nn::init::normal_(p.tensor, 0.0, 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)));
 }
 
-Tensor Gpt2LM::forward_with_cache(const Tensor& ids, KVCache* cache) {
+Tensor Gpt2LM::hidden_states(const Tensor& ids, KVCache* cache) {
   const int64_t start = cache ? cache->length : 0;
   detail::check_lm_input(*this, ids, start);
   Tensor positions = arange(static_cast<double>(start), static_cast<double>(start + ids.size(1)), 1.0,
@@ -141,7 +141,7 @@ Tensor Gpt2LM::forward_with_cache(const Tensor& ids, KVCache* cache) {
   Tensor x = add(embedding(ids, *wte_), embedding(positions, *wpe_));
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->run(x, cache, i);
   if (cache) cache->length += ids.size(1);
-  return matmul((*ln_f_)(x), wte_->t());
+  return (*ln_f_)(x);
 }
 
 KVCache Gpt2LM::make_cache(int64_t batch, int64_t capacity) const {

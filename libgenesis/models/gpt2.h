@@ -33,7 +33,8 @@ class Gpt2Block;
 class Gpt2LM final : public CausalLM {
  public:
   explicit Gpt2LM(const Gpt2Config& config, nn::LayerOptions options = {});
-  Tensor forward_with_cache(const Tensor& ids, KVCache* cache) override;
+  Tensor hidden_states(const Tensor& ids, KVCache* cache) override;
+  const Tensor& head_weight() const override { return *wte_; }
   KVCache make_cache(int64_t batch, int64_t capacity) const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_positions() const override { return config_.n_positions; }

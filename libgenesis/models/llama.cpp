@@ -166,7 +166,7 @@ DecoderLM::DecoderLM(const DecoderConfig& c, nn::LayerOptions o) : config_(c) {
   detail::init_like_hugging_face(*this, 0.02);
 }
 
-Tensor DecoderLM::forward_with_cache(const Tensor& ids, KVCache* cache) {
+Tensor DecoderLM::hidden_states(const Tensor& ids, KVCache* cache) {
   const int64_t start = cache ? cache->length : 0;
   detail::check_lm_input(*this, ids, start);
   Tensor x = embedding(ids, *embed_tokens_);
@@ -174,7 +174,7 @@ Tensor DecoderLM::forward_with_cache(const Tensor& ids, KVCache* cache) {
       rope_tables(start, ids.size(1), config_.head_dim, config_.rope_theta, {.dtype = x.dtype(), .device = x.device()});
   for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->run(x, tables, cache, i);
   if (cache) cache->length += ids.size(1);
-  return linear((*norm_)(x), *lm_head_);
+  return (*norm_)(x);
 }
 
 KVCache DecoderLM::make_cache(int64_t batch, int64_t capacity) const {

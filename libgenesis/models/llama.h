@@ -45,7 +45,8 @@ class DecoderLayer;
 class DecoderLM final : public CausalLM {
  public:
   explicit DecoderLM(const DecoderConfig& config, nn::LayerOptions options = {});
-  Tensor forward_with_cache(const Tensor& ids, KVCache* cache) override;
+  Tensor hidden_states(const Tensor& ids, KVCache* cache) override;
+  const Tensor& head_weight() const override { return *lm_head_; }
   KVCache make_cache(int64_t batch, int64_t capacity) const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t max_positions() const override { return config_.max_position_embeddings; }

@@ -17,6 +17,16 @@ struct CrossEntropyOptions {
 // Out-of-range targets (other than ignore_index) throw IndexError: from the op on the CPU; on
 // CUDA at the next synchronization (the op does not wait; the row counts as ignored).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOptions options = {});
+// cross_entropy(linear(x, weight), target) without keeping the logits: the loss of a language
+// model's head, x [N, K] (hidden states) and weight [V, K]. On CUDA (f32, f16, bf16) the logits
+// go into one buffer whose rows are padded to a multiple of 64 classes (so the GEMMs run on
+// aligned tensor-core kernels for any V, GPT-2's odd 50257 included), one row pass turns each
+// row into its loss and, in place, into the logits' gradient (the backward is two GEMMs over
+// it, as llm.c does): one [N, V] buffer in x's dtype instead of logits plus their f32 gradient.
+// Elsewhere, and for Reduction::none, it runs as the composition. Under autocast x and weight
+// run in the low dtype; the loss of 16-bit inputs is f32.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target,
+                            CrossEntropyOptions options = {});
 // log_probs [N, C] (or [N, C, d...]); same target rules as cross_entropy.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::mean,
                 int64_t ignore_index = -100);

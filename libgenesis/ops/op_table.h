@@ -113,6 +113,7 @@ std::string_view autocast_policy_name(AutocastPolicy policy);
   X(embedding, "nn", true, true, none)                              \
   X(dropout, "nn", true, true, none)                                \
   X(cross_entropy, "loss", true, true, f32_math)                         \
+  X(linear_cross_entropy, "loss", true, true, lower)                \
   X(nll_loss, "loss", true, true, f32)                              \
   X(mse_loss, "loss", true, true, f32)                              \
   X(l1_loss, "loss", true, true, f32)                               \

@@ -3,6 +3,8 @@
 #include "libgenesis/ops/transformer.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/prologue.h"
 #if GENESIS_WITH_CUDA
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/transformer.h"
 #endif
 
@@ -53,6 +56,15 @@ kernels::cuda::HeadsLayout heads_layout(const Tensor& t) {
   return {t.stride(0), t.stride(1), t.stride(2)};
 }
 
+// GENESIS_FLASH_ATTENTION=0 sends 16-bit attention through the GEMM path (for comparisons).
+bool flash_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("GENESIS_FLASH_ATTENTION");
+    return !value || std::string_view(value) != "0";
+  }();
+  return enabled;
+}
+
 // t itself when the attention GEMMs can read it through its strides (unit-stride head_dim,
 // evenly strided rows; q's group rows stackable), else a contiguous copy.
 Tensor attention_operand(const Tensor& t, const kernels::cpu::AttentionShape& s, bool is_query) {
@@ -70,9 +82,63 @@ Tensor f32_scores_buffer(const Tensor& like, const Shape& shape) {
   return empty(shape, {.dtype = DType::f32, .device = like.device()});
 }
 
-// Attention on cuda. 16-bit inputs get f32 scores and keep only their probabilities, in 16 bits
+kernels::cuda::FlashOperand flash_operand(const Tensor& t) {
+  return {t.data_ptr(), heads_layout(t)};
+}
+kernels::cuda::FlashOutput flash_output(const Tensor& t) {
+  return {t.data_ptr(), heads_layout(t)};
+}
+
+// Whether the flash kernels read t as it is: unit-stride head_dim and aligned strides.
+bool flash_readable(const Tensor& t, const kernels::cpu::AttentionShape& s) {
+  return (t.size(3) <= 1 || t.stride(3) == 1) && kernels::cuda::flash_attention_supported(t.dtype(), s, {flash_operand(t)});
+}
+
+// An empty [batch, heads, rows, head_dim] tensor stored as [batch, rows, heads, head_dim]: the
+// layout the models' projections have, so their transposes back are views.
+Tensor rows_major_heads(int64_t batch, int64_t heads, int64_t rows, int64_t head_dim, const TensorOptions& options) {
+  return empty({batch, rows, heads, head_dim}, options).transpose(1, 2);
+}
+
+// Flash attention (f16/bf16, head_dim 32/64/96/128): only the output and each row's
+// logsumexp are kept for the backward, which recomputes the probabilities.
+Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s) {
+  const TensorOptions options{.dtype = q.dtype(), .device = q.device()};
+  Tensor out = rows_major_heads(s.batch, s.q_heads, s.q_len, s.head_dim, options);
+  Tensor lse = empty({s.batch, s.q_heads, s.q_len}, {.dtype = DType::f32, .device = q.device()});
+  kernels::cuda::flash_attention_forward(q.dtype(), s, flash_operand(q), flash_operand(k), flash_operand(v),
+                                         flash_output(out), lse.data<float>(), cuda::current_stream());
+  if (needs_grad({q, k, v})) {
+    record("scaled_dot_product_attention", {q, k, v}, {out},
+           [s, qs = saved(q), ks = saved(k), vs = saved(v), os = saved(out), lses = saved(lse)](const TensorList& g) {
+             Tensor gy = g[0].to(qs.dtype());
+             if (!flash_readable(gy, s)) gy = gy.contiguous();
+             const TensorOptions options{.dtype = qs.dtype(), .device = qs.device()};
+             Tensor gq = rows_major_heads(s.batch, s.q_heads, s.q_len, s.head_dim, options);
+             Tensor gk = rows_major_heads(s.batch, s.kv_heads, s.kv_len, s.head_dim, options);
+             Tensor gv = rows_major_heads(s.batch, s.kv_heads, s.kv_len, s.head_dim, options);
+             Tensor delta = empty({s.batch, s.q_heads, s.q_len}, {.dtype = DType::f32, .device = qs.device()});
+             kernels::cuda::flash_attention_backward(qs.dtype(), s, flash_operand(qs), flash_operand(ks),
+                                                     flash_operand(vs), flash_operand(os), lses.data<float>(),
+                                                     flash_operand(gy), flash_output(gq), flash_output(gk),
+                                                     flash_output(gv), delta.data<float>(), cuda::current_stream());
+             return TensorList{gq, gk, gv};
+           });
+  }
+  return out;
+}
+
+// Attention on cuda: flash attention where it applies, else GEMMs around a materialized
+// softmax. 16-bit inputs get f32 scores and keep only their probabilities, in 16 bits
 // (the second product reads them so, as in flash attention): half the saved bytes of f32.
-Tensor attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s) {
+Tensor attention_cuda(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
+                      const kernels::cpu::AttentionShape& s) {
+  if (kernels::cuda::flash_attention_supported(q_arg.dtype(), s, {}) && flash_enabled()) {
+    // Operands the kernels cannot read through their strides are copied first.
+    auto readable = [&s](const Tensor& t) { return flash_readable(t, s) ? t : t.contiguous(); };
+    return flash_attention_cuda(readable(q_arg), readable(k_arg), readable(v_arg), s);
+  }
+  const Tensor &q = q_arg, &k = k_arg, &v = v_arg;
   const Device device = q.device();
   Tensor qv, kv, vv;
   Tensor out = empty(q.shape(), {.dtype = q.dtype(), .device = device});

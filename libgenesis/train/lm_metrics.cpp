@@ -50,11 +50,7 @@ std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::T
         bytes += token_bytes[id];
       }
     }
-    Tensor logits = model(inputs.to(device));
-    Tensor flat = logits.reshape({rows * seq_len, logits.size(2)});
-    loss_sum =
-        add(loss_sum, cross_entropy(flat, targets.reshape({rows * seq_len}).to(device), {.reduction = Reduction::sum})
-                          .to(DType::f64));
+    loss_sum = add(loss_sum, model.loss(inputs.to(device), targets.to(device), Reduction::sum).to(DType::f64));
   }
   model.train(was_training);
   const double tokens = static_cast<double>(windows * seq_len);

@@ -215,7 +215,7 @@ RunBatches token_batches(const RecipeSpec& spec, Device device, const std::funct
   return b;
 }
 
-// Cross-entropy of logits [N, C] against targets [N], or of a language model's logits
+// Cross-entropy of logits [N, C] against targets [N], or of a sequence model's logits
 // [B, T, V] against the next tokens [B, T].
 Tensor training_loss(const Tensor& logits, const Tensor& targets) {
   if (logits.dim() != 3) return cross_entropy(logits, targets);
@@ -315,6 +315,8 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                            ? token_batches(spec, device, [&log](const std::string& line) { log.note(line); })
                            : sample_batches(spec, device);
   std::shared_ptr<nn::Module> model = recipe::build_model(spec, device);
+  // Language models take the fused head's loss, which never keeps [B, T, V] logits.
+  auto* causal_lm = dynamic_cast<models::CausalLM*>(model.get());
   std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, *model);
   const auto scaler = recipe::build_grad_scaler(spec, device);  // fp16 only
   const int64_t total = recipe::total_steps(spec, batches.per_epoch);
@@ -445,7 +447,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
       Tensor loss;
       {
         AutocastGuard autocast(amp);
-        loss = training_loss((*model)(x), y);
+        loss = causal_lm ? causal_lm->loss(x, y) : training_loss((*model)(x), y);
       }
       Tensor scaled = t.grad_accum_steps > 1 ? div(loss, static_cast<double>(t.grad_accum_steps)) : loss;
       (scaler ? scaler->scale_loss(scaled) : scaled).backward();

@@ -29,7 +29,7 @@ from torch_alloc import cpu_model_name, fmt, header, run_alloc, write_json
 CASE_KEYS = {"name", "op", "shapes", "dtypes", "backward", "axes", "dim", "scalar", "variant", "check_rows", "tolerance"}
 DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
 TOLERANCE = {"f64": 1e-9, "f32": 1e-3, "f16": 1e-2, "bf16": 2e-2}
-ROW_INPUTS = {"matmul": [0], "bmm": [0, 1], "linear": [0], "embedding": [1]}
+ROW_INPUTS = {"matmul": [0], "bmm": [0, 1], "linear": [0], "embedding": [1], "attention": [0, 1, 2]}
 
 
 def fail(message):
@@ -164,7 +164,30 @@ OPS = {
     "linear": (data_inputs, lambda c, x: F.linear(x[0], x[1], x[2] if len(x) > 2 else None),
                lambda c, es: matrix_product(c, es, [numel(c["shapes"][0]) // c["shapes"][0][-1], c["shapes"][0][-1]],
                                             [c["shapes"][1][1], c["shapes"][1][0]])),
+    # q [B, Hq, T, D], k and v [B, Hkv, T, D] (grouped heads through enable_gqa); causal.
+    "attention": (data_inputs,
+                  lambda c, x: F.scaled_dot_product_attention(x[0], x[1], x[2], is_causal=True,
+                                                              enable_gqa=x[0].size(1) != x[1].size(1)),
+                  lambda c, es: attention_cost(c, es)),
+    # The head and loss of a language model as PyTorch eager computes it: bf16 logits, f32 loss.
+    "linear_cross_entropy": (lambda c: [(c["shapes"][0], 0, c["backward"]), (c["shapes"][1], 0, c["backward"]),
+                                        ([c["shapes"][0][0]], c["shapes"][1][0], False)],
+                             lambda c, x: F.cross_entropy(F.linear(x[0], x[1]).float(), x[2]),
+                             lambda c, es: linear_cross_entropy_cost(c, es)),
 }
+
+
+def attention_cost(c, es):
+    q = c["shapes"][0]
+    flops = 2.0 * numel(q) * q[2]
+    nbytes = (2 * numel(q) + numel(c["shapes"][1]) + numel(c["shapes"][2])) * es
+    return (2.5 * nbytes, 3.5 * flops) if c["backward"] else (nbytes, flops)
+
+
+def linear_cross_entropy_cost(c, es):
+    flops = 2.0 * numel(c["shapes"][0]) * c["shapes"][1][0]
+    nbytes = (numel(c["shapes"][0]) + numel(c["shapes"][1])) * es
+    return (3 * nbytes, 3 * flops) if c["backward"] else (nbytes, flops)
 
 
 def embedding_cost(c, es):

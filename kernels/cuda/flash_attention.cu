@@ -1,0 +1,647 @@
+// Flash attention (FlashAttention-2's schedule) on mma.sync m16n8k16 tensor cores. A block of
+// 4 warps owns 64 rows (16 per warp); the other operand streams through shared memory in
+// tiles loaded with cp.async, rows padded by 8 elements so that ldmatrix reads are free of
+// bank conflicts. Fragment layouts (PTX ISA, "mma.m16n8k16"): lane = 4 g + t;
+//   A (16x16, row-major): a0 = A[g][2t..], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
+//   B (16x8, B[k][n]):    b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]
+//   C (16x8, f32):        c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1]
+// so a C tile pair rounded to 16 bits is an A fragment of the next product (P V, dS K).
+// Scores are kept in base 2: p = 2^(s * scale * log2(e) - lse2).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/flash_attention.h"
+
+namespace genesis::kernels::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 16 * kWarps;  // rows of the block's own operand
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct FlashParams {
+  int64_t q_heads, kv_heads, q_len, kv_len;
+  int64_t causal_offset;  // query row i sees keys j <= i + offset
+  bool causal;
+  float scale, scale_log2;
+  const void *q, *k, *v, *out, *grad_out;
+  HeadsLayout q_layout, k_layout, v_layout, out_layout, grad_out_layout;
+  void *out_data, *grad_q, *grad_k, *grad_v;
+  HeadsLayout out_data_layout, grad_q_layout, grad_k_layout, grad_v_layout;
+  float* lse;
+  float* delta;
+};
+
+// --- tensor-core and copy primitives -----------------------------------------------------------
+
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes from global to shared memory, asynchronously; zeros when !valid.
+__device__ __forceinline__ void cp_async16(void* smem, const void* global, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(global), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(smem)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(smem)));
+}
+
+// d += a b for one 16x8x16 tile, f32 accumulation.
+template <class T>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats rounded to T and packed (lo in the low half), as an mma operand register.
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// The A fragment of a 16x16 block of 16-bit values held as two C tiles (columns 0-7 in c0,
+// 8-15 in c1): P or dS feeding the next product.
+template <class T>
+__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack2<T>(c0[0], c0[1]);
+  a[1] = pack2<T>(c0[2], c0[3]);
+  a[2] = pack2<T>(c1[0], c1[1]);
+  a[3] = pack2<T>(c1[2], c1[3]);
+}
+
+// --- shared-memory tiles -----------------------------------------------------------------------
+
+// A tile of `kTileRows` rows of D elements in shared memory, rows padded to D + 8.
+template <int D>
+inline constexpr int kStride = D + 8;
+
+// Loads rows [row0, row0 + kTileRows) of a strided operand (rows >= valid_rows as zeros).
+template <int D, int kTileRows, class T>
+__device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_stride, int64_t row0,
+                                          int64_t valid_rows) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  for (int c = static_cast<int>(threadIdx.x); c < kTileRows * kChunks; c += kThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool valid = row0 + r < valid_rows;
+    const T* src = valid ? base + (row0 + r) * row_stride + col : base;
+    cp_async16(tile + r * kStride<D> + col, src, valid);
+  }
+}
+
+// The A fragment of rows [row0, row0 + 16) x columns [col0, col0 + 16) of a tile.
+template <int D, class T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int col0, int lane) {
+  ldmatrix_x4(a, tile + (row0 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride<D> + col0 + (lane / 16) * 8);
+}
+// B fragments of two n-tiles whose B[k][n] = tile[n][k] (keys for Q K^T): rows [row0, row0 + 16)
+// of the tile are the n index, columns [col0, col0 + 16) the k index. b[0], b[1] for rows
+// row0..row0+7; b[2], b[3] for row0+8..row0+15.
+template <int D, class T>
+__device__ __forceinline__ void load_b(uint32_t (&b)[4], const T* tile, int row0, int col0, int lane) {
+  ldmatrix_x4(b, tile + (row0 + (lane % 8) + (lane / 16) * 8) * kStride<D> + col0 + ((lane / 8) % 2) * 8);
+}
+// B fragments of two n-tiles whose B[k][n] = tile[k][n] (values for P V): rows [row0, row0 + 16)
+// are the k index, columns [col0, col0 + 16) the n index. b[0], b[1] for columns col0..col0+7.
+template <int D, class T>
+__device__ __forceinline__ void load_b_trans(uint32_t (&b)[4], const T* tile, int row0, int col0, int lane) {
+  ldmatrix_x4_trans(b, tile + (row0 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride<D> + col0 + (lane / 16) * 8);
+}
+
+template <class T>
+__device__ __forceinline__ const T* head_base(const void* data, const HeadsLayout& l, int64_t b, int64_t h) {
+  return static_cast<const T*>(data) + b * l.batch + h * l.head;
+}
+
+// Stores rows (row, row + 8) x columns (col, col + 1) of an accumulator tile, scaled.
+template <class T>
+__device__ __forceinline__ void store_pair(T* base, int64_t row_stride, int64_t row, int64_t rows, int col,
+                                           float x0, float x1) {
+  if (row >= rows) return;
+  *reinterpret_cast<uint32_t*>(base + row * row_stride + col) = pack2<T>(x0, x1);
+}
+
+template <class T, int D>
+__device__ __forceinline__ void store_rows(T* base, int64_t row_stride, int64_t row0, int64_t rows,
+                                           const float (&acc)[D / 8][4], float scale0, float scale1, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    store_pair(base, row_stride, row0 + g, rows, dt * 8 + 2 * t, acc[dt][0] * scale0, acc[dt][1] * scale0);
+    store_pair(base, row_stride, row0 + g + 8, rows, dt * 8 + 2 * t, acc[dt][2] * scale1, acc[dt][3] * scale1);
+  }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Whether key j may be seen by query i (both in range).
+__device__ __forceinline__ bool visible(const FlashParams& p, int64_t i, int64_t j) {
+  return i < p.q_len && j < p.kv_len && (!p.causal || j <= i + p.causal_offset);
+}
+
+// Keys a block of queries [q0, q0 + rows) attends to: [0, end).
+__device__ __forceinline__ int64_t kv_end_for(const FlashParams& p, int64_t q0, int rows) {
+  return p.causal ? min(p.kv_len, q0 + rows + p.causal_offset) : p.kv_len;
+}
+
+// --- forward -----------------------------------------------------------------------------------
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) {
+  constexpr int kN = 64;  // keys per tile
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem);
+  T* ks = qs + kRows * kStride<D>;
+  T* vs = ks + kN * kStride<D>;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  // Causal: the longest query blocks (the last) first, so the tail of the grid is short.
+  const int64_t q_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (p.q_heads / p.kv_heads);
+  const int64_t q0 = q_block * kRows;
+  const T* q = head_base<T>(p.q, p.q_layout, b, h);
+  const T* k = head_base<T>(p.k, p.k_layout, b, kvh);
+  const T* v = head_base<T>(p.v, p.v_layout, b, kvh);
+  const int64_t kv_end = kv_end_for(p, q0, kRows);
+  const int blocks = static_cast<int>((kv_end + kN - 1) / kN);
+
+  load_tile<D, kRows>(qs, q, p.q_layout.row, q0, p.q_len);
+  cp_async_commit();
+  load_tile<D, kN>(ks, k, p.k_layout.row, 0, p.kv_len);
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], qs, warp * 16, kk * 16, lane);
+
+  float o[D / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  for (int j = 0; j < blocks; ++j) {
+    const int64_t kv0 = static_cast<int64_t>(j) * kN;
+    load_tile<D, kN>(vs, v, p.v_layout.row, kv0, p.kv_len);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile's keys
+    __syncthreads();
+    float s[kN / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; nt += 2) {
+        uint32_t kb[4];
+        load_b<D>(kb, ks, nt * 8, kk * 16, lane);
+        mma<T>(s[nt], qf[kk], kb[0], kb[1]);
+        mma<T>(s[nt + 1], qf[kk], kb[2], kb[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with the keys: the next tile may land
+    if (j + 1 < blocks) load_tile<D, kN>(ks, k, p.k_layout.row, kv0 + kN, p.kv_len);
+    cp_async_commit();
+
+    const bool masked = kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset);
+    if (masked) {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (!visible(p, row[e / 2], kv0 + nt * 8 + 2 * t + (e & 1))) s[nt][e] = -INFINITY;
+      }
+    }
+    float base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[r];
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = quad_max(mx);
+      const float used = mx == -INFINITY ? 0.0f : mx;  // a row with nothing visible yet
+      const float correction = exp2f((m[r] - used) * p.scale_log2);
+      m[r] = mx;
+      l[r] *= correction;
+      base[r] = used * p.scale_log2;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][2 * r] *= correction;
+        o[dt][2 * r + 1] *= correction;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pe = exp2f(fmaf(s[nt][e], p.scale_log2, -base[e / 2]));
+        s[nt][e] = pe;
+        l[e / 2] += pe;
+      }
+    }
+    cp_async_wait<1>();  // this tile's values
+    __syncthreads();
+#pragma unroll
+    for (int ks16 = 0; ks16 < kN / 16; ++ks16) {
+      uint32_t pa[4];
+      c_to_a<T>(pa, s[2 * ks16], s[2 * ks16 + 1]);
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt += 2) {
+        uint32_t vb[4];
+        load_b_trans<D>(vb, vs, ks16 * 16, dt * 8, lane);
+        mma<T>(o[dt], pa, vb[0], vb[1]);
+        mma<T>(o[dt + 1], pa, vb[2], vb[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with the values
+  }
+  cp_async_wait<0>();
+
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] = quad_sum(l[r]);
+    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    if (t == 0 && row[r] < p.q_len) {
+      const float lse2 = l[r] > 0.0f ? m[r] * p.scale_log2 + log2f(l[r]) : INFINITY;
+      p.lse[(b * p.q_heads + h) * p.q_len + row[r]] = lse2;
+    }
+  }
+  T* out = static_cast<T*>(p.out_data) + b * p.out_data_layout.batch + h * p.out_data_layout.head;
+  store_rows<T, D>(out, p.out_data_layout.row, q0 + warp * 16, p.q_len, o, inv[0], inv[1], lane);
+}
+
+// --- backward ----------------------------------------------------------------------------------
+
+// delta[row] = sum over d of grad_out[row][d] * out[row][d] (f32): one warp per row.
+template <class T, int D>
+__global__ void flash_delta_kernel(FlashParams p) {
+  const int64_t bh = blockIdx.y;  // batch * q_heads + head
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (i >= p.q_len) return;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t b = bh / p.q_heads, h = bh % p.q_heads;
+  const T* o = head_base<T>(p.out, p.out_layout, b, h) + i * p.out_layout.row;
+  const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h) + i * p.grad_out_layout.row;
+  float sum = 0.0f;
+  for (int d = lane; d < D; d += 32) sum += to_acc<float>(o[d]) * to_acc<float>(go[d]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) p.delta[bh * p.q_len + i] = sum;
+}
+
+// Query rows per tile of the backward kernels: 64, or 32 for head_dim above 64 (registers).
+template <int D>
+inline constexpr int kBackwardTile = D <= 64 ? 64 : 32;
+
+// dK and dV of 64 keys of one kv head: loops over the query heads of its group and the query
+// tiles that see the keys.
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(FlashParams p) {
+  constexpr int kM = kBackwardTile<D>;  // queries per tile
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* ks = reinterpret_cast<T*>(smem);
+  T* vs = ks + kRows * kStride<D>;
+  T* qs = vs + kRows * kStride<D>;
+  T* dos = qs + kM * kStride<D>;
+  auto* lse_s = reinterpret_cast<float*>(dos + kM * kStride<D>);
+  float* delta_s = lse_s + kM;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t kv0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t kvh = blockIdx.y, b = blockIdx.z, group = p.q_heads / p.kv_heads;
+  load_tile<D, kRows>(ks, head_base<T>(p.k, p.k_layout, b, kvh), p.k_layout.row, kv0, p.kv_len);
+  load_tile<D, kRows>(vs, head_base<T>(p.v, p.v_layout, b, kvh), p.v_layout.row, kv0, p.kv_len);
+  cp_async_commit();
+
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  const int64_t key[2] = {kv0 + warp * 16 + g, kv0 + warp * 16 + g + 8};
+  // The first query that sees any of these keys.
+  const int64_t first_q = p.causal ? max(int64_t{0}, kv0 - p.causal_offset) : 0;
+  for (int64_t gh = 0; gh < group; ++gh) {
+    const int64_t h = kvh * group + gh;
+    const T* q = head_base<T>(p.q, p.q_layout, b, h);
+    const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h);
+    const float* lse = p.lse + (b * p.q_heads + h) * p.q_len;
+    const float* delta = p.delta + (b * p.q_heads + h) * p.q_len;
+    for (int64_t q0 = first_q / kM * kM; q0 < p.q_len; q0 += kM) {
+      load_tile<D, kM>(qs, q, p.q_layout.row, q0, p.q_len);
+      load_tile<D, kM>(dos, go, p.grad_out_layout.row, q0, p.q_len);
+      cp_async_commit();
+      for (int r = static_cast<int>(threadIdx.x); r < kM; r += kThreads) {
+        const bool valid = q0 + r < p.q_len;
+        lse_s[r] = valid ? lse[q0 + r] : INFINITY;  // p = 0 for rows past the end
+        delta_s[r] = valid ? delta[q0 + r] : 0.0f;
+      }
+      cp_async_wait<0>();
+      __syncthreads();
+
+      // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys.
+      float s[kM / 8][4] = {}, dp[kM / 8][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t ka[4], va[4];
+        load_a<D>(ka, ks, warp * 16, kk * 16, lane);
+        load_a<D>(va, vs, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int nt = 0; nt < kM / 8; nt += 2) {
+          uint32_t qb[4], gb[4];
+          load_b<D>(qb, qs, nt * 8, kk * 16, lane);
+          load_b<D>(gb, dos, nt * 8, kk * 16, lane);
+          mma<T>(s[nt], ka, qb[0], qb[1]);
+          mma<T>(s[nt + 1], ka, qb[2], qb[3]);
+          mma<T>(dp[nt], va, gb[0], gb[1]);
+          mma<T>(dp[nt + 1], va, gb[2], gb[3]);
+        }
+      }
+      // P^T and dS^T = P^T (dP^T - delta) in place.
+#pragma unroll
+      for (int nt = 0; nt < kM / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qi = nt * 8 + 2 * t + (e & 1);
+          const float pe =
+              visible(p, q0 + qi, key[e / 2]) ? exp2f(fmaf(s[nt][e], p.scale_log2, -lse_s[qi])) : 0.0f;
+          s[nt][e] = pe;
+          dp[nt][e] = pe * (dp[nt][e] - delta_s[qi]);
+        }
+      }
+      // dV += P^T dO, dK += dS^T Q.
+#pragma unroll
+      for (int ks16 = 0; ks16 < kM / 16; ++ks16) {
+        uint32_t pa[4], dsa[4];
+        c_to_a<T>(pa, s[2 * ks16], s[2 * ks16 + 1]);
+        c_to_a<T>(dsa, dp[2 * ks16], dp[2 * ks16 + 1]);
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt += 2) {
+          uint32_t gb[4], qb[4];
+          load_b_trans<D>(gb, dos, ks16 * 16, dt * 8, lane);
+          load_b_trans<D>(qb, qs, ks16 * 16, dt * 8, lane);
+          mma<T>(dv[dt], pa, gb[0], gb[1]);
+          mma<T>(dv[dt + 1], pa, gb[2], gb[3]);
+          mma<T>(dk[dt], dsa, qb[0], qb[1]);
+          mma<T>(dk[dt + 1], dsa, qb[2], qb[3]);
+        }
+      }
+      __syncthreads();  // the tiles are reloaded next
+    }
+  }
+  T* grad_k = static_cast<T*>(p.grad_k) + b * p.grad_k_layout.batch + kvh * p.grad_k_layout.head;
+  T* grad_v = static_cast<T*>(p.grad_v) + b * p.grad_v_layout.batch + kvh * p.grad_v_layout.head;
+  store_rows<T, D>(grad_k, p.grad_k_layout.row, kv0 + warp * 16, p.kv_len, dk, p.scale, p.scale, lane);
+  store_rows<T, D>(grad_v, p.grad_v_layout.row, kv0 + warp * 16, p.kv_len, dv, 1.0f, 1.0f, lane);
+}
+
+// dQ of 64 queries of one head: loops over the key tiles they see.
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams p) {
+  constexpr int kN = kBackwardTile<D>;  // keys per tile
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem);
+  T* dos = qs + kRows * kStride<D>;
+  T* ks = dos + kRows * kStride<D>;
+  T* vs = ks + kN * kStride<D>;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t q_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (p.q_heads / p.kv_heads);
+  const int64_t q0 = q_block * kRows;
+  const T* k = head_base<T>(p.k, p.k_layout, b, kvh);
+  const T* v = head_base<T>(p.v, p.v_layout, b, kvh);
+  load_tile<D, kRows>(qs, head_base<T>(p.q, p.q_layout, b, h), p.q_layout.row, q0, p.q_len);
+  load_tile<D, kRows>(dos, head_base<T>(p.grad_out, p.grad_out_layout, b, h), p.grad_out_layout.row, q0, p.q_len);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  uint32_t qf[D / 16][4], gf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    load_a<D>(qf[kk], qs, warp * 16, kk * 16, lane);
+    load_a<D>(gf[kk], dos, warp * 16, kk * 16, lane);
+  }
+  const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  float lse[2], delta[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t at = (b * p.q_heads + h) * p.q_len + row[r];
+    lse[r] = row[r] < p.q_len ? p.lse[at] : INFINITY;
+    delta[r] = row[r] < p.q_len ? p.delta[at] : 0.0f;
+  }
+  float dq[D / 8][4] = {};
+  const int64_t kv_end = kv_end_for(p, q0, kRows);
+  for (int64_t kv0 = 0; kv0 < kv_end; kv0 += kN) {
+    load_tile<D, kN>(ks, k, p.k_layout.row, kv0, p.kv_len);
+    load_tile<D, kN>(vs, v, p.v_layout.row, kv0, p.kv_len);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    float s[kN / 8][4] = {}, dp[kN / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; nt += 2) {
+        uint32_t kb[4], vb[4];
+        load_b<D>(kb, ks, nt * 8, kk * 16, lane);
+        load_b<D>(vb, vs, nt * 8, kk * 16, lane);
+        mma<T>(s[nt], qf[kk], kb[0], kb[1]);
+        mma<T>(s[nt + 1], qf[kk], kb[2], kb[3]);
+        mma<T>(dp[nt], gf[kk], vb[0], vb[1]);
+        mma<T>(dp[nt + 1], gf[kk], vb[2], vb[3]);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = kv0 + nt * 8 + 2 * t + (e & 1);
+        const float pe = visible(p, row[e / 2], j) ? exp2f(fmaf(s[nt][e], p.scale_log2, -lse[e / 2])) : 0.0f;
+        dp[nt][e] = pe * (dp[nt][e] - delta[e / 2]);
+      }
+    }
+#pragma unroll
+    for (int ks16 = 0; ks16 < kN / 16; ++ks16) {
+      uint32_t dsa[4];
+      c_to_a<T>(dsa, dp[2 * ks16], dp[2 * ks16 + 1]);
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt += 2) {
+        uint32_t kb[4];
+        load_b_trans<D>(kb, ks, ks16 * 16, dt * 8, lane);
+        mma<T>(dq[dt], dsa, kb[0], kb[1]);
+        mma<T>(dq[dt + 1], dsa, kb[2], kb[3]);
+      }
+    }
+    __syncthreads();
+  }
+  T* grad_q = static_cast<T*>(p.grad_q) + b * p.grad_q_layout.batch + h * p.grad_q_layout.head;
+  store_rows<T, D>(grad_q, p.grad_q_layout.row, q0 + warp * 16, p.q_len, dq, p.scale, p.scale, lane);
+}
+
+// --- launch ------------------------------------------------------------------------------------
+
+template <class T, int D>
+constexpr size_t tile_bytes(int rows) {
+  return static_cast<size_t>(rows) * kStride<D> * sizeof(T);
+}
+
+// Launches `kernel` with `smem` bytes of dynamic shared memory (raising the kernel's limit above
+// the default 48 KiB once).
+template <class Kernel>
+void launch(Kernel kernel, dim3 grid, size_t smem, const FlashParams& p, cudaStream_t stream) {
+  GENESIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  GENESIS_CUDA_LAUNCH_CHECK();
+}
+
+unsigned blocks_of(int64_t n, int64_t per_block) {
+  return static_cast<unsigned>((n + per_block - 1) / per_block);
+}
+
+template <class T, int D>
+void forward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
+  const dim3 grid(blocks_of(s.q_len, kRows), static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
+  launch(flash_forward_kernel<T, D>, grid, tile_bytes<T, D>(kRows) + 2 * tile_bytes<T, D>(64), p, stream);
+}
+
+template <class T, int D>
+void backward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
+  constexpr int kTile = kBackwardTile<D>;
+  const dim3 delta_grid(blocks_of(s.q_len, 8), static_cast<unsigned>(s.batch * s.q_heads));
+  flash_delta_kernel<T, D><<<delta_grid, 256, 0, stream>>>(p);
+  GENESIS_CUDA_LAUNCH_CHECK();
+  const dim3 dkdv_grid(blocks_of(s.kv_len, kRows), static_cast<unsigned>(s.kv_heads), static_cast<unsigned>(s.batch));
+  launch(flash_backward_dkdv_kernel<T, D>, dkdv_grid,
+         2 * tile_bytes<T, D>(kRows) + 2 * tile_bytes<T, D>(kTile) + 2 * kTile * sizeof(float), p, stream);
+  const dim3 dq_grid(blocks_of(s.q_len, kRows), static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
+  launch(flash_backward_dq_kernel<T, D>, dq_grid, 2 * tile_bytes<T, D>(kRows) + 2 * tile_bytes<T, D>(kTile), p,
+         stream);
+}
+
+// Calls f.template operator()<T, D>() for the dtype and head_dim.
+template <class F>
+void dispatch(DType dtype, int64_t head_dim, F&& f) {
+  auto by_dim = [&]<class T>() {
+    switch (head_dim) {
+      case 32:
+        return f.template operator()<T, 32>();
+      case 64:
+        return f.template operator()<T, 64>();
+      case 96:
+        return f.template operator()<T, 96>();
+      case 128:
+        return f.template operator()<T, 128>();
+      default:
+        throw_unsupported_dtype("flash attention (head_dim must be 32, 64, 96 or 128)", dtype);
+    }
+  };
+  if (dtype == DType::bf16) return by_dim.template operator()<__nv_bfloat16>();
+  if (dtype == DType::f16) return by_dim.template operator()<__half>();
+  throw_unsupported_dtype("flash attention", dtype);
+}
+
+FlashParams make_params(const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
+                        const FlashOperand& v) {
+  FlashParams p{};
+  p.q_heads = s.q_heads;
+  p.kv_heads = s.kv_heads;
+  p.q_len = s.q_len;
+  p.kv_len = s.kv_len;
+  p.causal = s.causal;
+  p.causal_offset = s.kv_len - s.q_len;
+  p.scale = static_cast<float>(s.scale);
+  p.scale_log2 = static_cast<float>(s.scale) * kLog2e;
+  p.q = q.data;
+  p.q_layout = q.layout;
+  p.k = k.data;
+  p.k_layout = k.layout;
+  p.v = v.data;
+  p.v_layout = v.layout;
+  return p;
+}
+
+bool aligned(const void* data, const HeadsLayout& l) {
+  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && l.batch % 8 == 0 && l.head % 8 == 0 && l.row % 8 == 0;
+}
+
+}  // namespace
+
+bool flash_attention_supported(DType dtype, const cpu::AttentionShape& s,
+                               std::initializer_list<FlashOperand> operands) {
+  if (dtype != DType::bf16 && dtype != DType::f16) return false;
+  if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128) return false;
+  if (s.q_len <= 0 || s.kv_len <= 0 || s.batch > 65535 || s.q_heads > 65535) return false;
+  for (const FlashOperand& o : operands)
+    if (!aligned(o.data, o.layout)) return false;
+  return true;
+}
+
+void flash_attention_forward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
+                             const FlashOperand& v, const FlashOutput& out, float* lse, cudaStream_t stream) {
+  FlashParams p = make_params(s, q, k, v);
+  p.out_data = out.data;
+  p.out_data_layout = out.layout;
+  p.lse = lse;
+  dispatch(dtype, s.head_dim, [&]<class T, int D>() { forward_for<T, D>(s, p, stream); });
+}
+
+void flash_attention_backward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
+                              const FlashOperand& v, const FlashOperand& out, const float* lse,
+                              const FlashOperand& grad_out, const FlashOutput& grad_q, const FlashOutput& grad_k,
+                              const FlashOutput& grad_v, float* delta, cudaStream_t stream) {
+  FlashParams p = make_params(s, q, k, v);
+  p.out = out.data;
+  p.out_layout = out.layout;
+  p.grad_out = grad_out.data;
+  p.grad_out_layout = grad_out.layout;
+  p.lse = const_cast<float*>(lse);
+  p.delta = delta;
+  p.grad_q = grad_q.data;
+  p.grad_q_layout = grad_q.layout;
+  p.grad_k = grad_k.data;
+  p.grad_k_layout = grad_k.layout;
+  p.grad_v = grad_v.data;
+  p.grad_v_layout = grad_v.layout;
+  dispatch(dtype, s.head_dim, [&]<class T, int D>() { backward_for<T, D>(s, p, stream); });
+}
+
+}  // namespace genesis::kernels::cuda

@@ -1,0 +1,49 @@
+#pragma once
+// Flash attention for f16 and bf16 on sm_80 and later (tensor cores through mma.sync): the
+// softmax is taken online over blocks of keys, so no [q_len, kv_len] matrix exists in memory;
+// the forward keeps each row's logsumexp, from which the backward recomputes the
+// probabilities. Causal blocks above the diagonal are skipped; grouped-query heads read their
+// kv head in place. q, k, v, the output and every gradient are read and written through their
+// strides, so the [B, H, T, D] views of a fused qkv projection need no copies. The backward
+// is deterministic: one kernel accumulates dK and dV per key block (looping over the query
+// blocks and the group's query heads in a fixed order), another dQ per query block; no
+// atomics.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cpu/transformer.h"
+#include "kernels/cuda/transformer.h"
+#include "libgenesis/core/dtype.h"
+
+namespace genesis::kernels::cuda {
+
+// One operand's base pointer and element strides ([batch, heads, rows, head_dim], head_dim
+// unit-stride).
+struct FlashOperand {
+  const void* data;
+  HeadsLayout layout;
+};
+struct FlashOutput {
+  void* data;
+  HeadsLayout layout;
+};
+
+// Whether the flash kernels take this case: f16 or bf16, head_dim 32, 64, 96 or 128, and every
+// operand 16-byte aligned with strides that are multiples of 8 elements. Otherwise the caller
+// takes the GEMM path (kernels/cuda/transformer.h).
+bool flash_attention_supported(DType dtype, const cpu::AttentionShape& s, std::initializer_list<FlashOperand> operands);
+
+// out [batch, q_heads, q_len, head_dim] through its layout; lse (f32, contiguous
+// [batch, q_heads, q_len]) receives each row's logsumexp of the scaled scores in base 2.
+void flash_attention_forward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
+                             const FlashOperand& v, const FlashOutput& out, float* lse, cudaStream_t stream);
+
+// Gradients of q, k and v (through their layouts) from the forward's out and lse and grad_out.
+// delta is scratch of batch * q_heads * q_len floats.
+void flash_attention_backward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
+                              const FlashOperand& v, const FlashOperand& out, const float* lse,
+                              const FlashOperand& grad_out, const FlashOutput& grad_q, const FlashOutput& grad_k,
+                              const FlashOutput& grad_v, float* delta, cudaStream_t stream);
+
+}  // namespace genesis::kernels::cuda
