@@ -211,6 +211,7 @@ DType predicted(AutocastPolicy policy, DType low, InputDtypes d) {
     case AutocastPolicy::f32_math:
       return DType::f32;
     case AutocastPolicy::promote:
+    case AutocastPolicy::promote_math:
       return promote_types(d.first, d.rest);
   }
   return d.first;
@@ -279,6 +280,7 @@ TEST_CASE("under autocast each op returns the dtype its policy predicts", "[cpu]
           check_case(op, low, {DType::bf16, DType::bf16});
           break;
         case AutocastPolicy::promote:  // mixed inputs meet at the widest
+        case AutocastPolicy::promote_math:
           check_case(op, low, {DType::bf16, DType::f32});
           check_case(op, low, {DType::f32, DType::bf16});
           break;

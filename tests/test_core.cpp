@@ -43,6 +43,24 @@ TEST_CASE("dtype promotion and casts", "[cpu][core]") {
   CHECK(!parse_dtype("f8").has_value());
 }
 
+TEST_CASE("a cast keeps the layout of a permuted contiguous tensor", "[cpu][core]") {
+  Tensor w = arange(0, 24, 1, {.dtype = DType::f32}).reshape({2, 3, 4});
+  Tensor t = w.permute({2, 0, 1}).requires_grad_(false);
+  Tensor cast = t.to(DType::f64);
+  CHECK(cast.strides() == t.strides());
+  CHECK(cast.to_vector<double>() == t.to(DType::f64).contiguous().to_vector<double>());
+  CHECK(cast.contiguous().to_vector<double>() == t.contiguous().to(DType::f64).to_vector<double>());
+  // A strided slice is not dense: it gets a contiguous result.
+  Tensor sliced = w.slice(2, 0, 4, 2).to(DType::f64);
+  CHECK(sliced.is_contiguous());
+  // Gradients flow through the permuted cast back to the source's layout.
+  Tensor leaf = arange(0, 6, 1, {.dtype = DType::f64}).reshape({2, 3}).requires_grad_(true);
+  Tensor y = leaf.t().to(DType::f32);
+  CHECK(y.stride(0) == 1);
+  sum(mul(y, arange(0, 6, 1, {.dtype = DType::f32}).reshape({3, 2}))).backward();
+  CHECK(leaf.grad().to_vector<double>() == std::vector<double>{0, 2, 4, 1, 3, 5});
+}
+
 TEST_CASE("views share storage and alias writes", "[cpu][core]") {
   Tensor x = arange(0, 24, 1, {.dtype = DType::f32}).reshape({2, 3, 4});
   Tensor t = x.transpose(0, 2);

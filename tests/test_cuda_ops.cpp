@@ -212,6 +212,26 @@ GENESIS_CUDA_PARITY("add") {
     require_close(dst_gpu, dst, elementwise_tolerance(dtype).rtol, elementwise_tolerance(dtype).atol);
   }
 }
+// An f32 operand with a 16-bit one (policy promote_math: the CUDA kernel widens on load) gives
+// the CPU's cast-then-compute result bit for bit, in either order, broadcast (a bias row) or
+// through strides, and its gradients reach each operand in its own dtype.
+TEST_CASE("cuda add, sub and mul of f32 and 16-bit operands widen on load", "[cuda][elementwise]") {
+  if (!cuda_ready()) return;
+  using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+  for (BinaryFn op : {static_cast<BinaryFn>(&add), static_cast<BinaryFn>(&sub), static_cast<BinaryFn>(&mul)}) {
+    for (DType half : {DType::bf16, DType::f16}) {
+      Tensor wide = random_input({37, 129}, DType::f32, -2, 2), narrow = random_input({37, 129}, half, -2, 2);
+      Tensor row = random_input({129}, half, -2, 2);
+      check_parity([op](const TensorList& in) { return op(in[0], in[1]); }, {wide, narrow}, {0, 0});
+      check_parity([op](const TensorList& in) { return op(in[1], in[0]); }, {wide, narrow}, {0, 0});
+      check_parity([op](const TensorList& in) { return op(in[0], in[1]); }, {wide, row}, {0, 0});
+      check_parity([op](const TensorList& in) { return op(in[0].t(), in[1].t()); }, {wide, narrow}, {0, 0});
+      check_backward_parity([op](const TensorList& in) { return op(in[0], in[1]); }, {wide, narrow},
+                            elementwise_tolerance(half));
+    }
+  }
+}
+
 GENESIS_CUDA_PARITY("sub") {
   check_arithmetic([](const Tensor& a, const Tensor& b) { return sub(a, b); }, -2, 2);
 }

@@ -140,6 +140,17 @@ TEST_CASE("parameters without gradients are skipped; zero_grad zeroes gradients 
   CHECK(p.grad().data_ptr() == storage);
   CHECK(p.grad().to_vector<double>() == std::vector<double>{0, 0, 0});
   CHECK(!q.grad().defined());
+  // A zeroed buffer is overwritten by the next backward (same storage), and later ones add.
+  opt->zero_grad();
+  Tensor w = tensor({1.0, 2.0, 3.0}, {3}, {.dtype = DType::f64});
+  sum(mul(p, w)).backward();
+  CHECK(p.grad().data_ptr() == storage);
+  CHECK(p.grad().to_vector<double>() == std::vector<double>{1, 2, 3});
+  sum(mul(p, w)).backward();
+  CHECK(p.grad().to_vector<double>() == std::vector<double>{2, 4, 6});
+  opt->zero_grad();
+  sum(mul(p, w)).backward();
+  CHECK(p.grad().to_vector<double>() == std::vector<double>{1, 2, 3});
   opt->zero_grad(/*set_to_none=*/true);
   CHECK(!p.grad().defined());
   CHECK_THROWS_AS(make_sgd(group(param(), -1.0, 0.0)), UsageError);

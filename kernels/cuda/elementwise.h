@@ -19,6 +19,11 @@ void unary_backward(UnaryOp op, DType dtype, int64_t n, const void* x, const voi
                     ElementwiseParams params, cudaStream_t stream);
 void binary(BinaryOp op, DType dtype, int ndim, const int64_t* shape, const void* a, const int64_t* a_strides,
             const void* b, const int64_t* b_strides, void* out, cudaStream_t stream);
+// out (f32) = a (op) b for add, sub and mul where one operand is f32 and the other f16 or bf16,
+// widened on load: the f32 result a cast pass would give, without the pass.
+bool binary_mixed_supported(BinaryOp op, DType a_dtype, DType b_dtype);
+void binary_mixed(BinaryOp op, DType a_dtype, DType b_dtype, int ndim, const int64_t* shape, const void* a,
+                  const int64_t* a_strides, const void* b, const int64_t* b_strides, float* out, cudaStream_t stream);
 // out = a (op) value, or value (op) a when scalar_first. The scalar is held in the compute
 // type: f32 for the 16-bit floats (it is not rounded to the tensor's dtype), f64 for f64, the
 // dtype itself (saturated) for integers and bool. out may be a itself when a is contiguous.

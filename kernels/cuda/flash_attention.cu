@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -36,6 +37,9 @@ struct FlashParams {
   HeadsLayout out_data_layout, grad_q_layout, grad_k_layout, grad_v_layout;
   float* lse;
   float* delta;
+  // Grouped heads: each query head's share of dK and dV (f32 [batch, q_heads, kv_len, head_dim]),
+  // summed over the group by flash_group_sum_kernel. Null when every kv head has one query head.
+  float *grad_k_partial, *grad_v_partial;
 };
 
 // --- tensor-core and copy primitives -----------------------------------------------------------
@@ -84,6 +88,13 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// acc[n] += a b and acc[n + 1] += a b' for the two n-tiles of one x4 B load (b[0..1], b[2..3]).
+template <class T, int N>
+__device__ __forceinline__ void mma_pair(float (&acc)[N][4], int n, const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+  mma<T>(acc[n], a, b[0], b[1]);
+  mma<T>(acc[n + 1], a, b[2], b[3]);
 }
 
 // Two floats rounded to T and packed (lo in the low half), as an mma operand register.
@@ -170,6 +181,29 @@ __device__ __forceinline__ void store_rows(T* base, int64_t row_stride, int64_t 
   }
 }
 
+// Stores an accumulator tile, scaled, as f32 rows of D elements (contiguous).
+template <int D>
+__device__ __forceinline__ void store_rows_f32(float* base, int64_t row0, int64_t rows, const float (&acc)[D / 8][4],
+                                               float scale, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    const int col = dt * 8 + 2 * t;
+    if (row0 + g < rows)
+      *reinterpret_cast<float2*>(base + (row0 + g) * D + col) = make_float2(acc[dt][0] * scale, acc[dt][1] * scale);
+    if (row0 + g + 8 < rows)
+      *reinterpret_cast<float2*>(base + (row0 + g + 8) * D + col) =
+          make_float2(acc[dt][2] * scale, acc[dt][3] * scale);
+  }
+}
+
+// 2^x with the hardware approximation (relative error about 2^-22; 2^-inf = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -236,8 +270,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
       for (int nt = 0; nt < kN / 8; nt += 2) {
         uint32_t kb[4];
         load_b<D>(kb, ks, nt * 8, kk * 16, lane);
-        mma<T>(s[nt], qf[kk], kb[0], kb[1]);
-        mma<T>(s[nt + 1], qf[kk], kb[2], kb[3]);
+        mma_pair<T>(s, nt, qf[kk], kb);
       }
     }
     __syncthreads();  // every warp is done with the keys: the next tile may land
@@ -261,7 +294,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
       for (int nt = 0; nt < kN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
       mx = quad_max(mx);
       const float used = mx == -INFINITY ? 0.0f : mx;  // a row with nothing visible yet
-      const float correction = exp2f((m[r] - used) * p.scale_log2);
+      const float correction = fast_exp2((m[r] - used) * p.scale_log2);
       m[r] = mx;
       l[r] *= correction;
       base[r] = used * p.scale_log2;
@@ -275,7 +308,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float pe = exp2f(fmaf(s[nt][e], p.scale_log2, -base[e / 2]));
+        const float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -base[e / 2]));
         s[nt][e] = pe;
         l[e / 2] += pe;
       }
@@ -290,8 +323,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
       for (int dt = 0; dt < D / 8; dt += 2) {
         uint32_t vb[4];
         load_b_trans<D>(vb, vs, ks16 * 16, dt * 8, lane);
-        mma<T>(o[dt], pa, vb[0], vb[1]);
-        mma<T>(o[dt + 1], pa, vb[2], vb[3]);
+        mma_pair<T>(o, dt, pa, vb);
       }
     }
     __syncthreads();  // every warp is done with the values
@@ -335,113 +367,159 @@ __global__ void flash_delta_kernel(FlashParams p) {
 template <int D>
 inline constexpr int kBackwardTile = D <= 64 ? 64 : 32;
 
-// dK and dV of 64 keys of one kv head: loops over the query heads of its group and the query
-// tiles that see the keys.
+// dK and dV of 64 keys of one kv head from one query head: loops over the query tiles that see
+// the keys, the next tile's loads in flight while this one is computed. With grouped heads the
+// block writes its head's share in f32 (flash_group_sum_kernel adds the group's shares in head
+// order); otherwise the gradients themselves.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(FlashParams p) {
   constexpr int kM = kBackwardTile<D>;  // queries per tile
   extern __shared__ __align__(16) unsigned char smem[];
   T* ks = reinterpret_cast<T*>(smem);
   T* vs = ks + kRows * kStride<D>;
-  T* qs = vs + kRows * kStride<D>;
-  T* dos = qs + kM * kStride<D>;
-  auto* lse_s = reinterpret_cast<float*>(dos + kM * kStride<D>);
-  float* delta_s = lse_s + kM;
+  T* q_tiles = vs + kRows * kStride<D>;         // two buffers of kM rows
+  T* go_tiles = q_tiles + 2 * kM * kStride<D>;  // two buffers of kM rows
+  auto* lse_tiles = reinterpret_cast<float*>(go_tiles + 2 * kM * kStride<D>);
+  float* delta_tiles = lse_tiles + 2 * kM;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t kv0 = static_cast<int64_t>(blockIdx.x) * kRows;
-  const int64_t kvh = blockIdx.y, b = blockIdx.z, group = p.q_heads / p.kv_heads;
+  const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (p.q_heads / p.kv_heads);
+  const T* q = head_base<T>(p.q, p.q_layout, b, h);
+  const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h);
+  const float* lse = p.lse + (b * p.q_heads + h) * p.q_len;
+  const float* delta = p.delta + (b * p.q_heads + h) * p.q_len;
+  // Tile i's loads into buffer i % 2: q and dO asynchronously, lse and delta through registers.
+  auto load_queries = [&](int64_t q0, int buffer) {
+    load_tile<D, kM>(q_tiles + buffer * kM * kStride<D>, q, p.q_layout.row, q0, p.q_len);
+    load_tile<D, kM>(go_tiles + buffer * kM * kStride<D>, go, p.grad_out_layout.row, q0, p.q_len);
+    cp_async_commit();
+    for (int r = static_cast<int>(threadIdx.x); r < kM; r += kThreads) {
+      const bool valid = q0 + r < p.q_len;
+      lse_tiles[buffer * kM + r] = valid ? lse[q0 + r] : INFINITY;  // p = 0 for rows past the end
+      delta_tiles[buffer * kM + r] = valid ? delta[q0 + r] : 0.0f;
+    }
+  };
   load_tile<D, kRows>(ks, head_base<T>(p.k, p.k_layout, b, kvh), p.k_layout.row, kv0, p.kv_len);
   load_tile<D, kRows>(vs, head_base<T>(p.v, p.v_layout, b, kvh), p.v_layout.row, kv0, p.kv_len);
   cp_async_commit();
 
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   const int64_t key[2] = {kv0 + warp * 16 + g, kv0 + warp * 16 + g + 8};
-  // The first query that sees any of these keys.
-  const int64_t first_q = p.causal ? max(int64_t{0}, kv0 - p.causal_offset) : 0;
-  for (int64_t gh = 0; gh < group; ++gh) {
-    const int64_t h = kvh * group + gh;
-    const T* q = head_base<T>(p.q, p.q_layout, b, h);
-    const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h);
-    const float* lse = p.lse + (b * p.q_heads + h) * p.q_len;
-    const float* delta = p.delta + (b * p.q_heads + h) * p.q_len;
-    for (int64_t q0 = first_q / kM * kM; q0 < p.q_len; q0 += kM) {
-      load_tile<D, kM>(qs, q, p.q_layout.row, q0, p.q_len);
-      load_tile<D, kM>(dos, go, p.grad_out_layout.row, q0, p.q_len);
-      cp_async_commit();
-      for (int r = static_cast<int>(threadIdx.x); r < kM; r += kThreads) {
-        const bool valid = q0 + r < p.q_len;
-        lse_s[r] = valid ? lse[q0 + r] : INFINITY;  // p = 0 for rows past the end
-        delta_s[r] = valid ? delta[q0 + r] : 0.0f;
-      }
+  // The first query tile with a query that sees any of these keys.
+  const int64_t first_q = (p.causal ? max(int64_t{0}, kv0 - p.causal_offset) : 0) / kM * kM;
+  if (first_q < p.q_len) load_queries(first_q, 0);
+  int buffer = 0;
+  for (int64_t q0 = first_q; q0 < p.q_len; q0 += kM, buffer ^= 1) {
+    if (q0 + kM < p.q_len) {
+      load_queries(q0 + kM, buffer ^ 1);
+      cp_async_wait<1>();
+    } else {
       cp_async_wait<0>();
-      __syncthreads();
-
-      // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys.
-      float s[kM / 8][4] = {}, dp[kM / 8][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t ka[4], va[4];
-        load_a<D>(ka, ks, warp * 16, kk * 16, lane);
-        load_a<D>(va, vs, warp * 16, kk * 16, lane);
-#pragma unroll
-        for (int nt = 0; nt < kM / 8; nt += 2) {
-          uint32_t qb[4], gb[4];
-          load_b<D>(qb, qs, nt * 8, kk * 16, lane);
-          load_b<D>(gb, dos, nt * 8, kk * 16, lane);
-          mma<T>(s[nt], ka, qb[0], qb[1]);
-          mma<T>(s[nt + 1], ka, qb[2], qb[3]);
-          mma<T>(dp[nt], va, gb[0], gb[1]);
-          mma<T>(dp[nt + 1], va, gb[2], gb[3]);
-        }
-      }
-      // P^T and dS^T = P^T (dP^T - delta) in place.
-#pragma unroll
-      for (int nt = 0; nt < kM / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qi = nt * 8 + 2 * t + (e & 1);
-          const float pe =
-              visible(p, q0 + qi, key[e / 2]) ? exp2f(fmaf(s[nt][e], p.scale_log2, -lse_s[qi])) : 0.0f;
-          s[nt][e] = pe;
-          dp[nt][e] = pe * (dp[nt][e] - delta_s[qi]);
-        }
-      }
-      // dV += P^T dO, dK += dS^T Q.
-#pragma unroll
-      for (int ks16 = 0; ks16 < kM / 16; ++ks16) {
-        uint32_t pa[4], dsa[4];
-        c_to_a<T>(pa, s[2 * ks16], s[2 * ks16 + 1]);
-        c_to_a<T>(dsa, dp[2 * ks16], dp[2 * ks16 + 1]);
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt += 2) {
-          uint32_t gb[4], qb[4];
-          load_b_trans<D>(gb, dos, ks16 * 16, dt * 8, lane);
-          load_b_trans<D>(qb, qs, ks16 * 16, dt * 8, lane);
-          mma<T>(dv[dt], pa, gb[0], gb[1]);
-          mma<T>(dv[dt + 1], pa, gb[2], gb[3]);
-          mma<T>(dk[dt], dsa, qb[0], qb[1]);
-          mma<T>(dk[dt + 1], dsa, qb[2], qb[3]);
-        }
-      }
-      __syncthreads();  // the tiles are reloaded next
     }
+    __syncthreads();
+    const T* qs = q_tiles + buffer * kM * kStride<D>;
+    const T* dos = go_tiles + buffer * kM * kStride<D>;
+    const float* lse_s = lse_tiles + buffer * kM;
+    const float* delta_s = delta_tiles + buffer * kM;
+
+    // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys.
+    float s[kM / 8][4] = {}, dp[kM / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ka[4], va[4];
+      load_a<D>(ka, ks, warp * 16, kk * 16, lane);
+      load_a<D>(va, vs, warp * 16, kk * 16, lane);
+#pragma unroll
+      for (int nt = 0; nt < kM / 8; nt += 2) {
+        uint32_t qb[4], gb[4];
+        load_b<D>(qb, qs, nt * 8, kk * 16, lane);
+        load_b<D>(gb, dos, nt * 8, kk * 16, lane);
+        mma_pair<T>(s, nt, ka, qb);
+        mma_pair<T>(dp, nt, va, gb);
+      }
+    }
+    // P^T and dS^T = P^T (dP^T - delta) in place.
+    const bool masked = q0 + kM > p.q_len || (p.causal && kv0 + kRows - 1 > q0 + p.causal_offset);
+#pragma unroll
+    for (int nt = 0; nt < kM / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = nt * 8 + 2 * t + (e & 1);
+        float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse_s[qi]));
+        if (masked && !visible(p, q0 + qi, key[e / 2])) pe = 0.0f;
+        s[nt][e] = pe;
+        dp[nt][e] = pe * (dp[nt][e] - delta_s[qi]);
+      }
+    }
+    // dV += P^T dO, dK += dS^T Q.
+#pragma unroll
+    for (int ks16 = 0; ks16 < kM / 16; ++ks16) {
+      uint32_t pa[4], dsa[4];
+      c_to_a<T>(pa, s[2 * ks16], s[2 * ks16 + 1]);
+      c_to_a<T>(dsa, dp[2 * ks16], dp[2 * ks16 + 1]);
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt += 2) {
+        uint32_t gb[4], qb[4];
+        load_b_trans<D>(gb, dos, ks16 * 16, dt * 8, lane);
+        load_b_trans<D>(qb, qs, ks16 * 16, dt * 8, lane);
+        mma_pair<T>(dv, dt, pa, gb);
+        mma_pair<T>(dk, dt, dsa, qb);
+      }
+    }
+    __syncthreads();  // this buffer is refilled two tiles on
+  }
+  cp_async_wait<0>();
+  const int64_t row0 = kv0 + warp * 16;
+  if (p.grad_k_partial) {
+    const int64_t at = (b * p.q_heads + h) * p.kv_len * D;
+    store_rows_f32<D>(p.grad_k_partial + at, row0, p.kv_len, dk, p.scale, lane);
+    store_rows_f32<D>(p.grad_v_partial + at, row0, p.kv_len, dv, 1.0f, lane);
+    return;
   }
   T* grad_k = static_cast<T*>(p.grad_k) + b * p.grad_k_layout.batch + kvh * p.grad_k_layout.head;
   T* grad_v = static_cast<T*>(p.grad_v) + b * p.grad_v_layout.batch + kvh * p.grad_v_layout.head;
-  store_rows<T, D>(grad_k, p.grad_k_layout.row, kv0 + warp * 16, p.kv_len, dk, p.scale, p.scale, lane);
-  store_rows<T, D>(grad_v, p.grad_v_layout.row, kv0 + warp * 16, p.kv_len, dv, 1.0f, 1.0f, lane);
+  store_rows<T, D>(grad_k, p.grad_k_layout.row, row0, p.kv_len, dk, p.scale, p.scale, lane);
+  store_rows<T, D>(grad_v, p.grad_v_layout.row, row0, p.kv_len, dv, 1.0f, 1.0f, lane);
 }
 
-// dQ of 64 queries of one head: loops over the key tiles they see.
+// dK and dV of grouped heads: each kv head's gradient is the sum of its query heads' shares,
+// added in head order. One thread per 4 elements of [batch, kv_heads, kv_len, head_dim].
+template <class T, int D>
+__global__ void flash_group_sum_kernel(FlashParams p, int64_t batch) {
+  const int64_t group = p.q_heads / p.kv_heads;
+  const int64_t quads = batch * p.kv_heads * p.kv_len * (D / 4);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < quads;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t d = (i % (D / 4)) * 4, row = (i / (D / 4)) % p.kv_len;
+    const int64_t kvh = (i / (D / 4) / p.kv_len) % p.kv_heads, b = i / (D / 4) / p.kv_len / p.kv_heads;
+    float4 k_sum = {0, 0, 0, 0}, v_sum = {0, 0, 0, 0};
+    for (int64_t gh = 0; gh < group; ++gh) {
+      const int64_t at = ((b * p.q_heads + kvh * group + gh) * p.kv_len + row) * D + d;
+      const float4 k = *reinterpret_cast<const float4*>(p.grad_k_partial + at);
+      const float4 v = *reinterpret_cast<const float4*>(p.grad_v_partial + at);
+      k_sum = {k_sum.x + k.x, k_sum.y + k.y, k_sum.z + k.z, k_sum.w + k.w};
+      v_sum = {v_sum.x + v.x, v_sum.y + v.y, v_sum.z + v.z, v_sum.w + v.w};
+    }
+    T* gk = static_cast<T*>(p.grad_k) + b * p.grad_k_layout.batch + kvh * p.grad_k_layout.head +
+            row * p.grad_k_layout.row + d;
+    T* gv = static_cast<T*>(p.grad_v) + b * p.grad_v_layout.batch + kvh * p.grad_v_layout.head +
+            row * p.grad_v_layout.row + d;
+    *reinterpret_cast<uint2*>(gk) = make_uint2(pack2<T>(k_sum.x, k_sum.y), pack2<T>(k_sum.z, k_sum.w));
+    *reinterpret_cast<uint2*>(gv) = make_uint2(pack2<T>(v_sum.x, v_sum.y), pack2<T>(v_sum.z, v_sum.w));
+  }
+}
+
+// dQ of 64 queries of one head: loops over the key tiles they see, the next tile's loads in
+// flight while this one is computed.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams p) {
   constexpr int kN = kBackwardTile<D>;  // keys per tile
   extern __shared__ __align__(16) unsigned char smem[];
   T* qs = reinterpret_cast<T*>(smem);
   T* dos = qs + kRows * kStride<D>;
-  T* ks = dos + kRows * kStride<D>;
-  T* vs = ks + kN * kStride<D>;
+  T* k_tiles = dos + kRows * kStride<D>;       // two buffers of kN rows
+  T* v_tiles = k_tiles + 2 * kN * kStride<D>;  // two buffers of kN rows
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t q_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
@@ -449,10 +527,16 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
   const int64_t q0 = q_block * kRows;
   const T* k = head_base<T>(p.k, p.k_layout, b, kvh);
   const T* v = head_base<T>(p.v, p.v_layout, b, kvh);
+  auto load_keys = [&](int64_t kv0, int buffer) {
+    load_tile<D, kN>(k_tiles + buffer * kN * kStride<D>, k, p.k_layout.row, kv0, p.kv_len);
+    load_tile<D, kN>(v_tiles + buffer * kN * kStride<D>, v, p.v_layout.row, kv0, p.kv_len);
+    cp_async_commit();
+  };
   load_tile<D, kRows>(qs, head_base<T>(p.q, p.q_layout, b, h), p.q_layout.row, q0, p.q_len);
   load_tile<D, kRows>(dos, head_base<T>(p.grad_out, p.grad_out_layout, b, h), p.grad_out_layout.row, q0, p.q_len);
   cp_async_commit();
-  cp_async_wait<0>();
+  load_keys(0, 0);
+  cp_async_wait<1>();
   __syncthreads();
   uint32_t qf[D / 16][4], gf[D / 16][4];
 #pragma unroll
@@ -470,12 +554,17 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
   }
   float dq[D / 8][4] = {};
   const int64_t kv_end = kv_end_for(p, q0, kRows);
-  for (int64_t kv0 = 0; kv0 < kv_end; kv0 += kN) {
-    load_tile<D, kN>(ks, k, p.k_layout.row, kv0, p.kv_len);
-    load_tile<D, kN>(vs, v, p.v_layout.row, kv0, p.kv_len);
-    cp_async_commit();
-    cp_async_wait<0>();
+  int buffer = 0;
+  for (int64_t kv0 = 0; kv0 < kv_end; kv0 += kN, buffer ^= 1) {
+    if (kv0 + kN < kv_end) {
+      load_keys(kv0 + kN, buffer ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
     __syncthreads();
+    const T* ks = k_tiles + buffer * kN * kStride<D>;
+    const T* vs = v_tiles + buffer * kN * kStride<D>;
     float s[kN / 8][4] = {}, dp[kN / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -484,18 +573,17 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
         uint32_t kb[4], vb[4];
         load_b<D>(kb, ks, nt * 8, kk * 16, lane);
         load_b<D>(vb, vs, nt * 8, kk * 16, lane);
-        mma<T>(s[nt], qf[kk], kb[0], kb[1]);
-        mma<T>(s[nt + 1], qf[kk], kb[2], kb[3]);
-        mma<T>(dp[nt], gf[kk], vb[0], vb[1]);
-        mma<T>(dp[nt + 1], gf[kk], vb[2], vb[3]);
+        mma_pair<T>(s, nt, qf[kk], kb);
+        mma_pair<T>(dp, nt, gf[kk], vb);
       }
     }
+    const bool masked = kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset);
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t j = kv0 + nt * 8 + 2 * t + (e & 1);
-        const float pe = visible(p, row[e / 2], j) ? exp2f(fmaf(s[nt][e], p.scale_log2, -lse[e / 2])) : 0.0f;
+        float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse[e / 2]));
+        if (masked && !visible(p, row[e / 2], kv0 + nt * 8 + 2 * t + (e & 1))) pe = 0.0f;
         dp[nt][e] = pe * (dp[nt][e] - delta[e / 2]);
       }
     }
@@ -507,11 +595,10 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
       for (int dt = 0; dt < D / 8; dt += 2) {
         uint32_t kb[4];
         load_b_trans<D>(kb, ks, ks16 * 16, dt * 8, lane);
-        mma<T>(dq[dt], dsa, kb[0], kb[1]);
-        mma<T>(dq[dt + 1], dsa, kb[2], kb[3]);
+        mma_pair<T>(dq, dt, dsa, kb);
       }
     }
-    __syncthreads();
+    __syncthreads();  // this buffer is refilled two tiles on
   }
   T* grad_q = static_cast<T*>(p.grad_q) + b * p.grad_q_layout.batch + h * p.grad_q_layout.head;
   store_rows<T, D>(grad_q, p.grad_q_layout.row, q0 + warp * 16, p.q_len, dq, p.scale, p.scale, lane);
@@ -549,11 +636,17 @@ void backward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream
   const dim3 delta_grid(blocks_of(s.q_len, 8), static_cast<unsigned>(s.batch * s.q_heads));
   flash_delta_kernel<T, D><<<delta_grid, 256, 0, stream>>>(p);
   GENESIS_CUDA_LAUNCH_CHECK();
-  const dim3 dkdv_grid(blocks_of(s.kv_len, kRows), static_cast<unsigned>(s.kv_heads), static_cast<unsigned>(s.batch));
+  const dim3 dkdv_grid(blocks_of(s.kv_len, kRows), static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
   launch(flash_backward_dkdv_kernel<T, D>, dkdv_grid,
-         2 * tile_bytes<T, D>(kRows) + 2 * tile_bytes<T, D>(kTile) + 2 * kTile * sizeof(float), p, stream);
+         2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile) + 4 * kTile * sizeof(float), p, stream);
+  if (p.grad_k_partial) {
+    const int64_t quads = s.batch * s.kv_heads * s.kv_len * (D / 4);
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>((quads + 255) / 256, 65535));
+    flash_group_sum_kernel<T, D><<<blocks, 256, 0, stream>>>(p, s.batch);
+    GENESIS_CUDA_LAUNCH_CHECK();
+  }
   const dim3 dq_grid(blocks_of(s.q_len, kRows), static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
-  launch(flash_backward_dq_kernel<T, D>, dq_grid, 2 * tile_bytes<T, D>(kRows) + 2 * tile_bytes<T, D>(kTile), p,
+  launch(flash_backward_dq_kernel<T, D>, dq_grid, 2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile), p,
          stream);
 }
 
@@ -605,6 +698,12 @@ bool aligned(const void* data, const HeadsLayout& l) {
 
 }  // namespace
 
+int64_t flash_attention_backward_scratch(const cpu::AttentionShape& s) {
+  const int64_t delta = (s.batch * s.q_heads * s.q_len + 3) / 4 * 4;  // the shares start 16-byte aligned
+  const int64_t shares = s.q_heads == s.kv_heads ? 0 : 2 * s.batch * s.q_heads * s.kv_len * s.head_dim;
+  return delta + shares;
+}
+
 bool flash_attention_supported(DType dtype, const cpu::AttentionShape& s,
                                std::initializer_list<FlashOperand> operands) {
   if (dtype != DType::bf16 && dtype != DType::f16) return false;
@@ -627,14 +726,18 @@ void flash_attention_forward(DType dtype, const cpu::AttentionShape& s, const Fl
 void flash_attention_backward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
                               const FlashOperand& v, const FlashOperand& out, const float* lse,
                               const FlashOperand& grad_out, const FlashOutput& grad_q, const FlashOutput& grad_k,
-                              const FlashOutput& grad_v, float* delta, cudaStream_t stream) {
+                              const FlashOutput& grad_v, float* scratch, cudaStream_t stream) {
   FlashParams p = make_params(s, q, k, v);
+  p.delta = scratch;
+  if (s.q_heads != s.kv_heads) {
+    p.grad_k_partial = scratch + (s.batch * s.q_heads * s.q_len + 3) / 4 * 4;
+    p.grad_v_partial = p.grad_k_partial + s.batch * s.q_heads * s.kv_len * s.head_dim;
+  }
   p.out = out.data;
   p.out_layout = out.layout;
   p.grad_out = grad_out.data;
   p.grad_out_layout = grad_out.layout;
   p.lse = const_cast<float*>(lse);
-  p.delta = delta;
   p.grad_q = grad_q.data;
   p.grad_q_layout = grad_q.layout;
   p.grad_k = grad_k.data;

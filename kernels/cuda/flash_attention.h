@@ -5,9 +5,9 @@
 // probabilities. Causal blocks above the diagonal are skipped; grouped-query heads read their
 // kv head in place. q, k, v, the output and every gradient are read and written through their
 // strides, so the [B, H, T, D] views of a fused qkv projection need no copies. The backward
-// is deterministic: one kernel accumulates dK and dV per key block (looping over the query
-// blocks and the group's query heads in a fixed order), another dQ per query block; no
-// atomics.
+// is deterministic: one kernel accumulates dK and dV per key block and query head (looping
+// over the query blocks; grouped heads' shares are then added in head order), another dQ per
+// query block; no atomics.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -39,11 +39,14 @@ bool flash_attention_supported(DType dtype, const cpu::AttentionShape& s, std::i
 void flash_attention_forward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
                              const FlashOperand& v, const FlashOutput& out, float* lse, cudaStream_t stream);
 
+// f32 scratch the backward needs: each query row's sum of grad_out * out, and with grouped
+// heads each query head's share of dK and dV (the group's shares are then added in order).
+int64_t flash_attention_backward_scratch(const cpu::AttentionShape& s);
+
 // Gradients of q, k and v (through their layouts) from the forward's out and lse and grad_out.
-// delta is scratch of batch * q_heads * q_len floats.
 void flash_attention_backward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
                               const FlashOperand& v, const FlashOperand& out, const float* lse,
                               const FlashOperand& grad_out, const FlashOutput& grad_q, const FlashOutput& grad_k,
-                              const FlashOutput& grad_v, float* delta, cudaStream_t stream);
+                              const FlashOutput& grad_v, float* scratch, cudaStream_t stream);
 
 }  // namespace genesis::kernels::cuda

@@ -78,7 +78,10 @@ TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
   }
   GENESIS_CHECK(g.shape() == leaf.shape(), AutogradError, "gradient of shape ", g.shape(), " for a leaf of shape ",
                 leaf.shape());
-  if (meta.grad.defined()) {
+  if (meta.grad.defined() && meta.grad_zeroed) {
+    meta.grad.copy_(g);  // after zero_grad_: overwritten in place (cast to .grad's dtype), no add
+    meta.grad_zeroed = false;
+  } else if (meta.grad.defined()) {
     add_(meta.grad, g);  // in place (casting g to .grad's dtype): .grad's storage persists across steps
   } else if (owns_whole_storage(g) && g.dtype() == leaf.dtype()) {
     meta.grad = std::move(g);  // nothing else holds the buffer: adopt it

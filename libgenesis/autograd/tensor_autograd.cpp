@@ -27,13 +27,33 @@ bool Tensor::is_leaf() const {
 
 Tensor Tensor::grad() const {
   const AutogradMeta* m = autograd_meta();
-  return m ? m->grad : Tensor();
+  if (!m) return Tensor();
+  if (m->grad_zeroed) {
+    NoGradGuard no_grad;
+    Tensor buffer = m->grad;  // a handle to the same storage
+    buffer.fill_(0.0);
+    m->grad_zeroed = false;
+  }
+  return m->grad;
 }
 
 void Tensor::set_grad(const Tensor& g) {
   GENESIS_CHECK(!g.defined() || g.shape() == shape(), ShapeError, "set_grad: gradient of shape ", g.shape(),
                 " for a tensor of shape ", shape());
-  impl().autograd_meta().grad = g;
+  AutogradMeta& m = impl().autograd_meta();
+  m.grad = g;
+  m.grad_zeroed = false;
+}
+
+void Tensor::zero_grad_(bool set_to_none) {
+  AutogradMeta* m = autograd_meta();
+  if (!m || !m->grad.defined()) return;
+  if (set_to_none) {
+    m->grad = Tensor();
+    m->grad_zeroed = false;
+  } else {
+    m->grad_zeroed = true;
+  }
 }
 
 const std::shared_ptr<Node>& Tensor::grad_fn() const {

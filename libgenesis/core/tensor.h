@@ -113,6 +113,9 @@ class Tensor {
   bool is_leaf() const;
   Tensor grad() const;
   void set_grad(const Tensor& g);
+  // .grad to zero: dropped with set_to_none, else its buffer kept (and written, not added to, by
+  // the next backward: no fill pass).
+  void zero_grad_(bool set_to_none = false);
   // Backpropagates from this tensor; `grad` may be omitted for a single-element tensor.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;  // same storage, no history
@@ -131,6 +134,9 @@ class Tensor {
 struct AutogradMeta {
   bool requires_grad = false;
   Tensor grad;
+  // zero_grad_ kept .grad's buffer but its values are logically zero: the next accumulation
+  // overwrites it (a copy, not an add) and a read before that fills it with zeros.
+  mutable bool grad_zeroed = false;
   std::shared_ptr<Node> grad_fn;
   uint32_t output_nr = 0;
   std::weak_ptr<Node> grad_accumulator;  // leaves: the node that adds into .grad

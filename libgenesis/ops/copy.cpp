@@ -1,7 +1,10 @@
 // Copies, casts and device transfers: contiguous, clone, to(dtype), to(device), copy_, fill_.
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/elementwise.h"
+#include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/factory.h"
@@ -40,6 +43,19 @@ Tensor transfer(const Tensor& src, Device device) {
   return out;
 }
 
+// The axis order that lays `t` out contiguously when t is a permutation of a contiguous
+// tensor (a transposed weight, the [B, H, T, D] view of a [B, T, H, D] projection), or an
+// empty vector. Axes of size 1 stay in place.
+std::vector<int64_t> dense_axis_order(const Tensor& t) {
+  std::vector<int64_t> order(static_cast<size_t>(t.dim()));
+  for (int64_t d = 0; d < t.dim(); ++d) order[static_cast<size_t>(d)] = d;
+  std::stable_sort(order.begin(), order.end(), [&t](int64_t a, int64_t b) {
+    if (t.size(a) == 1 || t.size(b) == 1) return false;
+    return t.stride(a) > t.stride(b);
+  });
+  return t.permute(order).is_contiguous() ? order : std::vector<int64_t>{};
+}
+
 }  // namespace
 
 Tensor Tensor::contiguous() const {
@@ -58,8 +74,23 @@ Tensor Tensor::clone() const {
 Tensor Tensor::to(DType target) const {
   auto [self] = detail::op_prologue<OpId::to_dtype>(*this);
   if (target == self.dtype()) return self;
-  Tensor out = empty(self.shape(), {.dtype = target, .device = self.device()});
-  copy_same_device(out, self);
+  // A permutation of a contiguous tensor keeps its layout (as PyTorch's preserve_format does):
+  // the cast then streams through memory instead of gathering through strides.
+  const Tensor out = [&] {
+    NoGradGuard views_only;  // layout permutes; the cast itself is recorded below
+    const std::vector<int64_t> order = self.is_contiguous() ? std::vector<int64_t>{} : dense_axis_order(self);
+    if (order.empty()) {
+      Tensor cast = empty(self.shape(), {.dtype = target, .device = self.device()});
+      copy_same_device(cast, self);
+      return cast;
+    }
+    std::vector<int64_t> inverse(order.size());
+    for (size_t i = 0; i < order.size(); ++i) inverse[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+    Tensor dense = self.permute(order);
+    Tensor cast = empty(dense.shape(), {.dtype = target, .device = self.device()});
+    copy_same_device(cast, dense);
+    return cast.permute(inverse);
+  }();
   if (is_floating(target) && needs_grad({self})) {
     DType source = self.dtype();
     record("to_dtype", {self}, {out}, [source](const TensorList& g) { return TensorList{g[0].to(source)}; });

@@ -131,6 +131,18 @@ Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
   }
   if (compute == DType::boolean && (op == BinaryOp::sub)) compute = DType::i64;
   Shape shape = broadcast_shapes(a_in.shape(), b_in.shape(), name);
+#if GENESIS_WITH_CUDA
+  // An f32 and a 16-bit operand (a residual stream plus a bf16 branch under autocast): the
+  // kernel widens the 16-bit one as it reads it.
+  if (a_in.device().is_cuda() && kernels::cuda::binary_mixed_supported(op, a_in.dtype(), b_in.dtype())) {
+    Tensor a = a_in.expand(shape), b = b_in.expand(shape);
+    Tensor out = empty(shape, {.dtype = DType::f32, .device = a.device()});
+    kernels::cuda::binary_mixed(op, a.dtype(), b.dtype(), static_cast<int>(shape.size()), shape.data(), a.data_ptr(),
+                                a.strides().data(), b.data_ptr(), b.strides().data(), out.data<float>(),
+                                cuda::current_stream());
+    return out;
+  }
+#endif
   Tensor a = a_in.to(compute).expand(shape);
   Tensor b = b_in.to(compute).expand(shape);
   DType out_dtype = kernels::is_comparison(op) ? DType::boolean : compute;

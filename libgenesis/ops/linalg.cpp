@@ -323,11 +323,18 @@ LinearOutput linear_forward(const char* op, const Tensor& x2, const Tensor& w, c
 // Gradients of x2 [rows, in] @ w^T + b with respect to x2, w and b from g2 [rows, out], all
 // of one dtype; each only where asked (w is read only for x2's gradient, x2 only for w's). On
 // CUDA the bias gradient rides on the weight gradient's GEMM (cuBLASLt's BGRADB epilogue sums
-// g2 over rows as it reads it).
+// g2 over rows as it reads it). A transposed weight gets its gradient in its own layout.
 TensorList linear_backward([[maybe_unused]] const char* op, const Tensor& g2, const Tensor& x2, const Tensor& w,
-                           bool need_x, bool need_w, bool need_b) {
+                           bool need_x, bool need_w, bool need_b, bool weight_transposed) {
   TensorList grads(3);
   if (need_x) grads[0] = matmul(g2, w);
+  if (weight_transposed) {
+    // The weight is the transposed view of an [in, out] tensor (GPT-2's Conv1D): its gradient
+    // is computed in that layout, so the parameter's accumulation is a contiguous pass.
+    if (need_w) grads[1] = matmul(x2.t(), g2).t();
+    if (need_b) grads[2] = sum(g2, {0});
+    return grads;
+  }
 #if GENESIS_WITH_CUDA
   if (need_w && need_b && g2.device().is_cuda() && g2.dtype() != DType::f64 && g2.numel() > 0 && x2.size(1) > 0) {
     Tensor gw = empty({g2.size(1), x2.size(1)}, {.dtype = g2.dtype(), .device = g2.device()});
@@ -377,13 +384,14 @@ Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Te
            [op, xs = need_w ? saved(x) : Tensor(), ws = need_x ? saved(weight) : Tensor(), pre = saved(forward.pre),
             x_shape = x.shape(), x_dtype = x.dtype(), w_dtype = weight.dtype(),
             bdt = bias.defined() ? bias.dtype() : dt, rows, in_features, out_features = weight.size(0), need_x, need_w,
+            weight_transposed = weight.size(1) > 1 && weight.stride(0) == 1 && weight.stride(1) == weight.size(0),
             need_b = bias.defined() && bias.requires_grad()](const TensorList& g) {
              Tensor g2 = g[0].reshape({rows, out_features});
              if (pre.defined()) g2 = gelu_tanh_backward(pre, g2);
              DType grad_dtype = g2.dtype();
              Tensor x2 = xs.defined() ? xs.to(grad_dtype).reshape({rows, in_features}) : Tensor();
              Tensor w = ws.defined() ? ws.to(grad_dtype) : Tensor();
-             TensorList grads = linear_backward(op, g2, x2, w, need_x, need_w, need_b);
+             TensorList grads = linear_backward(op, g2, x2, w, need_x, need_w, need_b, weight_transposed);
              if (grads[0].defined()) grads[0] = grads[0].reshape(x_shape).to(x_dtype);
              if (grads[1].defined()) grads[1] = grads[1].to(w_dtype);
              if (grads[2].defined()) grads[2] = grads[2].to(bdt);

@@ -188,7 +188,9 @@ Tensor linear_cross_entropy_cuda(const Tensor& x, const Tensor& weight, const Te
                } else {
                  gw.zero_();
                }
-               out[1] = mul(gw.narrow(0, 0, classes), scale).to(dt);
+               // Left in f32: the weight is usually an f32 parameter cast for the GEMMs, whose
+               // cast would only widen a 16-bit gradient again.
+               out[1] = mul(gw.narrow(0, 0, classes), scale);
              }
              return out;
            });

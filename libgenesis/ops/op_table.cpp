@@ -10,6 +10,7 @@ std::string_view autocast_policy_name(AutocastPolicy policy) {
     case AutocastPolicy::f32_math: return "f32_math";
     case AutocastPolicy::low_out: return "low_out";
     case AutocastPolicy::promote: return "promote";
+    case AutocastPolicy::promote_math: return "promote_math";
   }
   return "?";
 }

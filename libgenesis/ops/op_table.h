@@ -15,6 +15,9 @@
 //   low_out  read inputs as they are (f32 or 16-bit), compute the statistics and math in f32,
 //            return the autocast dtype (layer_norm, rms_norm: their outputs feed matrix products)
 //   promote  cast to the widest floating input (binary ops, where, cat, stack, ...)
+//   promote_math  read inputs as they are and compute in the widest floating dtype (add, sub,
+//            mul: the CUDA kernels widen a 16-bit operand on load, so an f32 residual plus a
+//            bf16 branch output needs no cast pass)
 //   none     run in the inputs' own dtypes (views, copies, indexing, activations)
 #include <array>
 #include <cstdint>
@@ -23,7 +26,7 @@
 
 namespace genesis {
 
-enum class AutocastPolicy : uint8_t { none, lower, f32, f32_math, low_out, promote };
+enum class AutocastPolicy : uint8_t { none, lower, f32, f32_math, low_out, promote, promote_math };
 std::string_view autocast_policy_name(AutocastPolicy policy);
 
 #define GENESIS_OPS(X)                                              \
@@ -73,9 +76,9 @@ std::string_view autocast_policy_name(AutocastPolicy policy);
   X(clamp, "unary", true, true, none)                               \
   X(sign, "unary", true, true, none)                                \
   /* binary (broadcasting) */                                       \
-  X(add, "binary", true, true, promote)                             \
-  X(sub, "binary", true, true, promote)                             \
-  X(mul, "binary", true, true, promote)                             \
+  X(add, "binary", true, true, promote_math)                        \
+  X(sub, "binary", true, true, promote_math)                        \
+  X(mul, "binary", true, true, promote_math)                        \
   X(div, "binary", true, true, promote)                             \
   X(pow, "binary", true, true, f32)                                 \
   X(maximum, "binary", true, true, promote)                         \

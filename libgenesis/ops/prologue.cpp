@@ -21,7 +21,8 @@ std::optional<DType> autocast_target(AutocastPolicy policy, DType low, DType wid
   switch (policy) {
     case AutocastPolicy::none:
     case AutocastPolicy::f32_math:
-    case AutocastPolicy::low_out: return std::nullopt;
+    case AutocastPolicy::low_out:
+    case AutocastPolicy::promote_math: return std::nullopt;
     // f64 stays f64, as in PyTorch: autocast is for f32 code paths.
     case AutocastPolicy::lower: return t == DType::f64 || t == low ? std::nullopt : std::optional(low);
     case AutocastPolicy::f32: return is_half(t) ? std::optional(DType::f32) : std::nullopt;
@@ -31,7 +32,9 @@ std::optional<DType> autocast_target(AutocastPolicy policy, DType low, DType wid
 }
 
 void autocast_args(AutocastPolicy policy, DType low, std::span<Tensor> args) {
-  if (policy == AutocastPolicy::none || policy == AutocastPolicy::f32_math || policy == AutocastPolicy::low_out) return;
+  if (policy == AutocastPolicy::none || policy == AutocastPolicy::f32_math || policy == AutocastPolicy::low_out ||
+      policy == AutocastPolicy::promote_math)
+    return;
   std::optional<DType> widest;
   if (policy == AutocastPolicy::promote) {
     for (const Tensor& t : args)

@@ -117,11 +117,12 @@ Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, c
              Tensor gq = rows_major_heads(s.batch, s.q_heads, s.q_len, s.head_dim, options);
              Tensor gk = rows_major_heads(s.batch, s.kv_heads, s.kv_len, s.head_dim, options);
              Tensor gv = rows_major_heads(s.batch, s.kv_heads, s.kv_len, s.head_dim, options);
-             Tensor delta = empty({s.batch, s.q_heads, s.q_len}, {.dtype = DType::f32, .device = qs.device()});
+             Tensor scratch = empty({kernels::cuda::flash_attention_backward_scratch(s)},
+                                    {.dtype = DType::f32, .device = qs.device()});
              kernels::cuda::flash_attention_backward(qs.dtype(), s, flash_operand(qs), flash_operand(ks),
                                                      flash_operand(vs), flash_operand(os), lses.data<float>(),
                                                      flash_operand(gy), flash_output(gq), flash_output(gk),
-                                                     flash_output(gv), delta.data<float>(), cuda::current_stream());
+                                                     flash_output(gv), scratch.data<float>(), cuda::current_stream());
              return TensorList{gq, gk, gv};
            });
   }

@@ -92,15 +92,8 @@ void Optimizer::step(const Tensor& skip_if) {
 
 void Optimizer::zero_grad(bool set_to_none) {
   NoGradGuard no_grad;
-  for (ParamGroup& g : groups_) {
-    for (NamedTensor& p : g.params) {
-      if (set_to_none) {
-        p.tensor.set_grad(Tensor());
-      } else if (Tensor grad = p.tensor.grad(); grad.defined()) {
-        grad.fill_(0.0);
-      }
-    }
-  }
+  for (ParamGroup& g : groups_)
+    for (NamedTensor& p : g.params) p.tensor.zero_grad_(set_to_none);
 }
 
 std::vector<NamedTensor> Optimizer::state() const {

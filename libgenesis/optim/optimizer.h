@@ -42,9 +42,10 @@ class Optimizer {
   // which from then on gives adam's bias corrections and sgd's first step (so a skipped step
   // does not advance them) and is what state() exports as "<name>.step".
   void step(const Tensor& skip_if = Tensor());
-  // Zeroes every gradient in place, keeping its storage (PyTorch's set_to_none=False): the next
-  // backward accumulates into the same buffers, which data-parallel training can bucket.
-  // set_to_none drops them instead (the next backward allocates new ones).
+  // Zeroes every gradient, keeping its storage (PyTorch's set_to_none=False): the next backward
+  // writes into the same buffers (Tensor::zero_grad_: no fill pass; the first gradient is
+  // copied in, later ones added), which data-parallel training can bucket. set_to_none drops
+  // them instead (the next backward allocates new ones).
   void zero_grad(bool set_to_none = false);
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
