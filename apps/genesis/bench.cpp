@@ -14,9 +14,11 @@
 #include "apps/genesis/bench_ceilings.h"
 #include "apps/genesis/bench_compare.h"
 #include "apps/genesis/bench_ops.h"
+#include "apps/genesis/bench_train.h"
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/threads.h"
+#include "libgenesis/recipe/recipe.h"
 #if GENESIS_WITH_CUDA
 #include "libgenesis/cuda/runtime.h"
 #endif
@@ -275,6 +277,29 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"read", "write"}));
   ops_cmd->add_option("--ceilings", ops->ceilings_path, "Read the ceilings from this JSON instead of measuring");
   register_command(ops_cmd, [ops] { return run_ops(*ops); });
+
+  struct TrainFlags {
+    std::string recipe, json_path, device;
+    std::vector<std::string> sets;
+    TrainBenchOptions options;
+  };
+  auto tf = std::make_shared<TrainFlags>();
+  CLI::App* train_cmd = bench->add_subcommand(
+      "train", "Time a language-model recipe's training step on synthetic tokens (tokens/s, MFU, memory, phases)");
+  train_cmd->add_option("recipe", tf->recipe, "Recipe file (TOML)")->required()->check(CLI::ExistingFile);
+  train_cmd->add_option("--set", tf->sets, "Override a recipe key: section.key=value (repeatable)");
+  train_cmd->add_option("--device", tf->device, "cpu, cuda, cuda:N or auto (overrides run.device)");
+  train_cmd->add_option("--steps", tf->options.steps, "Timed steps (the median is reported)")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  train_cmd->add_option("--warmup", tf->options.warmup, "Untimed steps first")
+      ->check(CLI::Range(int64_t{0}, int64_t{100000}));
+  train_cmd->add_option("--json", tf->json_path, "Write the result as JSON (genesis.bench.train/1)");
+  register_command(train_cmd, [tf] {
+    std::vector<std::string> sets = tf->sets;
+    if (!tf->device.empty()) sets.push_back("run.device=" + tf->device);
+    write_json(tf->json_path, run_train_bench(load_recipe(tf->recipe, sets), tf->options));
+    return 0;
+  });
 
   struct CeilingFlags {
     std::string device = "auto", json_path;

@@ -19,9 +19,10 @@ json load(const std::string& path) {
   try {
     json j = json::parse(in);
     std::string schema = j.at("schema").get<std::string>();
-    GENESIS_CHECK(schema == "genesis.bench.ops/1" || schema == "genesis.bench.alloc/1", UsageError,
-                  "genesis bench compare: '", path, "' has schema '", schema,
-                  "'; expected genesis.bench.ops/1 or genesis.bench.alloc/1");
+    GENESIS_CHECK(schema == "genesis.bench.ops/1" || schema == "genesis.bench.alloc/1" ||
+                      schema == "genesis.bench.train/1",
+                  UsageError, "genesis bench compare: '", path, "' has schema '", schema,
+                  "'; expected genesis.bench.ops/1, genesis.bench.alloc/1 or genesis.bench.train/1");
     return j;
   } catch (const json::exception& e) {
     GENESIS_THROW(UsageError, "genesis bench compare: '", path, "' is not a bench result (", e.what(), ")");
@@ -138,7 +139,8 @@ int compare_results(const std::string& path_a, const std::string& path_b) {
                 a.at("schema").get<std::string>(), " but '", path_b, "' holds ", b.at("schema").get<std::string>());
   std::printf("A: %s (%s)\nB: %s (%s)\n", label(a).c_str(), path_a.c_str(), label(b).c_str(), path_b.c_str());
   try {
-    return a.at("schema") == "genesis.bench.ops/1" ? compare_ops(a, b) : compare_alloc(a, b);
+    // Train results hold cases as ops results do (one per recipe step).
+    return a.at("schema") == "genesis.bench.alloc/1" ? compare_alloc(a, b) : compare_ops(a, b);
   } catch (const json::exception& e) {
     GENESIS_THROW(UsageError, "genesis bench compare: malformed result file (", e.what(), ")");
   }

@@ -30,6 +30,7 @@
 #include "libgenesis/train/checkpoint.h"
 #include "libgenesis/train/lm_metrics.h"
 #include "libgenesis/train/run_log.h"
+#include "libgenesis/train/step.h"
 #include "libgenesis/train/stop_signal.h"
 
 #if GENESIS_WITH_CUDA
@@ -215,14 +216,6 @@ RunBatches token_batches(const RecipeSpec& spec, Device device, const std::funct
   return b;
 }
 
-// Cross-entropy of logits [N, C] against targets [N], or of a sequence model's logits
-// [B, T, V] against the next tokens [B, T].
-Tensor training_loss(const Tensor& logits, const Tensor& targets) {
-  if (logits.dim() != 3) return cross_entropy(logits, targets);
-  const int64_t rows = logits.size(0) * logits.size(1);
-  return cross_entropy(logits.reshape({rows, logits.size(2)}), targets.reshape({rows}));
-}
-
 // Counts the steps whose loss or gradient norm is inf/NaN on the device, and the first of them.
 class NonfiniteSteps {
  public:
@@ -255,10 +248,6 @@ class NonfiniteSteps {
   Tensor count_, first_;
   int64_t reported_ = 0;
 };
-
-// The per-step hook that a later issue fills in: data-parallel gradient averaging after
-// backward. A no-op today.
-void synchronize_gradients(const std::vector<Tensor>& /*params*/) {}
 
 }  // namespace
 
@@ -315,13 +304,15 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                            ? token_batches(spec, device, [&log](const std::string& line) { log.note(line); })
                            : sample_batches(spec, device);
   std::shared_ptr<nn::Module> model = recipe::build_model(spec, device);
-  // Language models take the fused head's loss, which never keeps [B, T, V] logits.
-  auto* causal_lm = dynamic_cast<models::CausalLM*>(model.get());
   std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, *model);
   const auto scaler = recipe::build_grad_scaler(spec, device);  // fp16 only
   const int64_t total = recipe::total_steps(spec, batches.per_epoch);
   LrSchedule schedule = recipe::build_schedule(spec, total);
-  std::vector<Tensor> params = model->parameters();
+  TrainStep train_step(*model, *optimizer, scaler.get(),
+                       {.autocast = amp,
+                        .grad_accum_steps = spec.training.grad_accum_steps,
+                        .clip_grad_norm = spec.training.clip_grad_norm,
+                        .clip_grad_value = spec.training.clip_grad_value});
 
   TrainerState state;
   state.optimizer_name = optimizer->name();
@@ -440,28 +431,12 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   model->train();
   while (state.step < total) {
     for (ParamGroup& g : optimizer->param_groups()) g.lr = schedule.lr(g.base_lr, state.step);
-    Tensor step_loss;
-    for (int64_t micro = 0; micro < t.grad_accum_steps; ++micro) {
-      data::Batch batch = batches.next();
-      Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
-      Tensor loss;
-      {
-        AutocastGuard autocast(amp);
-        loss = causal_lm ? causal_lm->loss(x, y) : training_loss((*model)(x), y);
-      }
-      Tensor scaled = t.grad_accum_steps > 1 ? div(loss, static_cast<double>(t.grad_accum_steps)) : loss;
-      (scaler ? scaler->scale_loss(scaled) : scaled).backward();
-      step_loss = step_loss.defined() ? add(step_loss, scaled.detach()) : scaled.detach();
-      window_samples += batch.targets.size(0);
-    }
-    synchronize_gradients(params);
-    if (scaler) scaler->unscale_(params);
-    Tensor grad_norm = clip_grad_norm(params, t.clip_grad_norm);
-    if (t.clip_grad_value > 0.0) clip_grad_value(params, t.clip_grad_value);
     // Skipped on the device on inf/nan (the scaler's found-inf, or this step's loss and norm).
-    optimizer->step(scaler ? scaler->found_inf() : nonfinite.flag(step_loss, grad_norm, state.step + 1));
-    if (scaler) scaler->update();
-    optimizer->zero_grad();
+    const StepResult result = train_step.run(batches.next, device, [&](const Tensor& loss, const Tensor& norm) {
+      return nonfinite.flag(loss, norm, state.step + 1);
+    });
+    const Tensor &step_loss = result.loss, &grad_norm = result.grad_norm;
+    window_samples += result.samples;
     ++state.step;
 
     bool last = state.step == total;

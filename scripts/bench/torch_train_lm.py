@@ -4,7 +4,10 @@
 transformers' GPT-2 with --hf; Qwen2 through transformers), trained on
 random token windows with AdamW, bf16 autocast (or f32 with TF32) and SDPA attention; prints
 one JSON object: tokens/s and ms per step (medians over the timed steps) and the peak of
-torch.cuda.max_memory_allocated.
+torch.cuda.max_memory_allocated. With --json FILE it also writes the schema of
+`genesis bench train` (genesis.bench.train/1: the step's median, MFU, peak memory and its
+forward / backward / optimizer split from CUDA events, the steps run back to back), so
+`genesis bench compare` prints the ratio against genesis's result.
 
   python3 scripts/bench/torch_train_lm.py --model gpt2 --batch 16 --seq 1024 --dtype bf16
   python3 scripts/bench/torch_train_lm.py --model qwen2_0.5b --batch 8 --seq 1024 [--compile]
@@ -100,6 +103,8 @@ def main():
     p.add_argument("--compile", action="store_true")
     p.add_argument("--hf", action="store_true", help="GPT-2 from transformers instead of the compact module")
     p.add_argument("--vocab", type=int, default=0, help="override the vocabulary size (nanoGPT: 50304)")
+    p.add_argument("--json", default="", help="write a genesis.bench.train/1 result here")
+    p.add_argument("--case-name", default="", help="the recipe's run.name, which names the case (as genesis does)")
     a = p.parse_args()
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -120,33 +125,76 @@ def main():
 
     loss_fn = torch.compile(compute_loss) if a.compile else compute_loss
 
-    def step():
+    def step(mark):
         ids = torch.randint(0, data_vocab, (a.batch, a.seq + 1), device=dev, generator=gen)
         loss = loss_fn(ids)
+        mark("forward")
         loss.backward()
+        mark("backward")
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        mark("optimizer")
         return loss
 
     for _ in range(a.warmup):
-        step()
+        step(lambda phase: None)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
-    times = []
+    # Events at the phase boundaries of back-to-back steps, read after the last one.
+    marks = []
+
+    def mark(phase):
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        marks.append((phase, e))
+
+    mark("start")
     for _ in range(a.steps):
-        t0 = time.perf_counter()
-        loss = step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    ms = statistics.median(times) * 1e3
+        loss = step(mark)
+    torch.cuda.synchronize()
+    steps, phases, total, split = [], {"forward": [], "backward": [], "optimizer": []}, 0.0, {}
+    for (_, before), (phase, after) in zip(marks, marks[1:]):
+        ms = before.elapsed_time(after)
+        total += ms
+        split[phase] = split.get(phase, 0.0) + ms
+        if phase == "optimizer":
+            steps.append(total)
+            for name in phases:
+                phases[name].append(split.get(name, 0.0))
+            total, split = 0.0, {}
+    ms = statistics.median(steps)
+    tokens_per_s = a.batch * a.seq / (ms / 1e3)
+    framework = ("pytorch " + torch.__version__ + (" compile" if a.compile else " eager")
+                 + (" transformers" if a.hf or a.model != "gpt2" else " nanogpt-style"))
+    peak_gib = torch.cuda.max_memory_allocated() / 2**30
     print(json.dumps({
-        "framework": "pytorch " + torch.__version__ + (" compile" if a.compile else " eager")
-        + (" transformers" if a.hf or a.model != "gpt2" else " nanogpt-style"),
-        "model": a.model, "vocab": vocab, "batch": a.batch, "seq": a.seq, "dtype": a.dtype,
-        "ms_per_step": round(ms, 2), "tokens_per_s": round(a.batch * a.seq / (ms / 1e3)),
-        "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        "framework": framework, "model": a.model, "vocab": vocab, "batch": a.batch, "seq": a.seq, "dtype": a.dtype,
+        "ms_per_step": round(ms, 2), "tokens_per_s": round(tokens_per_s),
+        "peak_memory_gib": round(peak_gib, 2),
         "final_loss": round(loss.item(), 4), "gpu": torch.cuda.get_device_name()}))
+    if a.json:
+        # genesis's count (libgenesis/train/lm_metrics.cpp): 6 per matmul parameter (position
+        # embeddings are lookups), 12 L width T for attention; H100 dense bf16 peak 989 TFLOP/s.
+        cfg = MODELS[a.model]
+        matmul_params = sum(p.numel() for n, p in model.named_parameters() if not n.endswith("wpe.weight"))
+        layers = cfg.get("n_layer", cfg.get("num_hidden_layers"))
+        width = cfg.get("n_embd", cfg.get("hidden_size"))
+        flops_per_token = 6.0 * matmul_params + 12.0 * layers * width * a.seq
+        name = torch.cuda.get_device_name()
+        peak = 756e12 if "H100 PCIe" in name else 989e12 if ("H100" in name or "H200" in name) else 0.0
+        ordered = sorted(steps)
+        pick = lambda q: ordered[int(q * (len(ordered) - 1) + 0.5)]
+        case = {"name": (a.case_name or a.model) + " train step", "op": "train_step", "shapes": [[a.batch, a.seq]],
+                "dtype": a.dtype, "status": "ok", "median_ms": ms, "p10_ms": pick(0.1), "p90_ms": pick(0.9),
+                "reps": len(steps), "tokens_per_s": tokens_per_s,
+                "mfu": tokens_per_s * flops_per_token / peak if peak else 0.0, "peak_memory_gib": peak_gib,
+                "phases": {f"{k}_ms": statistics.median(v) for k, v in phases.items()},
+                "final_loss": loss.item(), "vocab": vocab}
+        with open(a.json, "w") as f:
+            json.dump({"schema": "genesis.bench.train/1", "tool": framework, "device": "cuda:0",
+                       "device_name": name, "model": a.model, "flops_per_token": flops_per_token,
+                       "peak_flops_per_s": peak, "cases": [case]}, f, indent=2)
 
 
 if __name__ == "__main__":

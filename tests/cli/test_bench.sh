@@ -67,6 +67,32 @@ done
 "$genesis" bench compare "$tmp/alloc.json" "$tmp/alloc.json" | grep -q "5 cases compared: geomean B/A 1.00x" \
   || fail "compare of two alloc results"
 
+# bench train: a tiny GPT-2 recipe's step on synthetic tokens, its JSON, and compare of two runs.
+tiny=(--set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set data.seq_len=16
+      --set training.batch_size=2 --device cpu --steps 3 --warmup 1)
+"$genesis" bench train "$src/recipes/mobydick_gpt_tiny.toml" "${tiny[@]}" --json "$tmp/train.json" > "$tmp/train.txt"
+check "bench train" 0 $?
+grep -q "tokens/s" "$tmp/train.txt" || fail "bench train prints no tokens/s"
+grep -q "phases: forward" "$tmp/train.txt" || fail "bench train prints no phase split"
+if command -v python3 >/dev/null; then
+  python3 - "$tmp/train.json" <<'PY' || fail "bench train JSON does not follow the schema"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["schema"] == "genesis.bench.train/1" and r["model"] == "gpt2" and r["flops_per_token"] > 0, r
+[c] = r["cases"]
+assert c["shapes"] == [[2, 16]] and c["reps"] == 3 and c["median_ms"] > 0 and c["tokens_per_s"] > 0, c
+assert c["p10_ms"] <= c["median_ms"] <= c["p90_ms"], c
+p = c["phases"]
+assert min(p["forward_ms"], p["backward_ms"], p["optimizer_ms"]) > 0, p
+assert abs(sum(p.values()) - c["median_ms"]) < 0.5 * c["median_ms"], (p, c["median_ms"])
+PY
+fi
+"$genesis" bench compare "$tmp/train.json" "$tmp/train.json" | grep -q "1 cases compared" \
+  || fail "compare of two bench train results"
+err=$("$genesis" bench train "$src/recipes/fashion_mnist_mlp.toml" --device cpu 2>&1 >/dev/null)
+check "bench train of a classifier recipe" 2 $?
+echo "$err" | grep -q "not a language model" || fail "bench train classifier message: $err"
+
 # Bad input: exit 2 with one line that names the problem.
 err=$("$genesis" bench ops --device cpu --suite "$src/tests/data/bench_bad_op.toml" 2>&1 >/dev/null)
 check "unknown op in the suite" 2 $?

@@ -1,0 +1,250 @@
+#include "apps/genesis/bench_train.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "apps/genesis/bench_timing.h"
+#include "libgenesis/core/error.h"
+#include "libgenesis/core/generator.h"
+#include "libgenesis/core/threads.h"
+#include "libgenesis/models/causal_lm.h"
+#include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/linalg.h"
+#include "libgenesis/recipe/build.h"
+#include "libgenesis/train/lm_metrics.h"
+#include "libgenesis/train/step.h"
+#if GENESIS_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "libgenesis/cuda/caching_allocator.h"
+#include "libgenesis/cuda/runtime.h"
+#endif
+
+namespace genesis::cli::bench {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kPhases[] = {"forward", "backward", "optimizer"};
+
+// Timestamps of the phase boundaries of the timed steps: CUDA events recorded on the stream as
+// the host reaches each boundary (read after the last step, so the steps run back to back), or
+// the steady clock on the CPU, whose ops finish before they return.
+class PhaseClock {
+ public:
+  explicit PhaseClock(Device device) : device_(device) {}
+  ~PhaseClock() {
+#if GENESIS_WITH_CUDA
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+#endif
+  }
+  PhaseClock(const PhaseClock&) = delete;
+  PhaseClock& operator=(const PhaseClock&) = delete;
+
+  void mark(std::string label) {
+    labels_.push_back(std::move(label));
+    if (device_.is_cpu()) {
+      host_.push_back(Clock::now());
+      return;
+    }
+#if GENESIS_WITH_CUDA
+    cudaEvent_t e = nullptr;
+    GENESIS_CUDA_CHECK(cudaEventCreate(&e));
+    events_.push_back(e);
+    GENESIS_CUDA_CHECK(cudaEventRecord(e, cuda::current_stream()));
+#endif
+  }
+
+  // Milliseconds from mark i - 1 to mark i, once every mark has completed.
+  double since_previous_ms(size_t i) const {
+    if (device_.is_cpu()) return std::chrono::duration<double, std::milli>(host_[i] - host_[i - 1]).count();
+    float ms = 0;
+#if GENESIS_WITH_CUDA
+    GENESIS_CUDA_CHECK(cudaEventSynchronize(events_[i]));
+    GENESIS_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]));
+#endif
+    return ms;
+  }
+  const std::string& label(size_t i) const { return labels_[i]; }
+  size_t size() const { return labels_.size(); }
+
+ private:
+  Device device_;
+  std::vector<std::string> labels_;
+  std::vector<Clock::time_point> host_;
+#if GENESIS_WITH_CUDA
+  std::vector<cudaEvent_t> events_;
+#endif
+};
+
+void synchronize(Device device) {
+#if GENESIS_WITH_CUDA
+  if (device.is_cuda()) cuda::synchronize();
+#else
+  (void)device;
+#endif
+}
+
+double peak_memory_bytes(Device device) {
+#if GENESIS_WITH_CUDA
+  if (device.is_cuda()) return static_cast<double>(cuda::memory_stats(device.index).peak_allocated);
+#else
+  (void)device;
+#endif
+  return 0.0;
+}
+
+void reset_peak_memory(Device device) {
+#if GENESIS_WITH_CUDA
+  if (device.is_cuda()) cuda::reset_peak_stats(device.index);
+#else
+  (void)device;
+#endif
+}
+
+std::string device_name(Device device) {
+#if GENESIS_WITH_CUDA
+  if (device.is_cuda()) {
+    cudaDeviceProp p{};
+    GENESIS_CUDA_CHECK(cudaGetDeviceProperties(&p, device.index));
+    return p.name;
+  }
+#endif
+  return device.str();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
+  GENESIS_CHECK(spec.model.is_language_model(), UsageError, "genesis bench train: model '", spec.model.name,
+                "' is not a language model; bench train times the step of gpt2, llama, qwen2 and qwen3 recipes");
+  GENESIS_CHECK(options.steps >= 1 && options.warmup >= 0, UsageError,
+                "genesis bench train: --steps must be >= 1 and --warmup >= 0");
+  const Device device = recipe::resolve_device(spec.run.device);
+  recipe::check_amp_device(spec, device);
+  set_allow_tf32(spec.run.allow_tf32);
+  configure_threads(spec.run.threads, {.measure_load = device.is_cpu()});
+  manual_seed(static_cast<uint64_t>(spec.run.seed));
+  std::shared_ptr<nn::Module> model = recipe::build_model(spec, device);
+  auto* lm = dynamic_cast<models::CausalLM*>(model.get());
+  GENESIS_CHECK(lm != nullptr, UsageError, "genesis bench train: the recipe's model is not a causal LM");
+  std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, *model);
+  const auto scaler = recipe::build_grad_scaler(spec, device);
+  const std::optional<DType> amp = recipe::amp_dtype(spec);
+  train::TrainStep step(*model, *optimizer, scaler.get(),
+                        {.autocast = amp,
+                         .grad_accum_steps = spec.training.grad_accum_steps,
+                         .clip_grad_norm = spec.training.clip_grad_norm,
+                         .clip_grad_value = spec.training.clip_grad_value});
+
+  // Synthetic tokens, uniform over the vocabulary: a few batches, cycled.
+  const int64_t batch = spec.training.batch_size, seq = spec.data.seq_len, vocab = lm->vocab_size();
+  std::vector<data::Batch> batches;
+  for (int i = 0; i < 4; ++i) {
+    Tensor ids = randint(0, vocab, {batch, seq + 1});
+    batches.push_back({.inputs = ids.narrow(1, 0, seq).contiguous(), .targets = ids.narrow(1, 1, seq).contiguous()});
+  }
+  size_t next_index = 0;
+  auto next_batch = [&] { return batches[next_index++ % batches.size()]; };
+
+  model->train();
+  for (int64_t i = 0; i < options.warmup; ++i) step.run(next_batch, device);
+  synchronize(device);
+  reset_peak_memory(device);
+
+  PhaseClock clock(device);
+  std::vector<double> host_ms;
+  train::StepResult last;
+  const Clock::time_point wall_start = Clock::now();
+  clock.mark("start");
+  for (int64_t i = 0; i < options.steps; ++i) {
+    const Clock::time_point issued = Clock::now();
+    last = step.run(next_batch, device, {}, [&clock](std::string_view phase) { clock.mark(std::string(phase)); });
+    host_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - issued).count());
+  }
+  const double final_loss = last.loss.item();  // waits for the last step
+  const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - wall_start).count();
+
+  // Per step: its total and each phase's share (a phase's time is the span that ends at its mark).
+  std::vector<double> step_ms;
+  std::map<std::string, std::vector<double>> phase_ms;
+  double step_total = 0;
+  std::map<std::string, double> step_phases;
+  for (size_t i = 1; i < clock.size(); ++i) {
+    const double ms = clock.since_previous_ms(i);
+    step_total += ms;
+    step_phases[clock.label(i)] += ms;
+    if (clock.label(i) == "optimizer") {
+      step_ms.push_back(step_total);
+      for (const char* p : kPhases) phase_ms[p].push_back(step_phases[p]);
+      step_total = 0;
+      step_phases.clear();
+    }
+  }
+  const double ms = median(step_ms);
+  const double tokens = static_cast<double>(batch * seq * spec.training.grad_accum_steps);
+  const double tokens_per_s = ms > 0 ? tokens / (ms / 1e3) : 0.0;
+  const train::PeakRate peak = train::peak_flops(device, spec.run.peak_tflops);
+  const double flops_per_token = train::training_flops_per_token(*lm, seq);
+  const double mfu = peak.flops_per_s > 0 ? tokens_per_s * flops_per_token / peak.flops_per_s : 0.0;
+  std::vector<double> sorted = step_ms;
+  std::sort(sorted.begin(), sorted.end());
+  auto percentile = [&sorted](double q) {
+    return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5)];
+  };
+
+  json phases;
+  for (const char* p : kPhases) phases[std::string(p) + "_ms"] = median(phase_ms[p]);
+  const std::string dtype = amp ? std::string(dtype_name(*amp)) : std::string("f32");
+  json c{{"name", spec.run.name + " train step"},
+         {"op", "train_step"},
+         {"shapes", json::array({json::array({batch, seq})})},
+         {"dtype", dtype},
+         {"status", "ok"},
+         {"median_ms", ms},
+         {"p10_ms", percentile(0.1)},
+         {"p90_ms", percentile(0.9)},
+         {"reps", static_cast<int64_t>(step_ms.size())},
+         {"tokens_per_s", tokens_per_s},
+         {"wall_tokens_per_s", tokens * static_cast<double>(options.steps) / (wall_ms / 1e3)},
+         {"mfu", mfu},
+         {"peak_memory_gib", peak_memory_bytes(device) / (1024.0 * 1024.0 * 1024.0)},
+         {"phases", phases},
+         {"host_ms_per_step", median(host_ms)},
+         {"final_loss", final_loss}};
+  std::printf("%s: %s, batch %lld x %lld tokens, %s, %lld steps after %lld warm-up\n", spec.run.name.c_str(),
+              lm->model_type().c_str(), static_cast<long long>(batch), static_cast<long long>(seq), dtype.c_str(),
+              static_cast<long long>(options.steps), static_cast<long long>(options.warmup));
+  std::printf("step %.2f ms (p10 %.2f, p90 %.2f): %.0f tokens/s, MFU %.1f%% (%s), peak %.2f GiB\n", ms,
+              percentile(0.1), percentile(0.9), tokens_per_s, 100.0 * mfu, peak.source.c_str(),
+              c["peak_memory_gib"].get<double>());
+  std::printf("phases: forward %.2f ms, backward %.2f ms, optimizer %.2f ms; host issues a step in %.2f ms\n",
+              phases["forward_ms"].get<double>(), phases["backward_ms"].get<double>(),
+              phases["optimizer_ms"].get<double>(), median(host_ms));
+  return {{"schema", "genesis.bench.train/1"},
+          {"tool", "genesis"},
+          {"tool_version", GENESIS_VERSION_STRING},
+          {"device", device.str()},
+          {"device_name", device_name(device)},
+          {"recipe", spec.run.name},
+          {"model", lm->model_type()},
+          {"flops_per_token", flops_per_token},
+          {"peak_flops_per_s", peak.flops_per_s},
+          {"peak_flops_source", peak.source},
+          {"cases", json::array({c})}};
+}
+
+}  // namespace genesis::cli::bench

@@ -1,0 +1,66 @@
+#include "libgenesis/train/step.h"
+
+#include "libgenesis/autograd/autocast.h"
+#include "libgenesis/ops/elementwise.h"
+#include "libgenesis/ops/loss.h"
+
+namespace genesis::train {
+
+namespace {
+
+// The seam where data-parallel training averages the gradients after backward; a no-op for
+// one process.
+void synchronize_gradients(const std::vector<Tensor>& /*params*/) {}
+
+}  // namespace
+
+Tensor training_loss(const Tensor& logits, const Tensor& targets) {
+  if (logits.dim() != 3) return cross_entropy(logits, targets);
+  const int64_t rows = logits.size(0) * logits.size(1);
+  return cross_entropy(logits.reshape({rows, logits.size(2)}), targets.reshape({rows}));
+}
+
+TrainStep::TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* scaler, StepSettings settings)
+    : model_(model),
+      causal_lm_(dynamic_cast<models::CausalLM*>(&model)),
+      optimizer_(optimizer),
+      scaler_(scaler),
+      settings_(settings),
+      params_(model.parameters()) {}
+
+Tensor TrainStep::loss_of(const Tensor& x, const Tensor& y) {
+  AutocastGuard autocast(settings_.autocast);
+  // Language models take the fused head's loss, which never keeps [B, T, V] logits.
+  return causal_lm_ ? causal_lm_->loss(x, y) : training_loss(model_(x), y);
+}
+
+StepResult TrainStep::run(const std::function<data::Batch()>& next_batch, Device device, const SkipFlag& skip_if,
+                          const PhaseMark& mark) {
+  auto phase = [&mark](std::string_view name) {
+    if (mark) mark(name);
+  };
+  StepResult result;
+  const int64_t micro_steps = settings_.grad_accum_steps;
+  for (int64_t micro = 0; micro < micro_steps; ++micro) {
+    data::Batch batch = next_batch();
+    Tensor loss = loss_of(batch.inputs.to(device), batch.targets.to(device));
+    phase("forward");
+    Tensor scaled = micro_steps > 1 ? div(loss, static_cast<double>(micro_steps)) : loss;
+    (scaler_ ? scaler_->scale_loss(scaled) : scaled).backward();
+    phase("backward");
+    result.loss = result.loss.defined() ? add(result.loss, scaled.detach()) : scaled.detach();
+    result.samples += batch.targets.size(0);
+  }
+  synchronize_gradients(params_);
+  if (scaler_) scaler_->unscale_(params_);
+  result.grad_norm = clip_grad_norm(params_, settings_.clip_grad_norm);
+  if (settings_.clip_grad_value > 0.0) clip_grad_value(params_, settings_.clip_grad_value);
+  // Skipped on the device on inf/nan (the scaler's found-inf, or the caller's flag).
+  optimizer_.step(scaler_ ? scaler_->found_inf() : skip_if ? skip_if(result.loss, result.grad_norm) : Tensor());
+  if (scaler_) scaler_->update();
+  optimizer_.zero_grad();
+  phase("optimizer");
+  return result;
+}
+
+}  // namespace genesis::train

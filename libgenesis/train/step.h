@@ -1,0 +1,61 @@
+#pragma once
+// One optimizer step of the training loop: forward and backward over each micro-batch (under
+// autocast, a causal LM through its fused loss), gradient sync (seam), unscale, clipping, the
+// optimizer step (skipped on the device when asked) and zero_grad. `genesis train` runs it in
+// its loop; `genesis bench train` times its phases.
+#include <functional>
+#include <optional>
+#include <string_view>
+
+#include "libgenesis/amp/grad_scaler.h"
+#include "libgenesis/data/loader.h"
+#include "libgenesis/models/causal_lm.h"
+#include "libgenesis/nn/module.h"
+#include "libgenesis/optim/optimizer.h"
+
+namespace genesis::train {
+
+struct StepSettings {
+  std::optional<DType> autocast;  // [amp] dtype; nullopt: f32
+  int64_t grad_accum_steps = 1;
+  double clip_grad_norm = 0.0;   // <= 0: the norm is measured, nothing clipped
+  double clip_grad_value = 0.0;  // <= 0: off
+};
+
+struct StepResult {
+  Tensor loss;       // the step's mean loss over its micro-batches (0-d, on the device)
+  Tensor grad_norm;  // before clipping (0-d, on the device)
+  int64_t samples = 0;
+};
+
+// The phase that just ended: "forward" (after each micro-batch's loss), "backward" (after each
+// micro-batch's backward) or "optimizer" (after the step and zero_grad).
+using PhaseMark = std::function<void(std::string_view phase)>;
+// The optimizer step's skip flag from the step's loss and gradient norm (0-d, on the device;
+// nonzero skips the update), or an undefined tensor to always apply it.
+using SkipFlag = std::function<Tensor(const Tensor& loss, const Tensor& grad_norm)>;
+
+class TrainStep {
+ public:
+  TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* scaler, StepSettings settings);
+  // Runs one step on grad_accum_steps batches from next_batch (moved to `device`). With an fp16
+  // scaler its found-inf flag skips the update, otherwise skip_if's (when given).
+  StepResult run(const std::function<data::Batch()>& next_batch, Device device, const SkipFlag& skip_if = {},
+                 const PhaseMark& mark = {});
+
+ private:
+  Tensor loss_of(const Tensor& x, const Tensor& y);
+
+  nn::Module& model_;
+  models::CausalLM* causal_lm_;  // the fused-loss path, when the model is one
+  Optimizer& optimizer_;
+  amp::GradScaler* scaler_;
+  StepSettings settings_;
+  std::vector<Tensor> params_;
+};
+
+// Cross-entropy of logits [N, C] against targets [N], or of a sequence model's logits
+// [B, T, V] against the next tokens [B, T].
+Tensor training_loss(const Tensor& logits, const Tensor& targets);
+
+}  // namespace genesis::train
