@@ -225,8 +225,13 @@ __device__ __forceinline__ int64_t kv_end_for(const FlashParams& p, int64_t q0, 
 
 // --- forward -----------------------------------------------------------------------------------
 
+// Blocks per SM the forward is compiled for: 4 (128 registers) up to head_dim 64, where the
+// exponentials rival the products and more warps hide them; fewer registers would spill above.
+template <int D>
+inline constexpr int kForwardBlocksPerSM = D <= 64 ? 4 : 1;
+
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) {
+__global__ void __launch_bounds__(kThreads, kForwardBlocksPerSM<D>) flash_forward_kernel(FlashParams p) {
   constexpr int kN = 64;  // keys per tile
   extern __shared__ __align__(16) unsigned char smem[];
   T* qs = reinterpret_cast<T*>(smem);

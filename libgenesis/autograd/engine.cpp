@@ -7,6 +7,7 @@
 #include "libgenesis/autograd/autocast.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/autograd/record.h"
+#include "libgenesis/core/host_profile.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
@@ -110,7 +111,11 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
       buffers.erase(it);
     }
     inputs.resize(node->num_outputs());
-    TensorList outputs = node->apply(std::move(inputs));
+    TensorList outputs;
+    {
+      host_profile::Scope timed("backward", node->name());
+      outputs = node->apply(std::move(inputs));
+    }
     if (!retain_graph) node->release_saved();
     GENESIS_CHECK(outputs.empty() || outputs.size() == node->next_edges.size(), AutogradError, "backward of '",
                   node->name(), "' returned ", outputs.size(), " gradients for ", node->next_edges.size(), " inputs");

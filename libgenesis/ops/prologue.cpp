@@ -1,7 +1,10 @@
 #include "libgenesis/ops/prologue.h"
 
+#include <chrono>
+
 #include "libgenesis/autograd/autocast.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/core/host_profile.h"
 #include "libgenesis/ops/dispatch.h"
 #if GENESIS_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -14,6 +17,7 @@ namespace genesis::detail {
 namespace {
 
 thread_local std::optional<DType> t_op_autocast;
+thread_local int t_op_depth = 0;  // ops in progress on this thread (host profile: outermost only)
 
 // The dtype a floating argument of dtype `t` is cast to under `policy`, or nullopt to keep it.
 std::optional<DType> autocast_target(AutocastPolicy policy, DType low, DType widest, DType t) {
@@ -51,7 +55,9 @@ void autocast_args(AutocastPolicy policy, DType low, std::span<Tensor> args) {
 
 std::optional<DType> current_op_autocast() { return t_op_autocast; }
 
-OpScope::OpScope(const OpInfo& op, std::span<Tensor> args) {
+OpScope::OpScope(const OpInfo& op, std::span<Tensor> args) : name_(op.name) {
+  if (host_profile::enabled() && t_op_depth++ == 0)
+    profile_start_ = std::chrono::steady_clock::now().time_since_epoch().count();
   [[maybe_unused]] const Tensor* first = check_same_device(op.name, args);
 #if GENESIS_WITH_CUDA
   if (first && first->device().is_cuda()) {
@@ -73,6 +79,11 @@ OpScope::OpScope(const OpInfo& op, std::span<Tensor> args) {
 }
 
 OpScope::~OpScope() {
+  if (host_profile::enabled()) {
+    --t_op_depth;
+    if (profile_start_ != 0)
+      host_profile::add("op", name_, std::chrono::steady_clock::now().time_since_epoch().count() - profile_start_);
+  }
   t_op_autocast = outer_op_autocast_;
   if (suspended_autocast_) set_autocast_dtype(suspended_autocast_);
 #if GENESIS_WITH_CUDA

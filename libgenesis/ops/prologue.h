@@ -40,6 +40,8 @@ class OpScope {
   int previous_device_ = -1;                // CUDA device to make current again; -1: unchanged
   std::optional<DType> suspended_autocast_;  // autocast dtype to restore
   std::optional<DType> outer_op_autocast_;   // current_op_autocast() to restore
+  std::string_view name_;
+  int64_t profile_start_ = 0;  // GENESIS_HOST_PROFILE: when this outermost op began (ns)
 };
 
 // An op's tensor arguments after the prologue; binds as `auto [a, b] = ...` and keeps the
