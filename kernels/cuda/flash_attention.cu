@@ -225,57 +225,74 @@ __device__ __forceinline__ int64_t kv_end_for(const FlashParams& p, int64_t q0, 
 
 // --- forward -----------------------------------------------------------------------------------
 
-// Blocks per SM the forward is compiled for: 4 (128 registers) up to head_dim 64, where the
-// exponentials rival the products and more warps hide them; fewer registers would spill above.
+// Query row tiles of 16 per warp in the forward: two up to head_dim 64, so each key and value
+// fragment read from shared memory feeds two products (and a block's 128 queries share each
+// tile load); one above, where the accumulators would not fit.
 template <int D>
-inline constexpr int kForwardBlocksPerSM = D <= 64 ? 4 : 1;
+inline constexpr int kForwardTiles = D <= 64 ? 2 : 1;
+template <int D>
+inline constexpr int kForwardRows = 16 * kForwardTiles<D> * kWarps;
 
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads, kForwardBlocksPerSM<D>) flash_forward_kernel(FlashParams p) {
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) {
   constexpr int kN = 64;  // keys per tile
+  constexpr int MT = kForwardTiles<D>, kM = kForwardRows<D>;
   extern __shared__ __align__(16) unsigned char smem[];
   T* qs = reinterpret_cast<T*>(smem);
-  T* ks = qs + kRows * kStride<D>;
+  T* ks = qs + kM * kStride<D>;
   T* vs = ks + kN * kStride<D>;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   // Causal: the longest query blocks (the last) first, so the tail of the grid is short.
   const int64_t q_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (p.q_heads / p.kv_heads);
-  const int64_t q0 = q_block * kRows;
+  const int64_t q0 = q_block * kM;
   const T* q = head_base<T>(p.q, p.q_layout, b, h);
   const T* k = head_base<T>(p.k, p.k_layout, b, kvh);
   const T* v = head_base<T>(p.v, p.v_layout, b, kvh);
-  const int64_t kv_end = kv_end_for(p, q0, kRows);
+  const int64_t kv_end = kv_end_for(p, q0, kM);
   const int blocks = static_cast<int>((kv_end + kN - 1) / kN);
 
-  load_tile<D, kRows>(qs, q, p.q_layout.row, q0, p.q_len);
+  load_tile<D, kM>(qs, q, p.q_layout.row, q0, p.q_len);
   cp_async_commit();
   load_tile<D, kN>(ks, k, p.k_layout.row, 0, p.kv_len);
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
-  uint32_t qf[D / 16][4];
+  // Warp w owns rows [16 (w MT + mt), + 16) of the block's for mt < MT.
+  uint32_t qf[MT][D / 16][4];
+  int64_t row[MT][2];
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], qs, warp * 16, kk * 16, lane);
+  for (int mt = 0; mt < MT; ++mt) {
+    const int first = (warp * MT + mt) * 16;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[mt][kk], qs, first, kk * 16, lane);
+    row[mt][0] = q0 + first + g;
+    row[mt][1] = q0 + first + g + 8;
+  }
 
-  float o[D / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  float o[MT][D / 8][4] = {};
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
   for (int j = 0; j < blocks; ++j) {
     const int64_t kv0 = static_cast<int64_t>(j) * kN;
     load_tile<D, kN>(vs, v, p.v_layout.row, kv0, p.kv_len);
     cp_async_commit();
     cp_async_wait<1>();  // this tile's keys
     __syncthreads();
-    float s[kN / 8][4] = {};
+    float s[MT][kN / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
       for (int nt = 0; nt < kN / 8; nt += 2) {
         uint32_t kb[4];
         load_b<D>(kb, ks, nt * 8, kk * 16, lane);
-        mma_pair<T>(s, nt, qf[kk], kb);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma_pair<T>(s[mt], nt, qf[mt][kk], kb);
       }
     }
     __syncthreads();  // every warp is done with the keys: the next tile may land
@@ -283,70 +300,78 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSM<D>) flash_forwar
     cp_async_commit();
 
     const bool masked = kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset);
-    if (masked) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      if (masked) {
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!visible(p, row[mt][e / 2], kv0 + nt * 8 + 2 * t + (e & 1))) s[mt][nt][e] = -INFINITY;
+        }
+      }
+      float base[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = m[mt][r];
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+        mx = quad_max(mx);
+        const float used = mx == -INFINITY ? 0.0f : mx;  // a row with nothing visible yet
+        const float correction = fast_exp2((m[mt][r] - used) * p.scale_log2);
+        m[mt][r] = mx;
+        l[mt][r] *= correction;
+        base[r] = used * p.scale_log2;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+          o[mt][dt][2 * r] *= correction;
+          o[mt][dt][2 * r + 1] *= correction;
+        }
+      }
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (!visible(p, row[e / 2], kv0 + nt * 8 + 2 * t + (e & 1))) s[nt][e] = -INFINITY;
-      }
-    }
-    float base[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m[r];
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = quad_max(mx);
-      const float used = mx == -INFINITY ? 0.0f : mx;  // a row with nothing visible yet
-      const float correction = fast_exp2((m[r] - used) * p.scale_log2);
-      m[r] = mx;
-      l[r] *= correction;
-      base[r] = used * p.scale_log2;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        o[dt][2 * r] *= correction;
-        o[dt][2 * r + 1] *= correction;
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -base[e / 2]));
-        s[nt][e] = pe;
-        l[e / 2] += pe;
+        for (int e = 0; e < 4; ++e) {
+          const float pe = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -base[e / 2]));
+          s[mt][nt][e] = pe;
+          l[mt][e / 2] += pe;
+        }
       }
     }
     cp_async_wait<1>();  // this tile's values
     __syncthreads();
 #pragma unroll
     for (int ks16 = 0; ks16 < kN / 16; ++ks16) {
-      uint32_t pa[4];
-      c_to_a<T>(pa, s[2 * ks16], s[2 * ks16 + 1]);
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) c_to_a<T>(pa[mt], s[mt][2 * ks16], s[mt][2 * ks16 + 1]);
 #pragma unroll
       for (int dt = 0; dt < D / 8; dt += 2) {
         uint32_t vb[4];
         load_b_trans<D>(vb, vs, ks16 * 16, dt * 8, lane);
-        mma_pair<T>(o, dt, pa, vb);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma_pair<T>(o[mt], dt, pa[mt], vb);
       }
     }
     __syncthreads();  // every warp is done with the values
   }
   cp_async_wait<0>();
 
-  float inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] = quad_sum(l[r]);
-    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    if (t == 0 && row[r] < p.q_len) {
-      const float lse2 = l[r] > 0.0f ? m[r] * p.scale_log2 + log2f(l[r]) : INFINITY;
-      p.lse[(b * p.q_heads + h) * p.q_len + row[r]] = lse2;
-    }
-  }
   T* out = static_cast<T*>(p.out_data) + b * p.out_data_layout.batch + h * p.out_data_layout.head;
-  store_rows<T, D>(out, p.out_data_layout.row, q0 + warp * 16, p.q_len, o, inv[0], inv[1], lane);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float sum = quad_sum(l[mt][r]);
+      inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+      if (t == 0 && row[mt][r] < p.q_len) {
+        const float lse2 = sum > 0.0f ? m[mt][r] * p.scale_log2 + log2f(sum) : INFINITY;
+        p.lse[(b * p.q_heads + h) * p.q_len + row[mt][r]] = lse2;
+      }
+    }
+    store_rows<T, D>(out, p.out_data_layout.row, q0 + (warp * MT + mt) * 16, p.q_len, o[mt], inv[0], inv[1], lane);
+  }
 }
 
 // --- backward ----------------------------------------------------------------------------------
@@ -631,8 +656,9 @@ unsigned blocks_of(int64_t n, int64_t per_block) {
 
 template <class T, int D>
 void forward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
-  const dim3 grid(blocks_of(s.q_len, kRows), static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
-  launch(flash_forward_kernel<T, D>, grid, tile_bytes<T, D>(kRows) + 2 * tile_bytes<T, D>(64), p, stream);
+  constexpr int kM = kForwardRows<D>;
+  const dim3 grid(blocks_of(s.q_len, kM), static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
+  launch(flash_forward_kernel<T, D>, grid, tile_bytes<T, D>(kM) + 2 * tile_bytes<T, D>(64), p, stream);
 }
 
 template <class T, int D>

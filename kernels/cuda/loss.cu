@@ -531,20 +531,25 @@ void cross_entropy_with_grad(DType dtype, DType target_dtype, int64_t rows, int6
                              const void* target, int64_t ignore_index, double label_smoothing, bool write_grad,
                              float* loss, ::genesis::cuda::KernelFault* fault, int fault_op, cudaStream_t stream) {
   if (rows <= 0) return;
-  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "cross_entropy_with_grad", {
-    using T = scalar_t;
-    if constexpr (std::is_same_v<T, double>) {
+  auto launch = [&]<class T>(T* typed_logits) {
+    GENESIS_DISPATCH_INDEX(target_dtype, "cross_entropy_with_grad", {
+      using I = scalar_t;
+      cross_entropy_with_grad_kernel<T, I><<<static_cast<unsigned>(rows), kRowBlock, 0, stream>>>(
+          classes, ld, typed_logits, static_cast<const I*>(target), ignore_index, static_cast<float>(label_smoothing),
+          write_grad, loss, fault, fault_op);
+      GENESIS_CUDA_LAUNCH_CHECK();
+    });
+  };
+  switch (dtype) {  // the fused head's dtypes (f64 takes the composed path)
+    case DType::f32:
+      return launch(static_cast<float*>(logits));
+    case DType::f16:
+      return launch(static_cast<__half*>(logits));
+    case DType::bf16:
+      return launch(static_cast<__nv_bfloat16*>(logits));
+    default:
       throw_unsupported_dtype("cross_entropy_with_grad", dtype);
-    } else {
-      GENESIS_DISPATCH_INDEX(target_dtype, "cross_entropy_with_grad", {
-        using I = scalar_t;
-        cross_entropy_with_grad_kernel<T, I><<<static_cast<unsigned>(rows), kRowBlock, 0, stream>>>(
-            classes, ld, static_cast<T*>(logits), static_cast<const I*>(target), ignore_index,
-            static_cast<float>(label_smoothing), write_grad, loss, fault, fault_op);
-        GENESIS_CUDA_LAUNCH_CHECK();
-      });
-    }
-  });
+  }
 }
 
 void cross_entropy_backward(DType dtype, DType target_dtype, ClassRows shape, const void* logits, const void* target,

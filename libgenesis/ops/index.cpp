@@ -137,6 +137,29 @@ void check_index_fits(const char* op, const Tensor& index, int64_t axis, const T
   }
 }
 
+// When the pieces' gradients are themselves the regions of one tensor laid out as x's pieces
+// were (flash attention returns q, k and v's gradients so for a fused qkv projection), that
+// tensor, viewed whole, is x's gradient: no copy.
+Tensor joined_pieces(const TensorList& g, const Shape& in, int64_t axis, const std::vector<int64_t>& sizes) {
+  const Tensor& first = g[0];
+  if (!first.defined()) return Tensor();
+  int64_t start = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Tensor& p = g[i];
+    if (!p.defined() || !p.shares_storage(first) || p.dtype() != first.dtype() || p.strides() != first.strides() ||
+        p.size(axis) != sizes[i] || p.offset() != first.offset() + start * first.stride(axis))
+      return Tensor();
+    start += sizes[i];
+  }
+  auto whole = std::make_shared<TensorImpl>(first.storage(), in, first.strides(), first.offset(), first.dtype());
+  // The joined view must stay inside the storage (it does when the pieces tile it).
+  int64_t last = first.offset();
+  for (size_t d = 0; d < in.size(); ++d) last += (in[d] - 1) * first.stride(static_cast<int64_t>(d));
+  if (numel_of(in) > 0 && static_cast<size_t>(last + 1) * first.element_size() > first.storage()->nbytes())
+    return Tensor();
+  return Tensor(std::move(whole));
+}
+
 // The pieces are views of x under one node, whose backward writes x's gradient into one
 // buffer: each piece's gradient copied into its region, zeros only where a piece got none
 // (rather than a zero-filled input-sized buffer per piece, summed by the engine).
@@ -154,6 +177,8 @@ std::vector<Tensor> split_checked(const Tensor& x, const std::vector<int64_t>& s
     record(
         "split", {x}, pieces,
         [axis, sizes, in = x.shape(), dtype = x.dtype(), device = x.device()](const TensorList& g) {
+          if (Tensor joined = joined_pieces(g, in, axis, sizes); joined.defined() && joined.dtype() == dtype)
+            return TensorList{joined};
           Tensor gx = empty(in, {.dtype = dtype, .device = device});
           int64_t start = 0;
           for (size_t i = 0; i < sizes.size(); ++i) {

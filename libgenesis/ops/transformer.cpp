@@ -2,6 +2,7 @@
 // (rope's backward is the inverse rotation; attention keeps its probabilities).
 #include "libgenesis/ops/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string_view>
@@ -100,6 +101,40 @@ Tensor rows_major_heads(int64_t batch, int64_t heads, int64_t rows, int64_t head
   return empty({batch, rows, heads, head_dim}, options).transpose(1, 2);
 }
 
+// Gradients for q, k and v in the layout of the inputs: when the three are views of one
+// storage with one set of strides (the head views of a fused qkv projection), views at the same
+// places of one new buffer, which the projection's split then takes whole (no copy); otherwise
+// each in the [batch, rows, heads, head_dim] layout.
+// True when q, k and v are disjoint head views of one storage with one set of strides, each
+// row of each holding its heads side by side, the three rows within one row stride.
+bool fused_projection_views(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (!q.shares_storage(k) || !q.shares_storage(v) || q.strides() != k.strides() || q.strides() != v.strides())
+    return false;
+  std::vector<std::pair<int64_t, int64_t>> rows;  // [first, end) of each one's row 0
+  for (const Tensor* t : {&q, &k, &v}) {
+    if (t->stride(3) != 1 || (t->size(1) > 1 && t->stride(1) != t->size(3))) return false;
+    rows.emplace_back(t->offset(), t->offset() + t->size(1) * t->size(3));
+  }
+  std::sort(rows.begin(), rows.end());
+  return rows[0].second <= rows[1].first && rows[1].second <= rows[2].first &&
+         rows[2].second - rows[0].first <= q.stride(2);
+}
+
+TensorList attention_grads(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s) {
+  const TensorOptions options{.dtype = q.dtype(), .device = q.device()};
+  if (fused_projection_views(q, k, v)) {
+    Tensor buffer = empty({static_cast<int64_t>(q.storage()->nbytes() / q.element_size())}, options);
+    TensorList grads;
+    for (const Tensor* t : {&q, &k, &v})
+      grads.push_back(Tensor(std::make_shared<TensorImpl>(buffer.storage(), t->shape(), t->strides(), t->offset(),
+                                                          t->dtype())));
+    return grads;
+  }
+  return {rows_major_heads(s.batch, s.q_heads, s.q_len, s.head_dim, options),
+          rows_major_heads(s.batch, s.kv_heads, s.kv_len, s.head_dim, options),
+          rows_major_heads(s.batch, s.kv_heads, s.kv_len, s.head_dim, options)};
+}
+
 // Flash attention (f16/bf16, head_dim 32/64/96/128): only the output and each row's
 // logsumexp are kept for the backward, which recomputes the probabilities.
 Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s) {
@@ -113,10 +148,8 @@ Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, c
            [s, qs = saved(q), ks = saved(k), vs = saved(v), os = saved(out), lses = saved(lse)](const TensorList& g) {
              Tensor gy = g[0].to(qs.dtype());
              if (!flash_readable(gy, s)) gy = gy.contiguous();
-             const TensorOptions options{.dtype = qs.dtype(), .device = qs.device()};
-             Tensor gq = rows_major_heads(s.batch, s.q_heads, s.q_len, s.head_dim, options);
-             Tensor gk = rows_major_heads(s.batch, s.kv_heads, s.kv_len, s.head_dim, options);
-             Tensor gv = rows_major_heads(s.batch, s.kv_heads, s.kv_len, s.head_dim, options);
+             const TensorList grads = attention_grads(qs, ks, vs, s);
+             const Tensor &gq = grads[0], &gk = grads[1], &gv = grads[2];
              Tensor scratch = empty({kernels::cuda::flash_attention_backward_scratch(s)},
                                     {.dtype = DType::f32, .device = qs.device()});
              kernels::cuda::flash_attention_backward(qs.dtype(), s, flash_operand(qs), flash_operand(ks),
