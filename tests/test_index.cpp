@@ -66,6 +66,22 @@ TEST_CASE("stack adds a new axis", "[cpu][index]") {
   CHECK_THROWS_AS(stack({}), ValueError);
 }
 
+// Gradients of split's pieces that are the regions of one tensor laid out as the pieces were
+// (here cat's backward narrows its gradient) are taken whole as the input's gradient; pieces
+// that are not (a piece's gradient from mul) are copied. Both give the right values.
+TEST_CASE("split's backward takes gradients laid out as its pieces whole", "[cpu][index]") {
+  Tensor x = arange(0, 24, 1, {.dtype = DType::f64}).reshape({2, 3, 4}).requires_grad_(true);
+  Tensor w = arange(1, 25, 1, {.dtype = DType::f64}).reshape({2, 3, 4});
+  std::vector<Tensor> pieces = split(x, std::vector<int64_t>{1, 2, 1}, 2);
+  sum(mul(cat(pieces, 2), w)).backward();
+  CHECK(x.grad().to_vector<double>() == w.to_vector<double>());
+  Tensor y = arange(0, 24, 1, {.dtype = DType::f64}).reshape({2, 3, 4}).requires_grad_(true);
+  std::vector<Tensor> parts = split(y, 2, 2);
+  sum(add(mul(parts[0], w.narrow(2, 0, 2)), mul(parts[1], 2.0))).backward();
+  CHECK(y.grad().narrow(2, 0, 2).contiguous().to_vector<double>() == w.narrow(2, 0, 2).contiguous().to_vector<double>());
+  CHECK(y.grad().narrow(2, 2, 2).contiguous().to_vector<double>() == std::vector<double>(12, 2.0));
+}
+
 TEST_CASE("split and chunk return views", "[cpu][index]") {
   Tensor x = arange(0, 10, 1).reshape({2, 5});
   std::vector<Tensor> by_size = split(x, 2, 1);
