@@ -49,8 +49,12 @@ if has fashion; then
   cpu_torch=$!
 fi
 
-# CUDA tests on the remaining cores.
+# CUDA tests on the remaining cores; PyTorch's autocast results first, for the op-by-op
+# autocast parity test (tests/test_cuda_autocast_torch.cpp).
 if has tests; then
+  python3 scripts/reference/torch_autocast_ops.py "$out/torch_autocast_ops.safetensors" > "$out/torch_autocast_ops.log" 2>&1 &&
+    export GENESIS_TORCH_AUTOCAST_REFERENCE="$out/torch_autocast_ops.safetensors"
+  note "torch autocast reference rc=$? $(tail -1 "$out/torch_autocast_ops.log")"
   # One process per case through the bundle's CTest file where ctest exists, else one run.
   if command -v ctest > /dev/null && [ -f "$b/CTestTestfile.cmake" ]; then
     (cd "$b" && taskset -c 4-$((ncores - 1)) ctest -L cuda --output-on-failure) > "$out/cuda_tests.log" 2>&1
