@@ -280,6 +280,7 @@ TEST_CASE("recipe: values out of range name the valid values and the location", 
   CHECK(with("optimizer", "betas = [0.9]") == "inline.toml:6:9: optimizer.betas must have 2 entries, got 1");
   CHECK(with("optimizer", "betas = [0.9, 1.5]") == "inline.toml:6:9: optimizer.betas[1] must be in [0, 1), got 1.5");
   CHECK(with("model", "hidden = [64, 0]") == "inline.toml:4:10: model.hidden[1] must be >= 1, got 0");
+  CHECK(with("run", "threads = 1000") == "inline.toml:2:11: run.threads must be in [0, 256], got 1000");
   CHECK(with("optimizer", "eps = nan") == "inline.toml:6:7: optimizer.eps must be a finite number");
   CHECK(with("run", "device = \"gpu\"") ==
         "inline.toml:2:10: run.device must be \"cpu\", \"cuda\", \"cuda:N\" or \"auto\", got \"gpu\"");

@@ -147,8 +147,10 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "threads",
        .fallback = int64_t{0},
        .min = at_least(0),
+       .max = at_most(256),
        .doc = "CPU threads for kernels; 0 = automatic: OMP_NUM_THREADS when set, else the cores free of other "
-              "processes (docs/architecture.md, CPU threads).",
+              "processes (docs/architecture.md, CPU threads). At most 256; more threads than free cores are "
+              "allowed with a warning (they contend, and OpenBLAS may fail to map a buffer per thread).",
        .field = GENESIS_RECIPE_FIELD(run.threads)},
       {.section = "run",
        .key = "allow_tf32",

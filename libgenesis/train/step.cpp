@@ -35,13 +35,20 @@ Tensor TrainStep::loss_of(const Tensor& x, const Tensor& y) {
 }
 
 StepResult TrainStep::run(const std::function<data::Batch()>& next_batch, Device device, const SkipFlag& skip_if,
-                          const PhaseMark& mark) {
+                          const PhaseMark& mark, const std::function<bool()>& stop_requested) {
   auto phase = [&mark](std::string_view name) {
     if (mark) mark(name);
   };
   StepResult result;
   const int64_t micro_steps = settings_.grad_accum_steps;
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
+    if (micro > 0 && stop_requested && stop_requested()) {
+      optimizer_.zero_grad();
+      StepResult abandoned;
+      abandoned.samples = result.samples;
+      abandoned.interrupted = true;
+      return abandoned;
+    }
     data::Batch batch = next_batch();
     Tensor loss = loss_of(batch.inputs.to(device), batch.targets.to(device));
     phase("forward");

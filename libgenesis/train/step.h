@@ -26,6 +26,9 @@ struct StepResult {
   Tensor loss;       // the step's mean loss over its micro-batches (0-d, on the device)
   Tensor grad_norm;  // before clipping (0-d, on the device)
   int64_t samples = 0;
+  // A stop was asked for between micro-batches: the step was abandoned (gradients dropped, no
+  // update); loss and grad_norm are undefined.
+  bool interrupted = false;
 };
 
 // The phase that just ended: "forward" (after each micro-batch's loss), "backward" (after each
@@ -39,9 +42,10 @@ class TrainStep {
  public:
   TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* scaler, StepSettings settings);
   // Runs one step on grad_accum_steps batches from next_batch (moved to `device`). With an fp16
-  // scaler its found-inf flag skips the update, otherwise skip_if's (when given).
+  // scaler its found-inf flag skips the update, otherwise skip_if's (when given). stop_requested
+  // is asked before every micro-batch after the first; when it says yes the step is abandoned.
   StepResult run(const std::function<data::Batch()>& next_batch, Device device, const SkipFlag& skip_if = {},
-                 const PhaseMark& mark = {});
+                 const PhaseMark& mark = {}, const std::function<bool()>& stop_requested = {});
 
  private:
   Tensor loss_of(const Tensor& x, const Tensor& y);

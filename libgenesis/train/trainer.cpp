@@ -431,10 +431,24 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   model->train();
   while (state.step < total) {
     for (ParamGroup& g : optimizer->param_groups()) g.lr = schedule.lr(g.base_lr, state.step);
+    // A stop between micro-batches abandons the step: the checkpoint then holds the last
+    // completed one, with the data cursor and generator rewound to where this step began.
+    const data::LoaderCursor step_cursor = batches.cursor();
+    const GeneratorState step_rng = default_generator().state();
     // Skipped on the device on inf/nan (the scaler's found-inf, or this step's loss and norm).
-    const StepResult result = train_step.run(batches.next, device, [&](const Tensor& loss, const Tensor& norm) {
-      return nonfinite.flag(loss, norm, state.step + 1);
-    });
+    const StepResult result = train_step.run(
+        batches.next, device,
+        [&](const Tensor& loss, const Tensor& norm) { return nonfinite.flag(loss, norm, state.step + 1); }, {},
+        [&stop] { return stop.requested(); });
+    if (result.interrupted) {
+      batches.seek(step_cursor);
+      default_generator().set_state(step_rng);
+      checkpoint();
+      log.note("stopped by signal during step " + std::to_string(state.step + 1) +
+               " (between micro-batches; the step is dropped); checkpoint of step " + std::to_string(state.step) +
+               " written, resume with --resume");
+      return 130;
+    }
     const Tensor &step_loss = result.loss, &grad_norm = result.grad_norm;
     window_samples += result.samples;
     ++state.step;

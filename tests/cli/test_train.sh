@@ -77,6 +77,25 @@ else
   fail "no checkpoint after SIGTERM"
 fi
 
+# 4b. SIGTERM inside a long gradient accumulation (a step of 100000 micro-batches never ends):
+# the stop is taken between micro-batches, the step dropped, exit 130 with a checkpoint.
+"$genesis" train "$recipe" --out "$work/accum" --set training.steps=2 --set training.batch_size=8 \
+  --set training.grad_accum_steps=100000 >/dev/null 2>"$work/accum.err" &
+pid=$!
+sleep 3
+kill -TERM $pid
+for _ in $(seq 1 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+if kill -0 $pid 2>/dev/null; then
+  kill -KILL $pid
+  fail "SIGTERM during gradient accumulation: still running 10 s later"
+else
+  wait $pid
+  rc=$?
+  [ $rc -eq 130 ] && grep -q "between micro-batches" "$work/accum.err" && [ -f "$work/accum/checkpoints/latest/trainer.json" ] \
+    && ok "SIGTERM between micro-batches exits 130 with a checkpoint" \
+    || fail "SIGTERM during accumulation: rc=$rc $(tail -1 "$work/accum.err")"
+fi
+
 # 5. A sweep tabulates one row per value.
 table=$(GENESIS="$genesis" SWEEP_DIR="$work/sweep" bash "$src/scripts/sweep.sh" "$recipe" optimizer.lr 1e-3 2e-3 -- --set training.steps=5 -q 2>/dev/null)
 if [ "$(echo "$table" | grep -c '^| [12]e-3 | 0\.')" = 2 ]; then ok "sweep table has a row per value"; else fail "sweep table: $table"; fi
