@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "libgenesis/core/interrupt.h"
 #include "libgenesis/data/shards.h"
 #include "libgenesis/data/tokenizer.h"
 #include "libgenesis/models/hf.h"
@@ -62,6 +63,10 @@ TEST_CASE("lm eval: loss, perplexity and bits per byte over every window", "[cpu
   // A token beyond the tokenizer, a shard shorter than one window.
   REQUIRE_THROWS_AS(train::evaluate_lm(*model, shard, 5, 2, std::vector<uint32_t>(10, 1), kCPU), IndexError);
   REQUIRE_THROWS_AS(train::evaluate_lm(*model, shard, 18, 2, token_bytes, kCPU), ValueError);
+  // A stop request (SIGINT/SIGTERM under genesis train) ends an evaluation with Interrupted.
+  request_interrupt();
+  CHECK_THROWS_AS(train::evaluate_lm(*model, shard, 5, 2, token_bytes, kCPU), Interrupted);
+  clear_interrupt();
   fs::remove(path);
 }
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/core/interrupt.h"
 #include "libgenesis/data/shards.h"
 #include "libgenesis/io/file_util.h"
 #include "tests/testing.h"
@@ -195,6 +196,20 @@ TEST_CASE("a saved cursor resumes the same windows", "[cpu][shards]") {
   }
   REQUIRE_THROWS_AS(resumed.seek({0, 15}), genesis::ValueError);
   REQUIRE_THROWS_AS(TokenWindowCursor::from_json("{\"epoch\": 1}"), genesis::ValueError);
+}
+
+// A stop request (SIGINT/SIGTERM under genesis train) between documents ends the tokenization
+// with Interrupted before anything is written.
+TEST_CASE("tokenize_to_shards stops on a stop request and writes nothing", "[cpu][shards]") {
+  genesis::testing::TempDir dir;
+  Tokenizer tok = Tokenizer::load(fs::path(GENESIS_SOURCE_DIR) / "tests/fixtures/tokenizer_bpe/tokenizer.json");
+  std::ofstream(dir / "a.txt") << "Call me Ishmael.";
+  std::ofstream(dir / "b.txt") << "Some years ago.";
+  TokenizeOptions opt;
+  opt.on_document = [](const fs::path&, size_t, size_t) { genesis::request_interrupt(); };
+  CHECK_THROWS_AS(tokenize_to_shards(tok, {dir / "a.txt", dir / "b.txt"}, dir / "out", opt), genesis::Interrupted);
+  genesis::clear_interrupt();
+  CHECK(!fs::exists(dir / "out" / "train.bin"));
 }
 
 TEST_CASE("tokenize_to_shards: documents start with the separator; each one's tail goes to val", "[cpu][shards]") {

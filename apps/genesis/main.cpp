@@ -6,6 +6,7 @@
 
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/core/interrupt.h"
 #include "libgenesis/core/threads.h"
 
 // A bounded OpenMP spin before libgomp starts (libgenesis/core/threads.h).
@@ -33,6 +34,9 @@ int main(int argc, char** argv) {
   } catch (const genesis::UsageError& e) {
     std::cerr << "genesis: error: " << e.what() << "\n";
     return 2;
+  } catch (const genesis::Interrupted& e) {
+    std::cerr << "genesis: " << e.what() << "\n";
+    return 130;
   } catch (const std::exception& e) {
     std::cerr << "genesis: error: " << e.what() << "\n";
     return 1;

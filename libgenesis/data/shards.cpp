@@ -14,6 +14,7 @@
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/data/permutation.h"
+#include "libgenesis/core/interrupt.h"
 #include "libgenesis/io/file_util.h"
 
 namespace genesis::data {
@@ -78,6 +79,7 @@ TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector
   std::vector<uint32_t> train, val;
   TokenizeSummary summary;
   for (const auto& path : documents) {
+    check_interrupt("tokenizing the shards (nothing was written; the next run prepares them again)");
     std::string text = io::read_file(path);
     std::vector<TokenId> doc;
     if (separator) doc.push_back(*separator);
@@ -89,6 +91,7 @@ TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector
     summary.bytes += text.size();
     if (options.on_document) options.on_document(path, text.size(), ids.size());
   }
+  check_interrupt("tokenizing the shards (nothing was written; the next run prepares them again)");
   fs::create_directories(out_dir);
   summary.train_path = out_dir / "train.bin";
   summary.train_tokens = train.size();

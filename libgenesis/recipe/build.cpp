@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/core/interrupt.h"
 #include "libgenesis/data/shards.h"
 #include "libgenesis/data/tokenizer.h"
 #include "libgenesis/models/classifier.h"
@@ -118,6 +119,7 @@ TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(co
     const std::string fetch = "bash data/fetch.sh " + join(d.fetch, " ");
     progress("preparing data: " + fetch);
     const int status = std::system(fetch.c_str());
+    check_interrupt("fetching the data (run again to resume the preparation)");
     const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     GENESIS_CHECK(code == 0 && !missing(), UsageError, "data for ", spec.run.name, " could not be fetched (",
                   code == 3 ? "npm or the registry is unavailable" : "data/fetch.sh exited " + std::to_string(code),

@@ -7,6 +7,7 @@
 
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/core/interrupt.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/linalg.h"
@@ -36,6 +37,7 @@ std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::T
   double bytes = 0;
   std::vector<int64_t> window(static_cast<size_t>(seq_len + 1));
   for (int64_t first = 0; first < windows; first += batch_size) {
+    check_interrupt("evaluating");
     const int64_t rows = std::min(batch_size, windows - first);
     Tensor inputs = empty({rows, seq_len}, {.dtype = DType::i64});
     Tensor targets = empty({rows, seq_len}, {.dtype = DType::i64});

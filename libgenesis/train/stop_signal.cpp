@@ -2,25 +2,26 @@
 
 #include <csignal>
 
+#include "libgenesis/core/interrupt.h"
+
 namespace genesis::train {
 
 namespace {
-volatile std::sig_atomic_t g_stop = 0;
 struct sigaction g_previous_int, g_previous_term;
 
 extern "C" void on_stop_signal(int sig) {
-  if (g_stop) {
+  if (interrupt_requested()) {
     // Second signal: give up the clean stop.
     std::signal(sig, SIG_DFL);
     std::raise(sig);
     return;
   }
-  g_stop = 1;
+  request_interrupt();
 }
 }  // namespace
 
 StopSignal::StopSignal() {
-  g_stop = 0;
+  clear_interrupt();
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -33,7 +34,7 @@ StopSignal::~StopSignal() {
   sigaction(SIGTERM, &g_previous_term, nullptr);
 }
 
-bool StopSignal::requested() const { return g_stop != 0; }
-void StopSignal::simulate() { g_stop = 1; }
+bool StopSignal::requested() const { return interrupt_requested(); }
+void StopSignal::simulate() { request_interrupt(); }
 
 }  // namespace genesis::train

@@ -1,6 +1,8 @@
 #pragma once
 // Clean stop on Ctrl-C / SIGTERM: the first signal asks the training loop to finish the
-// current step, write a checkpoint and exit (code 130); a second one terminates at once.
+// current step (or to drop it between micro-batches), write a checkpoint and exit (code 130),
+// and data preparation and evaluation to stop (core/interrupt.h); a second one terminates at
+// once.
 
 namespace genesis::train {
 

@@ -15,6 +15,7 @@
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/generator.h"
+#include "libgenesis/core/interrupt.h"
 #include "libgenesis/core/threads.h"
 #include "libgenesis/data/loader.h"
 #include "libgenesis/io/checkpoint_dir.h"
@@ -263,6 +264,7 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
   Tensor loss_sum = scalar_tensor(0.0, {.dtype = DType::f64, .device = device});
   Tensor correct = scalar_tensor(0.0, {.dtype = DType::i64, .device = device});
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+    check_interrupt("evaluating");
     data::Batch batch = loader.next();
     Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
     Tensor logits = model(x);
@@ -281,6 +283,9 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                 " is a language model: it trains on data.name = \"tokens\" (token shards)");
   fs::path run_dir = options.run_dir.empty() ? default_run_dir(spec) : options.run_dir;
   recipe::check_amp_device(spec, recipe::resolve_device(spec.run.device));  // before the run directory is touched
+  // From here on SIGINT/SIGTERM stop cleanly: data preparation and evaluation throw
+  // Interrupted (exit 130), the loop stops at the next step or micro-batch with a checkpoint.
+  StopSignal stop;
   std::string start_note;
   const bool resuming = prepare_run_dir(run_dir, options, start_note);
   set_allow_tf32(spec.run.allow_tf32);
@@ -398,7 +403,6 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     log.note("note: " + *problem + "; skipped (training.on_nonfinite = \"skip\")");
   };
 
-  StopSignal stop;
   auto checkpoint = [&] {
     check_nonfinite();
     log_skipped_steps();
@@ -481,7 +485,14 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
       window_samples = 0;
     }
     if (t.eval_every > 0 && state.step % t.eval_every == 0 && !last && batches.evaluate) {
-      last_eval = evaluate_model();
+      try {
+        last_eval = evaluate_model();
+      } catch (const Interrupted&) {
+        checkpoint();
+        log.note("stopped by signal during the evaluation at step " + std::to_string(state.step) +
+                 "; checkpoint written, resume with --resume");
+        return 130;
+      }
       log.eval(state.step, last_eval);
     }
     if (stop.requested()) {
@@ -494,7 +505,14 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   }
   double wall = seconds_since(start);
   if (batches.evaluate) {
-    last_eval = evaluate_model();
+    try {
+      last_eval = evaluate_model();
+    } catch (const Interrupted&) {
+      checkpoint();
+      log.note("stopped by signal during the final evaluation; checkpoint of step " + std::to_string(state.step) +
+               " written (run genesis eval on it)");
+      return 130;
+    }
     log.eval(state.step, last_eval);
   }
   checkpoint();
