@@ -431,6 +431,18 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   int64_t window_samples = 0;
   double last_loss = 0.0;
   std::map<std::string, double> last_eval;
+  // Evaluates into last_eval; on a stop request during it writes a checkpoint and returns false.
+  auto evaluate_or_stop = [&](const std::string& when) {
+    try {
+      last_eval = evaluate_model();
+      return true;
+    } catch (const Interrupted&) {
+      checkpoint();
+      log.note("stopped by signal during " + when + "; checkpoint of step " + std::to_string(state.step) +
+               " written, resume with --resume");
+      return false;
+    }
+  };
   const int64_t first_step = state.step;
   model->train();
   while (state.step < total) {
@@ -485,14 +497,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
       window_samples = 0;
     }
     if (t.eval_every > 0 && state.step % t.eval_every == 0 && !last && batches.evaluate) {
-      try {
-        last_eval = evaluate_model();
-      } catch (const Interrupted&) {
-        checkpoint();
-        log.note("stopped by signal during the evaluation at step " + std::to_string(state.step) +
-                 "; checkpoint written, resume with --resume");
-        return 130;
-      }
+      if (!evaluate_or_stop("the evaluation at step " + std::to_string(state.step))) return 130;
       log.eval(state.step, last_eval);
     }
     if (stop.requested()) {
@@ -505,14 +510,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   }
   double wall = seconds_since(start);
   if (batches.evaluate) {
-    try {
-      last_eval = evaluate_model();
-    } catch (const Interrupted&) {
-      checkpoint();
-      log.note("stopped by signal during the final evaluation; checkpoint of step " + std::to_string(state.step) +
-               " written (run genesis eval on it)");
-      return 130;
-    }
+    if (!evaluate_or_stop("the final evaluation")) return 130;
     log.eval(state.step, last_eval);
   }
   checkpoint();
