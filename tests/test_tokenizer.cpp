@@ -144,6 +144,24 @@ TEST_CASE("handmade tokenizer.json: merges by rank, added tokens matched before 
   require_round_trips(tok);
 }
 
+// GPT-2's files with Windows line ends (CRLF) read as the LF ones do.
+TEST_CASE("vocab.bpe with CRLF line ends gives the same tokenizer", "[cpu][tokenizer]") {
+  genesis::testing::TempDir dir;
+  const auto json = tiny_tokenizer_json();
+  write(dir / "encoder.json", json["model"]["vocab"].dump());
+  std::string lf = "#version: 0.2\n", crlf = "#version: 0.2\r\n";
+  for (const auto& merge : json["model"]["merges"]) {
+    lf += merge.get<std::string>() + "\n";
+    crlf += merge.get<std::string>() + "\r\n";
+  }
+  write(dir / "lf.bpe", lf);
+  write(dir / "crlf.bpe", crlf);
+  Tokenizer a = Tokenizer::from_gpt2_files(dir / "encoder.json", dir / "lf.bpe");
+  Tokenizer b = Tokenizer::from_gpt2_files(dir / "encoder.json", dir / "crlf.bpe");
+  for (const char* text : {"abc", "bab", "abc ab bab"}) CHECK(a.encode_ordinary(text) == b.encode_ordinary(text));
+  CHECK(a.encode_ordinary("abc") == std::vector<TokenId>{257});
+}
+
 TEST_CASE("tokenizer errors name the file or the id", "[cpu][tokenizer]") {
   genesis::testing::TempDir dir;
   auto message_of = [](auto&& fn) -> std::string {
@@ -188,6 +206,15 @@ TEST_CASE("tokenizer errors name the file or the id", "[cpu][tokenizer]") {
   no_byte_level["pre_tokenizer"] = {{"type", "Whitespace"}};
   write(dir / "whitespace.json", no_byte_level.dump());
   REQUIRE_THAT(message_of([&] { Tokenizer::load(dir / "whitespace.json"); }), Contains("Whitespace"));
+
+  // A field of the wrong type: a ValueError naming the file, not nlohmann's raw text.
+  auto string_id = tiny_tokenizer_json();
+  string_id["pre_tokenizer"] = {{"type", 5}};
+  write(dir / "string_id.json", string_id.dump());
+  REQUIRE_THROWS_AS(Tokenizer::load(dir / "string_id.json"), genesis::ValueError);
+  msg = message_of([&] { Tokenizer::load(dir / "string_id.json"); });
+  REQUIRE_THAT(msg, Contains("string_id.json") && Contains("unexpected type"));
+  REQUIRE_FALSE(Catch::Matchers::Contains("[json.exception").match(msg));
 
   write(dir / "tokenizer.json", tiny_tokenizer_json().dump());
   Tokenizer tok = Tokenizer::load(dir / "tokenizer.json");

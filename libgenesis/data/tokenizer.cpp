@@ -35,6 +35,7 @@ Regex::Regex(const std::string& pattern, const std::string& origin) {
     GENESIS_THROW(ValueError, "pre-tokenizer regex of ", origin, " does not compile at offset ", offset, ": ",
                   reinterpret_cast<const char*>(message));
   }
+  origin_ = origin;
   // JIT is an optimization only: where it is unavailable the interpreter gives the same matches.
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
   code_ = code;
@@ -49,7 +50,13 @@ bool Regex::next_match(std::string_view text, size_t from, void* match_data, siz
   int rc = pcre2_match(static_cast<const pcre2_code*>(code_), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
                        from, 0, md, nullptr);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
-  GENESIS_CHECK(rc >= 0, ValueError, "pre-tokenizer regex failed with PCRE2 error ", rc);
+  if (rc < 0) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(rc, message, sizeof(message));
+    GENESIS_THROW(ValueError, "pre-tokenizer regex of ", origin_, " failed at byte ", from, " of the text: ",
+                  reinterpret_cast<const char*>(message), " (PCRE2 error ", rc,
+                  "; a match limit or malformed input; report the tokenizer and the text)");
+  }
   const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md);
   begin = ovector[0];
   end = ovector[1];

@@ -57,6 +57,9 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  static Tokenizer from_gpt2_files_unchecked(const std::filesystem::path& encoder_json,
+                                             const std::filesystem::path& vocab_bpe);
+  static Tokenizer from_hf_json_unchecked(const std::filesystem::path& tokenizer_json);
   std::unique_ptr<Impl> impl_;
 };
 

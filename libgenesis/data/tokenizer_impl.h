@@ -35,6 +35,7 @@ class Regex {
  private:
   bool next_match(std::string_view text, size_t from, void* match_data, size_t& begin, size_t& end) const;
   void* code_ = nullptr;  // pcre2_code_8*
+  std::string origin_;    // which tokenizer's pattern, for messages
   friend class MatchData;
 };
 

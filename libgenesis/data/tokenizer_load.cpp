@@ -90,7 +90,7 @@ void Tokenizer::Impl::finish(const std::string& where) {
   source = where;
 }
 
-Tokenizer Tokenizer::from_gpt2_files(const fs::path& encoder_json, const fs::path& vocab_bpe) {
+Tokenizer Tokenizer::from_gpt2_files_unchecked(const fs::path& encoder_json, const fs::path& vocab_bpe) {
   auto impl = std::make_unique<Impl>();
   json vocab = parse_json(read_existing(encoder_json, "GPT-2 encoder.json"), encoder_json);
   GENESIS_CHECK(vocab.is_object(), ValueError, encoder_json.string(), ": expected a JSON object token -> id");
@@ -106,6 +106,7 @@ Tokenizer Tokenizer::from_gpt2_files(const fs::path& encoder_json, const fs::pat
     size_t end = merges.find('\n', pos);
     if (end == std::string::npos) end = merges.size();
     std::string_view line(merges.data() + pos, end - pos);
+    if (line.ends_with('\r')) line.remove_suffix(1);  // CRLF files (saved on Windows)
     pos = end + 1;
     ++line_no;
     if (line.empty() || line.starts_with("#version")) continue;
@@ -173,7 +174,7 @@ bool add_pre_tokenizer(Tokenizer::Impl& impl, const json& p, const std::string& 
 
 }  // namespace
 
-Tokenizer Tokenizer::from_hf_json(const fs::path& tokenizer_json) {
+Tokenizer Tokenizer::from_hf_json_unchecked(const fs::path& tokenizer_json) {
   std::string where = tokenizer_json.string();
   json root = parse_json(read_existing(tokenizer_json, "tokenizer.json"), tokenizer_json);
   GENESIS_CHECK(root.is_object(), ValueError, where, ": expected a JSON object");
@@ -237,6 +238,33 @@ Tokenizer Tokenizer::from_hf_json(const fs::path& tokenizer_json) {
   }
   impl->finish(where);
   return Tokenizer(std::move(impl));
+}
+
+namespace {
+
+// Runs a loader; a field of the wrong type (a number where a string belongs, ...) becomes a
+// ValueError naming the file, with nlohmann's description without its "[json.exception...]" tag.
+template <class Load>
+Tokenizer with_json_errors(const fs::path& file, Load&& load) {
+  try {
+    return load();
+  } catch (const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    if (const size_t tag_end = what.find("] "); what.starts_with("[json.") && tag_end != std::string::npos)
+      what = what.substr(tag_end + 2);
+    GENESIS_THROW(ValueError, "tokenizer ", file.string(), ": a field has an unexpected type or value (", what,
+                  "); expected a Hugging Face tokenizer.json or GPT-2's encoder.json + vocab.bpe");
+  }
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_gpt2_files(const fs::path& encoder_json, const fs::path& vocab_bpe) {
+  return with_json_errors(encoder_json, [&] { return from_gpt2_files_unchecked(encoder_json, vocab_bpe); });
+}
+
+Tokenizer Tokenizer::from_hf_json(const fs::path& tokenizer_json) {
+  return with_json_errors(tokenizer_json, [&] { return from_hf_json_unchecked(tokenizer_json); });
 }
 
 Tokenizer Tokenizer::load(const fs::path& path) {
