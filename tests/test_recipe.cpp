@@ -1,5 +1,7 @@
 // Recipes: loading typed values and defaults, includes, --set overrides, every error kind with
 // its location, the resolved TOML round trip, and docs/recipes.md against the schema.
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +147,13 @@ TEST_CASE("recipe: include errors name the file and the include entry", "[cpu][r
   CHECK(text_error("include = \"base.toml\"\n") ==
         "inline.toml:1:11: include expects a list of file names, got string \"base.toml\"");
   CHECK(text_error("include = [3]\n") == "inline.toml:1:12: include expects file names, got int 3");
+  // Devices, FIFOs and directories are refused by name, without reading or blocking on them.
+  CHECK_THAT(text_error("include = [\"/dev/zero\"]\n"),
+             Catch::Contains("cannot read included recipe '/dev/zero'") && Catch::Contains("not a regular file"));
+  genesis::testing::TempDir dir;
+  REQUIRE(::mkfifo((dir / "fifo.toml").c_str(), 0600) == 0);
+  CHECK_THAT(error_of([&] { load_recipe(dir / "fifo.toml"); }), Catch::Contains("a FIFO"));
+  CHECK_THAT(error_of([&] { load_recipe(dir.path()); }), Catch::Contains("a directory"));
 }
 
 TEST_CASE("recipe: --set overrides are read as the key's type", "[cpu][recipe]") {

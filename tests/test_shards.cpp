@@ -83,6 +83,9 @@ TEST_CASE("corrupt token shards are refused with the reason and the file", "[cpu
   write_token_shard(dir / "ok.bin", iota_tokens(100, 1000), 1000);
   std::string bytes = genesis::io::read_file(dir / "ok.bin");
 
+  // A directory given as a shard is refused by name (not "No such device" from mmap).
+  fs::create_directories(dir / "dir.bin");
+  REQUIRE_THAT(message_of([&] { TokenShard s(dir / "dir.bin"); }), Contains("dir.bin") && Contains("a directory"));
   std::ofstream(dir / "truncated.bin", std::ios::binary) << bytes.substr(0, bytes.size() - 3);
   REQUIRE_THAT(message_of([&] { TokenShard s(dir / "truncated.bin"); }),
                Contains("truncated.bin") && Contains("truncated") && Contains("100 tokens"));

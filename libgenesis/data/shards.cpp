@@ -105,15 +105,14 @@ TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector
 }
 
 TokenShard::TokenShard(const fs::path& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) io::throw_io_error("cannot open token shard", path, errno);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
+  try {
+    map_bytes_ = io::regular_file_size(fd, path);  // a directory or device is refused by name
+  } catch (...) {
     ::close(fd);
-    io::throw_io_error("cannot stat token shard", path, err);
+    throw;
   }
-  map_bytes_ = static_cast<size_t>(st.st_size);
   if (map_bytes_ > 0) {
     map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map_ == MAP_FAILED) {

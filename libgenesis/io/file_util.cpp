@@ -1,6 +1,7 @@
 #include "libgenesis/io/file_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -109,9 +110,29 @@ void write_file_atomic(const fs::path& path, std::string_view content) {
   file.commit();
 }
 
-std::string read_file(const fs::path& path) {
-  int fd = open_or_throw(path, O_RDONLY, "cannot open");
+size_t regular_file_size(int fd, const fs::path& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw_io_error("cannot stat", path, errno);
+  GENESIS_CHECK(S_ISREG(st.st_mode), IoError, path.string(), " is not a regular file (",
+                S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket",
+                "); give the path of a file");
+  return static_cast<size_t>(st.st_size);
+}
+
+std::string read_file(const fs::path& path, size_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer before we can refuse it.
+  int fd = open_or_throw(path, O_RDONLY | O_NONBLOCK, "cannot open");
+  size_t size = 0;
+  try {
+    size = regular_file_size(fd, path);
+    GENESIS_CHECK(size <= max_bytes, IoError, path.string(), " is ", size, " bytes, more than the ", max_bytes,
+                  " this file may have; is it the right path?");
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   std::string content;
+  content.reserve(size);
   char buffer[4096];
   for (;;) {
     ssize_t n = ::read(fd, buffer, sizeof(buffer));

@@ -2,6 +2,7 @@
 // Durable file-system helpers: writes that survive a crash either completely or not at all
 // (temp file + fsync + rename + fsync of the directory), and errors that name the path.
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -51,6 +52,11 @@ class AtomicFile {
 
 // write + commit of a whole small file through AtomicFile.
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
-std::string read_file(const std::filesystem::path& path);
+// The whole content of a regular file. A directory, FIFO or device is refused (IoError) without
+// blocking on it, and so is a file larger than max_bytes (a recipe or tokenizer file that size
+// is a wrong path, not data).
+std::string read_file(const std::filesystem::path& path, size_t max_bytes = SIZE_MAX);
+// IoError unless fd (open on path) is a regular file; returns its size.
+size_t regular_file_size(int fd, const std::filesystem::path& path);
 
 }  // namespace genesis::io

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "libgenesis/io/file_util.h"
 #include "libgenesis/recipe/schema.h"
 
 namespace genesis {
@@ -187,14 +188,19 @@ class Loader {
     if (!loaded_.insert(identity).second) return;
     if (loaded_.size() > kMaxRecipeFiles)
       fail(included_at, "more than " + std::to_string(kMaxRecipeFiles) + " recipe files included; simplify the includes");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      fail(included_at, included_at.empty() ? "cannot read recipe file '" + display + "'"
-                                            : "cannot read included recipe '" + display + "'");
+    // A regular file of at most kMaxRecipeBytes: a FIFO or device is refused without blocking
+    // (/dev/zero as an include was read to 2.2 GB).
+    const std::string cannot_read =
+        (included_at.empty() ? "cannot read recipe file '" : "cannot read included recipe '") + display + "'";
+    std::string text;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) fail(included_at, cannot_read);
+    try {
+      text = io::read_file(path, kMaxRecipeBytes);
+    } catch (const IoError& e) {
+      fail(included_at, cannot_read + ": " + e.what());
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    load_text(text.str(), display, identity);
+    load_text(text, display, identity);
   }
 
   void load_text(std::string_view text, const std::string& display, const fs::path& identity) {
@@ -232,6 +238,7 @@ class Loader {
     std::string display;
   };
   static constexpr size_t kMaxRecipeFiles = 256;
+  static constexpr size_t kMaxRecipeBytes = size_t{1} << 20;  // 1 MiB: recipes are a few KB
   std::set<fs::path> loaded_;  // files read so far, by identity
 
   void load_includes(const toml::table& table, const std::string& display) {
