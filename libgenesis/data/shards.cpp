@@ -182,6 +182,16 @@ uint32_t TokenShard::operator[](int64_t i) const {
   return token_bytes_ == 2 ? get<uint16_t>(tokens_ + 2 * i) : get<uint32_t>(tokens_ + 4 * i);
 }
 
+uint32_t TokenShard::max_token() const {
+  uint32_t largest = 0;
+  if (token_bytes_ == 2) {
+    for (int64_t i = 0; i < count_; ++i) largest = std::max<uint32_t>(largest, get<uint16_t>(tokens_ + 2 * i));
+  } else {
+    for (int64_t i = 0; i < count_; ++i) largest = std::max(largest, get<uint32_t>(tokens_ + 4 * i));
+  }
+  return largest;
+}
+
 void TokenShard::read(int64_t start, int64_t n, int64_t* out) const {
   GENESIS_CHECK(start >= 0 && n >= 0 && start + n <= count_, IndexError, "tokens [", start, ", ", start + n,
                 ") are outside shard ", path_.string(), " (", count_, " tokens)");

@@ -62,6 +62,8 @@ class TokenShard {
   uint64_t vocab_size() const { return vocab_size_; }  // 0 when the format does not say
   const std::filesystem::path& path() const { return path_; }
   uint32_t operator[](int64_t i) const;
+  // The largest token id in the shard (one pass over the mapped tokens); 0 when it is empty.
+  uint32_t max_token() const;
   // Copies tokens [start, start + n) into out as int64.
   void read(int64_t start, int64_t n, int64_t* out) const;
 

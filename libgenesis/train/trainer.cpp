@@ -152,6 +152,8 @@ struct RunBatches {
   int64_t per_epoch = 0;
   int64_t tokens_per_batch = 0;  // language models: batch_size * seq_len; 0 otherwise
   std::function<std::map<std::string, double>(nn::Module&)> evaluate;  // empty: no evaluation set
+  // Language models: refuses (RecipeError) shards holding a token id the model cannot embed.
+  std::function<void(int64_t vocab_size)> check_vocab;
 };
 
 RunBatches sample_batches(const RecipeSpec& spec, Device device) {
@@ -213,6 +215,19 @@ RunBatches token_batches(const RecipeSpec& spec, Device device, const std::funct
   b.seek = [loader](data::LoaderCursor c) { loader->seek({c.epoch, c.batch}); };
   b.per_epoch = loader->steps_per_epoch();
   b.tokens_per_batch = spec.training.batch_size * spec.data.seq_len;
+  // One pass over the shards at start-up: an id past the model's vocabulary would otherwise
+  // stop the run when its batch comes up, possibly hours in.
+  b.check_vocab = [train = data.train, val = data.val](int64_t vocab_size) {
+    for (const fs::path& path : {train, val}) {
+      if (path.empty()) continue;
+      const data::TokenShard shard(path);
+      const uint32_t largest = shard.max_token();
+      GENESIS_CHECK(shard.size() == 0 || static_cast<int64_t>(largest) < vocab_size, RecipeError, "data.shards: ",
+                    path.string(), " holds token id ", largest, " but the model's vocabulary has ", vocab_size,
+                    " entries (ids 0..", vocab_size - 1, "); the shards were made with another tokenizer: set "
+                    "model.vocab_size or prepare the shards again with the recipe's data.tokenizer");
+    }
+  };
   b.evaluate = token_evaluation(spec, data, device);
   return b;
 }
@@ -309,6 +324,8 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                            ? token_batches(spec, device, [&log](const std::string& line) { log.note(line); })
                            : sample_batches(spec, device);
   std::shared_ptr<nn::Module> model = recipe::build_model(spec, device);
+  if (auto* lm = dynamic_cast<models::CausalLM*>(model.get()); lm && batches.check_vocab)
+    batches.check_vocab(lm->vocab_size());
   std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, *model);
   const auto scaler = recipe::build_grad_scaler(spec, device);  // fp16 only
   const int64_t total = recipe::total_steps(spec, batches.per_epoch);

@@ -130,6 +130,9 @@ bad "seq_len beyond n_positions" train "$work/lm.toml" --out "$work/bad3" --set 
 bad "language model on fashion_mnist" train "$work/lm.toml" --out "$work/bad4" --set data.name=fashion_mnist
 bad "tokens evaluated on test" train "$work/lm.toml" --out "$work/bad5" --set eval.split=test
 bad "unknown fetch target" train "$work/lm.toml" --out "$work/bad6" --set 'data.fetch=["wikipedia"]'
+# Shards holding ids past the model's vocabulary: refused at start-up, naming the shard and the id.
+bad "token ids past the vocabulary" train "$work/lm.toml" --out "$work/bad8" --set model.vocab_size=300
+grep -q "train.bin holds token id" "$work/err" && ok "the error names the shard and the id" || fail "vocab message: $(cat "$work/err")"
 
 # Shards without val.bin: evaluation asked for is an error before training; otherwise a warning.
 cp -r "$work/shards" "$work/noval" && rm "$work/noval/val.bin"
