@@ -120,12 +120,6 @@ std::string device_name(Device device) {
   return device.str();
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 }  // namespace
 
@@ -207,22 +201,19 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
       step_phases.clear();
     }
   }
-  const double ms = median(step_ms);
+  const Stats step_stats = summarize(step_ms);
+  const double host_ms_per_step = summarize(host_ms).median_ms;
+  const double ms = step_stats.median_ms;
   const double tokens = static_cast<double>(batch * seq * spec.training.grad_accum_steps);
   const double tokens_per_s = ms > 0 ? tokens / (ms / 1e3) : 0.0;
   const train::PeakRate peak = train::peak_flops(device, spec.run.peak_tflops);
   const double flops_per_token = train::training_flops_per_token(*lm, seq);
   const double mfu = peak.flops_per_s > 0 ? tokens_per_s * flops_per_token / peak.flops_per_s : 0.0;
-  std::vector<double> sorted = step_ms;
-  std::sort(sorted.begin(), sorted.end());
-  auto percentile = [&sorted](double q) {
-    return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5)];
-  };
 
   json phases, host_phases;
   for (const char* p : kPhases) {
-    phases[std::string(p) + "_ms"] = median(phase_ms[p]);
-    host_phases[std::string(p) + "_ms"] = median(host_phase_ms[p]);
+    phases[std::string(p) + "_ms"] = summarize(phase_ms[p]).median_ms;
+    host_phases[std::string(p) + "_ms"] = summarize(host_phase_ms[p]).median_ms;
   }
   const std::string dtype = amp ? std::string(dtype_name(*amp)) : std::string("f32");
   json c{{"name", spec.run.name + " train step"},
@@ -231,26 +222,26 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
          {"dtype", dtype},
          {"status", "ok"},
          {"median_ms", ms},
-         {"p10_ms", percentile(0.1)},
-         {"p90_ms", percentile(0.9)},
-         {"reps", static_cast<int64_t>(step_ms.size())},
+         {"p10_ms", step_stats.p10_ms},
+         {"p90_ms", step_stats.p90_ms},
+         {"reps", step_stats.reps},
          {"tokens_per_s", tokens_per_s},
          {"wall_tokens_per_s", tokens * static_cast<double>(options.steps) / (wall_ms / 1e3)},
          {"mfu", mfu},
          {"peak_memory_gib", peak_memory_bytes(device) / (1024.0 * 1024.0 * 1024.0)},
          {"phases", phases},
-         {"host_ms_per_step", median(host_ms)},
+         {"host_ms_per_step", host_ms_per_step},
          {"host_phases", host_phases},
          {"final_loss", final_loss}};
   std::printf("%s: %s, batch %lld x %lld tokens, %s, %lld steps after %lld warm-up\n", spec.run.name.c_str(),
               lm->model_type().c_str(), static_cast<long long>(batch), static_cast<long long>(seq), dtype.c_str(),
               static_cast<long long>(options.steps), static_cast<long long>(options.warmup));
   std::printf("step %.2f ms (p10 %.2f, p90 %.2f): %.0f tokens/s, MFU %.1f%% (%s), peak %.2f GiB\n", ms,
-              percentile(0.1), percentile(0.9), tokens_per_s, 100.0 * mfu, peak.source.c_str(),
+              step_stats.p10_ms, step_stats.p90_ms, tokens_per_s, 100.0 * mfu, peak.source.c_str(),
               c["peak_memory_gib"].get<double>());
   std::printf("phases: forward %.2f ms, backward %.2f ms, optimizer %.2f ms\n", phases["forward_ms"].get<double>(),
               phases["backward_ms"].get<double>(), phases["optimizer_ms"].get<double>());
-  std::printf("host: a step issued in %.2f ms (forward %.2f, backward %.2f, optimizer %.2f)\n", median(host_ms),
+  std::printf("host: a step issued in %.2f ms (forward %.2f, backward %.2f, optimizer %.2f)\n", host_ms_per_step,
               host_phases["forward_ms"].get<double>(), host_phases["backward_ms"].get<double>(),
               host_phases["optimizer_ms"].get<double>());
   return {{"schema", "genesis.bench.train/1"},
