@@ -1,4 +1,5 @@
 // genesis train RECIPE [--set k=v]... [--out DIR] [--resume] [--overwrite] [--device D] [--seed N]
+//               [--nproc-per-node N]
 // genesis eval RECIPE --checkpoint DIR [--split test|val] [--set k=v]...
 // genesis recipe show RECIPE [--set k=v]...
 #include <nlohmann/json.hpp>
@@ -7,6 +8,8 @@
 #include <memory>
 
 #include "apps/genesis/commands.h"
+#include "libgenesis/dist/env.h"
+#include "libgenesis/dist/launcher.h"
 #include "libgenesis/recipe/recipe.h"
 #include "libgenesis/train/trainer.h"
 
@@ -24,6 +27,21 @@ void add_recipe_args(CLI::App* sub, RecipeArgs& a) {
   sub->add_option("--set", a.sets, "Override a recipe key: section.key=value (repeatable)");
 }
 
+// The rank's command line for `--nproc-per-node`: this program with the parsed options, less
+// that one.
+std::vector<std::string> rank_command(const RecipeArgs& a, const std::string& out, const std::string& device,
+                                      int64_t seed, bool resume, bool overwrite, bool quiet) {
+  std::vector<std::string> argv{"/proc/self/exe", "train", a.path};
+  for (const std::string& s : a.sets) argv.insert(argv.end(), {"--set", s});
+  if (!out.empty()) argv.insert(argv.end(), {"--out", out});
+  if (!device.empty()) argv.insert(argv.end(), {"--device", device});
+  if (seed >= 0) argv.insert(argv.end(), {"--seed", std::to_string(seed)});
+  if (resume) argv.emplace_back("--resume");
+  if (overwrite) argv.emplace_back("--overwrite");
+  if (quiet) argv.emplace_back("--quiet");
+  return argv;
+}
+
 }  // namespace
 
 void add_train_commands(CLI::App& app) {
@@ -36,6 +54,7 @@ void add_train_commands(CLI::App& app) {
     auto resume = std::make_shared<bool>(false);
     auto overwrite = std::make_shared<bool>(false);
     auto quiet = std::make_shared<bool>(false);
+    auto nproc = std::make_shared<int>(1);
     add_recipe_args(sub, *a);
     sub->add_option("--out", *out, "Run directory (default: <run.out_dir>/<run.name>)");
     sub->add_flag("--resume", *resume, "Continue the run from its latest checkpoint");
@@ -43,15 +62,29 @@ void add_train_commands(CLI::App& app) {
     sub->add_option("--device", *device, "cpu, cuda, cuda:N or auto (overrides run.device)");
     sub->add_option("--seed", *seed, "Random seed (overrides run.seed)");
     sub->add_flag("-q,--quiet", *quiet, "No per-step lines on stderr");
+    sub->add_option("--nproc-per-node", *nproc,
+                    "Data parallel: start N ranks on this host (as torchrun does), one per GPU for CUDA")
+        ->check(CLI::Range(1, 1024));
     register_command(sub, [=] {
       GENESIS_CHECK(!(*resume && *overwrite), UsageError, "--resume and --overwrite exclude each other");
+      if (*nproc > 1) {
+        const dist::ProcessEnv env = dist::read_process_env(/*need_rendezvous=*/false);
+        GENESIS_CHECK(!env.distributed(), UsageError, "--nproc-per-node starts the ranks itself, but this process is ",
+                      env.describe(), "; leave --nproc-per-node out under torchrun, mpirun or srun");
+        // Recipe and device errors are reported once, here, rather than by every rank.
+        std::vector<std::string> sets = a->sets;
+        if (!device->empty()) sets.push_back("run.device=" + *device);
+        train::check_local_launch(load_recipe(a->path, sets), *nproc);
+        return dist::launch_local(
+            {.nproc = *nproc, .command = rank_command(*a, *out, *device, *seed, *resume, *overwrite, *quiet)});
+      }
       std::vector<std::string> sets = a->sets;
       if (!device->empty()) sets.push_back("run.device=" + *device);
       if (*seed >= 0) sets.push_back("run.seed=" + std::to_string(*seed));
       RecipeSpec spec = load_recipe(a->path, sets);
       int code = train::run_training(spec, {.run_dir = *out, .resume = *resume, .overwrite = *overwrite, .quiet = *quiet});
       std::filesystem::path dir = out->empty() ? train::default_run_dir(spec) : std::filesystem::path(*out);
-      if (code == 0) std::cout << (dir / "summary.json").string() << "\n";
+      if (code == 0 && dist::read_process_env(false).rank == 0) std::cout << (dir / "summary.json").string() << "\n";
       return code;
     });
   }

@@ -21,6 +21,9 @@ class IndexError : public Error { public: using Error::Error; };
 class ValueError : public Error { public: using Error::Error; };
 class NotImplementedError : public Error { public: using Error::Error; };
 class AutogradError : public Error { public: using Error::Error; };
+// A collective between the ranks of a distributed run failed: a rank died, closed its connection
+// or did not answer within the timeout (exit code 1).
+class DistError : public Error { public: using Error::Error; };
 // Errors in what the user typed (flags, recipe keys): exit code 2.
 class UsageError : public Error { public: using Error::Error; };
 

@@ -143,15 +143,17 @@ ThreadChoice choose_threads(const ThreadInputs& in) {
   if (in.run_threads > 0 || in.env_threads > 0) {
     c.source = in.run_threads > 0 ? "run.threads" : "OMP_NUM_THREADS";
     c.threads = in.run_threads > 0 ? in.run_threads : in.env_threads;
-    c.oversubscribed = c.threads > c.free_cores;
+    c.oversubscribed = c.threads * std::max(1, in.ranks_per_host) > c.free_cores;
     c.reason = c.source + " = " + std::to_string(c.threads) + " (explicit; " + load + ")";
     return c;
   }
   c.source = "automatic";
-  c.threads = c.free_cores;
+  const int ranks = std::max(1, in.ranks_per_host);
+  c.threads = std::max(1, c.free_cores / ranks);
   c.reason = c.free_cores == c.cores
                  ? "all " + plural(c.cores, "core") + " this process may use are free (" + load + ")"
                  : plural(c.free_cores, "free core") + ": " + load;
+  if (ranks > 1) c.reason += ", shared by " + std::to_string(ranks) + " ranks on this host";
   return c;
 }
 
@@ -161,6 +163,7 @@ ThreadChoice configure_threads(int64_t run_threads, const ThreadOptions& options
   in.run_threads = run_threads;
   in.env_threads = parse_omp_num_threads(std::getenv("OMP_NUM_THREADS"));
   in.cores = static_cast<int>(cpus.size());
+  in.ranks_per_host = options.ranks_per_host;
   if (int quota = cgroup_quota_cores(); quota > 0) in.cores = std::min(in.cores, quota);
   if (options.measure_load) in.busy_cores = sample_busy_cores(cpus, options.sample_s);
   ThreadChoice c = choose_threads(in);

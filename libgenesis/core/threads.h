@@ -22,6 +22,7 @@ struct ThreadInputs {
   int64_t env_threads = 0;  // OMP_NUM_THREADS (its first value); 0 = not set or not a number
   int cores = 1;            // CPUs this process may run on: the affinity mask, capped by a cgroup CPU quota
   double busy_cores = -1;   // CPU time other processes used over a short sample, in cores; < 0 = unknown
+  int ranks_per_host = 1;   // processes of one distributed run on this host: each takes its share of the cores
 };
 
 struct ThreadChoice {
@@ -46,6 +47,7 @@ struct ThreadOptions {
   // (CUDA runs, where CPU threads matter little).
   bool measure_load = true;
   double sample_s = 0.1;
+  int ranks_per_host = 1;  // a distributed run's local ranks: the automatic count is a share of the free cores
 };
 
 // Reads the machine (affinity, cgroup quota, /proc/stat over sample_s, OMP_NUM_THREADS),

@@ -13,9 +13,14 @@ DataLoader::DataLoader(Dataset dataset, LoaderOptions options) : dataset_(std::m
   check_dataset(dataset_, "data loader");
   int64_t n = dataset_.size();
   GENESIS_CHECK(n > 0, ValueError, "data loader: the dataset is empty");
-  batches_per_epoch_ = options.drop_last ? n / options.batch_size : (n + options.batch_size - 1) / options.batch_size;
-  GENESIS_CHECK(batches_per_epoch_ > 0, UsageError, "batch size ", options.batch_size, " exceeds the dataset size ", n,
-                " with drop_last");
+  GENESIS_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size, ValueError,
+                "data loader: rank ", options.rank, " is not in [0, world_size ", options.world_size, ")");
+  const int64_t global = options.batch_size * options.world_size;
+  const int64_t rest = n % global;
+  batches_per_epoch_ = n / global + (!options.drop_last && rest >= options.world_size ? 1 : 0);
+  GENESIS_CHECK(batches_per_epoch_ > 0, UsageError, "batch size ", options.batch_size,
+                options.world_size > 1 ? " x world size " + std::to_string(options.world_size) : std::string(),
+                " exceeds the dataset size ", n, options.drop_last ? " with drop_last" : "");
   start_worker();
 }
 
@@ -26,9 +31,13 @@ LoaderCursor DataLoader::advance(LoaderCursor c) const {
 }
 
 Batch DataLoader::make_batch(LoaderCursor at) const {
-  int64_t n = dataset_.size();
-  int64_t begin = at.batch * options_.batch_size;
-  int64_t end = std::min(n, begin + options_.batch_size);
+  const int64_t n = dataset_.size();
+  const int64_t global = options_.batch_size * options_.world_size;
+  const int64_t global_begin = at.batch * global;
+  const int64_t size = std::min(n - global_begin, global);  // this global batch's samples
+  // This rank's slice: batch_size of a full global batch, an even share of the final partial one.
+  const int64_t begin = global_begin + size * options_.rank / options_.world_size;
+  const int64_t end = global_begin + size * (options_.rank + 1) / options_.world_size;
   std::vector<int64_t> indices;
   if (options_.shuffle) {
     // The epoch's permutation depends only on (seed, epoch): recomputed, never stored.

@@ -26,11 +26,17 @@ struct LoaderCursor {
 };
 
 struct LoaderOptions {
-  int64_t batch_size = 64;
+  int64_t batch_size = 64;  // per rank
   bool shuffle = true;
   bool drop_last = false;  // drop a final partial batch
   uint64_t seed = 0;
   int prefetch = 2;  // batches prepared ahead by a background thread; 0 = none
+  // Data parallel: a step's global batch is batch_size * world_size consecutive samples of the
+  // epoch's order (the same on every rank), and rank r takes the r-th slice. The epoch's final
+  // partial global batch is split evenly over the ranks, or dropped when it holds fewer samples
+  // than ranks.
+  int rank = 0;
+  int world_size = 1;
 };
 
 class DataLoader {

@@ -138,6 +138,12 @@ struct RecipeSpec {
     std::vector<std::string> keep_f32;  // module-name substrings whose forward runs without autocast
     bool operator==(const Amp&) const = default;
   };
+  struct Dist {
+    std::string backend;  // "auto", "tcp", "mpi" or "nccl"
+    double bucket_mb = 0;
+    double timeout_s = 0;
+    bool operator==(const Dist&) const = default;
+  };
 
   Run run;
   Model model;
@@ -147,6 +153,7 @@ struct RecipeSpec {
   Training training;
   Eval eval;
   Amp amp;
+  Dist dist;
 
   // The resolved recipe as TOML: every section and key in schema order, defaults included
   // (an unset optional key appears as a comment). Loading it gives back an equal RecipeSpec.

@@ -107,6 +107,10 @@ const std::vector<SectionSpec>& recipe_sections() {
       {"amp",
        "Mixed precision: the forward pass under autocast in bf16 or fp16 (parameters, gradients reaching them "
        "and optimizer states stay f32), with dynamic loss scaling for fp16 as torch.amp.GradScaler does it."},
+      {"dist",
+       "Data-parallel training over several processes (`genesis train --nproc-per-node N`, torchrun, mpirun or "
+       "srun): each rank runs training.batch_size examples of every step's global batch and the gradients are "
+       "averaged. Used only when the run has more than one rank; see docs/distributed.md."},
   };
   return sections;
 }
@@ -665,6 +669,32 @@ const std::vector<KeySpec>& recipe_schema() {
        .doc = "Modules whose dotted name contains one of these strings (e.g. \"lm_head\", \"norm\") run their "
               "forward in f32 with autocast off; a string that matches no module is an error.",
        .field = GENESIS_RECIPE_FIELD(amp.keep_f32)},
+      // [dist]
+      {.section = "dist",
+       .key = "backend",
+       .fallback = S{"auto"},
+       .choices = {"auto", "tcp", "mpi", "nccl"},
+       .doc = "How the ranks exchange gradients. auto: nccl for CUDA, mpi for CPU ranks started by mpirun (when "
+              "genesis was built with MPI), tcp otherwise. tcp: CPU tensors over sockets to rank 0 (genesis's own; "
+              "for the ranks of one host). mpi: CPU tensors through MPI (ranks started by mpirun). nccl: CUDA "
+              "tensors.",
+       .field = GENESIS_RECIPE_FIELD(dist.backend)},
+      {.section = "dist",
+       .key = "bucket_mb",
+       .fallback = 25.0,
+       .min = at_least(0),
+       .doc = "Gradients are averaged in buckets of about this many MiB, each started as soon as the backward "
+              "has filled it, overlapping the rest of the backward; 0 = one bucket after the backward (no "
+              "overlap).",
+       .field = GENESIS_RECIPE_FIELD(dist.bucket_mb)},
+      {.section = "dist",
+       .key = "timeout_s",
+       .fallback = 600.0,
+       .min = above(0),
+       .doc = "A rank that does not answer a collective (or the start-up) within this many seconds ends the run "
+              "on every rank with an error naming it; it bounds the slowest step and the longest checkpoint "
+              "write.",
+       .field = GENESIS_RECIPE_FIELD(dist.timeout_s)},
   };
   return schema;
 }

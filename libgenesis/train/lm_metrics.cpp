@@ -26,7 +26,8 @@ std::vector<uint32_t> token_byte_lengths(const data::Tokenizer& tokenizer) {
 }
 
 std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::TokenShard& shard, int64_t seq_len,
-                                          int64_t batch_size, const std::vector<uint32_t>& token_bytes, Device device) {
+                                          int64_t batch_size, const std::vector<uint32_t>& token_bytes, Device device,
+                                          const EvalShare& share) {
   const int64_t windows = (shard.size() - 1) / seq_len;
   GENESIS_CHECK(windows > 0, ValueError, "evaluate: ", shard.path().string(), " holds ", shard.size(),
                 " tokens, fewer than seq_len + 1 = ", seq_len + 1);
@@ -37,6 +38,7 @@ std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::T
   double bytes = 0;
   std::vector<int64_t> window(static_cast<size_t>(seq_len + 1));
   for (int64_t first = 0; first < windows; first += batch_size) {
+    if (!share.mine(first / batch_size)) continue;
     check_interrupt("evaluating");
     const int64_t rows = std::min(batch_size, windows - first);
     Tensor inputs = empty({rows, seq_len}, {.dtype = DType::i64});
@@ -56,7 +58,10 @@ std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::T
   }
   model.train(was_training);
   const double tokens = static_cast<double>(windows * seq_len);
-  const double total = loss_sum.item();
+  std::vector<double> sums{loss_sum.item(), bytes};
+  share.reduce(sums);
+  const double total = sums[0];
+  bytes = sums[1];
   const double loss = total / tokens;
   return {{"loss", loss},
           {"perplexity", std::exp(loss)},

@@ -1,6 +1,7 @@
 #pragma once
 // Language-model measures: loss, perplexity and bits per byte on a token shard, the training
 // FLOPs per token, and the peak rate that model-FLOPs utilization (MFU) is measured against.
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -10,6 +11,19 @@
 #include "libgenesis/models/causal_lm.h"
 
 namespace genesis::train {
+
+// An evaluation split over the ranks of a distributed run: rank r evaluates batches r, r + world,
+// r + 2 world, ... and `sum` adds the partial sums over the ranks (in place; empty on one rank).
+struct EvalShare {
+  int rank = 0;
+  int world = 1;
+  std::function<void(std::vector<double>&)> sum;
+
+  bool mine(int64_t batch) const { return batch % world == rank; }
+  void reduce(std::vector<double>& partial) const {
+    if (sum) sum(partial);
+  }
+};
 
 // The byte length of every token id's decoded bytes: decoding is concatenation, so the bytes
 // a sequence decodes to are the sum of these.
@@ -21,8 +35,10 @@ std::vector<uint32_t> token_byte_lengths(const data::Tokenizer& tokenizer);
 //   perplexity     exp(loss)
 //   bits_per_byte  loss * tokens / (bytes * ln 2), bytes = the UTF-8 bytes the targets decode to
 //   tokens, bytes  what was evaluated
+// Every rank of `share` gets the same figures.
 std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::TokenShard& shard, int64_t seq_len,
-                                          int64_t batch_size, const std::vector<uint32_t>& token_bytes, Device device);
+                                          int64_t batch_size, const std::vector<uint32_t>& token_bytes, Device device,
+                                          const EvalShare& share = {});
 
 // Training FLOPs per token for sequences of seq_len: 6 N (forward and backward through every
 // weight a token meets in a matmul: embeddings used only as lookups are left out, the tied

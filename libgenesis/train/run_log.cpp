@@ -17,6 +17,7 @@ std::string format_duration(double s) {
 }
 
 RunLog::RunLog(const std::string& metrics_path, bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {
+  if (metrics_path.empty()) return;  // a rank other than 0 of a distributed run
   metrics_ = std::fopen(metrics_path.c_str(), "a");
   GENESIS_CHECK(metrics_ != nullptr, Error, "cannot open ", metrics_path, " for writing");
 }
@@ -24,6 +25,12 @@ RunLog::RunLog(const std::string& metrics_path, bool quiet) : quiet_(quiet), tty
 RunLog::~RunLog() {
   end_progress_line();
   if (metrics_) std::fclose(metrics_);
+}
+
+void RunLog::write_metrics(const nlohmann::json& line) {
+  if (!metrics_) return;
+  std::fprintf(metrics_, "%s\n", line.dump().c_str());
+  std::fflush(metrics_);
 }
 
 void RunLog::end_progress_line() {
@@ -38,8 +45,7 @@ void RunLog::step(const StepRecord& r) {
   if (r.tokens_per_s > 0) j["tokens_per_s"] = r.tokens_per_s;
   if (r.mfu > 0) j["mfu"] = r.mfu;
   if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
-  std::fprintf(metrics_, "%s\n", j.dump().c_str());
-  std::fflush(metrics_);
+  write_metrics(j);
   if (quiet_) return;
   char rate[64];
   if (r.tokens_per_s > 0)
@@ -67,8 +73,7 @@ void RunLog::step(const StepRecord& r) {
 
 void RunLog::eval(int64_t step, const std::map<std::string, double>& metrics) {
   nlohmann::json values(metrics);
-  std::fprintf(metrics_, "%s\n", nlohmann::json{{"step", step}, {"eval", values}}.dump().c_str());
-  std::fflush(metrics_);
+  write_metrics({{"step", step}, {"eval", values}});
   if (quiet_) return;
   end_progress_line();
   std::string line = "eval  step " + std::to_string(step);
@@ -82,8 +87,7 @@ void RunLog::eval(int64_t step, const std::map<std::string, double>& metrics) {
 
 void RunLog::skipped_step(int64_t step, double loss_scale) {
   nlohmann::json j{{"step", step}, {"skipped", true}, {"loss_scale", loss_scale}};
-  std::fprintf(metrics_, "%s\n", j.dump().c_str());
-  std::fflush(metrics_);
+  write_metrics(j);
   char line[128];
   std::snprintf(line, sizeof(line), "step %6lld skipped: inf/nan gradients at loss scale %g",
                 static_cast<long long>(step), loss_scale);

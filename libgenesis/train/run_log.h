@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace genesis::train {
 
 struct StepRecord {
@@ -26,7 +28,8 @@ struct StepRecord {
 
 class RunLog {
  public:
-  // metrics_path: metrics.jsonl (appended to, so resumed runs continue the file).
+  // metrics_path: metrics.jsonl (appended to, so resumed runs continue the file); empty: none
+  // (the ranks other than 0 of a distributed run).
   // quiet: no terminal output (metrics.jsonl is still written).
   RunLog(const std::string& metrics_path, bool quiet);
   ~RunLog();
@@ -44,6 +47,7 @@ class RunLog {
 
  private:
   void end_progress_line();
+  void write_metrics(const nlohmann::json& line);
   std::FILE* metrics_ = nullptr;
   bool quiet_;
   bool tty_;

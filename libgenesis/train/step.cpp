@@ -6,26 +6,20 @@
 
 namespace genesis::train {
 
-namespace {
-
-// The seam where data-parallel training averages the gradients after backward; a no-op for
-// one process.
-void synchronize_gradients(const std::vector<Tensor>& /*params*/) {}
-
-}  // namespace
-
 Tensor training_loss(const Tensor& logits, const Tensor& targets) {
   if (logits.dim() != 3) return cross_entropy(logits, targets);
   const int64_t rows = logits.size(0) * logits.size(1);
   return cross_entropy(logits.reshape({rows, logits.size(2)}), targets.reshape({rows}));
 }
 
-TrainStep::TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* scaler, StepSettings settings)
+TrainStep::TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* scaler, StepSettings settings,
+                     dist::DataParallel* data_parallel)
     : model_(model),
       causal_lm_(dynamic_cast<models::CausalLM*>(&model)),
       optimizer_(optimizer),
       scaler_(scaler),
       settings_(settings),
+      data_parallel_(data_parallel),
       params_(model.parameters()) {}
 
 Tensor TrainStep::loss_of(const Tensor& x, const Tensor& y) {
@@ -53,12 +47,17 @@ StepResult TrainStep::run(const std::function<data::Batch()>& next_batch, Device
     Tensor loss = loss_of(batch.inputs.to(device), batch.targets.to(device));
     phase("forward");
     Tensor scaled = micro_steps > 1 ? div(loss, static_cast<double>(micro_steps)) : loss;
+    // Only the last micro-batch's backward averages over the ranks; the others accumulate here.
+    if (data_parallel_ && micro == micro_steps - 1) data_parallel_->arm();
     (scaler_ ? scaler_->scale_loss(scaled) : scaled).backward();
     phase("backward");
     result.loss = result.loss.defined() ? add(result.loss, scaled.detach()) : scaled.detach();
     result.samples += batch.targets.size(0);
   }
-  synchronize_gradients(params_);
+  if (data_parallel_) {
+    data_parallel_->finish();
+    result.loss = data_parallel_->average(result.loss);
+  }
   if (scaler_) scaler_->unscale_(params_);
   result.grad_norm = clip_grad_norm(params_, settings_.clip_grad_norm);
   if (settings_.clip_grad_value > 0.0) clip_grad_value(params_, settings_.clip_grad_value);

@@ -1,6 +1,7 @@
 #pragma once
 // One optimizer step of the training loop: forward and backward over each micro-batch (under
-// autocast, a causal LM through its fused loss), gradient sync (seam), unscale, clipping, the
+// autocast, a causal LM through its fused loss), the gradients averaged over the ranks of a
+// data-parallel run (overlapping the last backward), unscale, clipping, the
 // optimizer step (skipped on the device when asked) and zero_grad. `genesis train` runs it in
 // its loop; `genesis bench train` times its phases.
 #include <functional>
@@ -9,6 +10,7 @@
 
 #include "libgenesis/amp/grad_scaler.h"
 #include "libgenesis/data/loader.h"
+#include "libgenesis/dist/data_parallel.h"
 #include "libgenesis/models/causal_lm.h"
 #include "libgenesis/nn/module.h"
 #include "libgenesis/optim/optimizer.h"
@@ -40,10 +42,14 @@ using SkipFlag = std::function<Tensor(const Tensor& loss, const Tensor& grad_nor
 
 class TrainStep {
  public:
-  TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* scaler, StepSettings settings);
+  // data_parallel: the run's gradient averaging over ranks; null on one process.
+  TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* scaler, StepSettings settings,
+            dist::DataParallel* data_parallel = nullptr);
   // Runs one step on grad_accum_steps batches from next_batch (moved to `device`). With an fp16
   // scaler its found-inf flag skips the update, otherwise skip_if's (when given). stop_requested
   // is asked before every micro-batch after the first; when it says yes the step is abandoned.
+  // Data parallel: loss is the mean over the ranks and samples this rank's count; stop_requested
+  // must give every rank the same answer.
   StepResult run(const std::function<data::Batch()>& next_batch, Device device, const SkipFlag& skip_if = {},
                  const PhaseMark& mark = {}, const std::function<bool()>& stop_requested = {});
 
@@ -55,6 +61,7 @@ class TrainStep {
   Optimizer& optimizer_;
   amp::GradScaler* scaler_;
   StepSettings settings_;
+  dist::DataParallel* data_parallel_;
   std::vector<Tensor> params_;
 };
 

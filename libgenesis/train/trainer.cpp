@@ -18,6 +18,8 @@
 #include "libgenesis/core/interrupt.h"
 #include "libgenesis/core/threads.h"
 #include "libgenesis/data/loader.h"
+#include "libgenesis/dist/data_parallel.h"
+#include "libgenesis/dist/process_group.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/io/safetensors.h"
@@ -36,6 +38,7 @@
 
 #if GENESIS_WITH_CUDA
 #include "libgenesis/cuda/caching_allocator.h"
+#include "libgenesis/cuda/runtime.h"
 #endif
 
 namespace genesis::train {
@@ -52,8 +55,55 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // the free cores (the load sampled for 0.1 s on CPU runs). thread_note(choice) is the warning
 // when that oversubscribes them, printed with the run's other notes (after the data loads, so
 // that an error stays the only line on stderr).
-ThreadChoice set_threads(int64_t threads, Device device) {
-  return configure_threads(threads, {.measure_load = device.is_cpu()});
+// The ranks of a distributed run on one host share its cores (and would see each other as load).
+ThreadChoice set_threads(int64_t threads, Device device, int ranks_per_host = 1) {
+  return configure_threads(threads, {.measure_load = device.is_cpu() && ranks_per_host == 1,
+                                     .ranks_per_host = ranks_per_host});
+}
+
+// A distributed rank's device: cuda:LOCAL_RANK for a CUDA run (torchrun's convention).
+Device rank_device(Device device, const std::string& requested, const dist::ProcessEnv& env) {
+  if (!env.distributed() || !device.is_cuda()) return device;
+  GENESIS_CHECK(!requested.starts_with("cuda:"), UsageError, "run.device = \"", requested, "\" with ",
+                env.world_size, " ranks: each rank takes cuda:LOCAL_RANK; use run.device = \"cuda\"");
+#if GENESIS_WITH_CUDA
+  const int gpus = cuda::device_count();
+  GENESIS_CHECK(gpus > 0, UsageError, "run.device = \"", requested, "\" but no CUDA GPU is visible; train on the CPU with "
+                "--device cpu");
+  GENESIS_CHECK(env.local_rank < gpus, UsageError, env.describe(), " needs GPU ", env.local_rank, " but this host has ",
+                gpus, "; start at most ", gpus, " ranks per host");
+#endif
+  return Device(DeviceType::cuda, env.local_rank);
+}
+
+// Start-up work that rank 0 does before the other ranks (it prepares what they share: the run
+// directory, token shards). When it fails there, every rank stops: rank 0 with its error, the
+// others with a line pointing at it (exit 2 for a usage or recipe error, as rank 0's).
+void rank0_first(dist::ProcessGroup* group, const std::function<void()>& on_rank0,
+                 const std::function<void()>& on_others) {
+  if (!group) return on_rank0();
+  auto agree = [group](int code) {
+    Tensor t = full({1}, code, {.dtype = DType::i32});
+    group->host().all_reduce(t, dist::ReduceOp::max)->wait();
+    return t.data<int32_t>()[0];
+  };
+  if (group->rank() == 0) {
+    try {
+      on_rank0();
+    } catch (const UsageError&) {
+      agree(2);
+      throw;
+    } catch (...) {
+      agree(1);
+      throw;
+    }
+    agree(0);
+  } else {
+    const int code = agree(0);
+    if (code == 2) GENESIS_THROW(UsageError, "rank 0 could not start the run (its message says why)");
+    if (code != 0) GENESIS_THROW(DistError, "rank 0 could not start the run (its message says why)");
+    if (on_others) on_others();
+  }
 }
 
 bool has_checkpoint(const fs::path& dir) { return fs::exists(dir / "checkpoints" / "latest"); }
@@ -156,7 +206,7 @@ struct RunBatches {
   std::function<void(int64_t vocab_size)> check_vocab;
 };
 
-RunBatches sample_batches(const RecipeSpec& spec, Device device) {
+RunBatches sample_batches(const RecipeSpec& spec, Device device, const EvalShare& share = {}) {
   auto run_data = std::make_shared<recipe::RunData>(recipe::build_data(spec));
   // A larger batch would be cut to the dataset every step while the banner and samples/s
   // count the requested size.
@@ -168,15 +218,17 @@ RunBatches sample_batches(const RecipeSpec& spec, Device device) {
                                            .shuffle = spec.data.shuffle,
                                            .drop_last = false,
                                            .seed = static_cast<uint64_t>(spec.run.seed),
-                                           .prefetch = static_cast<int>(spec.data.prefetch)});
+                                           .prefetch = static_cast<int>(spec.data.prefetch),
+                                           .rank = share.rank,
+                                           .world_size = share.world});
   RunBatches b;
   b.next = [loader] { return loader->next(); };
   b.cursor = [loader] { return loader->cursor(); };
   b.seek = [loader](data::LoaderCursor c) { loader->seek(c); };
   b.per_epoch = loader->batches_per_epoch();
   if (run_data->eval.size() > 0) {
-    b.evaluate = [run_data, batch = spec.eval.batch_size, device](nn::Module& model) {
-      return evaluate(model, run_data->eval, batch, device);
+    b.evaluate = [run_data, batch = spec.eval.batch_size, device, share](nn::Module& model) {
+      return evaluate(model, run_data->eval, batch, device, share);
     };
   }
   return b;
@@ -185,18 +237,21 @@ RunBatches sample_batches(const RecipeSpec& spec, Device device) {
 // The eval-set measures of a language model on the recipe's val.bin.
 std::function<std::map<std::string, double>(nn::Module&)> token_evaluation(const RecipeSpec& spec,
                                                                            const recipe::TokenData& data,
-                                                                           Device device) {
+                                                                           Device device,
+                                                                           const EvalShare& share = {}) {
   if (data.val.empty()) return {};
   auto shard = std::make_shared<data::TokenShard>(data.val);
   auto token_bytes = std::make_shared<std::vector<uint32_t>>(token_byte_lengths(data::Tokenizer::load(data.tokenizer)));
-  return [shard, token_bytes, seq_len = spec.data.seq_len, batch = spec.eval.batch_size, device](nn::Module& model) {
+  return [shard, token_bytes, seq_len = spec.data.seq_len, batch = spec.eval.batch_size, device,
+          share](nn::Module& model) {
     auto* lm = dynamic_cast<models::CausalLM*>(&model);
     GENESIS_CHECK(lm != nullptr, ValueError, "token evaluation needs a language model");
-    return evaluate_lm(*lm, *shard, seq_len, batch, *token_bytes, device);
+    return evaluate_lm(*lm, *shard, seq_len, batch, *token_bytes, device, share);
   };
 }
 
-RunBatches token_batches(const RecipeSpec& spec, Device device, const std::function<void(const std::string&)>& note) {
+RunBatches token_batches(const RecipeSpec& spec, Device device, const std::function<void(const std::string&)>& note,
+                         const EvalShare& share = {}) {
   recipe::TokenData data = recipe::prepare_token_data(spec, note);
   auto loader = std::make_shared<data::TokenWindowLoader>(
       std::vector<fs::path>{data.train},
@@ -204,8 +259,8 @@ RunBatches token_batches(const RecipeSpec& spec, Device device, const std::funct
                                .seq_len = spec.data.seq_len,
                                .shuffle = spec.data.shuffle,
                                .seed = static_cast<uint64_t>(spec.run.seed),
-                               .rank = 0,
-                               .world_size = 1});
+                               .rank = share.rank,
+                               .world_size = share.world});
   RunBatches b;
   b.next = [loader] {
     data::TokenBatch t = loader->next();
@@ -228,7 +283,7 @@ RunBatches token_batches(const RecipeSpec& spec, Device device, const std::funct
                     "model.vocab_size or prepare the shards again with the recipe's data.tokenizer");
     }
   };
-  b.evaluate = token_evaluation(spec, data, device);
+  b.evaluate = token_evaluation(spec, data, device, share);
   return b;
 }
 
@@ -267,10 +322,20 @@ class NonfiniteSteps {
 
 }  // namespace
 
+void check_local_launch(const RecipeSpec& spec, int nproc) {
+  const Device device = recipe::resolve_device(spec.run.device);
+  dist::ProcessEnv last;  // the rank with the highest local rank
+  last.world_size = last.local_world_size = nproc;
+  last.rank = last.local_rank = nproc - 1;
+  last.launcher = "--nproc-per-node";
+  dist::resolve_backend(spec.dist.backend, device, last);
+  rank_device(device, spec.run.device, last);
+}
+
 fs::path default_run_dir(const RecipeSpec& spec) { return fs::path(spec.run.out_dir) / spec.run.name; }
 
 std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,
-                                       Device device) {
+                                       Device device, const EvalShare& share) {
   GENESIS_CHECK(dataset.size() > 0, ValueError, "evaluate: the evaluation set is empty");
   bool was_training = model.is_training();
   model.eval();
@@ -279,7 +344,9 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
   Tensor loss_sum = scalar_tensor(0.0, {.dtype = DType::f64, .device = device});
   Tensor correct = scalar_tensor(0.0, {.dtype = DType::i64, .device = device});
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+    if (!share.mine(b)) continue;
     check_interrupt("evaluating");
+    if (share.world > 1) loader.seek({0, b});  // no prefetch: only positions the loader
     data::Batch batch = loader.next();
     Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
     Tensor logits = model(x);
@@ -288,7 +355,9 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
   }
   model.train(was_training);
   auto n = static_cast<double>(dataset.size());
-  return {{"loss", loss_sum.item() / n}, {"accuracy", correct.item() / n}};
+  std::vector<double> sums{loss_sum.item(), correct.item()};
+  share.reduce(sums);
+  return {{"loss", sums[0] / n}, {"accuracy", sums[1] / n}};
 }
 
 int run_training(const RecipeSpec& spec, const TrainOptions& options) {
@@ -301,28 +370,57 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   // From here on SIGINT/SIGTERM stop cleanly: data preparation and evaluation throw
   // Interrupted (exit 130), the loop stops at the next step or micro-batch with a checkpoint.
   StopSignal stop;
-  std::string start_note;
-  const bool resuming = prepare_run_dir(run_dir, options, start_note);
+  // A distributed run: every rank trains its slice of each global batch; rank 0 alone writes
+  // the run directory and reports.
+  const dist::ProcessEnv env = dist::process_env();
   set_allow_tf32(spec.run.allow_tf32);
-  Device device = recipe::resolve_device(spec.run.device);
-  ThreadChoice threads = set_threads(spec.run.threads, device);
+  const Device device = rank_device(recipe::resolve_device(spec.run.device), spec.run.device, env);
+  // Under a launcher the run is data parallel even with one rank (as torchrun --nproc-per-node 1
+  // runs DDP): the communicator's cost can be measured against a plain run.
+  std::unique_ptr<dist::ProcessGroup> group =
+      env.launcher != "none" ? dist::join_process_group(env, spec.dist.backend, device, spec.dist.timeout_s) : nullptr;
+  const bool rank0 = env.rank == 0;
+  const int world = env.world_size;
+  EvalShare share;
+  if (group) share = {.rank = env.rank, .world = world, .sum = [&group](std::vector<double>& v) { group->sum(v); }};
+
+  std::string start_note;
+  bool resuming = false;
+  std::vector<fs::path> stale;
+  const std::string recipe_toml = spec.to_toml();
+  rank0_first(
+      group.get(),
+      [&] {
+        resuming = prepare_run_dir(run_dir, options, start_note);
+        if (!resuming) io::write_file_atomic(run_dir / "recipe.toml", recipe_toml);
+        stale = io::remove_stale_temporaries(run_dir / "checkpoints");
+        if (resuming) {
+          // Peek at the checkpoint's step first: lines a crashed run logged after it are dropped
+          // from metrics.jsonl, so the resumed run does not log those steps twice.
+          truncate_metrics_after(run_dir / "metrics.jsonl", checkpoint_step(run_dir / "checkpoints"));
+        }
+      },
+      {});
+  if (group) resuming = group->any(rank0 && resuming);  // rank 0 decided
+  ThreadChoice threads = set_threads(spec.run.threads, device, env.local_world_size);
   const std::optional<DType> amp = recipe::amp_dtype(spec);
-  std::string recipe_toml = spec.to_toml();
-  if (!resuming) io::write_file_atomic(run_dir / "recipe.toml", recipe_toml);
-  const std::vector<fs::path> stale = io::remove_stale_temporaries(run_dir / "checkpoints");
-  if (resuming) {
-    // Peek at the checkpoint's step first: lines a crashed run logged after it are dropped
-    // from metrics.jsonl, so the resumed run does not log those steps twice.
-    truncate_metrics_after(run_dir / "metrics.jsonl", checkpoint_step(run_dir / "checkpoints"));
-  }
-  RunLog log((run_dir / "metrics.jsonl").string(), options.quiet);
+  RunLog log(rank0 ? (run_dir / "metrics.jsonl").string() : std::string(), options.quiet || !rank0);
   if (!start_note.empty()) log.note(start_note);
   for (const fs::path& p : stale) log.note("removed " + p.string() + ", left by an interrupted checkpoint write");
+  if (group)
+    log.note("data parallel: " + std::to_string(world) + " ranks (" + env.launcher + "), gradients over " +
+             std::string(group->gradients().backend()) + ", " + std::to_string(spec.training.batch_size) +
+             " examples per rank per micro-batch");
 
   manual_seed(static_cast<uint64_t>(spec.run.seed));
-  RunBatches batches = language_model
-                           ? token_batches(spec, device, [&log](const std::string& line) { log.note(line); })
-                           : sample_batches(spec, device);
+  RunBatches batches;
+  // Rank 0 prepares missing token shards before the others look for them.
+  auto load_batches = [&] {
+    batches = language_model
+                  ? token_batches(spec, device, [&log](const std::string& line) { log.note(line); }, share)
+                  : sample_batches(spec, device, share);
+  };
+  rank0_first(group.get(), load_batches, load_batches);
   std::shared_ptr<nn::Module> model = recipe::build_model(spec, device);
   if (auto* lm = dynamic_cast<models::CausalLM*>(model.get()); lm && batches.check_vocab)
     batches.check_vocab(lm->vocab_size());
@@ -330,11 +428,15 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   const auto scaler = recipe::build_grad_scaler(spec, device);  // fp16 only
   const int64_t total = recipe::total_steps(spec, batches.per_epoch);
   LrSchedule schedule = recipe::build_schedule(spec, total);
+  std::unique_ptr<dist::DataParallel> data_parallel;
+  if (group)
+    data_parallel = std::make_unique<dist::DataParallel>(model->parameters(), group->gradients(), spec.dist.bucket_mb);
   TrainStep train_step(*model, *optimizer, scaler.get(),
                        {.autocast = amp,
                         .grad_accum_steps = spec.training.grad_accum_steps,
                         .clip_grad_norm = spec.training.clip_grad_norm,
-                        .clip_grad_value = spec.training.clip_grad_value});
+                        .clip_grad_value = spec.training.clip_grad_value},
+                       data_parallel.get());
 
   TrainerState state;
   state.optimizer_name = optimizer->name();
@@ -357,6 +459,10 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     default_generator().set_state(state.rng);
     log.note("resumed " + run_dir.string() + " at step " + std::to_string(state.step));
   }
+  // Every rank starts from rank 0's weights (they agree already when built from one seed).
+  if (data_parallel) data_parallel->broadcast_parameters();
+  // A stop request counts when any rank got it, so that all stop at the same step.
+  auto stop_requested = [&] { return group ? group->any(stop.requested()) : stop.requested(); };
   if (language_model && !batches.evaluate) {
     GENESIS_CHECK(t.eval_every == 0, UsageError, "training.eval_every = ", t.eval_every, " but ", spec.data.shards,
                   " has no val.bin to evaluate on (set data.val_fraction > 0 and prepare the shards again, or "
@@ -369,7 +475,8 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     if (std::string hint = thread_note(threads); !hint.empty()) log.note(hint);
   }
   log.note("training " + spec.run.name + " on " + device.str() + ": " + std::to_string(model->num_parameters()) +
-           " parameters, " + std::to_string(total) + " steps of " + std::to_string(t.batch_size * t.grad_accum_steps) +
+           " parameters, " + std::to_string(total) + " steps of " +
+           std::to_string(t.batch_size * t.grad_accum_steps * world) +
            (language_model ? " windows of " + std::to_string(spec.data.seq_len) + " tokens" : " examples") + " (" +
            std::to_string(batches.per_epoch) + " batches per epoch)");
   double flops_per_token = 0;
@@ -428,8 +535,9 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     state.rng = default_generator().state();
     state.optimizer_steps = optimizer->step_count();
     state.cpu_threads = device.is_cpu() ? threads.threads : 0;
-    save_checkpoint(run_dir / "checkpoints", *model, *optimizer, state, recipe_toml, static_cast<size_t>(t.keep_last),
-                    spec.data.tokenizer);
+    if (rank0)  // the other ranks hold the same weights and optimizer state
+      save_checkpoint(run_dir / "checkpoints", *model, *optimizer, state, recipe_toml,
+                      static_cast<size_t>(t.keep_last), spec.data.tokenizer);
   };
 
   // A dynamic fp16 scale below 2^-24 means every recent step overflowed: stop with the weights of
@@ -472,7 +580,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     const StepResult result = train_step.run(
         batches.next, device,
         [&](const Tensor& loss, const Tensor& norm) { return nonfinite.flag(loss, norm, state.step + 1); }, {},
-        [&stop] { return stop.requested(); });
+        stop_requested);
     if (result.interrupted) {
       batches.seek(step_cursor);
       default_generator().set_state(step_rng);
@@ -483,11 +591,12 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
       return 130;
     }
     const Tensor &step_loss = result.loss, &grad_norm = result.grad_norm;
-    window_samples += result.samples;
+    window_samples += result.samples * world;
     ++state.step;
 
-    bool last = state.step == total;
-    if (state.step % t.log_every == 0 || last || stop.requested()) {
+    const bool last = state.step == total;
+    const bool stopping = stop_requested();
+    if (state.step % t.log_every == 0 || last || stopping) {
       // The only host reads of the loop: the loss, gradient norm and loss scale at log steps.
       last_loss = step_loss.item();
       check_nonfinite();
@@ -517,7 +626,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
       if (!evaluate_or_stop("the evaluation at step " + std::to_string(state.step))) return 130;
       log.eval(state.step, last_eval);
     }
-    if (stop.requested()) {
+    if (stopping) {
       checkpoint();
       log.note("stopped by signal at step " + std::to_string(state.step) + "; checkpoint written, resume with --resume");
       return 130;
@@ -533,7 +642,12 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   checkpoint();
   stop_on_underflow();
 
-  int64_t examples = (state.step - first_step) * t.batch_size * t.grad_accum_steps;
+  // Every rank's peak memory, gathered at rank 0 (a sum of one-hot vectors).
+  std::vector<double> peaks(static_cast<size_t>(world), 0.0);
+  peaks[static_cast<size_t>(env.rank)] = static_cast<double>(peak_memory_bytes(device));
+  if (group) group->sum(peaks);
+  if (!rank0) return 0;
+  int64_t examples = (state.step - first_step) * t.batch_size * t.grad_accum_steps * world;
   const double samples_per_s = wall > 0 ? static_cast<double>(examples) / wall : 0.0;
   nlohmann::json summary{{"run", spec.run.name},
                          {"final_step", state.step},
@@ -543,9 +657,17 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                          {"eval_split", spec.eval.split},
                          {"wall_s", wall},
                          {"samples_per_s", samples_per_s},
-                         {"peak_memory_bytes", peak_memory_bytes(device)},
+                         {"peak_memory_bytes", static_cast<int64_t>(peaks[0])},
                          {"device", device.str()},
-                         {"parameters", model->num_parameters()}};
+                         {"parameters", model->num_parameters()},
+                         {"world_size", world}};
+  if (data_parallel) {
+    summary["dist_backend"] = group->gradients().backend();
+    summary["gradient_buckets"] = data_parallel->bucket_count();
+    summary["peak_memory_bytes_per_rank"] = peaks;
+    // Host time blocked on the gradient all-reduces (the part the backward did not hide).
+    summary["comm_wait_share"] = wall > 0 ? data_parallel->wait_seconds() / wall : 0.0;
+  }
   if (state.grad_scaler) summary["skipped_steps"] = state.grad_scaler->skipped_steps;
   if (!scaler) summary["nonfinite_steps"] = nonfinite.count();
   if (language_model) {

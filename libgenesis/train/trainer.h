@@ -1,7 +1,9 @@
 #pragma once
 // The training loop of `genesis train`: batches -> forward -> loss -> backward ->
-// gradient sync (seam) -> clip -> optimizer step -> schedule, with logging, periodic
-// evaluation, checkpoints, clean stop on signals, and summary.json at the end.
+// gradients averaged over ranks (data parallel) -> clip -> optimizer step -> schedule, with
+// logging, periodic evaluation, checkpoints, clean stop on signals, and summary.json at the end.
+// Under a distributed launcher (libgenesis/dist/env.h) every rank runs it: rank 0 writes the run
+// directory, the others train their slice of each batch and stay quiet.
 #include <filesystem>
 #include <map>
 #include <string>
@@ -9,6 +11,7 @@
 #include "libgenesis/data/dataset.h"
 #include "libgenesis/nn/module.h"
 #include "libgenesis/recipe/recipe.h"
+#include "libgenesis/train/lm_metrics.h"
 
 namespace genesis::train {
 
@@ -26,8 +29,9 @@ struct TrainOptions {
 int run_training(const RecipeSpec& spec, const TrainOptions& options);
 
 // Mean cross-entropy loss and accuracy of `model` on `dataset`, in eval mode, no grad.
+// With a share over ranks, each evaluates its batches and every rank returns the totals.
 std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,
-                                       Device device);
+                                       Device device, const EvalShare& share = {});
 
 // Loads the checkpoint, evaluates on the recipe's eval split (or `split` when given:
 // "test" or "val") and returns the metrics: loss and accuracy for a classifier; loss,
@@ -35,6 +39,11 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
 // are prepared first when missing).
 std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const std::filesystem::path& checkpoint,
                                              const std::string& split);
+
+// What `--nproc-per-node N` checks before it starts the ranks, so that a bad combination is one
+// error line rather than one per rank: the device resolves, dist.backend can carry it, and a CUDA
+// run has a GPU for every rank. Throws UsageError.
+void check_local_launch(const RecipeSpec& spec, int nproc);
 
 // The run directory a recipe writes to unless --out says otherwise.
 std::filesystem::path default_run_dir(const RecipeSpec& spec);

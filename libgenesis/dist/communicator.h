@@ -1,0 +1,52 @@
+#pragma once
+// Collectives between the ranks of a data-parallel run. One interface, three backends:
+//   tcp   CPU tensors over sockets between the ranks (genesis's own; what `--nproc-per-node`
+//         CPU ranks use, needing nothing installed),
+//   mpi   CPU tensors through MPI (ranks started by mpirun; built when GENESIS_MPI finds it),
+//   nccl  CUDA tensors through NCCL (on its own stream, ordered against the compute stream by
+//         events).
+// Every collective is asynchronous and returns a Work handle; wait() makes its result usable (on
+// the host for CPU tensors; for CUDA tensors the current stream is ordered after it, the host does
+// not block). Collectives must be issued in the same order on every rank. A rank that dies, closes
+// its connection or does not answer within the communicator's timeout makes wait() throw
+// DistError naming it, never hang.
+#include <memory>
+#include <string_view>
+
+#include "libgenesis/core/tensor.h"
+
+namespace genesis::dist {
+
+enum class ReduceOp { sum, avg, max };
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+using WorkHandle = std::shared_ptr<Work>;
+
+// Tensors given to collectives are contiguous and hold the same shape and dtype on every rank
+// (f32, f64, bf16, f16, i32 or i64; avg for floating types only). They must stay alive until
+// wait() returns.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view backend() const = 0;
+
+  // In place: every rank ends with the reduction of all ranks' tensors.
+  virtual WorkHandle all_reduce(Tensor& tensor, ReduceOp op) = 0;
+  // input holds size() equal chunks of output's numel, in rank order; rank r's output becomes the
+  // reduction of every rank's chunk r.
+  virtual WorkHandle reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) = 0;
+  // output holds size() chunks of input's numel; chunk r becomes rank r's input.
+  virtual WorkHandle all_gather(const Tensor& input, Tensor& output) = 0;
+  // In place: every rank ends with root's tensor.
+  virtual WorkHandle broadcast(Tensor& tensor, int root) = 0;
+  // Returns when every rank has called it (host-side; throws DistError on a dead rank or timeout).
+  virtual void barrier() = 0;
+};
+
+}  // namespace genesis::dist

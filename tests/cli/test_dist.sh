@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Data-parallel training on CPU ranks, end to end: `--nproc-per-node 2` (tcp backend) and
+# `mpirun -np 2` (mpi backend, when installed) give the losses of one process with the same
+# global batch; gradient accumulation x 2 ranks equals 1 rank x 4 micro-steps; a 2-rank resume
+# is bit-exact; the tiny GPT reaches the same bits per byte on 2 ranks as on 1; SIGTERM stops
+# every rank at one step with one checkpoint (exit 130); a killed rank ends the run with an
+# error naming it, never a hang; bad launcher environments exit 2 with one line.
+#   tests/cli/test_dist.sh PATH_TO_GENESIS SOURCE_DIR
+#
+# Tolerance for "same losses": the runs differ only in the order of f32 sums (a mean over 128
+# rows against the mean of two means over 64, a gradient summed over 128 rows against two
+# partial sums averaged in f64), ~1e-7 relative per step; 40 AdamW steps are measured to stay
+# within 3e-7 of each other, and the check allows 1e-4.
+set -u
+genesis=${1:?path to genesis}
+src=${2:?source directory}
+recipe="$src/recipes/fashion_mnist_mlp.toml"
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+export OMP_NUM_THREADS=1  # bit-exact comparisons need a fixed thread count per rank
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+ok() { echo "ok: $*"; }
+losses() { grep -o '"loss":[0-9.eE+-]*' "$1" | cut -d: -f2; }
+# The largest relative difference between two runs' logged losses (or "count" when they differ in number).
+max_rel() {
+  paste <(losses "$1") <(losses "$2") | awk 'NF != 2 { bad = 1 } NF == 2 { d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r }
+    END { if (bad || NR == 0) print "count"; else printf "%.3g\n", m }'
+}
+close_enough() { [ "$1" != count ] && awk -v r="$1" 'BEGIN { exit !(r <= 1e-4) }'; }
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  echo "skipped: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
+  exit 0
+fi
+common=(--set training.steps=40 --set training.log_every=5 --set training.checkpoint_every=20 --set training.keep_last=5 -q)
+
+# 1. Two tcp ranks of 64 equal one process of 128.
+"$genesis" train "$recipe" --out "$work/one" --set training.batch_size=128 "${common[@]}" >/dev/null 2>"$work/one.err" \
+  || { cat "$work/one.err"; fail "1-process run failed"; }
+out=$("$genesis" train "$recipe" --out "$work/two" --set training.batch_size=64 "${common[@]}" --nproc-per-node 2 2>"$work/two.err")
+rc=$?
+[ $rc -eq 0 ] || { cat "$work/two.err"; fail "2-rank run exited $rc"; }
+[ "$out" = "$work/two/summary.json" ] && ok "2-rank run prints the summary path once" || fail "2-rank stdout: '$out'"
+r=$(max_rel "$work/one/metrics.jsonl" "$work/two/metrics.jsonl")
+close_enough "$r" && ok "2 tcp ranks x 64 = 1 process x 128: losses within $r (relative)" || fail "2-rank losses differ: $r"
+grep -q '"world_size": 2' "$work/two/summary.json" && grep -q '"dist_backend": "tcp"' "$work/two/summary.json" \
+  && grep -q '"peak_memory_bytes_per_rank"' "$work/two/summary.json" \
+  && ok "summary.json gives world_size, backend and per-rank peak memory" || fail "summary.json lacks the dist fields"
+[ ! -e "$work/two/metrics.jsonl.1" ] && [ "$(grep -cE '"step":5[,}]' "$work/two/metrics.jsonl")" = 1 ] \
+  && ok "rank 0 alone writes metrics.jsonl" || fail "metrics.jsonl written by several ranks"
+
+# 2. Gradient accumulation: 2 ranks x 2 micro-batches of 32 = 1 process x 4 micro-batches of 32.
+"$genesis" train "$recipe" --out "$work/acc1" --set training.batch_size=32 --set training.grad_accum_steps=4 "${common[@]}" \
+  >/dev/null 2>&1 || fail "accumulating 1-process run failed"
+"$genesis" train "$recipe" --out "$work/acc2" --set training.batch_size=32 --set training.grad_accum_steps=2 "${common[@]}" \
+  --nproc-per-node 2 >/dev/null 2>&1 || fail "accumulating 2-rank run failed"
+r=$(max_rel "$work/acc1/metrics.jsonl" "$work/acc2/metrics.jsonl")
+close_enough "$r" && ok "2 ranks x 2 micro-steps = 1 process x 4: losses within $r" || fail "accumulation differs: $r"
+
+# 3. A 2-rank resume is bit-exact: continue the step-20 checkpoint of run 1.
+mkdir -p "$work/resumed/checkpoints"
+cp -r "$work/two/checkpoints/step_00000020" "$work/resumed/checkpoints/"
+ln -s step_00000020 "$work/resumed/checkpoints/latest"
+cp "$work/two/recipe.toml" "$work/resumed/recipe.toml"
+"$genesis" train "$recipe" --out "$work/resumed" --resume --set training.batch_size=64 "${common[@]}" --nproc-per-node 2 \
+  >/dev/null 2>"$work/resumed.err" || { cat "$work/resumed.err"; fail "2-rank resume failed"; }
+a=$(grep -E '"step":(25|30|35|40)[,}]' "$work/two/metrics.jsonl" | grep -o '"loss":[^,]*')
+b=$(grep -E '"step":(25|30|35|40)[,}]' "$work/resumed/metrics.jsonl" | grep -o '"loss":[^,]*')
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "2-rank resumed losses at steps 25..40 are bit-identical" || fail "2-rank resume differs: [$a] vs [$b]"
+cmp -s "$work/two/checkpoints/step_00000040/model.safetensors" "$work/resumed/checkpoints/step_00000040/model.safetensors" \
+  && ok "2-rank resumed final weights are byte-identical" || fail "2-rank resumed weights differ"
+
+# 4. mpirun: the mpi backend gives the same losses.
+if command -v mpirun >/dev/null 2>&1 && "$genesis" info 2>/dev/null | grep -qi "mpi.*yes\|mpi: on\|with mpi"; then :; fi
+if command -v mpirun >/dev/null 2>&1; then
+  mpi_env=()
+  [ "$(id -u)" = 0 ] && mpi_env=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+  if "${mpi_env[@]}" mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS "$genesis" train "$recipe" --out "$work/mpi" \
+      --set training.batch_size=64 "${common[@]}" >/dev/null 2>"$work/mpi.err"; then
+    r=$(max_rel "$work/one/metrics.jsonl" "$work/mpi/metrics.jsonl")
+    grep -q '"dist_backend": "mpi"' "$work/mpi/summary.json" || fail "mpirun run did not use the mpi backend"
+    close_enough "$r" && ok "mpirun -np 2 (mpi backend) = 1 process x 128: losses within $r" || fail "mpi losses differ: $r"
+    cmp -s "$work/two/checkpoints/step_00000040/model.safetensors" "$work/mpi/checkpoints/step_00000040/model.safetensors" \
+      && ok "mpi and tcp ranks end with byte-identical weights" || echo "note: mpi and tcp weights differ in the last bits"
+  else
+    cat "$work/mpi.err"
+    fail "mpirun -np 2 genesis train failed"
+  fi
+else
+  echo "skipped: mpirun is not installed (scripts/setup.sh installs openmpi-bin)"
+fi
+
+# 5. The tiny GPT: 2 ranks of 4 windows reach the bits per byte of 1 process of 8.
+cat >"$work/lm.toml" <<TOML
+[run]
+name = "lm_dist"
+seed = 1
+[model]
+name = "gpt2"
+vocab_size = 703
+n_positions = 32
+n_embd = 32
+n_layer = 1
+n_head = 2
+[data]
+name = "tokens"
+shards = "$work/shards"
+tokenizer = "$src/tests/fixtures/tokenizer_bpe/tokenizer.json"
+source = ["$src/README.md", "$src/docs/architecture.md"]
+val_fraction = 0.1
+seq_len = 16
+[optimizer]
+name = "adamw"
+lr = 3e-3
+[training]
+steps = 30
+batch_size = 8
+log_every = 10
+eval_every = 0
+checkpoint_every = 0
+[eval]
+split = "val"
+batch_size = 8
+TOML
+"$genesis" train "$work/lm.toml" --out "$work/lm1" -q >/dev/null 2>"$work/lm1.err" || { cat "$work/lm1.err"; fail "LM 1-process run failed"; }
+"$genesis" train "$work/lm.toml" --out "$work/lm2" --set training.batch_size=4 -q --nproc-per-node 2 >/dev/null 2>"$work/lm2.err" \
+  || { cat "$work/lm2.err"; fail "LM 2-rank run failed"; }
+bpb1=$(sed -n 's/.*"bits_per_byte": *\([0-9.eE+-]*\).*/\1/p' "$work/lm1/summary.json" | head -n 1)
+bpb2=$(sed -n 's/.*"bits_per_byte": *\([0-9.eE+-]*\).*/\1/p' "$work/lm2/summary.json" | head -n 1)
+if [ -n "$bpb1" ] && awk -v a="$bpb1" -v b="$bpb2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * a) }'; then
+  ok "tiny GPT: 2 ranks reach $bpb2 bits/byte, 1 process $bpb1"
+else
+  fail "tiny GPT bits/byte: 1 process '$bpb1', 2 ranks '$bpb2'"
+fi
+
+# 6. SIGTERM to the launcher: every rank stops at the same step, one checkpoint, exit 130.
+"$genesis" train "$recipe" --out "$work/sig" --set training.steps=100000 --set training.log_every=1 \
+  --set training.checkpoint_every=0 --nproc-per-node 2 >/dev/null 2>"$work/sig.err" &
+launcher=$!
+pids+=("$launcher")
+for _ in $(seq 1 300); do grep -qE '"step":3[,}]' "$work/sig/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+kill -TERM "$launcher"
+wait "$launcher"
+rc=$?
+stopped=$(grep -o '"step":[0-9]*' "$work/sig/metrics.jsonl" | tail -n 1 | cut -d: -f2)
+saved=$(readlink "$work/sig/checkpoints/latest")
+if [ $rc -eq 130 ] && [ "$saved" = "$(printf 'step_%08d' "$stopped")" ]; then
+  ok "SIGTERM: both ranks stopped after step $stopped, checkpoint $saved, exit 130"
+else
+  cat "$work/sig.err"
+  fail "SIGTERM: exit $rc, last logged step '$stopped', checkpoint '$saved'"
+fi
+
+# 7. A rank killed mid-run (torchrun-style environment, no launcher to clean up): rank 0 exits
+# non-zero within seconds naming it.
+port=$(free_port)
+for rank in 0 1; do
+  RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$genesis" train "$recipe" --out "$work/killed" --set training.steps=100000 --set training.log_every=1 \
+    --set dist.timeout_s=30 -q >/dev/null 2>"$work/killed$rank.err" &
+  pids+=($!)
+  eval "pid$rank=$!"
+done
+for _ in $(seq 1 300); do grep -qE '"step":2[,}]' "$work/killed/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+start=$(date +%s)
+kill -9 "$pid1"
+wait "$pid0"
+rc=$?
+took=$(($(date +%s) - start))
+if [ $rc -ne 0 ] && [ $took -lt 20 ] && grep -q "rank 1 closed its connection" "$work/killed0.err"; then
+  ok "a killed rank ends rank 0 in ${took}s with exit $rc: $(tail -n 1 "$work/killed0.err")"
+else
+  cat "$work/killed0.err"
+  fail "killed rank: rank 0 exit $rc after ${took}s"
+fi
+# ... and under the launcher, which stops the other rank and names the dead one.
+"$genesis" train "$recipe" --out "$work/killed2" --set training.steps=100000 --set training.log_every=1 -q \
+  --nproc-per-node 2 >/dev/null 2>"$work/killed2.err" &
+launcher=$!
+pids+=("$launcher")
+for _ in $(seq 1 300); do grep -qE '"step":2[,}]' "$work/killed2/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+child=$(pgrep -P "$launcher" | tail -n 1)
+kill -9 "$child"
+wait "$launcher"
+rc=$?
+[ $rc -ne 0 ] && grep -q "rank 1 was killed by signal 9" "$work/killed2.err" \
+  && ok "launcher: a killed rank ends the run, exit $rc" || { cat "$work/killed2.err"; fail "launcher with a killed rank: exit $rc"; }
+
+# 8. Bad environments: one line, exit 2, before any run directory.
+expect_usage() {
+  local what=$1 pattern=$2
+  shift 2
+  "$@" >/dev/null 2>"$work/usage.err"
+  local rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <"$work/usage.err")" -eq 1 ] && grep -q -- "$pattern" "$work/usage.err"; then
+    ok "$what: exit 2, $(cat "$work/usage.err")"
+  else
+    fail "$what: exit $rc, stderr: $(cat "$work/usage.err")"
+  fi
+}
+expect_usage "WORLD_SIZE=0" "WORLD_SIZE=0" env RANK=0 WORLD_SIZE=0 "$genesis" train "$recipe" --out "$work/bad1"
+expect_usage "RANK >= WORLD_SIZE" "RANK=2 is not below WORLD_SIZE=2" env RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+  MASTER_PORT=29999 "$genesis" train "$recipe" --out "$work/bad2"
+expect_usage "no MASTER_ADDR" "MASTER_ADDR is not set" env RANK=0 WORLD_SIZE=2 "$genesis" train "$recipe" --out "$work/bad3"
+expect_usage "unreachable rank 0" "could not reach rank 0" env RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+  MASTER_PORT="$(free_port)" "$genesis" train "$recipe" --out "$work/bad4" --set dist.timeout_s=1
+expect_usage "--nproc-per-node under a launcher" "leave --nproc-per-node out" env RANK=0 WORLD_SIZE=2 \
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 "$genesis" train "$recipe" --nproc-per-node 2 --out "$work/bad5"
+expect_usage "nccl on the CPU" 'dist.backend = "nccl"' "$genesis" train "$recipe" --nproc-per-node 2 --out "$work/bad6" \
+  --set dist.backend=nccl
+for d in bad1 bad2 bad3 bad4 bad5; do [ -e "$work/$d" ] && fail "$d: a run directory was created"; done
+
+echo "dist: $failures failure(s)"
+[ $failures -eq 0 ]

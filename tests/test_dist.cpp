@@ -1,0 +1,406 @@
+// Distributed building blocks on the CPU: the launcher environments (torchrun, OpenMPI, Slurm)
+// and their errors, the tcp communicator between threads of this process (every collective,
+// dtypes, odd sizes, rank-order determinism, a mismatched collective, a dead and a silent rank),
+// the data loader's rank slices, and DataParallel's bucketed gradients against one process.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "libgenesis/autograd/grad_mode.h"
+#include "libgenesis/core/error.h"
+#include "libgenesis/data/loader.h"
+#include "libgenesis/dist/data_parallel.h"
+#include "libgenesis/dist/env.h"
+#include "libgenesis/dist/tcp_communicator.h"
+#include "libgenesis/ops/elementwise.h"
+#include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/linalg.h"
+#include "libgenesis/ops/reduce.h"
+
+using namespace genesis;
+using namespace genesis::dist;
+
+// The expression throws ErrorType with a message containing text (evaluated twice).
+#define CHECK_THROWS_TYPE_WITH(expr, ErrorType, matcher) \
+  do {                                                   \
+    CHECK_THROWS_AS(expr, ErrorType);                    \
+    CHECK_THROWS_WITH(expr, matcher);                    \
+  } while (0)
+
+namespace {
+
+ProcessEnv read_env(const std::map<std::string, std::string>& vars, bool need_rendezvous = true) {
+  return read_process_env(
+      [&vars](const char* name) {
+        auto it = vars.find(name);
+        return it == vars.end() ? nullptr : it->second.c_str();
+      },
+      need_rendezvous);
+}
+
+// A TCP port that was free a moment ago.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs body(communicator) on `world` threads, each one rank of a tcp group; returns each rank's
+// exception (null when it returned normally).
+std::vector<std::exception_ptr> run_ranks(int world, double timeout_s,
+                                          const std::function<void(Communicator&)>& body) {
+  const int port = free_port();
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ProcessEnv env;
+        env.rank = r;
+        env.world_size = world;
+        env.master_addr = "127.0.0.1";
+        env.master_port = port;
+        std::unique_ptr<Communicator> comm = make_tcp_communicator(env, timeout_s);
+        body(*comm);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return errors;
+}
+
+std::string message_of(const std::exception_ptr& e) {
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+  return "";
+}
+
+void require_all_ok(const std::vector<std::exception_ptr>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) {
+    INFO("rank " << r << ": " << message_of(errors[r]));
+    REQUIRE(errors[r] == nullptr);
+  }
+}
+
+// Rank r's values: distinct per rank and element, not round numbers.
+Tensor rank_values(int rank, int64_t n, DType dtype) {
+  Tensor t = empty({n}, {.dtype = DType::f64});
+  for (int64_t i = 0; i < n; ++i) t.data<double>()[i] = 0.37 * static_cast<double>(i % 97) - 1.3 * rank + 0.011 * rank * i;
+  if (dtype == DType::i32 || dtype == DType::i64) {
+    for (int64_t i = 0; i < n; ++i) t.data<double>()[i] = std::round(t.data<double>()[i] * 10);
+  }
+  return t.to(dtype);
+}
+
+}  // namespace
+
+TEST_CASE("dist env: torchrun, OpenMPI and Slurm variables; none is one process", "[cpu][dist]") {
+  ProcessEnv none = read_env({});
+  CHECK(none.world_size == 1);
+  CHECK(none.launcher == "none");
+  CHECK_FALSE(none.distributed());
+
+  ProcessEnv torchrun = read_env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                                  {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}});
+  CHECK(torchrun.rank == 3);
+  CHECK(torchrun.world_size == 4);
+  CHECK(torchrun.local_rank == 1);
+  CHECK(torchrun.local_world_size == 2);
+  CHECK(torchrun.master_addr == "node0");
+  CHECK(torchrun.master_port == 29500);
+  CHECK(torchrun.launcher == "torchrun");
+  CHECK(torchrun.describe() == "rank 3 of 4 (local 1 of 2, torchrun)");
+
+  ProcessEnv ompi = read_env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}},
+                             /*need_rendezvous=*/false);
+  CHECK(ompi.rank == 1);
+  CHECK(ompi.world_size == 2);
+  CHECK(ompi.launcher == "openmpi");
+
+  ProcessEnv slurm = read_env({{"SLURM_PROCID", "5"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_LOCALID", "1"},
+                               {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}});
+  CHECK(slurm.rank == 5);
+  CHECK(slurm.world_size == 8);
+  CHECK(slurm.local_rank == 1);
+  CHECK(slurm.launcher == "slurm");
+  // A batch script inside an allocation (no srun step) is one process.
+  CHECK_FALSE(read_env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}}).distributed());
+
+  // torchrun's variables win over an outer launcher's.
+  CHECK(read_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "3"},
+                  {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})
+            .world_size == 2);
+}
+
+TEST_CASE("dist env: bad values are one-line usage errors naming the variable", "[cpu][dist]") {
+  using Catch::Matchers::Contains;
+  const std::map<std::string, std::string> rdv{{"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}};
+  auto with = [&rdv](std::map<std::string, std::string> vars) {
+    vars.insert(rdv.begin(), rdv.end());
+    return vars;
+  };
+  CHECK_THROWS_TYPE_WITH(read_env(with({{"RANK", "0"}, {"WORLD_SIZE", "0"}})), UsageError, Contains("WORLD_SIZE=0"));
+  CHECK_THROWS_TYPE_WITH(read_env(with({{"RANK", "2"}, {"WORLD_SIZE", "2"}})), UsageError,
+                       Contains("RANK=2 is not below WORLD_SIZE=2"));
+  CHECK_THROWS_TYPE_WITH(read_env(with({{"RANK", "-1"}, {"WORLD_SIZE", "2"}})), UsageError, Contains("RANK=-1"));
+  CHECK_THROWS_TYPE_WITH(read_env(with({{"RANK", "x"}, {"WORLD_SIZE", "2"}})), UsageError,
+                       Contains("RANK=x in the environment is not an integer"));
+  CHECK_THROWS_TYPE_WITH(read_env(with({{"WORLD_SIZE", "2"}})), UsageError, Contains("RANK is not set"));
+  CHECK_THROWS_TYPE_WITH(read_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}}), UsageError, Contains("MASTER_ADDR is not set"));
+  CHECK_THROWS_TYPE_WITH(read_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}), UsageError,
+                       Contains("MASTER_PORT is not set"));
+  CHECK_THROWS_TYPE_WITH(read_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}}),
+                       UsageError, Contains("MASTER_PORT=70000 is not a TCP port"));
+  CHECK_THROWS_TYPE_WITH(read_env(with({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}})),
+                       UsageError, Contains("LOCAL_RANK=2 is not below the local process count 2"));
+}
+
+TEST_CASE("tcp: all_reduce sum/avg/max in every dtype and odd sizes, the same bits on every rank", "[cpu][dist]") {
+  const int world = 3;
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64}) {
+    for (int64_t n : {1, 7, 1001}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+        if (op == ReduceOp::avg && !is_floating(dtype)) continue;
+        // The reference: the ranks' values in f64, reduced in rank order, rounded once.
+        Tensor expected = rank_values(0, n, dtype).to(DType::f64);
+        for (int r = 1; r < world; ++r) {
+          Tensor v = rank_values(r, n, dtype).to(DType::f64);
+          expected = op == ReduceOp::max ? maximum(expected, v) : add(expected, v);
+        }
+        if (op == ReduceOp::avg) expected = div(expected, static_cast<double>(world));
+        expected = expected.to(dtype).to(DType::f64);
+        std::vector<Tensor> results(world);
+        require_all_ok(run_ranks(world, 20.0, [&](Communicator& c) {
+          Tensor t = rank_values(c.rank(), n, dtype);
+          c.all_reduce(t, op)->wait();
+          results[static_cast<size_t>(c.rank())] = t;
+        }));
+        INFO(dtype_name(dtype) << " n=" << n << " op=" << static_cast<int>(op));
+        for (int r = 0; r < world; ++r) {
+          Tensor got = results[static_cast<size_t>(r)].to(DType::f64);
+          // f32 sums in f64 and rounds once, as the reference: exact; 16-bit sums in f32 first.
+          const double tol = is_half(dtype) ? 1e-2 : 0.0;
+          for (int64_t i = 0; i < n; ++i) {
+            const double e = expected.data<double>()[i], g = got.data<double>()[i];
+            REQUIRE(std::abs(g - e) <= tol * (1 + std::abs(e)));
+          }
+          // Every rank holds rank 0's result, bit for bit.
+          REQUIRE(std::memcmp(results[static_cast<size_t>(r)].data_ptr(), results[0].data_ptr(),
+                              static_cast<size_t>(n) * results[0].element_size()) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("tcp: broadcast from any root, all_gather, reduce_scatter, barrier, queued collectives", "[cpu][dist]") {
+  const int world = 3;
+  const int64_t n = 5;
+  std::vector<std::vector<float>> gathered(world), scattered(world), broadcast(world);
+  require_all_ok(run_ranks(world, 20.0, [&](Communicator& c) {
+    const int r = c.rank();
+    REQUIRE(c.size() == world);
+    REQUIRE(c.backend() == "tcp");
+    // Issued together, waited in reverse: they run in order.
+    Tensor b = full({n}, 10.0 * r + 1, {.dtype = DType::f32});
+    Tensor in = rank_values(r, n, DType::f32);
+    Tensor all = full({n * world}, -1.0, {.dtype = DType::f32});
+    Tensor big = rank_values(r, n * world, DType::f32);
+    Tensor mine = full({n}, -1.0, {.dtype = DType::f32});
+    WorkHandle w1 = c.broadcast(b, 1);
+    WorkHandle w2 = c.all_gather(in, all);
+    WorkHandle w3 = c.reduce_scatter(big, mine, ReduceOp::sum);
+    w3->wait();
+    w2->wait();
+    w1->wait();
+    c.barrier();
+    auto vec = [](const Tensor& t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.numel()); };
+    broadcast[static_cast<size_t>(r)] = vec(b);
+    gathered[static_cast<size_t>(r)] = vec(all);
+    scattered[static_cast<size_t>(r)] = vec(mine);
+  }));
+  for (int r = 0; r < world; ++r) {
+    CHECK(broadcast[static_cast<size_t>(r)] == std::vector<float>(n, 11.0f));
+    for (int q = 0; q < world; ++q) {
+      Tensor v = rank_values(q, n, DType::f32);
+      for (int64_t i = 0; i < n; ++i) CHECK(gathered[static_cast<size_t>(r)][static_cast<size_t>(q * n + i)] == v.data<float>()[i]);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (int q = 0; q < world; ++q) sum += rank_values(q, n * world, DType::f32).data<float>()[r * n + i];
+      CHECK(scattered[static_cast<size_t>(r)][static_cast<size_t>(i)] == Approx(sum).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("tcp: mismatched collectives, a dead rank and a silent one fail with DistError naming them", "[cpu][dist]") {
+  using Catch::Matchers::Contains;
+  SECTION("different collectives") {
+    auto errors = run_ranks(2, 10.0, [](Communicator& c) {
+      Tensor t = ones({4});
+      if (c.rank() == 0) c.all_reduce(t, ReduceOp::sum)->wait();
+      else c.broadcast(t, 0)->wait();
+    });
+    REQUIRE(errors[0] != nullptr);
+    CHECK_THAT(message_of(errors[0]), Contains("rank 1 issued broadcast") && Contains("same order"));
+    // Rank 1 hears why from rank 0.
+    REQUIRE(errors[1] != nullptr);
+    CHECK_THAT(message_of(errors[1]), Contains("same order"));
+  }
+  SECTION("a rank that exits") {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto errors = run_ranks(3, 30.0, [](Communicator& c) {
+      if (c.rank() == 2) return;  // leaves without its part: its connection closes
+      Tensor t = ones({4});
+      c.all_reduce(t, ReduceOp::sum)->wait();
+    });
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 30 s timeout
+    REQUIRE(errors[0] != nullptr);
+    CHECK_THAT(message_of(errors[0]), Contains("rank 2 closed its connection"));
+    REQUIRE(errors[1] != nullptr);
+    CHECK_THAT(message_of(errors[1]), Contains("rank 2 closed its connection"));
+  }
+  SECTION("a rank that hangs") {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto errors = run_ranks(2, 0.5, [](Communicator& c) {
+      Tensor t = ones({4});
+      if (c.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        return;
+      }
+      c.all_reduce(t, ReduceOp::sum)->wait();
+    });
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+    REQUIRE(errors[0] != nullptr);
+    CHECK_THAT(message_of(errors[0]), Contains("rank 1 sent nothing within 0.5 s"));
+  }
+  SECTION("CUDA tensors and avg of integers are refused") {
+    auto errors = run_ranks(2, 10.0, [](Communicator& c) {
+      Tensor t = ones({2}, {.dtype = DType::i64});
+      CHECK_THROWS_AS(c.all_reduce(t, ReduceOp::avg), DTypeError);
+      Tensor odd = ones({5});
+      Tensor out = ones({2});
+      CHECK_THROWS_AS(c.reduce_scatter(odd, out, ReduceOp::sum), ValueError);
+    });
+    require_all_ok(errors);
+  }
+}
+
+TEST_CASE("tcp: rank 0 unreachable is a usage error within the timeout", "[cpu][dist]") {
+  ProcessEnv env;
+  env.rank = 1;
+  env.world_size = 2;
+  env.master_addr = "127.0.0.1";
+  env.master_port = free_port();  // nobody listens
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_TYPE_WITH(make_tcp_communicator(env, 0.5), UsageError,
+                       Catch::Matchers::Contains("could not reach rank 0 at MASTER_ADDR:MASTER_PORT"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  env.master_addr = "no-such-host.invalid";
+  CHECK_THROWS_TYPE_WITH(make_tcp_communicator(env, 0.5), UsageError, Catch::Matchers::Contains("does not resolve"));
+}
+
+TEST_CASE("loader: ranks take disjoint slices of each global batch, together the one-process batch", "[cpu][dist]") {
+  const int64_t n = 103, per_rank = 8;
+  const int world = 3;
+  data::Dataset ds{arange(0, static_cast<double>(n)).reshape({n, 1}), arange(0, static_cast<double>(n)).to(DType::i64)};
+  data::DataLoader whole(ds, {.batch_size = per_rank * world, .shuffle = true, .seed = 7, .prefetch = 0});
+  std::vector<std::unique_ptr<data::DataLoader>> ranks;
+  for (int r = 0; r < world; ++r)
+    ranks.push_back(std::make_unique<data::DataLoader>(
+        ds, data::LoaderOptions{.batch_size = per_rank, .shuffle = true, .seed = 7, .prefetch = 1, .rank = r,
+                                .world_size = world}));
+  // 103 = 4 full global batches of 24 + 7 left: split 2/2/3 over the ranks.
+  REQUIRE(ranks[0]->batches_per_epoch() == 5);
+  REQUIRE(whole.batches_per_epoch() == 5);
+  for (int64_t step = 0; step < 10; ++step) {  // two epochs
+    data::Batch expected = whole.next();
+    std::vector<int64_t> joined;
+    for (int r = 0; r < world; ++r) {
+      data::Batch b = ranks[static_cast<size_t>(r)]->next();
+      CHECK(b.targets.numel() == (step % 5 == 4 ? std::vector<int64_t>{2, 2, 3}[static_cast<size_t>(r)] : per_rank));
+      joined.insert(joined.end(), b.targets.data<int64_t>(), b.targets.data<int64_t>() + b.targets.numel());
+    }
+    CHECK(joined == std::vector<int64_t>(expected.targets.data<int64_t>(),
+                                         expected.targets.data<int64_t>() + expected.targets.numel()));
+  }
+  // A remainder smaller than the ranks is dropped: 100 = 4 x 24 + 4 over 5 ranks of 5... here 2 left for 3 ranks.
+  data::Dataset small{zeros({50, 1}), zeros({50}, {.dtype = DType::i64})};
+  CHECK(data::DataLoader(small, {.batch_size = 8, .prefetch = 0, .rank = 0, .world_size = 3}).batches_per_epoch() == 2);
+  CHECK_THROWS_AS(data::DataLoader(small, {.batch_size = 8, .prefetch = 0, .rank = 3, .world_size = 3}), ValueError);
+}
+
+TEST_CASE("DataParallel: bucketed, overlapped gradient means equal one process's over the whole batch", "[cpu][dist]") {
+  // A two-layer model; rank r's batch is rows [r*4, r*4+4) of one batch of 8. The mean of the
+  // ranks' mean-loss gradients is the one-process gradient of the mean over all 8 rows.
+  const int world = 2;
+  Tensor x = rank_values(0, 8 * 6, DType::f32).reshape({8, 6});
+  Tensor w1_init = rank_values(1, 6 * 5, DType::f32).reshape({6, 5});
+  Tensor w2_init = rank_values(2, 5 * 3, DType::f32).reshape({5, 3});
+  auto loss_of = [](const Tensor& input, const Tensor& w1, const Tensor& w2, const Tensor& b) {
+    return mean(mul(add(matmul(tanh(matmul(input, w1)), w2), b), add(matmul(tanh(matmul(input, w1)), w2), b)));
+  };
+  Tensor g1_ref, g2_ref, gb_ref;
+  {
+    Tensor w1 = w1_init.clone().requires_grad_(), w2 = w2_init.clone().requires_grad_();
+    Tensor b = zeros({3}).requires_grad_();
+    loss_of(x, w1, w2, b).backward();
+    g1_ref = w1.grad().clone(), g2_ref = w2.grad().clone(), gb_ref = b.grad().clone();
+  }
+  for (double bucket_mb : {0.0, 1e-5}) {  // one bucket after the backward; a bucket per parameter
+    std::vector<std::vector<Tensor>> grads(world);
+    int64_t buckets = 0;
+    require_all_ok(run_ranks(world, 20.0, [&](Communicator& c) {
+      // Rank 1 starts from other weights: broadcast_parameters makes them rank 0's.
+      Tensor w1 = (c.rank() == 0 ? w1_init.clone() : zeros({6, 5})).requires_grad_();
+      Tensor w2 = (c.rank() == 0 ? w2_init.clone() : ones({5, 3})).requires_grad_();
+      Tensor b = zeros({3}).requires_grad_();
+      DataParallel ddp({w1, w2, b}, c, bucket_mb);
+      ddp.broadcast_parameters();
+      Tensor mine = x.narrow(0, c.rank() * 4, 4);
+      // Two steps: the second after a lazy zero_grad, so the views must be reused in place.
+      for (int step = 0; step < 2; ++step) {
+        for (Tensor p : {w1, w2, b}) p.zero_grad_(false);
+        ddp.arm();
+        loss_of(mine, w1, w2, b).backward();
+        ddp.finish();
+      }
+      Tensor avg = ddp.average(scalar_tensor(static_cast<double>(c.rank())));
+      CHECK(avg.item() == Approx(0.5));
+      if (c.rank() == 0) buckets = ddp.bucket_count();
+      grads[static_cast<size_t>(c.rank())] = {w1.grad().clone(), w2.grad().clone(), b.grad().clone()};
+    }));
+    CHECK(buckets == (bucket_mb == 0 ? 1 : 3));
+    const std::vector<Tensor> refs{g1_ref, g2_ref, gb_ref};
+    for (int r = 0; r < world; ++r) {
+      for (size_t i = 0; i < refs.size(); ++i) {
+        const Tensor got = grads[static_cast<size_t>(r)][i].contiguous();
+        const Tensor ref = refs[i].contiguous();
+        for (int64_t k = 0; k < ref.numel(); ++k)
+          REQUIRE(got.data<float>()[k] == Approx(ref.data<float>()[k]).epsilon(1e-5).margin(1e-7));
+      }
+    }
+  }
+}
