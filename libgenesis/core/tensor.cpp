@@ -40,6 +40,16 @@ void* Tensor::data_ptr() const {
   return static_cast<char*>(storage()->data()) + offset() * static_cast<int64_t>(element_size());
 }
 
+void Tensor::set_data(const Tensor& src) {
+  GENESIS_CHECK(src.defined(), ValueError, "set_data: the source tensor is undefined");
+  GENESIS_CHECK(src.shape() == shape() && src.dtype() == dtype(), ValueError, "set_data: a ", dtype_name(dtype()),
+                " tensor of shape ", shape(), " cannot view ", dtype_name(src.dtype()), " data of shape ", src.shape());
+  TensorImpl& self = impl();
+  self.storage = src.storage();
+  self.strides = src.strides();
+  self.offset = src.offset();
+}
+
 double Tensor::item() const {
   GENESIS_CHECK(numel() == 1, ValueError, "item(): the tensor has ", numel(), " elements (shape ", shape(),
                 "); item() needs exactly one");

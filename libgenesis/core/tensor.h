@@ -119,6 +119,11 @@ class Tensor {
   // Backpropagates from this tensor; `grad` may be omitted for a single-element tensor.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
   Tensor detach() const;  // same storage, no history
+  // Makes this tensor view src's elements (PyTorch's `param.data = src`): same shape and dtype
+  // required; its autograd metadata (.grad, hooks) stays. Every handle of this tensor sees the
+  // change; views taken of it before keep the old storage. For re-homing parameters into one
+  // buffer (ZeRO-1); not for tensors a recorded graph has saved.
+  void set_data(const Tensor& src);
   const std::shared_ptr<Node>& grad_fn() const;
   AutogradMeta* autograd_meta() const { return impl().autograd.get(); }  // null when never used
   void register_hook(GradHook hook);

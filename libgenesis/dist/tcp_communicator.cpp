@@ -304,7 +304,7 @@ class TcpCommunicator final : public Communicator {
       announce(Kind::all_gather, chunk);
       char* all = static_cast<char*>(out.data_ptr());
       if (rank_ == 0) {
-        std::memcpy(all, in.data_ptr(), chunk);
+        if (in.data_ptr() != all) std::memcpy(all, in.data_ptr(), chunk);  // in place: rank 0's chunk is there
         for (int r = 1; r < size_; ++r) recv_frame(r, Kind::all_gather, all + chunk * r, chunk);
         for (int r = 1; r < size_; ++r) send_frame(r, Kind::all_gather, all, chunk * size_);
       } else {

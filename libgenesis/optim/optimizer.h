@@ -59,6 +59,8 @@ class Optimizer {
   // After gated steps, state() reads the device-side counts (a host read).
   std::vector<NamedTensor> state() const;
   void load_state(const std::vector<NamedTensor>& state, int64_t step_count);
+  // Slots this optimizer keeps per parameter (e.g. {"exp_avg", "exp_avg_sq"}), as state() names them.
+  virtual std::vector<std::string> slot_names() const = 0;
 
  protected:
   struct ParamState {
@@ -67,8 +69,6 @@ class Optimizer {
                                 // or attempted once applied_steps exists
     Tensor applied_steps;       // i64 0-d on the parameter's device, from its first gated step
   };
-  // Slots this optimizer keeps per parameter (e.g. {"exp_avg", "exp_avg_sq"}).
-  virtual std::vector<std::string> slot_names() const = 0;
   // One parameter's update: its gradient is contiguous, of the parameter's dtype (backward
   // accumulates into a .grad of the parameter's dtype) except that f32 CUDA parameters keep
   // f16/bf16 gradients given through set_grad (the kernels widen them).

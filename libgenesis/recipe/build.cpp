@@ -210,7 +210,7 @@ std::unique_ptr<amp::GradScaler> build_grad_scaler(const RecipeSpec& spec, Devic
                                                                           .dynamic = !fixed});
 }
 
-std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, const nn::Module& model) {
+std::vector<ParamGroup> optimizer_groups(const RecipeSpec& spec, const nn::Module& model) {
   const RecipeSpec::Optimizer& o = spec.optimizer;
   ParamGroup decay, no_decay;
   decay.lr = decay.base_lr = no_decay.lr = no_decay.base_lr = o.lr;
@@ -224,6 +224,15 @@ std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, const nn::Mod
   std::vector<ParamGroup> groups;
   for (ParamGroup* g : {&decay, &no_decay})
     if (!g->params.empty()) groups.push_back(std::move(*g));
+  return groups;
+}
+
+std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, const nn::Module& model) {
+  return build_optimizer(spec, optimizer_groups(spec, model));
+}
+
+std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, std::vector<ParamGroup> groups) {
+  const RecipeSpec::Optimizer& o = spec.optimizer;
   if (o.name == "sgd") {
     return make_sgd(std::move(groups), {.momentum = o.momentum, .dampening = o.dampening, .nesterov = o.nesterov});
   }

@@ -32,6 +32,9 @@ std::unique_ptr<amp::GradScaler> build_grad_scaler(const RecipeSpec& spec, Devic
 
 // Two parameter groups: names containing any optimizer.no_decay pattern get weight
 // decay 0, the rest optimizer.weight_decay. Empty groups are dropped.
+std::vector<ParamGroup> optimizer_groups(const RecipeSpec& spec, const nn::Module& model);
+// The recipe's optimizer over `groups` (ZeRO-1 passes them cut to its rank's pieces).
+std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, std::vector<ParamGroup> groups);
 std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, const nn::Module& model);
 
 LrSchedule build_schedule(const RecipeSpec& spec, int64_t total_steps);

@@ -141,6 +141,7 @@ struct RecipeSpec {
   struct Dist {
     std::string backend;  // "auto", "tcp", "mpi" or "nccl"
     double bucket_mb = 0;
+    int64_t zero = 0;  // 0: DDP, 1: ZeRO-1 (optimizer state sharded over the ranks)
     double timeout_s = 0;
     bool operator==(const Dist&) const = default;
   };

@@ -688,6 +688,16 @@ const std::vector<KeySpec>& recipe_schema() {
               "overlap).",
        .field = GENESIS_RECIPE_FIELD(dist.bucket_mb)},
       {.section = "dist",
+       .key = "zero",
+       .fallback = int64_t{0},
+       .min = at_least(0),
+       .max = at_most(1),
+       .doc = "0: every rank keeps the whole optimizer state (DDP). 1: ZeRO-1, the gradients are reduce-scattered "
+              "and each rank updates and keeps the optimizer state of 1/world_size of the parameters, then the "
+              "updated parameters are all-gathered; checkpoints still hold the whole state (resumable on any "
+              "number of ranks).",
+       .field = GENESIS_RECIPE_FIELD(dist.zero)},
+      {.section = "dist",
        .key = "timeout_s",
        .fallback = 600.0,
        .min = above(0),

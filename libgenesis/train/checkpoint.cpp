@@ -43,11 +43,20 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
                                       const Optimizer& optimizer, const TrainerState& state,
                                       const std::string& recipe_toml, size_t keep_last,
                                       const std::filesystem::path& tokenizer) {
+  return save_checkpoint(checkpoints_dir, model, optimizer.name(), optimizer.state(), state, recipe_toml, keep_last,
+                         tokenizer);
+}
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const nn::Module& model,
+                                      std::string_view optimizer_name,
+                                      const std::vector<NamedTensor>& optimizer_state, const TrainerState& state,
+                                      const std::string& recipe_toml, size_t keep_last,
+                                      const std::filesystem::path& tokenizer) {
   std::string name = io::checkpoint_name(state.step);
   io::DirectoryTransaction tx(checkpoints_dir / name, /*replace=*/true);
   io::save_safetensors(tx.path() / "model.safetensors", to_pairs(model.state_dict()), {{"format", "genesis"}});
-  io::save_safetensors(tx.path() / "optimizer.safetensors", to_pairs(optimizer.state()),
-                       {{"optimizer", std::string(optimizer.name())}});
+  io::save_safetensors(tx.path() / "optimizer.safetensors", to_pairs(optimizer_state),
+                       {{"optimizer", std::string(optimizer_name)}});
   nlohmann::json trainer{{"step", state.step},
                          {"epoch", state.cursor.epoch},
                          {"batch_in_epoch", state.cursor.batch},
@@ -76,7 +85,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
   return checkpoints_dir / name;
 }
 
-TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& model, Optimizer* optimizer) {
+TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& model, Optimizer* optimizer,
+                             const OptimizerStateLoader& load_optimizer) {
   std::filesystem::path dir = io::resolve_checkpoint(path);
   for (const char* f : {"model.safetensors", "trainer.json"}) {
     GENESIS_CHECK(std::filesystem::exists(dir / f), ValueError, "checkpoint ", dir.string(), " has no ", f);
@@ -114,7 +124,9 @@ TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& mode
   if (optimizer) {
     GENESIS_CHECK(s.optimizer_name == optimizer->name(), ValueError, "checkpoint ", dir.string(), " was written by '",
                   s.optimizer_name, "' but the recipe uses '", optimizer->name(), "'");
-    optimizer->load_state(read_all(io::SafetensorsFile(dir / "optimizer.safetensors")), s.optimizer_steps);
+    std::vector<NamedTensor> saved = read_all(io::SafetensorsFile(dir / "optimizer.safetensors"));
+    if (load_optimizer) load_optimizer(*optimizer, saved, s.optimizer_steps);
+    else optimizer->load_state(saved, s.optimizer_steps);
   }
   return s;
 }

@@ -6,7 +6,10 @@
 //                          for fp16 runs the loss scaler (scale, growth tracker, skipped steps)
 //   recipe.toml            the resolved recipe of the run
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <optional>
 
@@ -39,9 +42,21 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
                                       const Optimizer& optimizer, const TrainerState& state,
                                       const std::string& recipe_toml, size_t keep_last,
                                       const std::filesystem::path& tokenizer = {});
+// The same with the optimizer's state given as a list (ZeRO-1 gathers it from every rank):
+// `optimizer_name` and state() as Optimizer::name() and Optimizer::state() would give them.
+std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const nn::Module& model,
+                                      std::string_view optimizer_name,
+                                      const std::vector<NamedTensor>& optimizer_state, const TrainerState& state,
+                                      const std::string& recipe_toml, size_t keep_last,
+                                      const std::filesystem::path& tokenizer = {});
 
 // Restores model (strict: names and shapes must match) and, when given, the optimizer.
 // `path` may be a checkpoint directory, a `latest` pointer or a checkpoints directory.
-TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& model, Optimizer* optimizer);
+// `load_optimizer`, when given, takes the checkpoint's whole optimizer state in place of
+// Optimizer::load_state (ZeRO-1 cuts it to its rank's pieces).
+using OptimizerStateLoader =
+    std::function<void(Optimizer& optimizer, const std::vector<NamedTensor>& state, int64_t step_count)>;
+TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& model, Optimizer* optimizer,
+                             const OptimizerStateLoader& load_optimizer = {});
 
 }  // namespace genesis::train

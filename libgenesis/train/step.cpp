@@ -22,6 +22,13 @@ TrainStep::TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* s
       data_parallel_(data_parallel),
       params_(model.parameters()) {}
 
+void TrainStep::zero_grad() {
+  // Under ZeRO-1 the optimizer holds only this rank's pieces: the model's gradients are the
+  // data-parallel layer's to clear.
+  if (data_parallel_) data_parallel_->zero_grad();
+  else optimizer_.zero_grad();
+}
+
 Tensor TrainStep::loss_of(const Tensor& x, const Tensor& y) {
   AutocastGuard autocast(settings_.autocast);
   // Language models take the fused head's loss, which never keeps [B, T, V] logits.
@@ -37,7 +44,7 @@ StepResult TrainStep::run(const std::function<data::Batch()>& next_batch, Device
   const int64_t micro_steps = settings_.grad_accum_steps;
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     if (micro > 0 && stop_requested && stop_requested()) {
-      optimizer_.zero_grad();
+      zero_grad();
       StepResult abandoned;
       abandoned.samples = result.samples;
       abandoned.interrupted = true;
@@ -54,17 +61,24 @@ StepResult TrainStep::run(const std::function<data::Batch()>& next_batch, Device
     result.loss = result.loss.defined() ? add(result.loss, scaled.detach()) : scaled.detach();
     result.samples += batch.targets.size(0);
   }
+  // What the update acts on: the model's parameters, or under ZeRO-1 this rank's chunks of them.
+  const std::vector<Tensor>& update_params = data_parallel_ ? data_parallel_->update_params() : params_;
   if (data_parallel_) {
     data_parallel_->finish();
     result.loss = data_parallel_->average(result.loss);
   }
-  if (scaler_) scaler_->unscale_(params_);
-  result.grad_norm = clip_grad_norm(params_, settings_.clip_grad_norm);
-  if (settings_.clip_grad_value > 0.0) clip_grad_value(params_, settings_.clip_grad_value);
+  if (scaler_) {
+    scaler_->unscale_(update_params);
+    if (data_parallel_) data_parallel_->agree_found_inf(scaler_->found_inf());
+  }
+  result.grad_norm = data_parallel_ ? data_parallel_->clip_grad_norm(settings_.clip_grad_norm)
+                                    : clip_grad_norm(params_, settings_.clip_grad_norm);
+  if (settings_.clip_grad_value > 0.0) clip_grad_value(update_params, settings_.clip_grad_value);
   // Skipped on the device on inf/nan (the scaler's found-inf, or the caller's flag).
   optimizer_.step(scaler_ ? scaler_->found_inf() : skip_if ? skip_if(result.loss, result.grad_norm) : Tensor());
+  if (data_parallel_) data_parallel_->gather_parameters();
   if (scaler_) scaler_->update();
-  optimizer_.zero_grad();
+  zero_grad();
   phase("optimizer");
   return result;
 }

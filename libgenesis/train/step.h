@@ -54,6 +54,7 @@ class TrainStep {
                  const PhaseMark& mark = {}, const std::function<bool()>& stop_requested = {});
 
  private:
+  void zero_grad();
   Tensor loss_of(const Tensor& x, const Tensor& y);
 
   nn::Module& model_;

@@ -106,6 +106,14 @@ void rank0_first(dist::ProcessGroup* group, const std::function<void()>& on_rank
   }
 }
 
+// Bytes of the optimizer's per-parameter slots (exp_avg, ...), what ZeRO-1 divides by the ranks.
+int64_t optimizer_state_bytes(const Optimizer& optimizer) {
+  int64_t bytes = 0;
+  for (const NamedTensor& t : optimizer.state())
+    if (!t.name.ends_with(".step")) bytes += t.tensor.numel() * static_cast<int64_t>(t.tensor.element_size());
+  return bytes;
+}
+
 bool has_checkpoint(const fs::path& dir) { return fs::exists(dir / "checkpoints" / "latest"); }
 
 // True when `dir` holds only what a run writes before its first checkpoint (recipe.toml,
@@ -424,13 +432,19 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   std::shared_ptr<nn::Module> model = recipe::build_model(spec, device);
   if (auto* lm = dynamic_cast<models::CausalLM*>(model.get()); lm && batches.check_vocab)
     batches.check_vocab(lm->vocab_size());
-  std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, *model);
+  std::unique_ptr<dist::DataParallel> data_parallel;
+  if (group)
+    data_parallel = std::make_unique<dist::DataParallel>(
+        model->parameters(), group->gradients(),
+        dist::DataParallelOptions{.bucket_mb = spec.dist.bucket_mb, .zero = static_cast<int>(spec.dist.zero)});
+  const bool zero = data_parallel && data_parallel->sharded();
+  // ZeRO-1: the optimizer updates (and keeps state for) this rank's pieces of the parameters.
+  std::vector<ParamGroup> groups = recipe::optimizer_groups(spec, *model);
+  if (zero) groups = data_parallel->shard_groups(groups);
+  std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, std::move(groups));
   const auto scaler = recipe::build_grad_scaler(spec, device);  // fp16 only
   const int64_t total = recipe::total_steps(spec, batches.per_epoch);
   LrSchedule schedule = recipe::build_schedule(spec, total);
-  std::unique_ptr<dist::DataParallel> data_parallel;
-  if (group)
-    data_parallel = std::make_unique<dist::DataParallel>(model->parameters(), group->gradients(), spec.dist.bucket_mb);
   TrainStep train_step(*model, *optimizer, scaler.get(),
                        {.autocast = amp,
                         .grad_accum_steps = spec.training.grad_accum_steps,
@@ -442,7 +456,17 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   state.optimizer_name = optimizer->name();
   state.scheduler_name = spec.scheduler.name;
   if (resuming) {
-    state = load_checkpoint(run_dir / "checkpoints", *model, optimizer.get());
+    state = load_checkpoint(run_dir / "checkpoints", *model, optimizer.get(),
+                            zero ? train::OptimizerStateLoader([&](Optimizer& o, const std::vector<NamedTensor>& saved,
+                                                                   int64_t steps) {
+                              data_parallel->load_full_optimizer_state(o, saved, steps);
+                            })
+                                 : train::OptimizerStateLoader());
+    if (state.world_size != world)
+      log.note("warning: the checkpoint was written by " + std::to_string(state.world_size) + " rank(s) and " +
+               std::to_string(world) +
+               " resume it: the weights and optimizer state carry over, but each global batch now holds other "
+               "examples, so the run does not continue exactly as it would have");
     if (scaler && state.grad_scaler) scaler->load_state_dict(*state.grad_scaler);
     // An automatic thread count follows the machine's load; a resumed CPU run keeps the count
     // the checkpoint was written with, since CPU reductions split by threads (bit-exact resume).
@@ -535,8 +559,12 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     state.rng = default_generator().state();
     state.optimizer_steps = optimizer->step_count();
     state.cpu_threads = device.is_cpu() ? threads.threads : 0;
-    if (rank0)  // the other ranks hold the same weights and optimizer state
-      save_checkpoint(run_dir / "checkpoints", *model, *optimizer, state, recipe_toml,
+    state.world_size = world;
+    // DDP ranks hold the same weights and optimizer state; ZeRO-1 ranks gather theirs at rank 0.
+    std::vector<NamedTensor> optimizer_state =
+        zero ? data_parallel->full_optimizer_state(*optimizer) : rank0 ? optimizer->state() : std::vector<NamedTensor>{};
+    if (rank0)
+      save_checkpoint(run_dir / "checkpoints", *model, optimizer->name(), optimizer_state, state, recipe_toml,
                       static_cast<size_t>(t.keep_last), spec.data.tokenizer);
   };
 
@@ -642,10 +670,14 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   checkpoint();
   stop_on_underflow();
 
-  // Every rank's peak memory, gathered at rank 0 (a sum of one-hot vectors).
-  std::vector<double> peaks(static_cast<size_t>(world), 0.0);
+  // Every rank's peak memory and optimizer state, gathered at rank 0 (sums of one-hot vectors).
+  std::vector<double> peaks(static_cast<size_t>(world), 0.0), optimizer_bytes(peaks);
   peaks[static_cast<size_t>(env.rank)] = static_cast<double>(peak_memory_bytes(device));
-  if (group) group->sum(peaks);
+  optimizer_bytes[static_cast<size_t>(env.rank)] = static_cast<double>(optimizer_state_bytes(*optimizer));
+  if (group) {
+    group->sum(peaks);
+    group->sum(optimizer_bytes);
+  }
   if (!rank0) return 0;
   int64_t examples = (state.step - first_step) * t.batch_size * t.grad_accum_steps * world;
   const double samples_per_s = wall > 0 ? static_cast<double>(examples) / wall : 0.0;
@@ -660,12 +692,15 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                          {"peak_memory_bytes", static_cast<int64_t>(peaks[0])},
                          {"device", device.str()},
                          {"parameters", model->num_parameters()},
-                         {"world_size", world}};
+                         {"world_size", world},
+                         {"optimizer_state_bytes", static_cast<int64_t>(optimizer_bytes[0])}};
   if (data_parallel) {
     summary["dist_backend"] = group->gradients().backend();
+    summary["zero"] = spec.dist.zero;
     summary["gradient_buckets"] = data_parallel->bucket_count();
     summary["peak_memory_bytes_per_rank"] = peaks;
-    // Host time blocked on the gradient all-reduces (the part the backward did not hide).
+    summary["optimizer_state_bytes_per_rank"] = optimizer_bytes;
+    // Time the step waited for the gradient collectives (the part the backward did not hide).
     summary["comm_wait_share"] = wall > 0 ? data_parallel->wait_seconds() / wall : 0.0;
   }
   if (state.grad_scaler) summary["skipped_steps"] = state.grad_scaler->skipped_steps;

@@ -2,8 +2,9 @@
 # Data-parallel training on CPU ranks, end to end: `--nproc-per-node 2` (tcp backend) and
 # `mpirun -np 2` (mpi backend, when installed) give the losses of one process with the same
 # global batch; gradient accumulation x 2 ranks equals 1 rank x 4 micro-steps; a 2-rank resume
-# is bit-exact; the tiny GPT reaches the same bits per byte on 2 ranks as on 1; SIGTERM stops
-# every rank at one step with one checkpoint (exit 130); a killed rank ends the run with an
+# is bit-exact; ZeRO-1 (tcp and mpi) equals DDP with half the optimizer state per rank, its resume
+# is bit-exact and its checkpoint resumes in one process too; the tiny GPT reaches the same bits
+# per byte on 2 ranks as on 1; SIGTERM stops every rank at one step with one checkpoint (exit 130); a killed rank ends the run with an
 # error naming it, never a hang; bad launcher environments exit 2 with one line.
 #   tests/cli/test_dist.sh PATH_TO_GENESIS SOURCE_DIR
 #
@@ -77,6 +78,37 @@ b=$(grep -E '"step":(25|30|35|40)[,}]' "$work/resumed/metrics.jsonl" | grep -o '
 cmp -s "$work/two/checkpoints/step_00000040/model.safetensors" "$work/resumed/checkpoints/step_00000040/model.safetensors" \
   && ok "2-rank resumed final weights are byte-identical" || fail "2-rank resumed weights differ"
 
+# 3b. ZeRO-1 (dist.zero = 1): the same losses as DDP, half the optimizer state per rank; its resume
+# is bit-exact, and its checkpoint (the whole state, gathered) resumes in one process too.
+"$genesis" train "$recipe" --out "$work/zero" --set training.batch_size=64 --set dist.zero=1 "${common[@]}" \
+  --nproc-per-node 2 >/dev/null 2>"$work/zero.err" || { cat "$work/zero.err"; fail "ZeRO-1 run failed"; }
+r=$(max_rel "$work/two/metrics.jsonl" "$work/zero/metrics.jsonl")
+close_enough "$r" && ok "ZeRO-1 = DDP on 2 ranks: losses within $r" || fail "ZeRO-1 losses differ from DDP: $r"
+state_bytes() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["optimizer_state_bytes_per_rank"][0])' "$1"; }
+ddp_bytes=$(state_bytes "$work/two/summary.json")
+zero_bytes=$(state_bytes "$work/zero/summary.json")
+awk -v z="$zero_bytes" -v d="$ddp_bytes" 'BEGIN { exit !(d > 0 && z >= 0.49 * d && z <= 0.51 * d) }' \
+  && ok "ZeRO-1 optimizer state per rank: $zero_bytes bytes, DDP $ddp_bytes" \
+  || fail "ZeRO-1 optimizer state per rank $zero_bytes is not half of DDP's $ddp_bytes"
+mkdir -p "$work/zero_resumed/checkpoints"
+cp -r "$work/zero/checkpoints/step_00000020" "$work/zero_resumed/checkpoints/"
+ln -s step_00000020 "$work/zero_resumed/checkpoints/latest"
+cp "$work/zero/recipe.toml" "$work/zero_resumed/recipe.toml"
+"$genesis" train "$recipe" --out "$work/zero_resumed" --resume --set training.batch_size=64 --set dist.zero=1 "${common[@]}" \
+  --nproc-per-node 2 >/dev/null 2>"$work/zero_resumed.err" || { cat "$work/zero_resumed.err"; fail "ZeRO-1 resume failed"; }
+cmp -s "$work/zero/checkpoints/step_00000040/model.safetensors" "$work/zero_resumed/checkpoints/step_00000040/model.safetensors" \
+  && cmp -s "$work/zero/checkpoints/step_00000040/optimizer.safetensors" \
+    "$work/zero_resumed/checkpoints/step_00000040/optimizer.safetensors" \
+  && ok "ZeRO-1 resumed final weights and optimizer state are byte-identical" || fail "ZeRO-1 resume differs"
+mkdir -p "$work/zero_one/checkpoints"
+cp -r "$work/zero/checkpoints/step_00000020" "$work/zero_one/checkpoints/"
+ln -s step_00000020 "$work/zero_one/checkpoints/latest"
+cp "$work/zero/recipe.toml" "$work/zero_one/recipe.toml"
+"$genesis" train "$recipe" --out "$work/zero_one" --resume --set training.batch_size=64 --set dist.zero=1 \
+  "${common[@]:0:${#common[@]}-1}" >/dev/null 2>"$work/zero_one.err" && grep -q "written by 2 rank(s) and 1 resume it" "$work/zero_one.err" \
+  && ok "a 2-rank ZeRO-1 checkpoint resumes in one process, with a note" \
+  || { cat "$work/zero_one.err"; fail "ZeRO-1 checkpoint resumed in one process"; }
+
 # 4. mpirun: the mpi backend gives the same losses.
 if command -v mpirun >/dev/null 2>&1 && "$genesis" info 2>/dev/null | grep -qi "mpi.*yes\|mpi: on\|with mpi"; then :; fi
 if command -v mpirun >/dev/null 2>&1; then
@@ -89,6 +121,11 @@ if command -v mpirun >/dev/null 2>&1; then
     close_enough "$r" && ok "mpirun -np 2 (mpi backend) = 1 process x 128: losses within $r" || fail "mpi losses differ: $r"
     cmp -s "$work/two/checkpoints/step_00000040/model.safetensors" "$work/mpi/checkpoints/step_00000040/model.safetensors" \
       && ok "mpi and tcp ranks end with byte-identical weights" || echo "note: mpi and tcp weights differ in the last bits"
+    "${mpi_env[@]}" mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS "$genesis" train "$recipe" --out "$work/mpi_zero" \
+      --set training.batch_size=64 --set dist.zero=1 "${common[@]}" >/dev/null 2>"$work/mpi_zero.err" \
+      || { cat "$work/mpi_zero.err"; fail "mpirun -np 2 with dist.zero = 1 failed"; }
+    r=$(max_rel "$work/mpi/metrics.jsonl" "$work/mpi_zero/metrics.jsonl")
+    close_enough "$r" && ok "mpi ZeRO-1 = mpi DDP: losses within $r" || fail "mpi ZeRO-1 losses differ: $r"
   else
     cat "$work/mpi.err"
     fail "mpirun -np 2 genesis train failed"
