@@ -328,6 +328,21 @@ TEST_CASE("tcp: mismatched collectives, a dead rank and a silent one fail with D
   }
 }
 
+TEST_CASE("tcp: lost_peers names a rank whose process is gone, and nothing while all are there", "[cpu][dist]") {
+  std::string before, after;
+  require_all_ok(run_ranks(2, 20.0, [&](Communicator& c) {
+    if (c.rank() == 0) before = c.lost_peers();
+    c.barrier();
+    if (c.rank() == 1) return;  // rank 1's communicator closes its connection as the thread ends
+    for (int i = 0; i < 200 && after.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      after = c.lost_peers();
+    }
+  }));
+  CHECK(before.empty());
+  CHECK(after == "rank 1 closed its connection (it exited or crashed)");
+}
+
 TEST_CASE("tcp: rank 0 unreachable is a usage error within the timeout", "[cpu][dist]") {
   ProcessEnv env;
   env.rank = 1;

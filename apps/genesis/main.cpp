@@ -2,6 +2,7 @@
 // stdout and messages to stderr. Exit codes: 0 ok, 1 runtime error, 2 usage/recipe error.
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "apps/genesis/commands.h"
@@ -37,6 +38,11 @@ int main(int argc, char** argv) {
   } catch (const genesis::Interrupted& e) {
     std::cerr << "genesis: " << e.what() << "\n";
     return 130;
+  } catch (const genesis::DistError& e) {
+    // A rank is gone: the process's normal exit (the CUDA runtime's teardown) could wait on NCCL
+    // work that will never finish, so leave at once, as PyTorch's NCCL watchdog does.
+    std::cerr << "genesis: error: " << e.what() << std::endl;
+    std::_Exit(1);
   } catch (const std::exception& e) {
     std::cerr << "genesis: error: " << e.what() << "\n";
     return 1;

@@ -11,6 +11,7 @@
 // its connection or does not answer within the communicator's timeout makes wait() throw
 // DistError naming it, never hang.
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "libgenesis/core/tensor.h"
@@ -47,6 +48,10 @@ class Communicator {
   virtual WorkHandle broadcast(Tensor& tensor, int root) = 0;
   // Returns when every rank has called it (host-side; throws DistError on a dead rank or timeout).
   virtual void barrier() = 0;
+  // The peers this rank can tell are gone, for messages ("rank 1 closed its connection (it exited
+  // or crashed)"); empty when none is, or when the backend cannot tell. Safe to call from another
+  // thread while collectives run.
+  virtual std::string lost_peers() const { return {}; }
 };
 
 }  // namespace genesis::dist

@@ -9,9 +9,12 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/cuda/caching_allocator.h"
@@ -70,7 +73,7 @@ class NcclWork final : public Work {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Communicator& host, Device device, double timeout_s)
-      : rank_(host.rank()), size_(host.size()), device_(device.index), timeout_s_(timeout_s) {
+      : host_(host), rank_(host.rank()), size_(host.size()), device_(device.index), timeout_s_(timeout_s) {
     GENESIS_CHECK(device.is_cuda(), DeviceError, "nccl: the communicator needs a CUDA device, not ", device.str());
     GENESIS_CUDA_CHECK(cudaSetDevice(device_));
     ncclUniqueId id{};
@@ -84,19 +87,54 @@ class NcclCommunicator final : public Communicator {
     std::memcpy(&id, id_bytes.data_ptr(), sizeof id);
     GENESIS_NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
     GENESIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    poller_ = std::thread([this] { poll(); });
     watchdog_ = std::thread([this] { watch(); });
   }
 
   ~NcclCommunicator() override {
+    cudaSetDevice(device_);
+    std::vector<std::pair<cudaEvent_t, bool>> running;
+    {
+      std::lock_guard lock(mutex_);
+      for (const Running& r : running_) running.push_back({r.event, r.recorded});
+    }
+    bool pending = false;
+    for (auto [event, recorded] : running) pending |= !recorded || cudaEventQuery(event) != cudaSuccess;
+    {
+      std::lock_guard lock(mutex_);
+      aborting_ = pending || std::uncaught_exceptions() > 0;
+    }
+    // Torn down while an error unwinds or a collective is unfinished (a peer may be gone): abort
+    // rather than wait for work that may never end, and wait for the abort a bounded time (it
+    // can itself wait on a stuck kernel); the process is ending then. The watchdog keeps running
+    // meanwhile.
+    if (aborting_) {
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      std::thread([comm = comm_, done] {
+        ncclCommAbort(comm);
+        *done = true;
+      }).detach();
+      for (int i = 0; i < 100 && !*done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!*done) {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+        cv_.notify_all();
+        // Leave the threads and the stream to the process's end: they may be stuck with NCCL.
+        poller_.detach();
+        watchdog_.detach();
+        return;
+      }
+    } else {
+      cudaStreamSynchronize(stream_);
+      ncclCommDestroy(comm_);
+    }
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
     }
     cv_.notify_all();
     watchdog_.join();
-    cudaSetDevice(device_);
-    cudaStreamSynchronize(stream_);
-    ncclCommDestroy(comm_);
+    poller_.join();
     cudaStreamDestroy(stream_);
   }
 
@@ -162,75 +200,121 @@ class NcclCommunicator final : public Communicator {
   template <class Call>
   WorkHandle launch(const char* what, const Tensor& t, Call&& call, const Tensor* second = nullptr) {
     GENESIS_CUDA_CHECK(cudaSetDevice(device_));
-    cudaEvent_t ready = nullptr, done = nullptr;
+    cudaEvent_t ready = nullptr, done = nullptr, watched = nullptr;
     GENESIS_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     GENESIS_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    GENESIS_CUDA_CHECK(cudaEventCreateWithFlags(&watched, cudaEventDisableTiming));
     GENESIS_CUDA_CHECK(cudaEventRecord(ready, cuda::current_stream()));
     GENESIS_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
     cudaEventDestroy(ready);
+    // Watched from before the call: NCCL may block inside it (a first use of a connection to a
+    // dead peer), and the watchdog must see that too.
+    {
+      std::lock_guard lock(mutex_);
+      running_.push_back({watched, Clock::now(),
+                          std::string(what) + " of " +
+                              std::to_string(t.numel() * static_cast<int64_t>(t.element_size())) + " bytes"});
+    }
     call();
     GENESIS_CUDA_CHECK(cudaEventRecord(done, stream_));
     // The buffers are in use on our stream too: the caching allocator must not hand them out
     // again before it is done with them.
     cuda::record_stream(t.storage()->data(), device_, stream_);
     if (second) cuda::record_stream(second->storage()->data(), device_, stream_);
-    cudaEvent_t watched = nullptr;
-    GENESIS_CUDA_CHECK(cudaEventCreateWithFlags(&watched, cudaEventDisableTiming));
     GENESIS_CUDA_CHECK(cudaEventRecord(watched, stream_));
     {
       std::lock_guard lock(mutex_);
-      running_.push_back({watched, Clock::now(), std::string(what) + " of " +
-                                                     std::to_string(t.numel() * static_cast<int64_t>(t.element_size())) +
-                                                     " bytes"});
+      for (Running& r : running_)
+        if (r.event == watched) r.recorded = true;
     }
     cv_.notify_all();
     return std::make_shared<NcclWork>(done, device_);
   }
 
-  // The watchdog: collectives that finish are forgotten; an NCCL error or one that runs past
-  // the timeout ends the process (see the header).
-  void watch() {
+  // Two threads follow the running collectives. The poller asks CUDA which have finished and NCCL
+  // for an asynchronous error; either call may block while the compute thread is stuck behind a
+  // collective that cannot finish, so the watchdog, which decides, calls neither: it reads the
+  // oldest unfinished collective's age, the poller's findings and the host communicator's word on
+  // the peers, and ends the process (see the header).
+  void poll() {
     cudaSetDevice(device_);
     std::unique_lock lock(mutex_);
     while (!stopping_) {
       cv_.wait_for(lock, std::chrono::milliseconds(100));
-      while (!running_.empty() && cudaEventQuery(running_.front().event) == cudaSuccess) {
-        cudaEventDestroy(running_.front().event);
+      while (!running_.empty() && running_.front().recorded) {
+        const cudaEvent_t event = running_.front().event;
+        lock.unlock();
+        const bool done = cudaEventQuery(event) == cudaSuccess;
+        lock.lock();
+        if (!done || running_.empty() || running_.front().event != event) break;
+        cudaEventDestroy(event);
         running_.pop_front();
       }
+      lock.unlock();
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
+      lock.lock();
+      if (async != ncclSuccess && async != ncclInProgress) async_error_ = async;
+    }
+  }
+
+  void watch() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      const double running_s =
+          running_.empty() ? 0.0 : std::chrono::duration<double>(Clock::now() - running_.front().started).count();
+      const std::string what = running_.empty() ? std::string() : running_.front().what;
+      const ncclResult_t async = async_error_;
+      const bool aborting = aborting_;  // the destructor's abort is under way: not a second one
+      lock.unlock();
+      // A collective that waits for long: the host communicator can tell whether a peer is gone
+      // (NCCL itself may wait for a dead peer forever).
+      const std::string lost = running_s > kPeerCheckAfterS ? host_.lost_peers() : std::string();
       std::string problem;
-      if (async != ncclSuccess && async != ncclInProgress) {
-        problem = std::string("an NCCL error: ") + ncclGetErrorString(async) + " (a rank died or the network failed)";
-      } else if (!running_.empty() &&
-                 Clock::now() - running_.front().started > std::chrono::duration<double>(timeout_s_)) {
-        problem = running_.front().what + " did not complete within " + std::to_string(timeout_s_) +
+      if (async != ncclSuccess) {
+        problem = std::string("an NCCL error: ") + ncclGetErrorString(async) +
+                  (lost.empty() ? " (a rank died or the network failed)" : "; " + lost);
+      } else if (!lost.empty()) {
+        problem = what + " cannot complete: " + lost;
+      } else if (running_s > timeout_s_) {
+        problem = what + " did not complete within " + std::to_string(timeout_s_) +
                   " s (a rank died or hangs; dist.timeout_s)";
       }
       if (!problem.empty()) {
         std::fprintf(stderr, "genesis: error: nccl, rank %d of %d: %s; aborting\n", rank_, size_, problem.c_str());
         std::fflush(stderr);
-        ncclCommAbort(comm_);
+        // The abort can itself wait on a stuck kernel: give it a moment, then exit regardless
+        // (the driver tears the context down).
+        if (!aborting) std::thread([comm = comm_] { ncclCommAbort(comm); }).detach();
+        std::this_thread::sleep_for(std::chrono::seconds(2));
         std::_Exit(1);
       }
+      lock.lock();
     }
   }
 
   struct Running {
-    cudaEvent_t event;
+    cudaEvent_t event;  // recorded after the collective (an unrecorded event would query as done)
     Clock::time_point started;
     std::string what;
+    bool recorded = false;
   };
 
+  // How long a collective runs before the watchdog asks the host communicator about the peers.
+  static constexpr double kPeerCheckAfterS = 2.0;
+
+  Communicator& host_;  // outlives this communicator (the process group destroys it last)
   int rank_, size_, device_;
   double timeout_s_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  std::thread watchdog_;
+  std::thread poller_, watchdog_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Running> running_;
+  ncclResult_t async_error_ = ncclSuccess;  // the poller's finding
+  bool aborting_ = false;                    // the destructor aborts the communicator
   bool stopping_ = false;
 };
 

@@ -4,10 +4,12 @@
 // makes the current stream wait for them, so the host never blocks. The unique id of the NCCL
 // communicator travels over the host communicator from rank 0.
 //
-// A watchdog thread polls the running collectives: one not finished within timeout_s, or an
-// asynchronous NCCL error (a peer died), aborts the communicator and ends the process with exit
-// code 1 and a line naming the collective -- the compute thread may be blocked in a CUDA call
-// that would otherwise wait forever (PyTorch's watchdog does the same).
+// A watchdog follows the running collectives: an asynchronous NCCL error, a collective still
+// running after 2 s while the host communicator sees a peer's connection closed (naming it), or
+// one not finished within timeout_s ends the process with exit code 1 and one line, after a
+// communicator abort -- the compute thread may be blocked in a CUDA call that would otherwise
+// wait forever (PyTorch's watchdog does the same). Its deciding thread makes no CUDA or NCCL call,
+// since those may block too; a second thread polls CUDA for it.
 #include <memory>
 
 #include "libgenesis/core/device.h"

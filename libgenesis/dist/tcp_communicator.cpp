@@ -259,6 +259,19 @@ class TcpCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string_view backend() const override { return "tcp"; }
 
+  std::string lost_peers() const override {
+    std::string lost;
+    for (size_t r = 0; r < peers_.size(); ++r) {
+      if (!peers_[r].open()) continue;
+      // A peek that reads nothing: 0 bytes means the peer closed its end; EAGAIN means it is there.
+      char byte = 0;
+      const ssize_t n = ::recv(peers_[r].fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE)))
+        lost += (lost.empty() ? "" : "; ") + peer_name(static_cast<int>(r)) + " closed its connection (it exited or crashed)";
+    }
+    return lost;
+  }
+
   WorkHandle all_reduce(Tensor& tensor, ReduceOp op) override {
     check_tensor(tensor, "all_reduce", op);
     return enqueue([this, t = tensor, op] {
