@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev     # JSON output, checkpoints metadata
   libpcre2-dev           # tokenizer pre-tokenization
   zlib1g-dev             # gzip'd datasets
+  libdnnl-dev            # oneDNN: f32 CPU convolutions (GENESIS_DNNL), the primitives PyTorch uses on CPUs
   libopenmpi-dev         # the mpi backend of the communicator (GENESIS_MPI, CPU data-parallel ranks under mpirun)
   openmpi-bin            # mpirun: runs those ranks, and the MPI tests
   dataset-fashion-mnist  # Fashion-MNIST IDX files (/usr/share/datasets/fashion-mnist)

@@ -5,4 +5,4 @@
 #include "libgenesis/core/threads.h"
 
 // The same OpenMP wait policy as the genesis CLI (libgenesis/core/threads.h; test_threads.cpp).
-GENESIS_WAIT_POLICY_PREINIT;
+GENESIS_PREINIT;

@@ -273,3 +273,41 @@ GENESIS_GRADCHECK("avg_pool2d") {
   const Pool2dOptions uneven{.kernel = {2, 3}, .stride = {1, 2}, .padding = {1, 1}};
   gradcheck([&](const TensorList& in) { return avg_pool2d(in[0].transpose(2, 3), uneven); }, {rand_leaf({1, 2, 7, 5})});
 }
+
+TEST_CASE("conv2d in f32 (oneDNN where built with it) matches f64 forward and backward", "[cpu][conv]") {
+  // f64 runs the im2col path; f32 runs oneDNN's primitives for every shape they take (the
+  // blocked layouts, reorders and the backward primitives), im2col for the rest (the stride-3
+  // case needs a negative right padding, which oneDNN does not take).
+  const std::vector<ConvCase> cases = {
+      {{3, 8, 9, 11}, {16, 8, 3, 3}, {.padding = {1, 1}}},
+      {{1, 1, 28, 28}, {32, 1, 3, 3}, {.padding = {1, 1}}},
+      {{2, 4, 5, 7}, {6, 2, 3, 3}, {.stride = {2, 1}, .padding = {1, 2}, .dilation = {2, 1}, .groups = 2}},
+      {{1, 3, 6, 5}, {4, 3, 2, 3}, {.stride = {3, 2}, .padding = {0, 1}}},
+      {{2, 16, 7, 7}, {24, 16, 1, 1}, {}},
+      {{2, 8, 6, 6}, {8, 1, 3, 3}, {.padding = {1, 1}, .groups = 8}},
+      {{2, 5, 8, 8}, {7, 5, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}},
+  };
+  for (const ConvCase& c : cases) {
+    INFO("input " << shape_str(c.x) << ", weight " << shape_str(c.w));
+    Tensor x = testing::rand_values(c.x, DType::f64), w = testing::rand_values(c.w, DType::f64);
+    Tensor b = testing::rand_values({c.w[0]}, DType::f64);
+    Tensor x64 = x.clone().requires_grad_(), w64 = w.clone().requires_grad_(), b64 = b.clone().requires_grad_();
+    Tensor y64 = conv2d(x64, w64, b64, c.options);
+    Tensor gy = testing::rand_values(y64.shape(), DType::f64);
+    sum(mul(y64, gy)).backward();
+    Tensor x32 = x.to(DType::f32).requires_grad_(), w32 = w.to(DType::f32).requires_grad_();
+    Tensor b32 = b.to(DType::f32).requires_grad_();
+    Tensor y32 = conv2d(x32, w32, b32, c.options);
+    sum(mul(y32, gy.to(DType::f32))).backward();
+    testing::require_close(y32, y64, 1e-4, 1e-5);
+    testing::require_close(x32.grad(), x64.grad(), 1e-4, 1e-5);
+    testing::require_close(w32.grad(), w64.grad(), 1e-4, 1e-5);
+    testing::require_close(b32.grad(), b64.grad(), 1e-4, 1e-5);
+  }
+  const std::string kernels = cpu_conv2d_kernels();
+#if GENESIS_WITH_DNNL
+  if (std::getenv("GENESIS_CPU_CONV") == nullptr) CHECK(kernels.rfind("oneDNN ", 0) == 0);
+#else
+  CHECK(kernels == "im2col + OpenBLAS");
+#endif
+}

@@ -131,3 +131,27 @@ TEST_CASE("threads: the OpenMP wait policy is bounded before libgomp starts", "[
   INFO(out);
   CHECK(out.find("GOMP_SPINCOUNT = '" + std::string(kSpinCount) + "'") != std::string::npos);
 }
+
+TEST_CASE("threads: OpenBLAS's generic cores are replaced by the CPU's vector kernels", "[cpu][threads]") {
+  const CpuFeatures none{}, avx2{.avx2 = true}, avx512{.avx2 = true, .avx512 = true};
+  // What OpenBLAS 0.3.21 chose on a Sapphire Rapids Xeon it did not know: its SSE3 kernels.
+  CHECK(std::string(blas_core_for(avx512, "Prescott")) == "SkylakeX");
+  CHECK(std::string(blas_core_for(avx2, "Nehalem")) == "Haswell");
+  CHECK(std::string(blas_core_for(none, "Prescott")).empty());  // nothing better to offer
+  // A core OpenBLAS recognised stands.
+  for (const char* known : {"Haswell", "SkylakeX", "Cooperlake", "Zen", "SapphireRapids"})
+    CHECK(std::string(blas_core_for(avx512, known)).empty());
+  CHECK(std::string(blas_core_for(avx512, nullptr)).empty());
+  // This machine: the features agree with the compiler's own detection.
+  const CpuFeatures here = cpu_features();
+  CHECK(here.avx2 == (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")));
+  CHECK(here.avx512 == (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")));
+  // Who chose the kernels, as genesis info says it.
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  const char* marker = std::getenv("GENESIS_BLAS_CORE");
+  const std::string source = blas_core_source();
+  if (core == nullptr) CHECK(source == "OpenBLAS");
+  else if (marker != nullptr && std::string(marker) == "auto") CHECK(source.rfind("genesis (", 0) == 0);
+  else CHECK(source == "user (OPENBLAS_CORETYPE=" + std::string(core) + ")");
+}

@@ -8,6 +8,7 @@
 
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/ops/conv.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/index.h"
@@ -255,6 +256,35 @@ const std::vector<OpDef>& registry() {
          return Cost{c.backward ? 2.5 * bytes : bytes, c.backward ? 3.5 * flops : flops};
        },
        {0, 1, 2}},
+      // x [N, C, H, W], weight [O, C, kH, kW], bias [O]: stride 1, "same" padding (k / 2).
+      {"conv2d",
+       2,
+       3,
+       data_inputs,
+       [](const BenchCase& c, const Inputs& in) {
+         const Shape& w = c.shapes[1];
+         return conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), {.padding = {w[2] / 2, w[3] / 2}});
+       },
+       [](const BenchCase& c, double es) {
+         const Shape &x = c.shapes[0], &w = c.shapes[1];
+         const double out = static_cast<double>(x[0] * w[0] * x[2] * x[3]);
+         const double flops = 2.0 * out * static_cast<double>(w[1] * w[2] * w[3]);
+         const double bytes = (n(x) + n(w) + out) * es;
+         return Cost{c.backward ? 3 * bytes : bytes, c.backward ? 3 * flops : flops};
+       },
+       {0}},
+      // 2x2 windows, stride 2, over x [N, C, H, W].
+      {"max_pool2d",
+       1,
+       1,
+       data_inputs,
+       [](const BenchCase&, const Inputs& in) { return max_pool2d(in[0], {.kernel = {2, 2}}); },
+       [](const BenchCase& c, double es) {
+         const double x = n(c.shapes[0]) * es;
+         return Cost{c.backward ? 2.5 * x : 1.25 * x, 0};
+       },
+       {0}},
+      {"relu", 1, 1, data_inputs, unary(&relu), streaming, {}},
       // A language model's head and loss, x [N, K], weight [V, K], targets in [0, V).
       {"linear_cross_entropy",
        2,

@@ -6,6 +6,7 @@
 
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/threads.h"
+#include "libgenesis/ops/conv.h"
 #include "libgenesis/ops/op_table.h"
 #if GENESIS_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -30,6 +31,8 @@ void add_info_command(CLI::App& app) {
                      {"blas", openblas_get_config()},
                      {"blas_threads", openblas_get_num_threads()}};
     j["blas_threading"] = blas_threading();  // openmp: one pool with genesis's own kernels
+    j["blas_core_source"] = blas_core_source();
+    j["cpu_conv2d"] = cpu_conv2d_kernels();
     j["threads"] = {{"threads", threads.threads},
                     {"source", threads.source},
                     {"reason", threads.reason},

@@ -11,9 +11,10 @@
 #include "libgenesis/core/threads.h"
 
 // A bounded OpenMP spin before libgomp starts (libgenesis/core/threads.h).
-GENESIS_WAIT_POLICY_PREINIT;
+GENESIS_PREINIT;
 
 int main(int argc, char** argv) {
+  genesis::reexec_for_blas_core(argv);  // before anything else: OpenBLAS's generic kernels on a newer CPU
   CLI::App app{"genesis: a C++/CUDA deep-learning training toolkit driven by TOML recipes"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(GENESIS_VERSION_STRING));

@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/loops.h"
@@ -189,10 +193,63 @@ struct Window {
       : begin(std::max<int64_t>(o * stride - pad, 0)), end(std::min<int64_t>(o * stride - pad + kernel, size)) {}
 };
 
+// Windows that never leave the input (no padding, the last one inside): the taps can be taken
+// one at a time across a whole output row, without per-window bounds or branches, so the
+// compiler vectorizes the row.
+bool pool_windows_inside(const Pool2dShape& s) {
+  return s.pad_h == 0 && s.pad_w == 0 && (s.out_h - 1) * s.stride_h + s.kernel_h <= s.height &&
+         (s.out_w - 1) * s.stride_w + s.kernel_w <= s.width;
+}
+
+// The same maximum and first-maximum index as the general loop below: taps in row-major window
+// order, a later tap taking over only when strictly greater, or NaN over a number.
+template <class T>
+void max_pool2d_forward_inside(const Pool2dShape& s, const T* x, T* y, int64_t* argmax) {
+  parallel_for(s.planes * s.out_h, s.out_w * s.kernel_h * s.kernel_w, [&](int64_t begin, int64_t end) {
+    // The winning tap per output (row-major index in the window): 32-bit lanes beside the values,
+    // and no branch on the data (random values would mispredict every other comparison).
+    std::vector<T> best(static_cast<size_t>(s.out_w));
+    std::vector<int32_t> tap(static_cast<size_t>(s.out_w));
+    T* bp = best.data();
+    int32_t* tp = tap.data();
+    const int64_t sw = s.stride_w;
+    for (int64_t row = begin; row < end; ++row) {
+      const T* plane = x + (row / s.out_h) * s.height * s.width;
+      const int64_t h0 = (row % s.out_h) * s.stride_h;
+      const T* first = plane + h0 * s.width;
+      for (int64_t ow = 0; ow < s.out_w; ++ow) {
+        bp[ow] = first[ow * sw];
+        tp[ow] = 0;
+      }
+      for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+        for (int64_t kj = ki == 0 ? 1 : 0; kj < s.kernel_w; ++kj) {
+          const T* in = plane + (h0 + ki) * s.width + kj;
+          const auto t = static_cast<int32_t>(ki * s.kernel_w + kj);
+          for (int64_t ow = 0; ow < s.out_w; ++ow) {
+            const T v = in[ow * sw], b = bp[ow];
+            const bool take = (v > b) | ((v != v) & (b == b));
+            bp[ow] = take ? v : b;
+            tp[ow] = take ? t : tp[ow];
+          }
+        }
+      }
+      T* out = y + row * s.out_w;
+      int64_t* at = argmax + row * s.out_w;
+      for (int64_t ow = 0; ow < s.out_w; ++ow) {
+        out[ow] = bp[ow];
+        at[ow] = (h0 + tp[ow] / s.kernel_w) * s.width + ow * sw + tp[ow] % s.kernel_w;
+      }
+    }
+  });
+}
+
 // One output row (plane, oh) per work item; its windows read kernel_h rows of one plane.
 template <class T>
 void max_pool2d_forward_typed(const Pool2dShape& s, const T* x, T* y, int64_t* argmax) {
   using A = acc_t<T>;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (pool_windows_inside(s) && s.kernel_h > 0 && s.kernel_w > 0) return max_pool2d_forward_inside(s, x, y, argmax);
+  }
   parallel_for(s.planes * s.out_h, s.out_w * s.kernel_h * s.kernel_w, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const T* plane = x + (row / s.out_h) * s.height * s.width;
@@ -287,7 +344,41 @@ void avg_pool2d_backward_typed(const Pool2dShape& s, const T* grad_y, T* grad_x)
       ::genesis::throw_unsupported_dtype(WHAT, DTYPE); \
   }
 
+// f32 through oneDNN unless GENESIS_CPU_CONV=im2col (read once) or genesis was built without it.
+bool use_dnnl(DType dtype) {
+#if GENESIS_WITH_DNNL
+  static const bool enabled = [] {
+    const char* choice = std::getenv("GENESIS_CPU_CONV");
+    return choice == nullptr || std::string_view(choice) != "im2col";
+  }();
+  return dtype == DType::f32 && enabled;
+#else
+  (void)dtype;
+  return false;
+#endif
+}
+
+#if !GENESIS_WITH_DNNL
+bool conv_dnnl_forward(const Conv2dShape&, const float*, const float*, const float*, float*) { return false; }
+bool conv_dnnl_backward_input(const Conv2dShape&, const float*, const float*, float*) { return false; }
+bool conv_dnnl_backward_weight(const Conv2dShape&, const float*, const float*, float*) { return false; }
+#else
+std::string conv_dnnl_implementation(const Conv2dShape& s);  // conv_dnnl.cpp
+#endif
+
+std::string conv2d_implementation(const Conv2dShape& s) {
+#if GENESIS_WITH_DNNL
+  if (use_dnnl(DType::f32))
+    if (std::string dnnl = conv_dnnl_implementation(s); !dnnl.empty()) return dnnl;
+#endif
+  (void)s;
+  return "im2col + OpenBLAS";
+}
+
 void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void* w, const void* bias, void* y) {
+  if (use_dnnl(dtype) && conv_dnnl_forward(s, static_cast<const float*>(x), static_cast<const float*>(w),
+                                           static_cast<const float*>(bias), static_cast<float*>(y)))
+    return;
   GENESIS_DISPATCH_BLAS(dtype, "conv2d", {
     conv2d_forward_typed<scalar_t>(s, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(w),
                                    static_cast<const scalar_t*>(bias), static_cast<scalar_t*>(y));
@@ -295,6 +386,9 @@ void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void
 }
 
 void conv2d_backward_input(DType dtype, const Conv2dShape& s, const void* grad_y, const void* w, void* grad_x) {
+  if (use_dnnl(dtype) && conv_dnnl_backward_input(s, static_cast<const float*>(grad_y), static_cast<const float*>(w),
+                                                  static_cast<float*>(grad_x)))
+    return;
   GENESIS_DISPATCH_BLAS(dtype, "conv2d backward", {
     conv2d_backward_input_typed<scalar_t>(s, static_cast<const scalar_t*>(grad_y), static_cast<const scalar_t*>(w),
                                           static_cast<scalar_t*>(grad_x));
@@ -302,6 +396,9 @@ void conv2d_backward_input(DType dtype, const Conv2dShape& s, const void* grad_y
 }
 
 void conv2d_backward_weight(DType dtype, const Conv2dShape& s, const void* x, const void* grad_y, void* grad_w) {
+  if (use_dnnl(dtype) && conv_dnnl_backward_weight(s, static_cast<const float*>(x), static_cast<const float*>(grad_y),
+                                                   static_cast<float*>(grad_w)))
+    return;
   GENESIS_DISPATCH_BLAS(dtype, "conv2d backward", {
     conv2d_backward_weight_typed<scalar_t>(s, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(grad_y),
                                            static_cast<scalar_t*>(grad_w));

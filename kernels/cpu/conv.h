@@ -1,8 +1,11 @@
 #pragma once
-// CPU 2-D convolution (im2col + OpenBLAS GEMM per sample and group) and pooling over
-// contiguous NCHW buffers. Convolution kernels take f32 or f64 (the op layer widens
-// f16/bf16 to f32); pooling kernels take every floating dtype and compute in acc_t.
+// CPU 2-D convolution and pooling over contiguous NCHW buffers. Convolution kernels take f32
+// or f64 (the op layer widens f16/bf16 to f32); f32 runs through oneDNN's primitives where
+// genesis was built with it (conv_dnnl.cpp; GENESIS_CPU_CONV=im2col forces the fallback), f64
+// and shapes oneDNN refuses through im2col + OpenBLAS GEMM per sample and group. Pooling
+// kernels take every floating dtype and compute in acc_t.
 #include <cstdint>
+#include <string>
 
 #include "libgenesis/core/dtype.h"
 
@@ -22,6 +25,15 @@ void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void
 void conv2d_backward_input(DType dtype, const Conv2dShape& s, const void* grad_y, const void* w, void* grad_x);
 // grad_w [C_out, C_in / groups, kH, kW] from x and grad_y, summed over the batch in order.
 void conv2d_backward_weight(DType dtype, const Conv2dShape& s, const void* x, const void* grad_y, void* grad_w);
+
+// The f32 path through oneDNN: false when it does not take the shape (or genesis was built
+// without oneDNN), and the caller computes it otherwise. Same contracts as above.
+bool conv_dnnl_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y);
+bool conv_dnnl_backward_input(const Conv2dShape& s, const float* grad_y, const float* w, float* grad_x);
+bool conv_dnnl_backward_weight(const Conv2dShape& s, const float* x, const float* grad_y, float* grad_w);
+// Which f32 convolution runs for a shape: "oneDNN 2.6.3 jit:avx2", "im2col + OpenBLAS" (for
+// `genesis info` and the bench).
+std::string conv2d_implementation(const Conv2dShape& s);
 
 struct Pool2dShape {
   int64_t planes = 0, height = 0, width = 0;  // planes = N * C

@@ -90,13 +90,5 @@ void gemm(DType dtype, const GemmArgs& g) {
   }
 }
 
-std::string blas_kernel_warning() {
-  std::string core = openblas_get_corename();
-  bool generic = core == "Prescott" || core == "Core2" || core == "Penryn" || core == "Nehalem";
-  if (!generic || !__builtin_cpu_supports("avx2")) return "";
-  std::string suggestion = __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell";
-  return "OpenBLAS did not recognise this CPU and uses its generic '" + core +
-         "' kernels; set OPENBLAS_CORETYPE=" + suggestion + " for faster matrix products";
-}
 
 }  // namespace genesis::kernels::cpu

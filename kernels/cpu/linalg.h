@@ -23,9 +23,4 @@ struct GemmArgs {
 
 void gemm(DType dtype, const GemmArgs& args);
 
-// A one-line hint when OpenBLAS runs its generic kernels on a CPU that has AVX2 (it did
-// not recognise the processor, e.g. some virtualized Xeons: matrix products then run about
-// 2x slower); empty otherwise.
-std::string blas_kernel_warning();
-
 }  // namespace genesis::kernels::cpu

@@ -1,5 +1,7 @@
 #include "libgenesis/core/threads.h"
 
+#include <cpuid.h>
+
 #include <alloca.h>
 #include <omp.h>
 #include <sched.h>
@@ -18,6 +20,7 @@
 
 extern "C" void openblas_set_num_threads(int);
 extern "C" int openblas_get_parallel(void);
+extern "C" char* openblas_get_corename(void);
 
 namespace genesis {
 
@@ -215,6 +218,61 @@ std::string blas_threading() {
     default:
       return "unknown";
   }
+}
+
+CpuFeatures cpu_features() {
+  CpuFeatures f;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return f;  // no OSXSAVE: no XGETBV
+  const bool fma = (ecx & (1u << 12)) != 0;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool os_ymm = (xcr0_lo & 0x6u) == 0x6u;    // SSE and AVX state
+  const bool os_zmm = (xcr0_lo & 0xE6u) == 0xE6u;  // and opmask, ZMM upper halves, ZMM16-31
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
+  f.avx2 = os_ymm && fma && (ebx & (1u << 5)) != 0;
+  const unsigned avx512 = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);  // F, DQ, BW, VL
+  f.avx512 = f.avx2 && os_zmm && (ebx & avx512) == avx512;
+  return f;
+}
+
+const char* blas_core_for(const CpuFeatures& features, const char* detected) {
+  static constexpr const char* kGeneric[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom",
+                                             "Katmai",   "Coppermine", "Northwood", "Banias"};
+  bool generic = false;
+  for (const char* name : kGeneric) generic |= detected != nullptr && std::strcmp(detected, name) == 0;
+  if (!generic) return "";
+  return features.avx512 ? "SkylakeX" : features.avx2 ? "Haswell" : "";
+}
+
+void reexec_for_blas_core(char** argv) {
+  if (argv == nullptr || argv[0] == nullptr) return;
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("GENESIS_BLAS_CORE") != nullptr) return;
+  const char* core = blas_core_for(cpu_features(), openblas_get_corename());
+  if (core[0] == '\0') return;
+  setenv("OPENBLAS_CORETYPE", core, 1);
+  setenv("GENESIS_BLAS_CORE", "auto", 1);
+  execv("/proc/self/exe", argv);
+  // The exec failed: OpenBLAS's own choice stays (genesis train prints a note about it).
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("GENESIS_BLAS_CORE");
+}
+
+std::string blas_core_note() {
+  const char* detected = openblas_get_corename();
+  const char* better = blas_core_for(cpu_features(), detected);
+  if (better[0] == '\0') return "";
+  return std::string("OpenBLAS runs its generic '") + detected + "' kernels on this CPU; set OPENBLAS_CORETYPE=" +
+         better + " for faster matrix products";
+}
+
+std::string blas_core_source() {
+  const char* marker = std::getenv("GENESIS_BLAS_CORE");
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  if (core == nullptr) return "OpenBLAS";
+  if (marker != nullptr && std::strcmp(marker, "auto") == 0)
+    return std::string("genesis (OpenBLAS fell back to a generic core: OPENBLAS_CORETYPE=") + core + ")";
+  return std::string("user (OPENBLAS_CORETYPE=") + core + ")";
 }
 
 void preinit_wait_policy(int argc, char** argv, char** envp) {

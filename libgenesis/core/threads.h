@@ -5,7 +5,7 @@
 // while the thread they wait for is descheduled by another process, so a 2-core host with one
 // busy neighbour ran the MLP recipe 12x slower at 2 threads than at 1. Two remedies:
 //  - the wait policy: GOMP_SPINCOUNT is bounded (kSpinCount) before libgomp reads its
-//    environment (GENESIS_WAIT_POLICY_PREINIT in main.cpp): a waiting thread polls 1,000
+//    environment (GENESIS_PREINIT in main.cpp): a waiting thread polls 1,000
 //    times (microseconds) instead of 300,000, then sleeps on a futex;
 //  - the thread count: run.threads when > 0, else OMP_NUM_THREADS when set, else the free
 //    cores (choose_threads), and a note when explicit settings ask for more than are free.
@@ -75,19 +75,49 @@ std::string blas_threading();
 // The spin count set when the user sets neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT.
 inline constexpr const char* kSpinCount = "1000";
 
-// Runs before any shared library's constructor (from .preinit_array, see
-// GENESIS_WAIT_POLICY_PREINIT): when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set,
-// re-executes the program (/proc/self/exe, same pid and arguments) with GOMP_SPINCOUNT=
-// kSpinCount and GENESIS_WAIT_POLICY=default added. libgomp reads its environment once, in its
-// own constructor, before main() and before any constructor of the executable, so a setenv()
-// in main() would be too late, and at preinit time the C library's environment is not set up
-// yet for setenv(). Does nothing when the exec fails (the libgomp defaults then apply).
+// What the CPU offers that OpenBLAS's kernel choice depends on (CPUID, and XGETBV for the
+// operating system's support of the AVX registers).
+struct CpuFeatures {
+  bool avx2 = false;    // AVX2 and FMA, enabled by the OS
+  bool avx512 = false;  // AVX-512 F, DQ, BW and VL, enabled by the OS
+};
+CpuFeatures cpu_features();
+
+// The OPENBLAS_CORETYPE to run with when OpenBLAS picked `detected` on a CPU with `features`:
+// "" when its choice stands; "SkylakeX" (AVX-512) or "Haswell" (AVX2) when it fell back to a
+// generic core (Prescott, Core2, Penryn, Nehalem, Atom, ...), as OpenBLAS 0.3.21 does on CPUs
+// newer than its tables, e.g. Sapphire Rapids Xeons: a CNN step ran 2.2x slower there
+// (docs/benchmarks.md).
+const char* blas_core_for(const CpuFeatures& features, const char* detected);
+
+// Called first in main(): when blas_core_for asks for another core and neither
+// OPENBLAS_CORETYPE nor GENESIS_BLAS_CORE is set, re-executes the program (/proc/self/exe, same
+// pid and arguments) with OPENBLAS_CORETYPE and GENESIS_BLAS_CORE=auto added. OpenBLAS reads
+// the variable once, when it loads; this runs after it did, so that the re-execution happens
+// only where its own detection failed. Returns when nothing needs to change or the exec fails.
+void reexec_for_blas_core(char** argv);
+
+// A note for the run log when OpenBLAS still runs a generic core on a CPU with AVX2 (the user
+// forced it, or the re-execution failed), naming the OPENBLAS_CORETYPE to set; "" otherwise.
+std::string blas_core_note();
+
+// Who chose OpenBLAS's kernels, for `genesis info`: "OpenBLAS", "user (OPENBLAS_CORETYPE=...)"
+// or "genesis (OpenBLAS fell back to a generic core: OPENBLAS_CORETYPE=...)".
+std::string blas_core_source();
+
+// Runs before any shared library's constructor (from .preinit_array, see GENESIS_PREINIT):
+// when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, re-executes the program
+// (/proc/self/exe, same pid and arguments) with GOMP_SPINCOUNT=kSpinCount and
+// GENESIS_WAIT_POLICY=default added. libgomp reads its environment once, in its own
+// constructor, before main() and before any constructor of the executable, so a setenv() in
+// main() would be too late, and at preinit time the C library's environment is not set up yet
+// for setenv(). Does nothing when the exec fails (the libgomp defaults then apply).
 void preinit_wait_policy(int argc, char** argv, char** envp);
 
 }  // namespace genesis
 
 // In the executable's main.cpp: the dynamic loader runs .preinit_array entries of the
 // executable only, and before any shared library's constructor (libgomp's included).
-#define GENESIS_WAIT_POLICY_PREINIT                                                                               \
-  [[gnu::section(".preinit_array"), gnu::used]] static void (*genesis_wait_policy_preinit)(int, char**, char**) = \
+#define GENESIS_PREINIT                                                                                       \
+  [[gnu::section(".preinit_array"), gnu::used]] static void (*genesis_preinit)(int, char**, char**) = \
       &genesis::preinit_wait_policy

@@ -240,6 +240,12 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
   return y;
 }
 
+std::string cpu_conv2d_kernels() {
+  const kernels::cpu::Conv2dShape s{.batch = 128, .in_channels = 32, .height = 14, .width = 14, .out_channels = 64,
+                                    .kernel_h = 3, .kernel_w = 3, .pad_h = 1, .pad_w = 1, .out_h = 14, .out_w = 14};
+  return kernels::cpu::conv2d_implementation(s);
+}
+
 Tensor max_pool2d(const Tensor& x_arg, Pool2dOptions options) {
   auto [x] = detail::op_prologue<OpId::max_pool2d>(x_arg);
   const Pool2dShape s = pool_shape("max_pool2d", x, options);

@@ -1,6 +1,7 @@
 #pragma once
 // 2-D convolution (im2col + GEMM) and pooling over NCHW tensors.
 #include <array>
+#include <string>
 
 #include "libgenesis/core/tensor.h"
 
@@ -27,6 +28,9 @@ struct Pool2dOptions {
 // Padding counts as -inf for max; avg_pool2d divides by the full window size including
 // padding (PyTorch's default count_include_pad = true).
 Tensor max_pool2d(const Tensor& x, Pool2dOptions options = {});
+// Which kernels run an f32 CPU convolution (a 3x3, 32 -> 64 channel one at batch 128), for
+// `genesis info`: "oneDNN 2.6.3 jit:avx512_core" or "im2col + OpenBLAS".
+std::string cpu_conv2d_kernels();
 Tensor avg_pool2d(const Tensor& x, Pool2dOptions options = {});
 
 }  // namespace genesis

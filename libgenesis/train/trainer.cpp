@@ -10,7 +10,6 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
-#include "kernels/cpu/linalg.h"
 #include "libgenesis/autograd/autocast.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
@@ -495,7 +494,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   }
   if (spec.run.device == "auto") log.note("device auto: using " + device.str());
   if (device.is_cpu()) {
-    if (std::string hint = kernels::cpu::blas_kernel_warning(); !hint.empty()) log.note("note: " + hint);
+    if (std::string hint = blas_core_note(); !hint.empty()) log.note("note: " + hint);
     if (std::string hint = thread_note(threads); !hint.empty()) log.note(hint);
   }
   log.note("training " + spec.run.name + " on " + device.str() + ": " + std::to_string(model->num_parameters()) +

@@ -29,7 +29,8 @@ from torch_alloc import cpu_model_name, fmt, header, run_alloc, write_json
 CASE_KEYS = {"name", "op", "shapes", "dtypes", "backward", "axes", "dim", "scalar", "variant", "check_rows", "tolerance"}
 DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
 TOLERANCE = {"f64": 1e-9, "f32": 1e-3, "f16": 1e-2, "bf16": 2e-2}
-ROW_INPUTS = {"matmul": [0], "bmm": [0, 1], "linear": [0], "embedding": [1], "attention": [0, 1, 2]}
+ROW_INPUTS = {"matmul": [0], "bmm": [0, 1], "linear": [0], "embedding": [1], "attention": [0, 1, 2], "conv2d": [0],
+              "max_pool2d": [0]}
 
 
 def fail(message):
@@ -169,6 +170,14 @@ OPS = {
                   lambda c, x: F.scaled_dot_product_attention(x[0], x[1], x[2], is_causal=True,
                                                               enable_gqa=x[0].size(1) != x[1].size(1)),
                   lambda c, es: attention_cost(c, es)),
+    # x [N, C, H, W], weight [O, C, kH, kW], bias [O]: stride 1, "same" padding (k // 2).
+    "conv2d": (data_inputs,
+               lambda c, x: F.conv2d(x[0], x[1], x[2] if len(x) > 2 else None,
+                                     padding=(c["shapes"][1][2] // 2, c["shapes"][1][3] // 2)),
+               lambda c, es: conv2d_cost(c, es)),
+    "max_pool2d": (data_inputs, lambda c, x: F.max_pool2d(x[0], 2),
+                   lambda c, es: ((2.5 if c["backward"] else 1.25) * numel(c["shapes"][0]) * es, 0.0)),
+    "relu": (data_inputs, lambda c, x: F.relu(x[0]), streaming),
     # The head and loss of a language model as PyTorch eager computes it: bf16 logits, f32 loss.
     "linear_cross_entropy": (lambda c: [(c["shapes"][0], 0, c["backward"]), (c["shapes"][1], 0, c["backward"]),
                                         ([c["shapes"][0][0]], c["shapes"][1][0], False)],
@@ -182,6 +191,14 @@ def attention_cost(c, es):
     flops = 2.0 * numel(q) * q[2]
     nbytes = (2 * numel(q) + numel(c["shapes"][1]) + numel(c["shapes"][2])) * es
     return (2.5 * nbytes, 3.5 * flops) if c["backward"] else (nbytes, flops)
+
+
+def conv2d_cost(c, es):
+    x, w = c["shapes"][0], c["shapes"][1]
+    out = x[0] * w[0] * x[2] * x[3]
+    flops = 2.0 * out * w[1] * w[2] * w[3]
+    nbytes = (numel(x) + numel(w) + out) * es
+    return (3 * nbytes, 3 * flops) if c["backward"] else (nbytes, flops)
 
 
 def linear_cross_entropy_cost(c, es):
@@ -524,7 +541,10 @@ def main():
     p.add_argument("--ceilings", help="read the ceilings from a genesis bench ceilings JSON instead of measuring")
     p.add_argument("--alloc", action="store_true", help="run the allocator scenarios instead of the suite")
     p.add_argument("--pairs", type=int, default=20000, help="allocation + free pairs of the simple alloc scenarios")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads (torch.set_num_threads; default: every CPU this process may use, as genesis)")
     args = p.parse_args()
+    torch.set_num_threads(args.threads if args.threads > 0 else len(os.sched_getaffinity(0)))
     return run_alloc(args.device, args.pairs, args.json) if args.alloc else run_ops(args)
 
 
