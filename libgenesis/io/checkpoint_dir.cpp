@@ -72,6 +72,8 @@ fs::path existing_checkpoint_at(const fs::path& pointer) {
 // A directory is a checkpoints directory when it has a `latest` pointer or step_<N> children;
 // otherwise it is taken to be a checkpoint itself.
 fs::path resolve_directory(const fs::path& dir) {
+  // A run directory: its checkpoints.
+  if (!fs::exists(dir / "model.safetensors") && fs::is_directory(dir / "checkpoints")) return resolve_directory(dir / "checkpoints");
   if (path_exists(dir / kLatest)) return existing_checkpoint_at(dir / kLatest);
   std::vector<CheckpointEntry> entries = list_checkpoints(dir);
   if (!entries.empty()) return entries.back().path;

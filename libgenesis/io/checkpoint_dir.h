@@ -65,7 +65,8 @@ std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path
 std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& checkpoints_dir);
 
 // The checkpoint directory meant by `path`: a checkpoint directory itself, a `latest` pointer,
-// or a checkpoints directory (its `latest` pointer, else its highest step). Throws IoError
+// a checkpoints directory (its `latest` pointer, else its highest step) or a run directory
+// (its checkpoints directory's). Throws IoError
 // naming the path when nothing resolves.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
 

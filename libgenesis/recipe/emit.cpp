@@ -107,6 +107,21 @@ std::string RecipeSpec::to_toml() const {
   return out;
 }
 
+std::vector<RecipeChange> recipe_changes(const RecipeSpec& before, const RecipeSpec& after) {
+  using namespace recipe;
+  RecipeSpec a = before, b = after;  // KeySpec::field takes a mutable spec
+  std::vector<RecipeChange> changes;
+  for (const KeySpec& key : recipe_schema()) {
+    const Value va = read_field(key, a), vb = read_field(key, b);
+    if (va == vb) continue;
+    auto text = [&key](const Value& v) {
+      return key.presence == Presence::Optional && is_unset(v) ? std::string("(not set)") : toml_text(key, v);
+    };
+    changes.push_back({key.full_name(), text(va), text(vb)});
+  }
+  return changes;
+}
+
 std::string recipe_reference_markdown() {
   using namespace recipe;
   std::string out = kReferenceIntro;

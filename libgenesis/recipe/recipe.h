@@ -172,6 +172,15 @@ RecipeSpec load_recipe(const std::filesystem::path& path, const std::vector<std:
 RecipeSpec parse_recipe(std::string_view toml_text, const std::string& source_name,
                         const std::vector<std::string>& overrides = {});
 
+// One key whose value differs between two recipes: "section.key" and both values as TOML text.
+struct RecipeChange {
+  std::string key;
+  std::string before, after;
+};
+// The keys whose resolved values differ, in schema order (what `--resume` and `eval` compare
+// against a checkpoint's recipe.toml).
+std::vector<RecipeChange> recipe_changes(const RecipeSpec& before, const RecipeSpec& after);
+
 // docs/recipes.md: the reference of every section and key, generated from the schema.
 std::string recipe_reference_markdown();
 

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -164,6 +166,49 @@ bool prepare_run_dir(const fs::path& dir, const TrainOptions& o, std::string& no
   return false;
 }
 
+// The recipe the checkpoint at `path` was trained with (its recipe.toml); nullopt where it has
+// none or it no longer parses (a checkpoint of an older genesis): then nothing is compared.
+std::optional<RecipeSpec> checkpoint_recipe(const fs::path& path) {
+  const fs::path file = io::resolve_checkpoint(path) / "recipe.toml";
+  if (!fs::is_regular_file(file)) return std::nullopt;
+  try {
+    return parse_recipe(io::read_file(file), file.string());
+  } catch (const RecipeError&) {
+    return std::nullopt;
+  }
+}
+
+// Keys a resumed run may change: its length, learning rate and cadence, and how and where it
+// runs. Every other key changes the model, the data order or the optimizer's state, and
+// resuming with it would mix two runs in one directory.
+bool may_change_on_resume(const std::string& key) {
+  static const std::set<std::string> keys{
+      "training.steps",   "training.epochs",    "optimizer.lr",     "training.log_every",
+      "training.eval_every", "training.checkpoint_every", "training.keep_last", "training.on_nonfinite",
+      "run.threads",      "run.device",         "run.name",         "run.out_dir",
+      "run.allow_tf32",   "run.peak_tflops",    "eval.batch_size",  "eval.split",
+      "data.prefetch",    "data.path",          "data.shards",      "data.tokenizer",
+      "data.source",      "data.fetch",         "dist.backend",     "dist.bucket_mb",
+      "dist.timeout_s",   "dist.zero"};
+  return keys.count(key) > 0;
+}
+
+// --resume against the checkpoint's recipe: refused (exit 2, every offending key listed) when
+// a key that defines the run changed; the keys that may change are returned for a warning.
+std::string check_resume_recipe(const RecipeSpec& spec, const fs::path& checkpoints) {
+  const std::optional<RecipeSpec> trained = checkpoint_recipe(checkpoints);
+  if (!trained) return "";
+  std::string refused, accepted;
+  for (const RecipeChange& c : recipe_changes(*trained, spec)) {
+    std::string& list = may_change_on_resume(c.key) ? accepted : refused;
+    list += (list.empty() ? "" : ", ") + c.key + " " + c.before + " -> " + c.after;
+  }
+  GENESIS_CHECK(refused.empty(), UsageError, "--resume: the recipe changes what the checkpoint was trained with (",
+                refused, "); resume with the run's own recipe (", (io::resolve_checkpoint(checkpoints) / "recipe.toml").string(),
+                ") or start a new run with --out");
+  return accepted.empty() ? "" : "warning: --resume with changed settings: " + accepted;
+}
+
 // Peak memory of the run: the CUDA allocator's peak on a GPU, the process's peak resident
 // set on the CPU.
 int64_t peak_memory_bytes(Device device) {
@@ -189,7 +234,8 @@ int64_t checkpoint_step(const fs::path& path) {
 // Keeps the lines of metrics.jsonl whose "step" is at most `step`.
 void truncate_metrics_after(const fs::path& metrics, int64_t step) {
   if (!fs::exists(metrics)) return;
-  std::istringstream in(io::read_file(metrics));
+  const std::string text = io::read_file(metrics);
+  std::istringstream in(text);
   std::string kept, line;
   while (std::getline(in, line)) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -197,7 +243,7 @@ void truncate_metrics_after(const fs::path& metrics, int64_t step) {
       continue;
     kept += line + "\n";
   }
-  io::write_file_atomic(metrics, kept);
+  if (kept != text) io::write_file_atomic(metrics, kept);  // a run resumed where it stopped is left untouched
 }
 
 // What the loop needs of the run's data: training batches (dataset samples, or token windows
@@ -391,7 +437,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   EvalShare share;
   if (group) share = {.rank = env.rank, .world = world, .sum = [&group](std::vector<double>& v) { group->sum(v); }};
 
-  std::string start_note;
+  std::string start_note, resume_note;
   bool resuming = false;
   std::vector<fs::path> stale;
   const std::string recipe_toml = spec.to_toml();
@@ -399,6 +445,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
       group.get(),
       [&] {
         resuming = prepare_run_dir(run_dir, options, start_note);
+        if (resuming) resume_note = check_resume_recipe(spec, run_dir / "checkpoints");
         if (!resuming) io::write_file_atomic(run_dir / "recipe.toml", recipe_toml);
         stale = io::remove_stale_temporaries(run_dir / "checkpoints");
         if (resuming) {
@@ -413,6 +460,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   const std::optional<DType> amp = recipe::amp_dtype(spec);
   RunLog log(rank0 ? (run_dir / "metrics.jsonl").string() : std::string(), options.quiet || !rank0);
   if (!start_note.empty()) log.note(start_note);
+  if (!resume_note.empty()) log.note(resume_note);
   for (const fs::path& p : stale) log.note("removed " + p.string() + ", left by an interrupted checkpoint write");
   if (group)
     log.note("data parallel: " + std::to_string(world) + " ranks (" + env.launcher + "), gradients over " +
@@ -481,6 +529,12 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     batches.seek(state.cursor);
     default_generator().set_state(state.rng);
     log.note("resumed " + run_dir.string() + " at step " + std::to_string(state.step));
+    if (state.step >= total) {
+      // A finished run: nothing to train, and its summary, metrics and checkpoints stay as they are.
+      log.note("the run finished at step " + std::to_string(state.step) + " of " + std::to_string(total) +
+               ": nothing to do (raise training.steps or training.epochs to train it further)");
+      return 0;
+    }
   }
   // Every rank starts from rank 0's weights (they agree already when built from one seed).
   if (data_parallel) data_parallel->broadcast_parameters();
@@ -716,9 +770,35 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   return 0;
 }
 
+// What `genesis eval` runs with: the checkpoint's own recipe defines the model and the data's
+// preprocessing; the given recipe says where the data lives, on what device and how to
+// evaluate. Keys of the given recipe that the checkpoint's overrules are named on stderr.
+RecipeSpec evaluation_recipe(const RecipeSpec& given, const fs::path& checkpoint) {
+  const std::optional<RecipeSpec> trained = checkpoint_recipe(checkpoint);
+  if (!trained) return given;
+  RecipeSpec s = *trained;
+  s.run.device = given.run.device;
+  s.run.threads = given.run.threads;
+  s.run.allow_tf32 = given.run.allow_tf32;
+  s.eval = given.eval;
+  s.amp = given.amp;
+  s.data.path = given.data.path;
+  s.data.shards = given.data.shards;
+  s.data.tokenizer = given.data.tokenizer;
+  s.data.source = given.data.source;
+  s.data.fetch = given.data.fetch;
+  s.data.prefetch = given.data.prefetch;
+  for (const RecipeChange& c : recipe_changes(s, given)) {
+    if (!c.key.starts_with("model.") && !c.key.starts_with("data.")) continue;
+    std::fprintf(stderr, "warning: eval ignores %s = %s: the checkpoint was trained with %s\n", c.key.c_str(),
+                 c.after.c_str(), c.before.c_str());
+  }
+  return s;
+}
+
 std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::path& checkpoint,
                                              const std::string& split) {
-  RecipeSpec s = spec;
+  RecipeSpec s = evaluation_recipe(spec, checkpoint);
   if (!split.empty()) s.eval.split = split;
   GENESIS_CHECK(s.eval.split != "val" || s.data.val_fraction > 0.0, UsageError,
                 "--split val needs data.val_fraction > 0 in the recipe");

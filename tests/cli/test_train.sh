@@ -161,7 +161,27 @@ skipped=$(sed -n 's/.*"nonfinite_steps": *\([0-9]*\).*/\1/p' "$work/nanskip/summ
 before=$(ls -l "$work/short" | md5sum)
 expect "existing run directory refused" 2 "already exists" -- "$genesis" train "$recipe" --out "$work/short"
 [ "$(ls -l "$work/short" | md5sum)" = "$before" ] && ok "refused run directory untouched" || fail "refused run directory was modified"
-expect "checkpoint of another model" 1 "does not fit the model" -- "$genesis" eval "$recipe" --set model.hidden=[64] --checkpoint "$work/short/checkpoints"
+# eval takes the model and the preprocessing from the checkpoint's own recipe (issue 15, bug 3).
+json2=$("$genesis" eval "$recipe" --set model.activation=gelu --set data.normalize=false --checkpoint "$work/short" 2>"$work/evalwarn.err")
+[ "$json2" = "$json" ] && grep -q 'eval ignores model.activation = "gelu": the checkpoint was trained with "relu"' "$work/evalwarn.err" \
+  && grep -q "eval ignores data.normalize = false" "$work/evalwarn.err" \
+  && ok "eval keeps the checkpoint's model and preprocessing, and says which keys it ignored" \
+  || fail "eval with other model/data keys printed '$json2' (expected '$json'): $(cat "$work/evalwarn.err")"
+mkdir -p "$work/norecipe" && cp "$work/short/checkpoints/latest/"{model.safetensors,trainer.json} "$work/norecipe/"
+expect "checkpoint of another model" 1 "does not fit the model" -- "$genesis" eval "$recipe" --set model.hidden=[64] --checkpoint "$work/norecipe"
+# --resume against the checkpoint's recipe (issue 15, bug 2): keys that define the run are refused
+# and nothing is written; a finished run with nothing left to do is left as it was.
+before=$(cd "$work/short" && md5sum summary.json metrics.jsonl && ls -lR)
+expect "--resume with another model" 2 "model.hidden \[256, 128\] -> \[64\]" -- "$genesis" train "$recipe" --out "$work/short" \
+  --resume --set training.steps=300 --set training.epochs=1 --set model.hidden=[64] --set training.batch_size=64
+"$genesis" train "$recipe" --out "$work/short" --resume --set training.steps=300 --set training.epochs=1 \
+  --set optimizer.lr=0.1 >/dev/null 2>"$work/finished.err"
+rc=$?
+[ $rc -eq 0 ] && grep -q "warning: --resume with changed settings: optimizer.lr 0.001 -> 0.1" "$work/finished.err" \
+  && grep -q "nothing to do" "$work/finished.err" && ok "--resume of a finished run with a new lr warns and does nothing" \
+  || fail "--resume of a finished run: exit $rc, $(cat "$work/finished.err")"
+[ "$(cd "$work/short" && md5sum summary.json metrics.jsonl && ls -lR)" = "$before" ] \
+  && ok "refused and finished resumes leave the run directory untouched" || fail "a refused or finished resume modified the run"
 cp -r "$work/short/checkpoints/latest/." "$work/corrupt"
 head -c 1000 "$work/short/checkpoints/latest/model.safetensors" >"$work/corrupt/model.safetensors"
 expect "truncated model.safetensors" 1 "model.safetensors" -- "$genesis" eval "$recipe" --checkpoint "$work/corrupt"
