@@ -162,6 +162,26 @@ TEST_CASE("vocab.bpe with CRLF line ends gives the same tokenizer", "[cpu][token
   CHECK(a.encode_ordinary("abc") == std::vector<TokenId>{257});
 }
 
+TEST_CASE("a directory with Hugging Face's vocab.json + merges.txt loads as GPT-2's files do", "[cpu][tokenizer]") {
+  // What `genesis convert --to hf` writes for a GPT-2 tokenizer (issue 15, bug 5).
+  genesis::testing::TempDir dir;
+  const auto json = tiny_tokenizer_json();
+  std::string merges = "#version: 0.2\n";
+  for (const auto& merge : json["model"]["merges"]) merges += merge.get<std::string>() + "\n";
+  fs::create_directories(dir / "gpt2");
+  fs::create_directories(dir / "hf");
+  write(dir / "gpt2/encoder.json", json["model"]["vocab"].dump());
+  write(dir / "gpt2/vocab.bpe", merges);
+  write(dir / "hf/vocab.json", json["model"]["vocab"].dump());
+  write(dir / "hf/merges.txt", merges);
+  CHECK(Tokenizer::found_in(dir / "gpt2"));
+  CHECK(Tokenizer::found_in(dir / "hf"));
+  CHECK_FALSE(Tokenizer::found_in(dir.path()));
+  Tokenizer a = Tokenizer::load(dir / "gpt2"), b = Tokenizer::load(dir / "hf");
+  for (const char* text : {"abc", "bab", "abc ab bab"}) CHECK(a.encode_ordinary(text) == b.encode_ordinary(text));
+  CHECK(b.encode_ordinary("abc") == std::vector<TokenId>{257});
+}
+
 TEST_CASE("tokenizer errors name the file or the id", "[cpu][tokenizer]") {
   genesis::testing::TempDir dir;
   auto message_of = [](auto&& fn) -> std::string {

@@ -59,7 +59,7 @@ std::vector<int64_t> eos_ids_of(const fs::path& file) {
 }
 
 std::optional<data::Tokenizer> tokenizer_in(const fs::path& dir) {
-  if (fs::exists(dir / "tokenizer.json") || fs::exists(dir / "encoder.json")) return data::Tokenizer::load(dir);
+  if (data::Tokenizer::found_in(dir)) return data::Tokenizer::load(dir);
   return std::nullopt;
 }
 

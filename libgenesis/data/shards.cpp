@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
@@ -102,6 +103,15 @@ TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector
     write_token_shard(summary.val_path, val, tokenizer.vocab_size());
   }
   return summary;
+}
+
+bool looks_like_token_shard(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  unsigned char head[8] = {};
+  if (!in.read(reinterpret_cast<char*>(head), sizeof head)) return false;
+  return std::memcmp(head, kMagic, sizeof(kMagic)) == 0 || get<int32_t>(head) == kLlmcMagic;
 }
 
 TokenShard::TokenShard(const fs::path& path) : path_(path) {

@@ -45,6 +45,10 @@ struct TokenizeSummary {
 TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector<std::filesystem::path>& documents,
                                    const std::filesystem::path& out_dir, const TokenizeOptions& options);
 
+// Whether the regular file at `path` starts like a token shard (either magic); nothing else is
+// checked (TokenShard does). False for directories, short files and unreadable paths.
+bool looks_like_token_shard(const std::filesystem::path& path);
+
 // A read-only, memory-mapped shard of either format. Throws IoError (missing/unreadable) or
 // ValueError (bad magic or version, truncated or oversized body), naming the file.
 class TokenShard {

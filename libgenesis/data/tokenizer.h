@@ -24,10 +24,14 @@ using TokenId = uint32_t;
 
 class Tokenizer {
  public:
-  // `path`: a directory holding tokenizer.json or encoder.json + vocab.bpe, or a
-  // tokenizer.json file. Throws IoError (missing/unreadable file) or ValueError (not a
+  // `path`: a directory holding tokenizer.json, encoder.json + vocab.bpe or vocab.json +
+  // merges.txt, or a tokenizer.json file. Throws IoError (missing/unreadable file) or ValueError (not a
   // byte-level BPE tokenizer, malformed JSON), naming the file.
   static Tokenizer load(const std::filesystem::path& path);
+  // Whether `dir` holds a tokenizer load() reads: tokenizer.json, GPT-2's encoder.json +
+  // vocab.bpe, or the same files under Hugging Face's names vocab.json + merges.txt (what
+  // `genesis convert --to hf` writes for a GPT-2 tokenizer).
+  static bool found_in(const std::filesystem::path& dir);
   static Tokenizer from_gpt2_files(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe);
   static Tokenizer from_hf_json(const std::filesystem::path& tokenizer_json);
 

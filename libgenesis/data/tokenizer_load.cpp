@@ -267,12 +267,19 @@ Tokenizer Tokenizer::from_hf_json(const fs::path& tokenizer_json) {
   return with_json_errors(tokenizer_json, [&] { return from_hf_json_unchecked(tokenizer_json); });
 }
 
+bool Tokenizer::found_in(const fs::path& dir) {
+  return fs::exists(dir / "tokenizer.json") || (fs::exists(dir / "encoder.json") && fs::exists(dir / "vocab.bpe")) ||
+         (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"));
+}
+
 Tokenizer Tokenizer::load(const fs::path& path) {
   if (fs::is_directory(path)) {
     if (fs::exists(path / "tokenizer.json")) return from_hf_json(path / "tokenizer.json");
-    GENESIS_CHECK(fs::exists(path / "encoder.json") && fs::exists(path / "vocab.bpe"), IoError, "tokenizer directory ",
-                  path.string(), " holds neither tokenizer.json nor encoder.json + vocab.bpe");
-    return from_gpt2_files(path / "encoder.json", path / "vocab.bpe");
+    if (fs::exists(path / "encoder.json") && fs::exists(path / "vocab.bpe"))
+      return from_gpt2_files(path / "encoder.json", path / "vocab.bpe");
+    GENESIS_CHECK(fs::exists(path / "vocab.json") && fs::exists(path / "merges.txt"), IoError, "tokenizer directory ",
+                  path.string(), " holds neither tokenizer.json, encoder.json + vocab.bpe nor vocab.json + merges.txt");
+    return from_gpt2_files(path / "vocab.json", path / "merges.txt");
   }
   GENESIS_CHECK(fs::exists(path), IoError, "tokenizer not found: ", path.string(),
                 " (a tokenizer.json file or a directory with tokenizer.json or encoder.json + vocab.bpe)");

@@ -263,6 +263,11 @@ ConvertResult convert_model(const fs::path& src, const fs::path& dst, const Conv
   ConvertResult result;
   result.from_format = source.format;
   result.architecture = source.architecture;
+  // A classifier export is already the exported side, and genesis has no checkpoint form to turn it
+  // back into: there is no "other side" to default to.
+  GENESIS_CHECK(!options.to.empty() || source.format != "classifier-export", UsageError, "'", src.string(),
+                "' is already a classifier export (what convert --to hf writes); pass --to hf to write it again "
+                "(with --dtype or --max-shard-size), or convert the genesis checkpoint it came from");
   result.to = !options.to.empty() ? options.to : source.format == "huggingface" ? "genesis" : "hf";
   const bool to_hf = result.to == "hf";
   GENESIS_CHECK(!source.architecture.empty(), UsageError, "'", source.dir.string(),

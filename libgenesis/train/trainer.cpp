@@ -715,13 +715,15 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     if (t.checkpoint_every > 0 && state.step % t.checkpoint_every == 0 && !last) checkpoint();
     stop_on_underflow();
   }
-  double wall = seconds_since(start);
+  const double train_s = seconds_since(start);  // the training loop: what samples_per_s counts
   if (batches.evaluate) {
+    log.note("final evaluation on the " + spec.eval.split + " split");
     if (!evaluate_or_stop("the final evaluation")) return 130;
     log.eval(state.step, last_eval);
   }
   checkpoint();
   stop_on_underflow();
+  const double wall = seconds_since(start);  // the final evaluation and checkpoint included
 
   // Every rank's peak memory and optimizer state, gathered at rank 0 (sums of one-hot vectors).
   std::vector<double> peaks(static_cast<size_t>(world), 0.0), optimizer_bytes(peaks);
@@ -733,7 +735,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   }
   if (!rank0) return 0;
   int64_t examples = (state.step - first_step) * t.batch_size * t.grad_accum_steps * world;
-  const double samples_per_s = wall > 0 ? static_cast<double>(examples) / wall : 0.0;
+  const double samples_per_s = train_s > 0 ? static_cast<double>(examples) / train_s : 0.0;
   nlohmann::json summary{{"run", spec.run.name},
                          {"final_step", state.step},
                          {"total_steps", total},
@@ -741,6 +743,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                          {"eval", last_eval},
                          {"eval_split", spec.eval.split},
                          {"wall_s", wall},
+                         {"train_s", train_s},
                          {"samples_per_s", samples_per_s},
                          {"peak_memory_bytes", static_cast<int64_t>(peaks[0])},
                          {"device", device.str()},
@@ -754,7 +757,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     summary["peak_memory_bytes_per_rank"] = peaks;
     summary["optimizer_state_bytes_per_rank"] = optimizer_bytes;
     // Time the step waited for the gradient collectives (the part the backward did not hide).
-    summary["comm_wait_share"] = wall > 0 ? data_parallel->wait_seconds() / wall : 0.0;
+    summary["comm_wait_share"] = train_s > 0 ? data_parallel->wait_seconds() / train_s : 0.0;
   }
   if (state.grad_scaler) summary["skipped_steps"] = state.grad_scaler->skipped_steps;
   if (!scaler) summary["nonfinite_steps"] = nonfinite.count();

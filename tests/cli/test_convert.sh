@@ -66,6 +66,11 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   "$genesis" convert "$work/run" "$work/mlp" >/dev/null 2>&1; expect_rc "convert the run's checkpoint" 0 $?
   [ "$(json_get "$work/mlp/config.json" 'j["genesis_classifier"], j["hidden"]')" = "mlp [256, 128]" ] \
     && ok "classifier export config" || fail "classifier export config"
+  # An export has no other side to default to (issue 15, bug 7): exit 2, one line, nothing written.
+  "$genesis" convert "$work/mlp" "$work/mlp_again" 2>"$work/err"; expect_rc "convert of an export without --to" 2 $?
+  [ "$(wc -l <"$work/err")" = 1 ] && grep -q "already a classifier export" "$work/err" && [ ! -e "$work/mlp_again" ] \
+    && ok "an export without --to is refused by name" || fail "export without --to: $(cat "$work/err")"
+  "$genesis" convert "$work/mlp" "$work/mlp_bf16" --to hf --dtype bf16 >/dev/null 2>&1; expect_rc "an export re-cast with --to hf" 0 $?
 else
   echo "skipped: the training-checkpoint part (dataset-fashion-mnist is not installed)"
 fi

@@ -44,6 +44,11 @@ for split in train val; do
     || fail "tokenize: $split.bin is $size bytes for '$count' tokens"
 done
 head -c 8 "$work/shards/train.bin" | grep -q GENTOKEN && ok "shard magic" || fail "train.bin lacks the GENTOKEN magic"
+# inspect recognises a shard (issue 15, bug 6) and prints its header, the vocabulary unsigned.
+"$genesis" inspect "$work/shards/train.bin" --json >"$work/inspect.json" 2>"$work/err"; rc=$?
+[ $rc -eq 0 ] && grep -q '"format": "genesis token shard' "$work/inspect.json" \
+  && grep -q "\"tokens\": $(sed -n 's/.*"train_tokens": *\([0-9]*\).*/\1/p' "$work/summary.json")" "$work/inspect.json" \
+  && ok "inspect prints a token shard's header" || fail "inspect on a shard: rc $rc, $(cat "$work/inspect.json" "$work/err")"
 
 # 2. Errors: one line on stderr, exit 1 (bad data) or 2 (bad usage).
 echo "5 999999" | "$genesis" data decode --tokenizer "$fixture" >/dev/null 2>"$work/err"; rc=$?
