@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <chrono>
 #include <fstream>
 #include <set>
 
@@ -73,6 +74,20 @@ TEST_CASE("IDX files read plain and gzip'd; corrupt files are named", "[cpu][dat
   CHECK_THROWS_WITH(read_idx(garbage), Catch::Contains("not an IDX file"));
   CHECK_THROWS_WITH(read_idx(temp_path("missing.idx")), Catch::Contains("not found"));
   for (const std::string& p : {plain, gz, labels, truncated, garbage}) std::filesystem::remove(p);
+}
+
+TEST_CASE("IDX: a gzip bomb is refused from its header, trailing data is refused", "[cpu][data]") {
+  // Issue 14 item 11: a small .gz whose header announces gigabytes is refused before anything
+  // is inflated; one with a plausible header but far more data stops right after the payload.
+  const std::string bomb = temp_path("bomb.idx.gz"), extra = temp_path("extra.idx.gz");
+  write_file(bomb, idx_bytes(0x08, {60000, 1000, 1000}, std::vector<unsigned char>(4096, 0)), true);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(read_idx(bomb), Catch::Contains("more than 1024 MiB") && Catch::Contains("bomb.idx.gz"));
+  std::vector<unsigned char> payload(3 * 2 * 2 + (size_t{64} << 20), 7);  // 64 MiB past the 12 bytes announced
+  write_file(extra, idx_bytes(0x08, {3, 2, 2}, payload), true);
+  CHECK_THROWS_WITH(read_idx(extra), Catch::Contains("expected 12 data bytes") && Catch::Contains("found more"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
+  for (const std::string& p : {bomb, extra}) std::filesystem::remove(p);
 }
 
 TEST_CASE("Fashion-MNIST from the Debian package", "[cpu][data]") {

@@ -2,6 +2,7 @@
 // attention, config errors, the Hugging Face directory loader, and parity with transformers
 // on the fixtures of scripts/reference/make_fixtures.py (tests/fixtures/<name>/), in f32 and
 // under bf16 autocast.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -9,7 +10,10 @@
 #include <map>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "libgenesis/autograd/autocast.h"
+#include "libgenesis/io/file_util.h"
 #include "libgenesis/io/safetensors.h"
 #include "libgenesis/models/gpt2.h"
 #include "libgenesis/models/hf.h"
@@ -552,4 +556,28 @@ TEST_CASE("parity with transformers under bf16 autocast: Qwen2", "[cpu][models][
 }
 TEST_CASE("parity with transformers under bf16 autocast: Qwen3", "[cpu][models][parity][amp]") {
   check_autocast_parity("qwen3");
+}
+
+TEST_CASE("config.json's parameter count is the built model's, and a config far beyond its weights is refused",
+          "[cpu][models]") {
+  for (const char* name : {"gpt2", "llama", "qwen2", "qwen3"}) {
+    INFO(name);
+    const fs::path dir = fixture_dir(name);
+    if (!fs::exists(dir / "config.json")) continue;
+    const std::string config = io::read_file(dir / "config.json");
+    const auto model = models::causal_lm_from_config(config);
+    CHECK(models::config_parameter_count(config) == static_cast<double>(model->num_parameters()));
+    // Issue 14 item 10: 100000 layers in the config of these weights fails before any is built.
+    nlohmann::json inflated = nlohmann::json::parse(config);
+    inflated[inflated.contains("n_layer") ? "n_layer" : "num_hidden_layers"] = 100000;
+    genesis::testing::TempDir tmp;
+    fs::copy_file(dir / "model.safetensors", tmp / "model.safetensors");
+    io::write_file_atomic(tmp / "config.json", inflated.dump());
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(models::load_hf_model(tmp.path()), Catch::Contains("the config does not belong to these weights"));
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.0);
+    inflated[inflated.contains("n_layer") ? "n_layer" : "num_hidden_layers"] = 2147483648LL;
+    io::write_file_atomic(tmp / "config.json", inflated.dump());
+    CHECK_THROWS_WITH(models::load_hf_model(tmp.path()), Catch::Contains("is beyond any model genesis builds"));
+  }
 }

@@ -6,6 +6,8 @@
 #include "libgenesis/nn/init.h"
 #include "libgenesis/nn/layers.h"
 #include "libgenesis/recipe/build.h"
+#include "libgenesis/io/file_util.h"
+#include "libgenesis/io/safetensors.h"
 #include "libgenesis/train/checkpoint.h"
 #include "tests/testing.h"
 
@@ -150,5 +152,28 @@ TEST_CASE("training checkpoints round-trip model, optimizer and trainer state", 
   // A different model is refused with the names listed.
   models::Mlp c({.input_shape = {4}, .hidden = {5}, .num_classes = 2});
   CHECK_THROWS_WITH(train::load_checkpoint(dir, c, nullptr), Catch::Contains("layers.1.weight"));
+
+  // trainer.json is validated field by field (issue 14 item 12): each damaged variant is a
+  // FormatError naming the file and the field; nothing is truncated or taken for zero.
+  const fs::path json = saved / "trainer.json";
+  const std::string good = io::read_file(json);
+  const std::vector<std::pair<std::string, std::string>> damage = {
+      {"\"step\": 7", "\"step\": null"},          {"\"step\": 7", "\"step\": \"7\""},
+      {"\"step\": 7", "\"step\": 7.5"},           {"\"step\": 7", "\"step\": -7"},
+      {"\"step\": 7", "\"step\": 18446744073709551615"}, {"\"seed\": 11", "\"seed\": -1"},
+      {"\"world_size\": 1", "\"world_size\": 0"}, {"\"optimizer\": \"adamw\"", "\"optimizer\": 3"},
+      {"\"format_version\": 1", "\"format_version\": 2"}};
+  for (const auto& [from, to] : damage) {
+    INFO(to);
+    const size_t at = good.find(from);
+    REQUIRE(at != std::string::npos);
+    std::string bad = good;
+    bad.replace(at, from.size(), to);
+    io::write_file_atomic(json, bad);
+    CHECK_THROWS_AS(train::load_checkpoint(dir, b, opt_b.get()), FormatError);
+    CHECK_THROWS_WITH(train::load_checkpoint(dir, b, opt_b.get()), Catch::Contains("trainer.json"));
+  }
+  io::write_file_atomic(json, good);
+  CHECK(train::load_checkpoint(dir, b, opt_b.get()).step == 7);
   fs::remove_all(dir);
 }

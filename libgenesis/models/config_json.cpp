@@ -29,6 +29,8 @@ int64_t ConfigReader::integer(const char* key, std::optional<int64_t> fallback) 
 int64_t ConfigReader::size(const char* key, std::optional<int64_t> fallback) const {
   const int64_t value = integer(key, fallback);
   GENESIS_CHECK(value > 0, UsageError, type_, " config: '", key, "' must be positive, got ", value);
+  GENESIS_CHECK(value <= kMaxConfigSize, UsageError, type_, " config: '", key, "' = ", value,
+                " is beyond any model genesis builds (at most ", kMaxConfigSize, ")");
   return value;
 }
 

@@ -23,6 +23,26 @@ std::shared_ptr<CausalLM> causal_lm_from_config(std::string_view config_json, nn
   return std::make_shared<DecoderLM>(decoder_config_from_json(config_json), options);
 }
 
+double config_parameter_count(std::string_view config_json) {
+  const nlohmann::json config = detail::parse_config_object(config_json, "model config");
+  const std::string type = config.value("model_type", std::string());
+  if (type == "gpt2") {
+    const Gpt2Config c = gpt2_config_from_json(config_json);
+    const double e = static_cast<double>(c.n_embd), inner = static_cast<double>(c.n_inner > 0 ? c.n_inner : 4 * c.n_embd);
+    const double layer = 2 * e + (e * 3 * e + 3 * e) + (e * e + e) + 2 * e + (e * inner + inner) + (inner * e + e);
+    return static_cast<double>(c.vocab_size + c.n_positions) * e + static_cast<double>(c.n_layer) * layer + 2 * e;
+  }
+  const DecoderConfig c = decoder_config_from_json(config_json);
+  const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
+  const double q = static_cast<double>(c.num_attention_heads) * d, kv = static_cast<double>(c.num_key_value_heads) * d;
+  double layer = 2 * h + h * q + 2 * h * kv + q * h + 3 * h * static_cast<double>(c.intermediate_size);
+  if (c.qkv_bias) layer += q + 2 * kv;
+  if (c.o_bias) layer += h;
+  if (c.qk_norm) layer += 2 * d;
+  const double vocab = static_cast<double>(c.vocab_size) * h;
+  return vocab * (c.tie_word_embeddings ? 1 : 2) + static_cast<double>(c.num_hidden_layers) * layer + h;
+}
+
 namespace {
 
 // The safetensors files of a model directory: model.safetensors, or every shard named by
@@ -90,7 +110,23 @@ std::shared_ptr<CausalLM> load_hf_model(const fs::path& dir, nn::LayerOptions op
   const fs::path config_path = dir / "config.json";
   GENESIS_CHECK(fs::exists(config_path), IoError, dir.string(),
                 ": no config.json (a Hugging Face model directory is expected)");
-  std::shared_ptr<CausalLM> model = causal_lm_from_config(io::read_file(config_path), options);
+  const std::string config = io::read_file(config_path);
+  // The weights' element count from their headers (nothing loaded yet) against the config's.
+  double stored = 0;
+  for (const fs::path& file : weight_files(dir)) {
+    io::SafetensorsFile weights(file);
+    for (const std::string& name : weights.names()) {
+      double count = 1;
+      for (int64_t d : weights.info(name).shape) count *= static_cast<double>(d);
+      stored += count;
+    }
+  }
+  const double described = config_parameter_count(config);
+  GENESIS_CHECK(described <= 1.5 * stored + 1e6, UsageError, config_path.string(), " describes a model of ",
+                static_cast<int64_t>(described), " parameters but the weights in ", dir.string(), " hold ",
+                static_cast<int64_t>(stored), ": the config does not belong to these weights (check its sizes: ",
+                "layers, widths, vocabulary)");
+  std::shared_ptr<CausalLM> model = causal_lm_from_config(config, options);
   load_hf_weights(*model, dir);
   return model;
 }

@@ -25,7 +25,14 @@ void load_hf_weights(CausalLM& model, const std::filesystem::path& dir);
 // The directory is created when missing.
 void save_hf_model(const CausalLM& model, const std::filesystem::path& dir);
 
-// causal_lm_from_config(dir/config.json) + load_hf_weights(dir).
+// The parameters the model of config.json text holds (a tied head counted once), computed from
+// the config alone, without building the model.
+double config_parameter_count(std::string_view config_json);
+
+// causal_lm_from_config(dir/config.json) + load_hf_weights(dir). Before building the model, its
+// config is checked against the weight files' headers: a config describing a far larger model
+// than the weights hold (a damaged or mismatched config.json) is a UsageError naming both counts,
+// not gigabytes allocated for a model that cannot load.
 std::shared_ptr<CausalLM> load_hf_model(const std::filesystem::path& dir, nn::LayerOptions options = {});
 
 }  // namespace genesis::models

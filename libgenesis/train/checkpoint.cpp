@@ -1,5 +1,8 @@
 #include "libgenesis/train/checkpoint.h"
 
+#include <cmath>
+#include <cstdint>
+
 #include <nlohmann/json.hpp>
 
 #include "libgenesis/core/error.h"
@@ -85,6 +88,62 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
   return checkpoints_dir / name;
 }
 
+namespace {
+
+// The fields of trainer.json, each checked for its type and range: a hand-edited or damaged
+// file is a FormatError naming the file and the field, never a silently truncated value.
+TrainerState parse_trainer_json(const nlohmann::json& j, const std::string& file) {
+  GENESIS_CHECK(j.is_object(), FormatError, file, ": expected a JSON object");
+  auto field = [&](const nlohmann::json& object, const char* name, const std::string& where) -> const nlohmann::json& {
+    GENESIS_CHECK(object.is_object() && object.contains(name), FormatError, file, ": missing field '", where, "'");
+    return object.at(name);
+  };
+  auto count = [&](const nlohmann::json& object, const char* name, const std::string& where, int64_t min) {
+    const nlohmann::json& v = field(object, name, where);
+    const bool fits = v.is_number_integer() && (!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t{INT64_MAX});
+    GENESIS_CHECK(fits && v.get<int64_t>() >= min, FormatError, file, ": field '", where, "' must be an integer >= ",
+                  min, ", not ", v.dump());
+    return v.get<int64_t>();
+  };
+  auto word = [&](const nlohmann::json& object, const char* name) {
+    const nlohmann::json& v = field(object, name, name);
+    GENESIS_CHECK(v.is_string(), FormatError, file, ": field '", name, "' must be a string, not ", v.dump());
+    return v.get<std::string>();
+  };
+  auto unsigned64 = [&](const nlohmann::json& object, const char* name, const std::string& where) {
+    const nlohmann::json& v = field(object, name, where);
+    GENESIS_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), FormatError, file,
+                  ": field '", where, "' must be an unsigned integer, not ", v.dump());
+    return v.get<uint64_t>();
+  };
+  if (j.contains("format_version"))
+    GENESIS_CHECK(j["format_version"].is_number_integer() && j["format_version"].get<int64_t>() == 1, FormatError, file,
+                  ": format_version ", j["format_version"].dump(), " is not one genesis reads (1)");
+  TrainerState s;
+  s.step = count(j, "step", "step", 0);
+  s.cursor = {count(j, "epoch", "epoch", 0), count(j, "batch_in_epoch", "batch_in_epoch", 0)};
+  const nlohmann::json& rng = field(j, "rng", "rng");
+  s.rng = {unsigned64(rng, "seed", "rng.seed"), unsigned64(rng, "offset", "rng.offset")};
+  s.optimizer_steps = count(j, "optimizer_steps", "optimizer_steps", 0);
+  s.optimizer_name = word(j, "optimizer");
+  s.scheduler_name = word(j, "scheduler");
+  s.world_size = static_cast<int>(count(j, "world_size", "world_size", 1));
+  GENESIS_CHECK(s.world_size <= (1 << 20), FormatError, file, ": field 'world_size' is implausibly large: ", s.world_size);
+  if (j.contains("cpu_threads")) s.cpu_threads = count(j, "cpu_threads", "cpu_threads", 0);  // absent in older ones
+  if (j.contains("grad_scaler")) {
+    const nlohmann::json& g = j["grad_scaler"];
+    const nlohmann::json& scale = field(g, "scale", "grad_scaler.scale");
+    GENESIS_CHECK(scale.is_number() && scale.get<double>() > 0 && std::isfinite(scale.get<double>()), FormatError,
+                  file, ": field 'grad_scaler.scale' must be a positive number, not ", scale.dump());
+    s.grad_scaler = amp::GradScalerState{.scale = scale.get<double>(),
+                                         .growth_tracker = count(g, "growth_tracker", "grad_scaler.growth_tracker", 0),
+                                         .skipped_steps = count(g, "skipped_steps", "grad_scaler.skipped_steps", 0)};
+  }
+  return s;
+}
+
+}  // namespace
+
 TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& model, Optimizer* optimizer,
                              const OptimizerStateLoader& load_optimizer) {
   std::filesystem::path dir = io::resolve_checkpoint(path);
@@ -97,25 +156,8 @@ TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& mode
   } catch (const nlohmann::json::exception& e) {
     GENESIS_THROW(FormatError, (dir / "trainer.json").string(), ": invalid JSON: ", e.what());
   }
-  TrainerState s;
-  try {
-    s.step = j.at("step").get<int64_t>();
-    s.cursor = {j.at("epoch").get<int64_t>(), j.at("batch_in_epoch").get<int64_t>()};
-    s.rng = {j.at("rng").at("seed").get<uint64_t>(), j.at("rng").at("offset").get<uint64_t>()};
-    s.optimizer_steps = j.at("optimizer_steps").get<int64_t>();
-    s.optimizer_name = j.at("optimizer").get<std::string>();
-    s.scheduler_name = j.at("scheduler").get<std::string>();
-    s.world_size = j.at("world_size").get<int>();
-    s.cpu_threads = j.value("cpu_threads", int64_t{0});  // absent in checkpoints before it existed
-    if (j.contains("grad_scaler")) {
-      const nlohmann::json& g = j["grad_scaler"];
-      s.grad_scaler = amp::GradScalerState{.scale = g.at("scale").get<double>(),
-                                           .growth_tracker = g.at("growth_tracker").get<int64_t>(),
-                                           .skipped_steps = g.at("skipped_steps").get<int64_t>()};
-    }
-  } catch (const nlohmann::json::exception& e) {
-    GENESIS_THROW(FormatError, (dir / "trainer.json").string(), ": missing or mistyped field: ", e.what());
-  }
+  const std::string file = (dir / "trainer.json").string();
+  TrainerState s = parse_trainer_json(j, file);
   try {
     model.load_state_dict(read_all(io::SafetensorsFile(dir / "model.safetensors")));
   } catch (const ShapeError& e) {

@@ -16,10 +16,16 @@ std::string format_duration(double s) {
   return buf;
 }
 
-RunLog::RunLog(const std::string& metrics_path, bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {
-  if (metrics_path.empty()) return;  // a rank other than 0 of a distributed run
-  metrics_ = std::fopen(metrics_path.c_str(), "a");
-  GENESIS_CHECK(metrics_ != nullptr, Error, "cannot open ", metrics_path, " for writing");
+RunLog::RunLog(const std::string& metrics_path, bool quiet)
+    : metrics_path_(metrics_path), quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {
+  reopen_metrics();
+}
+
+void RunLog::reopen_metrics() {
+  if (metrics_path_.empty()) return;  // a rank other than 0 of a distributed run
+  if (metrics_) std::fclose(metrics_);
+  metrics_ = std::fopen(metrics_path_.c_str(), "a");
+  GENESIS_CHECK(metrics_ != nullptr, Error, "cannot open ", metrics_path_, " for writing");
 }
 
 RunLog::~RunLog() {
@@ -95,7 +101,9 @@ void RunLog::skipped_step(int64_t step, double loss_scale) {
 }
 
 void RunLog::note(const std::string& message) {
-  if (quiet_) return;
+  // Quiet keeps the terminal clear of progress and information, not of warnings; the ranks
+  // other than 0 of a distributed run (no metrics file) print nothing.
+  if (quiet_ && (!message.starts_with("warning:") || metrics_path_.empty())) return;
   end_progress_line();
   std::fprintf(stderr, "%s\n", message.c_str());
 }

@@ -42,12 +42,16 @@ class RunLog {
   // A step whose fp16 gradients held inf/nan, so the optimizer skipped it:
   // {"step": .., "skipped": true, "loss_scale": <the scale it ran with>} in metrics.jsonl.
   void skipped_step(int64_t step, double loss_scale);
-  // A free-form note on stderr (rank 0 only; suppressed when quiet).
+  // A free-form note on stderr (rank 0 only; suppressed when quiet, unless it starts with
+  // "warning:" and this is rank 0's log).
   void note(const std::string& message);
+  // Opens metrics.jsonl again (after it was replaced, e.g. truncated to an older checkpoint).
+  void reopen_metrics();
 
  private:
   void end_progress_line();
   void write_metrics(const nlohmann::json& line);
+  std::string metrics_path_;
   std::FILE* metrics_ = nullptr;
   bool quiet_;
   bool tty_;

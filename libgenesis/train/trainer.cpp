@@ -209,6 +209,40 @@ std::string check_resume_recipe(const RecipeSpec& spec, const fs::path& checkpoi
   return accepted.empty() ? "" : "warning: --resume with changed settings: " + accepted;
 }
 
+// --resume's load: the checkpoint `latest` points at, or where it cannot be read (a damaged
+// trainer.json or weights file), the newest one that can, with a warning; `latest` then points
+// at it. A recipe mismatch (UsageError) is not a damaged checkpoint and is raised at once; when
+// no checkpoint loads, the latest one's error is.
+TrainerState load_for_resume(const fs::path& checkpoints, nn::Module& model, Optimizer* optimizer,
+                             const OptimizerStateLoader& load_optimizer, bool rank0, std::string& warning) {
+  const fs::path latest = io::resolve_checkpoint(checkpoints);
+  std::vector<fs::path> order{latest};
+  const std::vector<io::CheckpointEntry> entries = io::list_checkpoints(checkpoints);
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it)
+    if (it->path != latest) order.push_back(it->path);
+  std::exception_ptr first;
+  std::string first_message;
+  for (const fs::path& dir : order) {
+    try {
+      TrainerState state = load_checkpoint(dir, model, optimizer, load_optimizer);
+      if (dir != latest) {
+        warning = "warning: checkpoint " + latest.string() + " cannot be read (" + first_message + "); resumed from " +
+                  dir.filename().string() + ", the newest one that can";
+        if (rank0) io::update_latest_pointer(checkpoints, dir.filename().string());
+      }
+      return state;
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      if (!first) {
+        first = std::current_exception();
+        first_message = e.what();
+      }
+    }
+  }
+  std::rethrow_exception(first);
+}
+
 // Peak memory of the run: the CUDA allocator's peak on a GPU, the process's peak resident
 // set on the CPU.
 int64_t peak_memory_bytes(Device device) {
@@ -222,13 +256,14 @@ int64_t peak_memory_bytes(Device device) {
 }
 
 // The step of the checkpoint `path` resolves to (read from its trainer.json).
-int64_t checkpoint_step(const fs::path& path) {
-  fs::path dir = io::resolve_checkpoint(path);
+// nullopt when it cannot be read (the resume then falls back to an older checkpoint).
+std::optional<int64_t> checkpoint_step(const fs::path& path) {
   try {
-    return nlohmann::json::parse(io::read_file(dir / "trainer.json")).at("step").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    GENESIS_THROW(FormatError, (dir / "trainer.json").string(), ": ", e.what());
+    const nlohmann::json j = nlohmann::json::parse(io::read_file(io::resolve_checkpoint(path) / "trainer.json"));
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
+  } catch (const std::exception&) {
   }
+  return std::nullopt;
 }
 
 // Keeps the lines of metrics.jsonl whose "step" is at most `step`.
@@ -451,7 +486,8 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
         if (resuming) {
           // Peek at the checkpoint's step first: lines a crashed run logged after it are dropped
           // from metrics.jsonl, so the resumed run does not log those steps twice.
-          truncate_metrics_after(run_dir / "metrics.jsonl", checkpoint_step(run_dir / "checkpoints"));
+          if (const std::optional<int64_t> step = checkpoint_step(run_dir / "checkpoints"))
+            truncate_metrics_after(run_dir / "metrics.jsonl", *step);
         }
       },
       {});
@@ -503,12 +539,22 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   state.optimizer_name = optimizer->name();
   state.scheduler_name = spec.scheduler.name;
   if (resuming) {
-    state = load_checkpoint(run_dir / "checkpoints", *model, optimizer.get(),
+    std::string fallback;
+    state = load_for_resume(run_dir / "checkpoints", *model, optimizer.get(),
                             zero ? train::OptimizerStateLoader([&](Optimizer& o, const std::vector<NamedTensor>& saved,
                                                                    int64_t steps) {
                               data_parallel->load_full_optimizer_state(o, saved, steps);
                             })
-                                 : train::OptimizerStateLoader());
+                                 : train::OptimizerStateLoader(),
+                            rank0, fallback);
+    if (!fallback.empty()) {
+      log.note(fallback);
+      // Lines the run logged after the checkpoint it resumes from go, as after a crash.
+      if (rank0) {
+        truncate_metrics_after(run_dir / "metrics.jsonl", state.step);
+        log.reopen_metrics();  // the truncation wrote a new file
+      }
+    }
     if (state.world_size != world)
       log.note("warning: the checkpoint was written by " + std::to_string(state.world_size) + " rank(s) and " +
                std::to_string(world) +

@@ -60,6 +60,22 @@ dups=$(grep -v '"eval"' "$work/crashed/metrics.jsonl" | grep -o '"step":[0-9]*' 
 [ -z "$dups" ] && ok "resume after a crash logs every step once" || fail "steps logged twice after resume: $dups"
 [ "$(steps_losses "$work/crashed/metrics.jsonl")" = "$a" ] && ok "crash-resumed losses match" || fail "crash-resumed losses differ"
 
+# 3b. A damaged latest checkpoint (issue 14 item 12): --resume warns and continues from the newest
+# one that reads, ending where the uninterrupted run ended.
+mkdir -p "$work/damaged/checkpoints"
+cp -r "$work/full/checkpoints/step_00000020" "$work/full/checkpoints/step_00000040" "$work/damaged/checkpoints/"
+ln -s step_00000040 "$work/damaged/checkpoints/latest"
+cp "$work/full/recipe.toml" "$work/damaged/recipe.toml"
+grep -E '"step":(5|10|15|20|25|30|35|40)[,}]' "$work/full/metrics.jsonl" >"$work/damaged/metrics.jsonl"
+sed -i 's/"step": 40/"step": "forty"/' "$work/damaged/checkpoints/step_00000040/trainer.json"
+"$genesis" train "$recipe" --out "$work/damaged" --resume "${common[@]}" >/dev/null 2>"$work/damaged.err"
+rc=$?
+[ $rc -eq 0 ] && grep -q "cannot be read.*field 'step'.*resumed from step_00000020" "$work/damaged.err" \
+  && [ "$(steps_losses "$work/damaged/metrics.jsonl")" = "$a" ] \
+  && cmp -s "$work/full/checkpoints/step_00000040/model.safetensors" "$work/damaged/checkpoints/step_00000040/model.safetensors" \
+  && ok "a damaged latest checkpoint: resumed from the one before, same losses and final weights" \
+  || fail "damaged latest checkpoint: exit $rc, $(cat "$work/damaged.err")"
+
 # 4. SIGTERM: finish the step, checkpoint, exit 130; --resume continues.
 "$genesis" train "$recipe" --out "$work/sig" --set training.steps=100000 --set training.log_every=1000 -q >/dev/null 2>"$work/sig.err" &
 pid=$!
