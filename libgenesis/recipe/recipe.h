@@ -30,6 +30,7 @@ struct RecipeSpec {
     std::string out_dir;
     int64_t threads = 0;  // 0 = automatic (libgenesis/core/threads.h)
     bool allow_tf32 = false;  // CUDA f32 matmuls may use TF32 tensor cores
+    bool tensorboard = false;  // event files of the logged curves in the run directory
     double peak_tflops = 0;   // MFU reference; 0 = the GPU's bf16 peak or a measured CPU GEMM rate
     bool operator==(const Run&) const = default;
   };

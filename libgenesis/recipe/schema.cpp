@@ -163,6 +163,12 @@ const std::vector<KeySpec>& recipe_schema() {
               "times faster); false keeps full f32 accuracy.",
        .field = GENESIS_RECIPE_FIELD(run.allow_tf32)},
       {.section = "run",
+       .key = "tensorboard",
+       .fallback = true,
+       .doc = "Also write the logged curves (loss, lr, grad norm, throughput, evaluations) as TensorBoard event "
+              "files in the run directory: `tensorboard --logdir runs/`.",
+       .field = GENESIS_RECIPE_FIELD(run.tensorboard)},
+      {.section = "run",
        .key = "peak_tflops",
        .fallback = 0.0,
        .min = at_least(0),

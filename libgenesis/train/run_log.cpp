@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/train/tensorboard.h"
 
 namespace genesis::train {
 
@@ -16,9 +17,16 @@ std::string format_duration(double s) {
   return buf;
 }
 
-RunLog::RunLog(const std::string& metrics_path, bool quiet)
-    : metrics_path_(metrics_path), quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {
+RunLog::RunLog(const std::string& metrics_path, bool quiet, const std::string& tensorboard_dir)
+    : metrics_path_(metrics_path), tensorboard_dir_(tensorboard_dir), quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {
   reopen_metrics();
+}
+
+TensorBoardWriter* RunLog::tensorboard() {
+  // Made at the first point, so that a run that logs nothing (a finished run resumed) leaves
+  // no empty event file behind.
+  if (!tensorboard_ && !tensorboard_dir_.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir_);
+  return tensorboard_.get();
 }
 
 void RunLog::reopen_metrics() {
@@ -52,6 +60,16 @@ void RunLog::step(const StepRecord& r) {
   if (r.mfu > 0) j["mfu"] = r.mfu;
   if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
   write_metrics(j);
+  if (TensorBoardWriter* tb = tensorboard()) {
+    tb->scalar("train/loss", r.loss, r.step);
+    tb->scalar("train/lr", r.lr, r.step);
+    tb->scalar("train/grad_norm", r.grad_norm, r.step);
+    tb->scalar("train/samples_per_s", r.samples_per_s, r.step);
+    if (r.tokens_per_s > 0) tb->scalar("train/tokens_per_s", r.tokens_per_s, r.step);
+    if (r.mfu > 0) tb->scalar("train/mfu", r.mfu, r.step);
+    if (r.loss_scale > 0) tb->scalar("train/loss_scale", r.loss_scale, r.step);
+    tb->flush();
+  }
   if (quiet_) return;
   char rate[64];
   if (r.tokens_per_s > 0)
@@ -80,6 +98,10 @@ void RunLog::step(const StepRecord& r) {
 void RunLog::eval(int64_t step, const std::map<std::string, double>& metrics) {
   nlohmann::json values(metrics);
   write_metrics({{"step", step}, {"eval", values}});
+  if (TensorBoardWriter* tb = tensorboard()) {
+    for (const auto& [k, v] : metrics) tb->scalar("eval/" + k, v, step);
+    tb->flush();
+  }
   if (quiet_) return;
   end_progress_line();
   std::string line = "eval  step " + std::to_string(step);

@@ -4,12 +4,15 @@
 // per line in metrics.jsonl, and summary.json at the end.
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
 
 namespace genesis::train {
+
+class TensorBoardWriter;
 
 struct StepRecord {
   int64_t step = 0;  // optimizer steps done
@@ -31,7 +34,8 @@ class RunLog {
   // metrics_path: metrics.jsonl (appended to, so resumed runs continue the file); empty: none
   // (the ranks other than 0 of a distributed run).
   // quiet: no terminal output (metrics.jsonl is still written).
-  RunLog(const std::string& metrics_path, bool quiet);
+  // tensorboard_dir: where a TensorBoard event file of the same curves goes; empty: none.
+  RunLog(const std::string& metrics_path, bool quiet, const std::string& tensorboard_dir = {});
   ~RunLog();
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
@@ -51,8 +55,11 @@ class RunLog {
  private:
   void end_progress_line();
   void write_metrics(const nlohmann::json& line);
+  TensorBoardWriter* tensorboard();
   std::string metrics_path_;
   std::FILE* metrics_ = nullptr;
+  std::string tensorboard_dir_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   bool quiet_;
   bool tty_;
   bool progress_open_ = false;

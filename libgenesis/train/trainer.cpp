@@ -123,7 +123,7 @@ bool holds_only_a_start(const fs::path& dir) {
   if (has_checkpoint(dir)) return false;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    const bool ours = name == "recipe.toml" || name == "metrics.jsonl" ||
+    const bool ours = name == "recipe.toml" || name == "metrics.jsonl" || name.starts_with("events.out.tfevents.") ||
                       (name == "checkpoints" && e.is_directory() && fs::is_empty(e.path()));
     if (!ours) return false;
   }
@@ -147,6 +147,10 @@ bool prepare_run_dir(const fs::path& dir, const TrainOptions& o, std::string& no
   if (only_a_start && (o.resume || !logged_steps(dir))) {
     if (o.resume) note = "--resume: " + dir.string() + " has no checkpoint yet; starting from step 0";
     fs::remove(dir / "metrics.jsonl");
+    std::vector<fs::path> events;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir))
+      if (e.path().filename().string().starts_with("events.out.tfevents.")) events.push_back(e.path());
+    for (const fs::path& p : events) fs::remove(p);
     return false;
   }
   if (o.resume) {
@@ -186,7 +190,7 @@ bool may_change_on_resume(const std::string& key) {
       "training.steps",   "training.epochs",    "optimizer.lr",     "training.log_every",
       "training.eval_every", "training.checkpoint_every", "training.keep_last", "training.on_nonfinite",
       "run.threads",      "run.device",         "run.name",         "run.out_dir",
-      "run.allow_tf32",   "run.peak_tflops",    "eval.batch_size",  "eval.split",
+      "run.allow_tf32",   "run.peak_tflops",    "run.tensorboard",    "eval.batch_size",  "eval.split",
       "data.prefetch",    "data.path",          "data.shards",      "data.tokenizer",
       "data.source",      "data.fetch",         "dist.backend",     "dist.bucket_mb",
       "dist.timeout_s",   "dist.zero"};
@@ -494,7 +498,8 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   if (group) resuming = group->any(rank0 && resuming);  // rank 0 decided
   ThreadChoice threads = set_threads(spec.run.threads, device, env.local_world_size);
   const std::optional<DType> amp = recipe::amp_dtype(spec);
-  RunLog log(rank0 ? (run_dir / "metrics.jsonl").string() : std::string(), options.quiet || !rank0);
+  RunLog log(rank0 ? (run_dir / "metrics.jsonl").string() : std::string(), options.quiet || !rank0,
+             rank0 && spec.run.tensorboard ? run_dir.string() : std::string());
   if (!start_note.empty()) log.note(start_note);
   if (!resume_note.empty()) log.note(resume_note);
   for (const fs::path& p : stale) log.note("removed " + p.string() + ", left by an interrupted checkpoint write");
