@@ -14,6 +14,7 @@ packages=(
   libpcre2-dev           # tokenizer pre-tokenization
   zlib1g-dev             # gzip'd datasets
   libdnnl-dev            # oneDNN: f32 CPU convolutions (GENESIS_DNNL), the primitives PyTorch uses on CPUs
+  librsvg2-bin           # rsvg-convert: the tests render genesis report's SVG charts
   libopenmpi-dev         # the mpi backend of the communicator (GENESIS_MPI, CPU data-parallel ranks under mpirun)
   openmpi-bin            # mpirun: runs those ranks, and the MPI tests
   dataset-fashion-mnist  # Fashion-MNIST IDX files (/usr/share/datasets/fashion-mnist)

@@ -22,5 +22,6 @@ void add_bench_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 }  // namespace genesis::cli

@@ -685,6 +685,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
 
   const Clock::time_point start = Clock::now();
   Clock::time_point window_start = start;
+  double paused_s = 0;  // evaluations and checkpoints inside the loop
   int64_t window_samples = 0;
   double last_loss = 0.0;
   std::map<std::string, double> last_eval;
@@ -754,6 +755,8 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
       window_start = Clock::now();
       window_samples = 0;
     }
+    // Evaluations and checkpoints inside a logging window do not count as its training time.
+    const Clock::time_point pause = Clock::now();
     if (t.eval_every > 0 && state.step % t.eval_every == 0 && !last && batches.evaluate) {
       if (!evaluate_or_stop("the evaluation at step " + std::to_string(state.step))) return 130;
       log.eval(state.step, last_eval);
@@ -765,8 +768,11 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     }
     if (t.checkpoint_every > 0 && state.step % t.checkpoint_every == 0 && !last) checkpoint();
     stop_on_underflow();
+    window_start += Clock::now() - pause;
+    paused_s += seconds_since(pause);
   }
-  const double train_s = seconds_since(start);  // the training loop: what samples_per_s counts
+  // The training loop without its evaluations and checkpoints: what samples_per_s counts.
+  const double train_s = seconds_since(start) - paused_s;
   if (batches.evaluate) {
     log.note("final evaluation on the " + spec.eval.split + " split");
     if (!evaluate_or_stop("the final evaluation")) return 130;

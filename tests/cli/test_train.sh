@@ -116,6 +116,24 @@ fi
 table=$(GENESIS="$genesis" SWEEP_DIR="$work/sweep" bash "$src/scripts/sweep.sh" "$recipe" optimizer.lr 1e-3 2e-3 -- --set training.steps=5 -q 2>/dev/null)
 if [ "$(echo "$table" | grep -c '^| [12]e-3 | 0\.')" = 2 ]; then ok "sweep table has a row per value"; else fail "sweep table: $table"; fi
 grep -q '"peak_memory_bytes": [1-9]' "$work/short/summary.json" && ok "summary reports peak memory" || fail "summary has no peak memory"
+# genesis report over the sweep's runs: an HTML page and four SVG files that parse and render,
+# the swept key in the table of differing keys.
+"$genesis" report "$work/sweep"/*/ --out "$work/report/index.html" >"$work/report.out" 2>"$work/report.err"
+rc=$?
+svgs=$(grep -c '\.svg$' "$work/report.out")
+if [ $rc -eq 0 ] && [ "$svgs" = 4 ] && grep -q "<td>optimizer.lr</td>" "$work/report/index.html" \
+    && python3 -c 'import sys, xml.etree.ElementTree as E; [E.parse(f) for f in sys.argv[1:]]' $(grep '\.svg$' "$work/report.out"); then
+  ok "report: index.html and 4 SVG files, the swept optimizer.lr listed"
+else
+  fail "report: exit $rc, $(cat "$work/report.err" "$work/report.out")"
+fi
+if command -v rsvg-convert >/dev/null 2>&1; then
+  rsvg-convert "$work/report/index_loss.svg" -o "$work/loss.png" && [ "$(wc -c <"$work/loss.png")" -gt 2000 ] \
+    && ok "report: the loss chart renders" || fail "report: rsvg-convert could not render the loss chart"
+fi
+expect_report=$("$genesis" report "$work/nonexistent" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && echo "$expect_report" | grep -q "has no metrics.jsonl" && ok "report of a non-run directory exits 2" \
+  || fail "report of a non-run directory: exit $rc, $expect_report"
 
 # 6. Bad input: exit codes and one-line messages.
 expect() {  # expect NAME CODE PATTERN -- command...
