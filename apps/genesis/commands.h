@@ -23,5 +23,6 @@ void add_convert_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_report_command(CLI::App& app);
+void add_completion_command(CLI::App& app);
 
 }  // namespace genesis::cli

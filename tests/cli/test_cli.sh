@@ -30,6 +30,17 @@ fi
 "$genesis" frobnicate >/dev/null 2>&1; check "unknown subcommand is a usage error" 2 $?
 "$genesis" ops --bogus-flag >/dev/null 2>&1; check "unknown flag is a usage error" 2 $?
 "$genesis" --help >/dev/null 2>&1; check "--help" 0 $?
+"$genesis" completion fish >/dev/null 2>&1; check "completion of an unknown shell is a usage error" 2 $?
+
+# Shell completion, generated from the CLI and the recipe schema: subcommands, nested ones,
+# flags and --set keys complete in bash.
+completed=$(bash -c 'source <("$1" completion bash) || exit 1
+  complete_words() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _genesis; echo "${COMPREPLY[*]}"; }
+  complete_words genesis tr; complete_words genesis data to; complete_words genesis train r.toml --set optimizer.l
+  complete_words genesis train r.toml --nproc' _ "$genesis")
+[ "$completed" = "$(printf 'train\ntokenize\noptimizer.lr=\n--nproc-per-node')" ] \
+  || { echo "FAIL: bash completion gave: $completed"; failures=$((failures + 1)); }
+"$genesis" completion zsh | head -1 | grep -q bashcompinit || { echo "FAIL: zsh completion lacks bashcompinit"; failures=$((failures + 1)); }
 
 [ "$failures" -eq 0 ] && echo "cli: all checks passed" && exit 0
 echo "cli: $failures check(s) failed"
