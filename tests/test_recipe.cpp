@@ -181,6 +181,9 @@ TEST_CASE("recipe: --set overrides are read as the key's type", "[cpu][recipe]")
         "--set optimizer.lrr=1: unknown key 'lrr' in [optimizer]; did you mean 'lr'?");
   CHECK(set_error({"optimiser.lr=1"}) ==
         "--set optimiser.lr=1: unknown section [optimiser]; did you mean [optimizer]?");
+  // A key that lives in another section is named there (issue 15).
+  CHECK(set_error({"training.warmup=5"}) ==
+        "--set training.warmup=5: unknown key 'warmup' in [training]; did you mean scheduler.warmup_steps?");
   CHECK(set_error({"optimizer.lr=fast"}) == "--set optimizer.lr=fast: optimizer.lr expects a float, got 'fast'");
   CHECK(set_error({"training.batch_size=2.5"}) ==
         "--set training.batch_size=2.5: training.batch_size expects an int, got float 2.5");

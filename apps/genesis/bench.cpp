@@ -257,7 +257,7 @@ void add_bench_command(CLI::App& app) {
   auto ops = std::make_shared<OpsFlags>();
   CLI::App* ops_cmd =
       bench->add_subcommand("ops", "Time the suite's ops after checking each against the CPU in float64");
-  ops_cmd->add_option("--device", ops->device, "cuda, cuda:N, cpu or auto (cuda when present)");
+  ops_cmd->add_option("--device", ops->device, "cuda, cuda:N, cpu or auto (cuda when present)")->check(device_validator());
   ops_cmd->add_option("--dtype", ops->dtype, "Run only this dtype of each case (f32, bf16, f16, f64)");
   ops_cmd->add_option("--suite", ops->suite, "Suite TOML (default recipes/bench/ops.toml)");
   ops_cmd->add_option("--filter", ops->filter, "Regular expression on case names and op names");
@@ -288,7 +288,7 @@ void add_bench_command(CLI::App& app) {
       "train", "Time a language-model recipe's training step on synthetic tokens (tokens/s, MFU, memory, phases)");
   train_cmd->add_option("recipe", tf->recipe, "Recipe file (TOML)")->required()->check(CLI::ExistingFile);
   train_cmd->add_option("--set", tf->sets, "Override a recipe key: section.key=value (repeatable)");
-  train_cmd->add_option("--device", tf->device, "cpu, cuda, cuda:N or auto (overrides run.device)");
+  train_cmd->add_option("--device", tf->device, "cpu, cuda, cuda:N or auto (overrides run.device)")->check(device_validator());
   train_cmd->add_option("--steps", tf->options.steps, "Timed steps (the median is reported)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   train_cmd->add_option("--warmup", tf->options.warmup, "Untimed steps first")
@@ -307,7 +307,7 @@ void add_bench_command(CLI::App& app) {
   };
   auto cf = std::make_shared<CeilingFlags>();
   CLI::App* ceil_cmd = bench->add_subcommand("ceilings", "Measure copy bandwidth and GEMM rates of the device");
-  ceil_cmd->add_option("--device", cf->device, "cuda, cuda:N, cpu or auto");
+  ceil_cmd->add_option("--device", cf->device, "cuda, cuda:N, cpu or auto")->check(device_validator());
   ceil_cmd->add_option("--gemm-size", cf->gemm_size, "n of the n^3 GEMMs (default 8192 on CUDA, 512 on the CPU)")
       ->check(CLI::Range(int64_t{16}, int64_t{65536}));
   ceil_cmd->add_option("--json", cf->json_path, "Write the ceilings as JSON (for bench ops --ceilings)");
@@ -333,7 +333,7 @@ void add_bench_command(CLI::App& app) {
   auto af = std::make_shared<AllocFlags>();
   CLI::App* alloc_cmd =
       bench->add_subcommand("alloc", "Caching allocator vs raw cudaMalloc/cudaFree (malloc/free on the CPU)");
-  alloc_cmd->add_option("--device", af->device, "cuda, cuda:N, cpu or auto");
+  alloc_cmd->add_option("--device", af->device, "cuda, cuda:N, cpu or auto")->check(device_validator());
   alloc_cmd->add_option("--pairs", af->pairs, "Allocation + free pairs of the simple scenarios (default 20000)");
   alloc_cmd->add_option("--json", af->json_path, "Write the results as JSON");
   register_command(alloc_cmd, [af] {

@@ -14,6 +14,14 @@ void register_command(CLI::App* sub, CommandFn run);
 // Runs the parsed subcommand; returns its exit code.
 int run_selected(CLI::App& app);
 
+// The values of every --device flag: cpu, cuda, cuda:N or auto; anything else is a usage error
+// that names the flag ("--device: 'gpu' is not a device; use cpu, cuda, cuda:N or auto").
+CLI::Validator device_validator();
+
+// When argv[1] is neither a flag nor a subcommand, the line to print (naming the closest
+// subcommand); "" otherwise.
+std::string unknown_command_message(CLI::App& app, const std::string& word);
+
 void add_ops_command(CLI::App& app);
 void add_train_commands(CLI::App& app);
 void add_info_command(CLI::App& app);

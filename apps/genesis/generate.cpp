@@ -208,7 +208,7 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--seed", a->seed, "Seed of the sampler")->capture_default_str();
-  sub->add_option("--device", a->device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  sub->add_option("--device", a->device, "cpu, cuda, cuda:N or auto")->capture_default_str()->check(device_validator());
   sub->add_flag("--ids", a->print_ids, "Print the new token ids instead of text");
   sub->add_option("--dtype", a->dtype,
                   "Autocast dtype: f32, bf16 or fp16 (CUDA); default: the checkpoint recipe's amp.dtype, f32 for --model")

@@ -1,6 +1,6 @@
 // genesis train RECIPE [--set k=v]... [--out DIR] [--resume] [--overwrite] [--device D] [--seed N]
 //               [--nproc-per-node N]
-// genesis eval RECIPE --checkpoint DIR [--split test|val] [--set k=v]...
+// genesis eval [RECIPE] --checkpoint DIR [--split test|val] [--device D] [--set k=v]...
 // genesis recipe show RECIPE [--set k=v]...
 #include <nlohmann/json.hpp>
 
@@ -10,6 +10,7 @@
 #include "apps/genesis/commands.h"
 #include "libgenesis/dist/env.h"
 #include "libgenesis/dist/launcher.h"
+#include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/recipe/recipe.h"
 #include "libgenesis/train/trainer.h"
 
@@ -59,7 +60,7 @@ void add_train_commands(CLI::App& app) {
     sub->add_option("--out", *out, "Run directory (default: <run.out_dir>/<run.name>)");
     sub->add_flag("--resume", *resume, "Continue the run from its latest checkpoint");
     sub->add_flag("--overwrite", *overwrite, "Replace an existing run directory");
-    sub->add_option("--device", *device, "cpu, cuda, cuda:N or auto (overrides run.device)");
+    sub->add_option("--device", *device, "cpu, cuda, cuda:N or auto (overrides run.device)")->check(device_validator());
     sub->add_option("--seed", *seed, "Random seed (overrides run.seed)");
     sub->add_flag("-q,--quiet", *quiet, "No per-step lines on stderr");
     sub->add_option("--nproc-per-node", *nproc,
@@ -93,12 +94,24 @@ void add_train_commands(CLI::App& app) {
     auto a = std::make_shared<RecipeArgs>();
     auto checkpoint = std::make_shared<std::string>();
     auto split = std::make_shared<std::string>();
-    add_recipe_args(sub, *a);
-    sub->add_option("--checkpoint", *checkpoint, "Checkpoint directory, run directory's checkpoints/, or latest")
+    auto device = std::make_shared<std::string>();
+    sub->add_option("recipe", a->path,
+                    "Recipe file (TOML); default: the checkpoint's own recipe.toml (where the data is, how to "
+                    "evaluate: the model always comes from the checkpoint)")
+        ->check(CLI::ExistingFile);
+    sub->add_option("--set", a->sets, "Override a recipe key: section.key=value (repeatable)");
+    sub->add_option("--checkpoint", *checkpoint, "Checkpoint directory, run directory, its checkpoints/, or latest")
         ->required();
     sub->add_option("--split", *split, "Evaluation split (default: eval.split)")->check(CLI::IsMember({"test", "val"}));
+    sub->add_option("--device", *device, "cpu, cuda, cuda:N or auto (overrides run.device)")->check(device_validator());
     register_command(sub, [=] {
-      RecipeSpec spec = load_recipe(a->path, a->sets);
+      std::vector<std::string> sets = a->sets;
+      if (!device->empty()) sets.push_back("run.device=" + *device);
+      const std::filesystem::path recipe =
+          a->path.empty() ? io::resolve_checkpoint(*checkpoint) / "recipe.toml" : std::filesystem::path(a->path);
+      GENESIS_CHECK(std::filesystem::is_regular_file(recipe), UsageError, "eval: ", *checkpoint,
+                    " has no recipe.toml; give the recipe it was trained with");
+      RecipeSpec spec = load_recipe(recipe, sets);
       std::map<std::string, double> metrics = train::run_evaluation(spec, *checkpoint, *split);
       nlohmann::json out(metrics);
       out["split"] = split->empty() ? spec.eval.split : *split;

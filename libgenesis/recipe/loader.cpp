@@ -69,6 +69,16 @@ std::string unknown_key_message(const std::string& section, const std::string& k
   if (const std::string* near = closest_name(key, names)) return msg + "; did you mean '" + *near + "'?";
   for (const KeySpec& k : recipe_schema())
     if (key == k.key) return msg + "; '" + key + "' belongs to [" + k.section + "]";
+  // A key of another section that starts with it or is close to it ("warmup" -> scheduler.warmup_steps).
+  std::vector<std::string> elsewhere;
+  for (const KeySpec& k : recipe_schema())
+    if (std::string(k.section) != section) elsewhere.push_back(k.key);
+  const std::string* near = closest_name(key, elsewhere);
+  for (const KeySpec& k : recipe_schema()) {
+    if (std::string(k.section) == section) continue;
+    if (std::string_view(k.key).starts_with(key + "_") || (near != nullptr && *near == k.key))
+      return msg + "; did you mean " + k.section + "." + k.key + "?";
+  }
   return msg + "; valid keys: " + join(names);
 }
 

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "libgenesis/core/error.h"
@@ -107,7 +109,9 @@ void RunLog::eval(int64_t step, const std::map<std::string, double>& metrics) {
   std::string line = "eval  step " + std::to_string(step);
   for (const auto& [k, v] : metrics) {
     char buf[64];
-    std::snprintf(buf, sizeof(buf), " | %s %.4f", k.c_str(), v);
+    // Counts (tokens, bytes) as integers, measures with four decimals.
+    if (v == std::round(v) && std::abs(v) >= 1 && std::abs(v) < 1e15) std::snprintf(buf, sizeof(buf), " | %s %.0f", k.c_str(), v);
+    else std::snprintf(buf, sizeof(buf), " | %s %.4f", k.c_str(), v);
     line += buf;
   }
   std::fprintf(stderr, "%s\n", line.c_str());

@@ -687,6 +687,8 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   Clock::time_point window_start = start;
   double paused_s = 0;  // evaluations and checkpoints inside the loop
   int64_t window_samples = 0;
+  Tensor window_loss;  // sum of the window's step losses (f64, on the device)
+  int64_t window_steps = 0;
   double last_loss = 0.0;
   std::map<std::string, double> last_eval;
   // Evaluates into last_eval; on a stop request during it writes a checkpoint and returns false.
@@ -725,13 +727,22 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     }
     const Tensor &step_loss = result.loss, &grad_norm = result.grad_norm;
     window_samples += result.samples * world;
+    // The logged loss is the mean over the logging window (as llm.c and torchtitan log it),
+    // summed on the device: no host read between log steps.
+    {
+      NoGradGuard no_grad;
+      window_loss = window_loss.defined() ? add(window_loss, step_loss.to(DType::f64)) : step_loss.to(DType::f64);
+      ++window_steps;
+    }
     ++state.step;
 
     const bool last = state.step == total;
     const bool stopping = stop_requested();
     if (state.step % t.log_every == 0 || last || stopping) {
       // The only host reads of the loop: the loss, gradient norm and loss scale at log steps.
-      last_loss = step_loss.item();
+      last_loss = window_loss.item() / static_cast<double>(window_steps);
+      window_loss = Tensor();
+      window_steps = 0;
       check_nonfinite();
       log_skipped_steps();
       double elapsed = seconds_since(start), window = seconds_since(window_start);

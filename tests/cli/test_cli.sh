@@ -31,6 +31,10 @@ fi
 "$genesis" ops --bogus-flag >/dev/null 2>&1; check "unknown flag is a usage error" 2 $?
 "$genesis" --help >/dev/null 2>&1; check "--help" 0 $?
 "$genesis" completion fish >/dev/null 2>&1; check "completion of an unknown shell is a usage error" 2 $?
+err=$("$genesis" trian x.toml 2>&1); check "a mistyped command is a usage error" 2 $?
+echo "$err" | grep -q "did you mean 'train'" || { echo "FAIL: no suggestion for 'trian': $err"; failures=$((failures + 1)); }
+err=$("$genesis" eval --checkpoint nowhere --device gpu 2>&1); check "--device gpu is a usage error" 2 $?
+echo "$err" | grep -q -- "--device: 'gpu' is not a device" || { echo "FAIL: --device gpu: $err"; failures=$((failures + 1)); }
 
 # Shell completion, generated from the CLI and the recipe schema: subcommands, nested ones,
 # flags and --set keys complete in bash.

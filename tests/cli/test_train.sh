@@ -33,9 +33,22 @@ for f in recipe.toml metrics.jsonl summary.json checkpoints/latest/model.safeten
 done
 [ "$summary" = "$work/short/summary.json" ] || fail "train printed '$summary' instead of the summary path"
 
-# 2. eval prints JSON with the same accuracy.
+# 2. eval prints JSON with the same accuracy, with the given recipe or the checkpoint's own.
 json=$("$genesis" eval "$recipe" --checkpoint "$work/short/checkpoints" 2>/dev/null)
 echo "$json" | grep -q "\"accuracy\":$acc" && ok "eval reproduces the final accuracy" || fail "eval printed '$json', expected accuracy $acc"
+[ "$("$genesis" eval --checkpoint "$work/short" 2>/dev/null)" = "$json" ] && ok "eval without a recipe uses the checkpoint's" \
+  || fail "eval without a recipe differs from '$json'"
+# The logged loss is the mean of the window's step losses.
+"$genesis" train "$recipe" --out "$work/every1" --set training.steps=10 --set training.log_every=1 --set training.eval_every=0 -q >/dev/null 2>&1
+"$genesis" train "$recipe" --out "$work/every5" --set training.steps=10 --set training.log_every=5 --set training.eval_every=0 -q >/dev/null 2>&1
+python3 - "$work/every1/metrics.jsonl" "$work/every5/metrics.jsonl" <<'PY' && ok "the logged loss is the mean over its window" || fail "window means differ"
+import json, sys
+every1 = {j["step"]: j["loss"] for j in map(json.loads, open(sys.argv[1])) if "loss" in j}
+every5 = {j["step"]: j["loss"] for j in map(json.loads, open(sys.argv[2])) if "loss" in j}
+for end in (5, 10):
+    mean = sum(every1[s] for s in range(end - 4, end + 1)) / 5
+    assert abs(every5[end] - mean) <= 1e-9 * abs(mean), (end, every5[end], mean)
+PY
 
 # 3. Resume equals uninterrupted: continue from the step-20 checkpoint of a 40-step run.
 common=(--set training.steps=40 --set training.log_every=5 --set training.checkpoint_every=20 --set training.keep_last=5 --set model.dropout=0.1 -q)
