@@ -66,10 +66,12 @@ void add_encode(CLI::App* data_cmd) {
       "encode", "Print the token ids of a file's text, separated by spaces (added tokens like <|endoftext|> matched)");
   sub->add_option("--tokenizer", *tokenizer, "tokenizer.json, or a directory with it or encoder.json + vocab.bpe")
       ->required();
-  sub->add_option("--input", *input, "Text file to encode")->required();
+  sub->add_option("--input", *input, "Text file to encode; - or none: standard input");
   register_command(sub, [=] {
+    const bool from_stdin = input->empty() || *input == "-";
+    GENESIS_CHECK(from_stdin || fs::exists(*input), UsageError, "data encode: --input ", *input, " does not exist");
     auto tok = data::Tokenizer::load(*tokenizer);
-    auto ids = tok.encode(io::read_file(*input));
+    auto ids = tok.encode(from_stdin ? read_stdin() : io::read_file(*input));
     std::string out;
     out.reserve(ids.size() * 6);
     for (size_t i = 0; i < ids.size(); ++i) {
@@ -99,19 +101,30 @@ struct TokenizeArgs {
   std::string tokenizer;
   std::vector<std::string> inputs;
   std::string out;
+  bool overwrite = false;
   data::TokenizeOptions options;
 };
 
 int run_tokenize(TokenizeArgs a) {
+  std::vector<fs::path> documents;
+  for (const std::string& input : a.inputs) {
+    GENESIS_CHECK(fs::exists(input), UsageError, "data tokenize: --input ", input, " does not exist");
+    for (const fs::path& doc : data::source_documents(input)) documents.push_back(doc);
+  }
+  GENESIS_CHECK(!documents.empty(), UsageError, "data tokenize: no documents in ", a.inputs.front(),
+                " (a directory gives its *.txt files)");
+  for (const char* shard : {"train.bin", "val.bin"})
+    GENESIS_CHECK(a.overwrite || !fs::exists(fs::path(a.out) / shard), UsageError, "data tokenize: ",
+                  (fs::path(a.out) / shard).string(), " exists; pass --overwrite to replace the shards");
   auto tok = data::Tokenizer::load(a.tokenizer);
   auto start = std::chrono::steady_clock::now();
   a.options.on_document = [](const fs::path& path, size_t bytes, size_t tokens) {
     std::cerr << "tokenize: " << path.string() << ": " << bytes << " bytes -> " << tokens << " tokens\n";
   };
-  auto s = data::tokenize_to_shards(tok, std::vector<fs::path>(a.inputs.begin(), a.inputs.end()), a.out, a.options);
+  auto s = data::tokenize_to_shards(tok, documents, a.out, a.options);
   nlohmann::json summary{{"tokenizer", tok.source()},
                          {"vocab_size", tok.vocab_size()},
-                         {"documents", a.inputs.size()},
+                         {"documents", documents.size()},
                          {"bytes", s.bytes},
                          {"train", {{"path", s.train_path.string()}, {"tokens", s.train_tokens}}},
                          {"seconds", seconds_since(start)}};
@@ -126,7 +139,10 @@ void add_tokenize(CLI::App* data_cmd) {
       "tokenize", "Encode documents into token shards DIR/train.bin and DIR/val.bin (the last part of each document)");
   sub->add_option("--tokenizer", a->tokenizer, "tokenizer.json, or a directory with it or encoder.json + vocab.bpe")
       ->required();
-  sub->add_option("--input", a->inputs, "Text files, one document each")->required()->expected(1, -1);
+  sub->add_option("--input", a->inputs, "Text files, one document each, or directories of *.txt files")
+      ->required()
+      ->expected(1, -1);
+  sub->add_flag("--overwrite", a->overwrite, "Replace train.bin and val.bin where they exist");
   sub->add_option("--out", a->out, "Output directory")->required();
   sub->add_option("--val-fraction", a->options.val_fraction, "Fraction of each document's tokens that goes to val.bin")
       ->capture_default_str()

@@ -64,6 +64,7 @@ std::optional<data::Tokenizer> tokenizer_in(const fs::path& dir) {
 }
 
 LoadedModel load_from_hf(const fs::path& dir, Device device) {
+  GENESIS_CHECK(fs::exists(dir), UsageError, "--model ", dir.string(), " does not exist");
   LoadedModel m;
   m.model = models::load_hf_model(dir);
   m.model->to(device);
@@ -76,6 +77,7 @@ LoadedModel load_from_hf(const fs::path& dir, Device device) {
 // A genesis run directory, its checkpoints/ directory, or one checkpoint: the model is rebuilt
 // from the checkpoint's recipe.toml and its weights loaded; the recipe's tokenizer comes along.
 LoadedModel load_from_checkpoint(const fs::path& path, Device device) {
+  GENESIS_CHECK(fs::exists(path), UsageError, "--checkpoint ", path.string(), " does not exist");
   const fs::path dir = io::resolve_checkpoint(fs::exists(path / "checkpoints") ? path / "checkpoints" : path);
   GENESIS_CHECK(fs::exists(dir / "recipe.toml"), UsageError, "--checkpoint ", dir.string(),
                 " has no recipe.toml (a genesis checkpoint directory is expected)");

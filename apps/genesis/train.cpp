@@ -105,6 +105,8 @@ void add_train_commands(CLI::App& app) {
     sub->add_option("--split", *split, "Evaluation split (default: eval.split)")->check(CLI::IsMember({"test", "val"}));
     sub->add_option("--device", *device, "cpu, cuda, cuda:N or auto (overrides run.device)")->check(device_validator());
     register_command(sub, [=] {
+      GENESIS_CHECK(std::filesystem::exists(*checkpoint), UsageError, "eval: --checkpoint ", *checkpoint,
+                    " does not exist");
       std::vector<std::string> sets = a->sets;
       if (!device->empty()) sets.push_back("run.device=" + *device);
       const std::filesystem::path recipe =

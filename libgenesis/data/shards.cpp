@@ -105,6 +105,15 @@ TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector
   return summary;
 }
 
+std::vector<fs::path> source_documents(const fs::path& entry) {
+  if (!fs::is_directory(entry)) return {entry};
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(entry))
+    if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 bool looks_like_token_shard(const fs::path& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return false;

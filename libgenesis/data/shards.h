@@ -38,6 +38,10 @@ struct TokenizeSummary {
   size_t bytes = 0;  // of text read
 };
 
+// A source entry as document paths: the file itself, or a directory's *.txt files, sorted
+// (data.source and `genesis data tokenize --input` take both).
+std::vector<std::filesystem::path> source_documents(const std::filesystem::path& entry);
+
 // Encodes each file as one document ([separator] + its tokens, added tokens' strings taken
 // as ordinary text) and writes out_dir/train.bin and, when val_fraction > 0, out_dir/val.bin
 // holding the last val_fraction of every document's tokens. Throws UsageError when the

@@ -58,16 +58,6 @@ std::string join(const std::vector<std::string>& words, const std::string& separ
   return out;
 }
 
-// A source entry as document paths: the file itself, or a directory's *.txt files, sorted.
-std::vector<fs::path> source_documents(const std::string& entry) {
-  if (!fs::is_directory(entry)) return {entry};
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(entry))
-    if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 // The commands that prepare the recipe's shards by hand.
 std::string preparation_commands(const RecipeSpec::Data& d) {
   std::string tokenize = "genesis data tokenize --tokenizer " + d.tokenizer + " --input";
@@ -127,7 +117,7 @@ TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(co
   }
   std::vector<fs::path> documents;
   for (const std::string& s : d.source) {
-    std::vector<fs::path> found = source_documents(s);
+    std::vector<fs::path> found = data::source_documents(s);
     GENESIS_CHECK(!found.empty(), UsageError, "data.source: ", s, " holds no .txt files");
     documents.insert(documents.end(), found.begin(), found.end());
   }

@@ -44,6 +44,23 @@ for split in train val; do
     || fail "tokenize: $split.bin is $size bytes for '$count' tokens"
 done
 head -c 8 "$work/shards/train.bin" | grep -q GENTOKEN && ok "shard magic" || fail "train.bin lacks the GENTOKEN magic"
+# Consistency (issue 15): encode reads stdin, tokenize takes directories and keeps existing shards,
+# a missing input is a usage error (2).
+printf 'abc ab' >"$work/stdin.txt"
+from_file=$("$genesis" data encode --tokenizer "$fixture" --input "$work/stdin.txt")
+[ -n "$from_file" ] && [ "$("$genesis" data encode --tokenizer "$fixture" <"$work/stdin.txt")" = "$from_file" ] \
+  && [ "$("$genesis" data encode --tokenizer "$fixture" --input - <"$work/stdin.txt")" = "$from_file" ] \
+  && ok "data encode reads standard input" || fail "data encode from stdin differs from the file"
+"$genesis" data encode --tokenizer "$fixture" --input "$work/absent.txt" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] && ok "a missing --input is a usage error" || fail "missing --input: rc $rc"
+mkdir -p "$work/docs" && cp "$work"/doc*.txt "$work/docs/"
+"$genesis" data tokenize --tokenizer "$fixture" --input "$work/docs" --out "$work/fromdir" --val-fraction 0.2 >"$work/fromdir.json" 2>/dev/null \
+  && cmp -s "$work/fromdir/train.bin" "$work/shards/train.bin" && ok "tokenize --input DIR takes its *.txt files" \
+  || fail "tokenize of a directory differs from the files given one by one"
+"$genesis" data tokenize --tokenizer "$fixture" --input "$work/docs" --out "$work/fromdir" >/dev/null 2>"$work/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- "--overwrite" "$work/err" && ok "tokenize keeps existing shards without --overwrite" \
+  || fail "tokenize over existing shards: rc $rc, $(cat "$work/err")"
+
 # inspect recognises a shard (issue 15, bug 6) and prints its header, the vocabulary unsigned.
 "$genesis" inspect "$work/shards/train.bin" --json >"$work/inspect.json" 2>"$work/err"; rc=$?
 [ $rc -eq 0 ] && grep -q '"format": "genesis token shard' "$work/inspect.json" \

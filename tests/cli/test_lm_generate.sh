@@ -69,7 +69,7 @@ if [ -d "$llama" ]; then
   bad "malformed id" 2 --model "$llama" --prompt-ids "5 x7" --ids
   bad "text prompt without a tokenizer" 2 --model "$llama" --prompt "hello"
   bad "no model" 2 --prompt-ids "1 2"
-  bad "missing model directory" 1 --model "$work/nope" --prompt-ids "1 2" --ids
+  bad "missing model directory (a usage error, as everywhere)" 2 --model "$work/nope" --prompt-ids "1 2" --ids
   "$genesis" generate --model "$llama" --prompt-ids "1 2" --top-p 1.5 --ids >/dev/null 2>&1
   rc=$?
   [ $rc -eq 2 ] && ok "top-p out of range: exit 2" || fail "top-p 1.5 exited $rc"
