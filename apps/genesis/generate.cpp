@@ -3,6 +3,7 @@
 //   [--tokenizer PATH] [--ids] [--dtype f32|bf16|fp16]
 // Streams the continuation to stdout as it is generated: decoded text (bytes released once
 // their UTF-8 characters are complete), or token ids with --ids. Stops at EOS.
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -34,6 +35,7 @@ struct GenerateArgs {
   models::SamplingOptions sampling;
   uint64_t seed = 0;
   bool print_ids = false;
+  bool quiet = false;  // no closing tokens/s line on stderr
 };
 
 // A model ready to generate, with what it was trained with.
@@ -175,10 +177,21 @@ int run_generate(const GenerateArgs& a) {
     first = false;
     std::fflush(stdout);
   };
-  models::generate(*m.model, prompt, a.max_new_tokens, sampler, m.eos_ids, emit);
+  int64_t generated = 0;
+  const auto start = std::chrono::steady_clock::now();
+  models::generate(*m.model, prompt, a.max_new_tokens, sampler, m.eos_ids, [&](int64_t token) {
+    ++generated;
+    emit(token);
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string rest = utf8.finish();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!a.quiet)
+    std::fprintf(stderr, "genesis: generated %lld tokens in %.2f s, %.1f tokens/s (the %zu-token prompt's prefill included)\n",
+                 static_cast<long long>(generated), seconds, seconds > 0 ? static_cast<double>(generated) / seconds : 0.0,
+                 prompt.size());
   return 0;
 }
 
@@ -195,6 +208,7 @@ void add_generate_command(CLI::App& app) {
   auto* text = sub->add_option("--prompt", a->prompt, "Prompt text (encoded with the model's tokenizer)");
   auto* ids = sub->add_option("--prompt-ids", a->prompt_ids, "Prompt as token ids: \"ID ID ...\"");
   text->excludes(ids);
+  sub->add_flag("-q,--quiet", a->quiet, "No closing line (tokens/s) on stderr");
   sub->add_option("--tokenizer", a->tokenizer,
                   "Tokenizer to use instead of the model's (tokenizer.json or a directory)");
   sub->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate at most")
