@@ -55,6 +55,7 @@ std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::T
       }
     }
     loss_sum = add(loss_sum, model.loss(inputs.to(device), targets.to(device), Reduction::sum).to(DType::f64));
+    share.report(first / batch_size + 1, (windows + batch_size - 1) / batch_size);
   }
   model.train(was_training);
   const double tokens = static_cast<double>(windows * seq_len);

@@ -18,10 +18,15 @@ struct EvalShare {
   int rank = 0;
   int world = 1;
   std::function<void(std::vector<double>&)> sum;
+  // Told after each batch this rank evaluated: batches done and in all (progress on stderr).
+  std::function<void(int64_t done, int64_t total)> progress;
 
   bool mine(int64_t batch) const { return batch % world == rank; }
   void reduce(std::vector<double>& partial) const {
     if (sum) sum(partial);
+  }
+  void report(int64_t done, int64_t total) const {
+    if (progress) progress(done, total);
   }
 };
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,33 @@ TensorBoardWriter* RunLog::tensorboard() {
   // no empty event file behind.
   if (!tensorboard_ && !tensorboard_dir_.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir_);
   return tensorboard_.get();
+}
+
+void RunLog::progress(const std::string& what, int64_t done, int64_t total) {
+  if (quiet_ || total <= 0) return;
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (what != progress_what_ || done <= 1) {
+    progress_what_ = what;
+    progress_start_ = progress_last_line_ = now;
+  }
+  const double elapsed = now - progress_start_;
+  const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : 0.0;
+  const double frac = static_cast<double>(done) / static_cast<double>(total);
+  char line[200];
+  std::snprintf(line, sizeof line, "%s %lld/%lld | %s | eta %s", what.c_str(), static_cast<long long>(done),
+                static_cast<long long>(total), format_duration(elapsed).c_str(), format_duration(eta).c_str());
+  if (tty_) {
+    constexpr int kWidth = 24;
+    std::string bar(static_cast<size_t>(frac * kWidth), '#');
+    bar.resize(kWidth, '.');
+    std::fprintf(stderr, "\r[%s] %3.0f%% %s\x1b[K", bar.c_str(), frac * 100.0, line);
+    progress_open_ = true;
+    if (done >= total) end_progress_line();
+  } else if (now - progress_last_line_ >= 10.0 && done < total) {
+    std::fprintf(stderr, "%s\n", line);
+    progress_last_line_ = now;
+  }
+  std::fflush(stderr);
 }
 
 void RunLog::reopen_metrics() {

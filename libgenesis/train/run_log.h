@@ -49,6 +49,9 @@ class RunLog {
   // A free-form note on stderr (rank 0 only; suppressed when quiet, unless it starts with
   // "warning:" and this is rank 0's log).
   void note(const std::string& message);
+  // Progress of long work that is not training (an evaluation): a bar with ETA redrawn in
+  // place on a terminal, a plain line every 10 s otherwise; nothing when quiet.
+  void progress(const std::string& what, int64_t done, int64_t total);
   // Opens metrics.jsonl again (after it was replaced, e.g. truncated to an older checkpoint).
   void reopen_metrics();
 
@@ -63,6 +66,8 @@ class RunLog {
   bool quiet_;
   bool tty_;
   bool progress_open_ = false;
+  std::string progress_what_;
+  double progress_start_ = 0, progress_last_line_ = 0;  // seconds on a steady clock
 };
 
 // Formats seconds as "1h02m", "3m05s" or "12.3s".

@@ -444,6 +444,7 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
     Tensor logits = model(x);
     loss_sum = add(loss_sum, cross_entropy(logits, y, {.reduction = Reduction::sum}).to(DType::f64));
     correct = add(correct, sum(eq(argmax(logits, -1), y)));
+    share.report(b + 1, loader.batches_per_epoch());
   }
   model.train(was_training);
   auto n = static_cast<double>(dataset.size());
@@ -474,7 +475,11 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   const bool rank0 = env.rank == 0;
   const int world = env.world_size;
   EvalShare share;
-  if (group) share = {.rank = env.rank, .world = world, .sum = [&group](std::vector<double>& v) { group->sum(v); }};
+  if (group) {
+    share.rank = env.rank;
+    share.world = world;
+    share.sum = [&group](std::vector<double>& v) { group->sum(v); };
+  }
 
   std::string start_note, resume_note;
   bool resuming = false;
@@ -502,6 +507,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
              rank0 && spec.run.tensorboard ? run_dir.string() : std::string());
   if (!start_note.empty()) log.note(start_note);
   if (!resume_note.empty()) log.note(resume_note);
+  share.progress = [&log](int64_t done, int64_t total) { log.progress("evaluating", done, total); };
   for (const fs::path& p : stale) log.note("removed " + p.string() + ", left by an interrupted checkpoint write");
   if (group)
     log.note("data parallel: " + std::to_string(world) + " ranks (" + env.launcher + "), gradients over " +
