@@ -4,7 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "libgenesis/io/file_util.h"
 
 namespace genesis::recipe {
 namespace {
@@ -74,12 +79,30 @@ std::string language_model_size_problem(const RecipeSpec::Model& m) {
                                                                       {"num_hidden_layers", m.num_hidden_layers},
                                                                       {"num_attention_heads", m.num_attention_heads}};
   std::string listed;
-  for (const auto& [key, value] : sizes)
-    if ((value == 0) == m.init_from.empty()) listed += (listed.empty() ? "" : ", ") + std::string(key);
-  if (listed.empty()) return "";
-  return m.init_from.empty()
-             ? "model " + m.name + " needs " + listed + " (or init_from = a Hugging Face directory)"
-             : "model.init_from takes the architecture from " + m.init_from + "/config.json; remove " + listed;
+  if (m.init_from.empty()) {
+    for (const auto& [key, value] : sizes)
+      if (value == 0) listed += (listed.empty() ? "" : ", ") + std::string(key);
+    return listed.empty() ? "" : "model " + m.name + " needs " + listed + " (or init_from = a Hugging Face directory)";
+  }
+  // init_from takes the architecture from its config.json: size keys may stay in the recipe (a
+  // base recipe reused for fine-tuning) when they say what the config says.
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(io::read_file(std::filesystem::path(m.init_from) / "config.json"), nullptr, false);
+  } catch (const Error&) {
+    return "";  // no readable config.json: loading the model says so, naming the file
+  }
+  for (const auto& [key, value] : sizes) {
+    if (value == 0) continue;
+    const bool same = config.is_object() && config.contains(key) && config[key].is_number_integer() &&
+                      config[key].get<int64_t>() == value;
+    if (!same)
+      listed += (listed.empty() ? "" : ", ") + std::string(key) + " = " + std::to_string(value) + " (config.json: " +
+                (config.is_object() && config.contains(key) ? config[key].dump() : std::string("absent")) + ")";
+  }
+  return listed.empty() ? ""
+                        : "model.init_from takes the architecture from " + m.init_from +
+                              "/config.json, which disagrees with " + listed + "; remove those keys or make them agree";
 }
 
 std::string token_data_problem(const RecipeSpec& r) {
@@ -776,7 +799,7 @@ const std::vector<RecipeRule>& recipe_rules() {
       {{"model.name", "model.init_from"},
        "A language model without init_from needs its size keys (gpt2: vocab_size, n_embd, n_layer, n_head; llama, "
        "qwen2, qwen3: vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads); with "
-       "init_from it takes them from the directory's config.json and they must not be set.",
+       "init_from it takes them from the directory's config.json, and any that are set must agree with it.",
        [](const RecipeSpec& r) -> std::string { return language_model_size_problem(r.model); }},
       {{"data.name", "model.name"},
        "data.name = \"tokens\" needs a language model, data.shards and eval.split = \"val\" (val.bin); a language "
