@@ -102,6 +102,7 @@ struct TokenizeArgs {
   std::vector<std::string> inputs;
   std::string out;
   bool overwrite = false;
+  bool quiet = false;
   data::TokenizeOptions options;
 };
 
@@ -118,9 +119,10 @@ int run_tokenize(TokenizeArgs a) {
                   (fs::path(a.out) / shard).string(), " exists; pass --overwrite to replace the shards");
   auto tok = data::Tokenizer::load(a.tokenizer);
   auto start = std::chrono::steady_clock::now();
-  a.options.on_document = [](const fs::path& path, size_t bytes, size_t tokens) {
-    std::cerr << "tokenize: " << path.string() << ": " << bytes << " bytes -> " << tokens << " tokens\n";
-  };
+  if (!a.quiet)
+    a.options.on_document = [](const fs::path& path, size_t bytes, size_t tokens) {
+      std::cerr << "tokenize: " << path.string() << ": " << bytes << " bytes -> " << tokens << " tokens\n";
+    };
   auto s = data::tokenize_to_shards(tok, documents, a.out, a.options);
   nlohmann::json summary{{"tokenizer", tok.source()},
                          {"vocab_size", tok.vocab_size()},
@@ -143,6 +145,7 @@ void add_tokenize(CLI::App* data_cmd) {
       ->required()
       ->expected(1, -1);
   sub->add_flag("--overwrite", a->overwrite, "Replace train.bin and val.bin where they exist");
+  sub->add_flag("-q,--quiet", a->quiet, "No line per document on stderr");
   sub->add_option("--out", a->out, "Output directory")->required();
   sub->add_option("--val-fraction", a->options.val_fraction, "Fraction of each document's tokens that goes to val.bin")
       ->capture_default_str()

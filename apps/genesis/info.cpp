@@ -21,6 +21,7 @@ namespace genesis::cli {
 
 void add_info_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("info", "Build options, BLAS, threads and CUDA devices (JSON)");
+  sub->add_flag("--json")->description("JSON on stdout (what info always prints)");
   register_command(sub, [] {
     // The thread count genesis train would choose now with run.threads = 0, and why.
     ThreadChoice threads = configure_threads(0);

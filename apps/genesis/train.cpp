@@ -104,6 +104,7 @@ void add_train_commands(CLI::App& app) {
         ->required();
     sub->add_option("--split", *split, "Evaluation split (default: eval.split)")->check(CLI::IsMember({"test", "val"}));
     sub->add_option("--device", *device, "cpu, cuda, cuda:N or auto (overrides run.device)")->check(device_validator());
+    sub->add_flag("--json")->description("The metrics as one JSON object on stdout (what eval always prints)");
     register_command(sub, [=] {
       GENESIS_CHECK(std::filesystem::exists(*checkpoint), UsageError, "eval: --checkpoint ", *checkpoint,
                     " does not exist");
@@ -126,9 +127,13 @@ void add_train_commands(CLI::App& app) {
     recipe->require_subcommand(1);
     CLI::App* show = recipe->add_subcommand("show", "Print the resolved recipe (includes, overrides, defaults)");
     auto a = std::make_shared<RecipeArgs>();
+    auto as_json = std::make_shared<bool>(false);
     add_recipe_args(show, *a);
+    show->add_flag("--json", *as_json, "Print it as JSON ({section: {key: value}}) instead of TOML");
     register_command(show, [=] {
-      std::cout << load_recipe(a->path, a->sets).to_toml();
+      const RecipeSpec spec = load_recipe(a->path, a->sets);
+      if (*as_json) std::cout << recipe_json(spec).dump(2) << "\n";
+      else std::cout << spec.to_toml();
       return 0;
     });
   }

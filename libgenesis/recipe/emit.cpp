@@ -1,6 +1,8 @@
 // Text made from the schema: the resolved recipe (RecipeSpec::to_toml) and docs/recipes.md.
 #include "libgenesis/recipe/schema.h"
 
+#include <nlohmann/json.hpp>
+
 namespace genesis {
 namespace recipe {
 namespace {
@@ -103,6 +105,20 @@ std::string RecipeSpec::to_toml() const {
       else
         out += std::string(key.key) + " = " + toml_text(key, value) + "\n";
     }
+  }
+  return out;
+}
+
+nlohmann::json recipe_json(const RecipeSpec& spec) {
+  using namespace recipe;
+  RecipeSpec copy = spec;  // KeySpec::field takes a mutable spec
+  nlohmann::json out = nlohmann::json::object();
+  for (const SectionSpec& section : recipe_sections()) out[section.name] = nlohmann::json::object();
+  for (const KeySpec& key : recipe_schema()) {
+    const Value value = read_field(key, copy);
+    nlohmann::json& slot = out[key.section][key.key];
+    if (key.presence == Presence::Optional && is_unset(value)) slot = nullptr;
+    else std::visit([&slot](const auto& v) { slot = v; }, value);
   }
   return out;
 }

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "libgenesis/core/error.h"
 
 namespace genesis {
@@ -172,6 +174,10 @@ RecipeSpec load_recipe(const std::filesystem::path& path, const std::vector<std:
 // The same for recipe text; `source_name` names it in messages and anchors its includes.
 RecipeSpec parse_recipe(std::string_view toml_text, const std::string& source_name,
                         const std::vector<std::string>& overrides = {});
+
+// The resolved recipe as {section: {key: value}} JSON (`genesis recipe show --json`); unset
+// optional keys are null.
+nlohmann::json recipe_json(const RecipeSpec& spec);
 
 // One key whose value differs between two recipes: "section.key" and both values as TOML text.
 struct RecipeChange {

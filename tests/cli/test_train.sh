@@ -38,6 +38,14 @@ json=$("$genesis" eval "$recipe" --checkpoint "$work/short/checkpoints" 2>/dev/n
 echo "$json" | grep -q "\"accuracy\":$acc" && ok "eval reproduces the final accuracy" || fail "eval printed '$json', expected accuracy $acc"
 [ "$("$genesis" eval --checkpoint "$work/short" 2>/dev/null)" = "$json" ] && ok "eval without a recipe uses the checkpoint's" \
   || fail "eval without a recipe differs from '$json'"
+# One --json convention: recipe show, eval and info print JSON on stdout with --json.
+"$genesis" recipe show "$recipe" --set optimizer.lr=0.002 --json | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+assert j["optimizer"]["lr"] == 0.002 and j["model"]["hidden"] == [256, 128] and j["run"]["tensorboard"] is True, j' \
+  && "$genesis" info --json | python3 -c 'import json, sys; json.load(sys.stdin)' \
+  && [ "$("$genesis" eval --checkpoint "$work/short" --json 2>/dev/null)" = "$json" ] \
+  && ok "recipe show, info and eval take --json" || fail "--json convention"
 # The logged loss is the mean of the window's step losses.
 "$genesis" train "$recipe" --out "$work/every1" --set training.steps=10 --set training.log_every=1 --set training.eval_every=0 -q >/dev/null 2>&1
 "$genesis" train "$recipe" --out "$work/every5" --set training.steps=10 --set training.log_every=5 --set training.eval_every=0 -q >/dev/null 2>&1
