@@ -180,6 +180,12 @@ TEST_CASE("a directory with Hugging Face's vocab.json + merges.txt loads as GPT-
   Tokenizer a = Tokenizer::load(dir / "gpt2"), b = Tokenizer::load(dir / "hf");
   for (const char* text : {"abc", "bab", "abc ab bab"}) CHECK(a.encode_ordinary(text) == b.encode_ordinary(text));
   CHECK(b.encode_ordinary("abc") == std::vector<TokenId>{257});
+  // The same two files as a Hugging Face tokenizer.json (what convert --to hf writes too).
+  fs::create_directories(dir / "json");
+  write(dir / "json/tokenizer.json", Tokenizer::gpt2_as_hf_json(dir / "hf/vocab.json", dir / "hf/merges.txt"));
+  Tokenizer c = Tokenizer::load(dir / "json");
+  for (const char* text : {"abc", "bab", "abc ab bab", "a b  c\n"}) CHECK(c.encode_ordinary(text) == a.encode_ordinary(text));
+  CHECK(c.vocab_size() == a.vocab_size());
 }
 
 TEST_CASE("tokenizer errors name the file or the id", "[cpu][tokenizer]") {

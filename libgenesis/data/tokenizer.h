@@ -32,6 +32,11 @@ class Tokenizer {
   // vocab.bpe, or the same files under Hugging Face's names vocab.json + merges.txt (what
   // `genesis convert --to hf` writes for a GPT-2 tokenizer).
   static bool found_in(const std::filesystem::path& dir);
+  // GPT-2's vocabulary (encoder.json / vocab.json) and merges (vocab.bpe / merges.txt) as a
+  // Hugging Face tokenizer.json: a byte-level BPE with GPT-2's pre-tokenizer, <|endoftext|> as
+  // a special added token where the vocabulary has it. What `genesis convert --to hf` writes
+  // beside them, so that tokenizers' fast tokenizer (AutoTokenizer) loads the export too.
+  static std::string gpt2_as_hf_json(const std::filesystem::path& vocab_json, const std::filesystem::path& merges);
   static Tokenizer from_gpt2_files(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe);
   static Tokenizer from_hf_json(const std::filesystem::path& tokenizer_json);
 

@@ -245,7 +245,7 @@ namespace {
 // Runs a loader; a field of the wrong type (a number where a string belongs, ...) becomes a
 // ValueError naming the file, with nlohmann's description without its "[json.exception...]" tag.
 template <class Load>
-Tokenizer with_json_errors(const fs::path& file, Load&& load) {
+auto with_json_errors(const fs::path& file, Load&& load) -> decltype(load()) {
   try {
     return load();
   } catch (const nlohmann::json::exception& e) {
@@ -258,6 +258,48 @@ Tokenizer with_json_errors(const fs::path& file, Load&& load) {
 }
 
 }  // namespace
+
+std::string Tokenizer::gpt2_as_hf_json(const fs::path& vocab_json, const fs::path& merges_file) {
+  return with_json_errors(vocab_json, [&] {
+    const json vocab = parse_json(read_existing(vocab_json, "GPT-2 vocabulary"), vocab_json);
+    GENESIS_CHECK(vocab.is_object(), ValueError, vocab_json.string(), ": expected a JSON object token -> id");
+    json merges = json::array();
+    const std::string text = read_existing(merges_file, "GPT-2 merges");
+    for (size_t pos = 0; pos < text.size();) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      std::string_view line(text.data() + pos, end - pos);
+      if (line.ends_with('\r')) line.remove_suffix(1);
+      pos = end + 1;
+      if (!line.empty() && !line.starts_with("#version")) merges.push_back(std::string(line));
+    }
+    const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                             {"use_regex", true}};
+    json added = json::array();
+    if (auto eos = vocab.find("<|endoftext|>"); eos != vocab.end())
+      added.push_back({{"id", *eos}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
+                       {"rstrip", false}, {"normalized", true}, {"special", true}});
+    const json out = {{"version", "1.0"},
+                      {"truncation", nullptr},
+                      {"padding", nullptr},
+                      {"added_tokens", added},
+                      {"normalizer", nullptr},
+                      {"pre_tokenizer", byte_level},
+                      {"post_processor", byte_level},
+                      {"decoder", byte_level},
+                      {"model",
+                       {{"type", "BPE"},
+                        {"dropout", nullptr},
+                        {"unk_token", nullptr},
+                        {"continuing_subword_prefix", ""},
+                        {"end_of_word_suffix", ""},
+                        {"fuse_unk", false},
+                        {"byte_fallback", false},
+                        {"vocab", vocab},
+                        {"merges", merges}}}};
+    return out.dump(2);
+  });
+}
 
 Tokenizer Tokenizer::from_gpt2_files(const fs::path& encoder_json, const fs::path& vocab_bpe) {
   return with_json_errors(encoder_json, [&] { return from_gpt2_files_unchecked(encoder_json, vocab_bpe); });

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/data/tokenizer.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/gpt2.h"
@@ -111,6 +112,13 @@ std::vector<std::string> copy_tokenizer_files(const ModelSource& source, const f
       copied.push_back(to);
       break;
     }
+  }
+  // GPT-2's two files also as a tokenizer.json, which transformers' fast tokenizers and genesis
+  // read directly.
+  const auto has = [&](const char* name) { return std::find(copied.begin(), copied.end(), name) != copied.end(); };
+  if (!has("tokenizer.json") && has("vocab.json") && has("merges.txt")) {
+    write_file_atomic(out / "tokenizer.json", data::Tokenizer::gpt2_as_hf_json(out / "vocab.json", out / "merges.txt"));
+    copied.push_back("tokenizer.json");
   }
   return copied;
 }
