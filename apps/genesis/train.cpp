@@ -100,7 +100,9 @@ void add_train_commands(CLI::App& app) {
                     "evaluate: the model always comes from the checkpoint)")
         ->check(CLI::ExistingFile);
     sub->add_option("--set", a->sets, "Override a recipe key: section.key=value (repeatable)");
-    sub->add_option("--checkpoint", *checkpoint, "Checkpoint directory, run directory, its checkpoints/, or latest")
+    sub->add_option("--checkpoint", *checkpoint,
+                    "Checkpoint directory, run directory, its checkpoints/, latest, or a Hugging Face model "
+                    "directory (config.json + model.safetensors; the recipe then gives the data)")
         ->required();
     sub->add_option("--split", *split, "Evaluation split (default: eval.split)")->check(CLI::IsMember({"test", "val"}));
     sub->add_option("--device", *device, "cpu, cuda, cuda:N or auto (overrides run.device)")->check(device_validator());
@@ -113,7 +115,8 @@ void add_train_commands(CLI::App& app) {
       const std::filesystem::path recipe =
           a->path.empty() ? io::resolve_checkpoint(*checkpoint) / "recipe.toml" : std::filesystem::path(a->path);
       GENESIS_CHECK(std::filesystem::is_regular_file(recipe), UsageError, "eval: ", *checkpoint,
-                    " has no recipe.toml; give the recipe it was trained with");
+                    " has no recipe.toml; give the recipe it was trained with (for a Hugging Face directory, "
+                    "a recipe whose [data] names the token shards to evaluate on)");
       RecipeSpec spec = load_recipe(recipe, sets);
       std::map<std::string, double> metrics = train::run_evaluation(spec, *checkpoint, *split);
       nlohmann::json out(metrics);

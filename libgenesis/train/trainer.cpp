@@ -327,6 +327,18 @@ RunBatches sample_batches(const RecipeSpec& spec, Device device, const EvalShare
 }
 
 // The eval-set measures of a language model on the recipe's val.bin.
+// One pass over a shard at start-up: an id past the model's vocabulary would otherwise stop the
+// run when its batch comes up, possibly hours in.
+void check_shard_vocab(const fs::path& path, int64_t vocab_size) {
+  if (path.empty()) return;
+  const data::TokenShard shard(path);
+  const uint32_t largest = shard.max_token();
+  GENESIS_CHECK(shard.size() == 0 || static_cast<int64_t>(largest) < vocab_size, RecipeError, "data.shards: ",
+                path.string(), " holds token id ", largest, " but the model's vocabulary has ", vocab_size,
+                " entries (ids 0..", vocab_size - 1, "); the shards were made with another tokenizer: set "
+                "model.vocab_size or prepare the shards again with the recipe's data.tokenizer");
+}
+
 std::function<std::map<std::string, double>(nn::Module&)> token_evaluation(const RecipeSpec& spec,
                                                                            const recipe::TokenData& data,
                                                                            Device device,
@@ -362,18 +374,8 @@ RunBatches token_batches(const RecipeSpec& spec, Device device, const std::funct
   b.seek = [loader](data::LoaderCursor c) { loader->seek({c.epoch, c.batch}); };
   b.per_epoch = loader->steps_per_epoch();
   b.tokens_per_batch = spec.training.batch_size * spec.data.seq_len;
-  // One pass over the shards at start-up: an id past the model's vocabulary would otherwise
-  // stop the run when its batch comes up, possibly hours in.
   b.check_vocab = [train = data.train, val = data.val](int64_t vocab_size) {
-    for (const fs::path& path : {train, val}) {
-      if (path.empty()) continue;
-      const data::TokenShard shard(path);
-      const uint32_t largest = shard.max_token();
-      GENESIS_CHECK(shard.size() == 0 || static_cast<int64_t>(largest) < vocab_size, RecipeError, "data.shards: ",
-                    path.string(), " holds token id ", largest, " but the model's vocabulary has ", vocab_size,
-                    " entries (ids 0..", vocab_size - 1, "); the shards were made with another tokenizer: set "
-                    "model.vocab_size or prepare the shards again with the recipe's data.tokenizer");
-    }
+    for (const fs::path& path : {train, val}) check_shard_vocab(path, vocab_size);
   };
   b.evaluate = token_evaluation(spec, data, device, share);
   return b;
@@ -873,9 +875,34 @@ RecipeSpec evaluation_recipe(const RecipeSpec& given, const fs::path& checkpoint
   return s;
 }
 
+namespace {
+
+// A Hugging Face model directory (config.json + weights, written by transformers or `genesis
+// convert --to hf`), as opposed to a genesis checkpoint (trainer.json / recipe.toml beside it).
+bool is_hf_directory(const fs::path& path) {
+  const auto file = [&](const char* name) { return fs::is_regular_file(path / name); };
+  return fs::is_directory(path) && file("config.json") && !file("trainer.json") && !file("recipe.toml") &&
+         (file("model.safetensors") || file("model.safetensors.index.json"));
+}
+
+// `genesis eval` of a Hugging Face directory: the directory is the model (its config.json the
+// architecture, read as model.init_from), the recipe the data and how to evaluate it.
+RecipeSpec hf_evaluation_recipe(const RecipeSpec& given, const fs::path& dir) {
+  GENESIS_CHECK(given.data.name == "tokens", UsageError, "eval: ", dir.string(),
+                " is a Hugging Face language model; give a recipe with data.name = \"tokens\" (data.shards, "
+                "data.seq_len) to evaluate it on (this one has data.name = \"", given.data.name, "\")");
+  RecipeSpec s = given;
+  if (!s.model.is_language_model()) s.model.name = "gpt2";  // any language model: init_from decides
+  s.model.init_from = dir.string();
+  return s;
+}
+
+}  // namespace
+
 std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::path& checkpoint,
                                              const std::string& split) {
-  RecipeSpec s = evaluation_recipe(spec, checkpoint);
+  const bool hf = is_hf_directory(checkpoint);
+  RecipeSpec s = hf ? hf_evaluation_recipe(spec, checkpoint) : evaluation_recipe(spec, checkpoint);
   if (!split.empty()) s.eval.split = split;
   GENESIS_CHECK(s.eval.split != "val" || s.data.val_fraction > 0.0, UsageError,
                 "--split val needs data.val_fraction > 0 in the recipe");
@@ -883,17 +910,21 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::p
   Device device = recipe::resolve_device(s.run.device);
   set_threads(s.run.threads, device);
   std::function<std::map<std::string, double>(nn::Module&)> evaluation;
+  fs::path val_shard;
   if (s.data.name == "tokens") {
     GENESIS_CHECK(s.eval.split == "val", UsageError, "a language model is evaluated on val.bin: use --split val");
     recipe::TokenData data =
         recipe::prepare_token_data(s, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
     GENESIS_CHECK(!data.val.empty(), UsageError, s.data.shards, " has no val.bin to evaluate on");
+    val_shard = data.val;
     evaluation = token_evaluation(s, data, device);
   } else {
     evaluation = sample_batches(s, device).evaluate;
   }
-  std::shared_ptr<nn::Module> model = recipe::build_model(s, device);
-  load_checkpoint(checkpoint, *model, nullptr);
+  std::shared_ptr<nn::Module> model = recipe::build_model(s, device);  // with init_from: its weights too
+  if (!hf) load_checkpoint(checkpoint, *model, nullptr);
+  if (const auto* lm = dynamic_cast<const models::CausalLM*>(model.get()))
+    check_shard_vocab(val_shard, lm->vocab_size());
   AutocastGuard autocast(recipe::amp_dtype(s));
   return evaluation(*model);
 }

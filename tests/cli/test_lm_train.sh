@@ -93,6 +93,17 @@ fi
 # 2. genesis eval on the final checkpoint reproduces the summary.
 json=$("$genesis" eval "$work/lm.toml" --checkpoint "$work/full/checkpoints" 2>/dev/null)
 echo "$json" | grep -q "\"bits_per_byte\":$bpb" && ok "genesis eval reproduces bits_per_byte" || fail "eval printed '$json', expected $bpb"
+# ... and so does the run exported as a Hugging Face directory, the recipe giving the data.
+"$genesis" convert "$work/full" "$work/hf" --to hf >/dev/null 2>"$work/err" || fail "convert --to hf: $(cat "$work/err")"
+json=$("$genesis" eval "$work/lm.toml" --checkpoint "$work/hf" 2>"$work/err")
+echo "$json" | grep -q "\"bits_per_byte\":$bpb" && ok "genesis eval of the Hugging Face export reproduces bits_per_byte" \
+  || fail "eval of the HF export printed '$json' ($(cat "$work/err")), expected $bpb"
+"$genesis" eval --checkpoint "$work/hf" >/dev/null 2>"$work/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "Hugging Face" "$work/err" && ok "eval of a Hugging Face directory without a recipe: exit 2" \
+  || fail "eval HF without recipe: exit $rc, '$(cat "$work/err")'"
+"$genesis" eval "$src/recipes/fashion_mnist_mlp.toml" --checkpoint "$work/hf" >/dev/null 2>"$work/err"; rc=$?
+[ $rc -eq 2 ] && grep -q 'data.name = "tokens"' "$work/err" && ok "eval of a Hugging Face directory on images: exit 2" \
+  || fail "eval HF with an image recipe: exit $rc, '$(cat "$work/err")'"
 
 # 3. Resume from the step-20 checkpoint: bit-identical losses and weights.
 mkdir -p "$work/resumed/checkpoints"
