@@ -19,6 +19,7 @@
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/threads.h"
 #include "libgenesis/recipe/recipe.h"
+#include "libgenesis/train/run_log.h"
 #if GENESIS_WITH_CUDA
 #include "libgenesis/cuda/runtime.h"
 #endif
@@ -39,9 +40,11 @@ Device parse_device(const std::string& name) {
 
 // The device to time; on the CPU also the thread count, chosen as genesis train chooses it
 // with run.threads = 0 (libgenesis/core/threads.h; OMP_NUM_THREADS wins), noted on stderr.
-Device bench_device(const std::string& name) {
+Device bench_device(const std::string& name, bool quiet) {
   Device device = parse_device(name);
-  if (device.is_cpu()) {
+  if (device.is_cpu() && quiet) {
+    configure_threads(0);
+  } else if (device.is_cpu()) {
     ThreadChoice threads = configure_threads(0);
     std::string note = thread_note(threads);
     std::cerr << "genesis bench: " << threads.threads << (threads.threads == 1 ? " CPU thread (" : " CPU threads (")
@@ -95,6 +98,7 @@ struct OpsFlags {
   double budget_ms = 300;
   int64_t flush_mib = -1;
   std::string flush_mode = "read";
+  bool quiet = false;
 };
 
 // Runs one (case, dtype): check first, time only what passed.
@@ -206,13 +210,14 @@ int run_ops(const OpsFlags& flags) {
   GENESIS_CHECK(!selected.empty(), UsageError, "genesis bench ops: no case of ", flags.suite, " matches --filter '",
                 flags.filter, "'", only ? " and --dtype " + flags.dtype : "");
 
-  DeviceTimer timer(bench_device(flags.device), flags.flush_mib,
+  DeviceTimer timer(bench_device(flags.device, flags.quiet), flags.flush_mib,
                     flags.flush_mode == "write" ? FlushMode::write : FlushMode::read);
   Ceilings ceilings;
   if (!flags.ceilings_path.empty()) {
     ceilings = read_ceilings(flags.ceilings_path);
   } else {
-    std::cerr << "genesis bench: measuring the ceilings of " << timer.device_name()
+    if (!flags.quiet)
+      std::cerr << "genesis bench: measuring the ceilings of " << timer.device_name()
               << " (--ceilings FILE skips this)\n";
     ceilings = measure_ceilings(timer, timer.device().is_cuda() ? 8192 : 512);
   }
@@ -223,9 +228,15 @@ int run_ops(const OpsFlags& flags) {
               "p90 ms", "rate", "%ceil", "host us", "check");
   json results = json::array();
   int ok = 0, failed = 0, unsupported = 0, errors = 0;
+  // Rows go to stdout as cases finish; the bar (or a line every 10 s) to stderr.
+  train::RunLog log("", flags.quiet);
+  int64_t done = 0;
   for (auto [c, dtype] : selected) {
+    log.progress("bench ops", done++, static_cast<int64_t>(selected.size()));
     json row = run_case(*c, dtype, timer, ceilings, flags);
+    log.clear_progress();
     print_row(row, *c);
+    std::fflush(stdout);
     std::string status = row["status"];
     (status == "ok" ? ok : status == "FAIL" ? failed : status == "unsupported" ? unsupported : errors)++;
     results.push_back(std::move(row));
@@ -276,6 +287,7 @@ void add_bench_command(CLI::App& app) {
                    "dirty, and the timed op pays for writing that back)")
       ->check(CLI::IsMember({"read", "write"}));
   ops_cmd->add_option("--ceilings", ops->ceilings_path, "Read the ceilings from this JSON instead of measuring");
+  ops_cmd->add_flag("-q,--quiet", ops->quiet, "No progress or notes on stderr");
   register_command(ops_cmd, [ops] { return run_ops(*ops); });
 
   struct TrainFlags {
@@ -304,6 +316,7 @@ void add_bench_command(CLI::App& app) {
   struct CeilingFlags {
     std::string device = "auto", json_path;
     int64_t gemm_size = 0;
+    bool quiet = false;
   };
   auto cf = std::make_shared<CeilingFlags>();
   CLI::App* ceil_cmd = bench->add_subcommand("ceilings", "Measure copy bandwidth and GEMM rates of the device");
@@ -311,8 +324,9 @@ void add_bench_command(CLI::App& app) {
   ceil_cmd->add_option("--gemm-size", cf->gemm_size, "n of the n^3 GEMMs (default 8192 on CUDA, 512 on the CPU)")
       ->check(CLI::Range(int64_t{16}, int64_t{65536}));
   ceil_cmd->add_option("--json", cf->json_path, "Write the ceilings as JSON (for bench ops --ceilings)");
+  ceil_cmd->add_flag("-q,--quiet", cf->quiet, "No notes on stderr");
   register_command(ceil_cmd, [cf] {
-    DeviceTimer timer(bench_device(cf->device));
+    DeviceTimer timer(bench_device(cf->device, cf->quiet));
     int64_t n = cf->gemm_size > 0 ? cf->gemm_size : timer.device().is_cuda() ? 8192 : 512;
     Ceilings c = measure_ceilings(timer, n);
     std::printf("%s (%s)\n", timer.device_name().c_str(), timer.device().str().c_str());
@@ -329,6 +343,7 @@ void add_bench_command(CLI::App& app) {
   struct AllocFlags {
     std::string device = "auto", json_path;
     int64_t pairs = 20000;
+    bool quiet = false;
   };
   auto af = std::make_shared<AllocFlags>();
   CLI::App* alloc_cmd =
@@ -336,8 +351,9 @@ void add_bench_command(CLI::App& app) {
   alloc_cmd->add_option("--device", af->device, "cuda, cuda:N, cpu or auto")->check(device_validator());
   alloc_cmd->add_option("--pairs", af->pairs, "Allocation + free pairs of the simple scenarios (default 20000)");
   alloc_cmd->add_option("--json", af->json_path, "Write the results as JSON");
+  alloc_cmd->add_flag("-q,--quiet", af->quiet, "No notes on stderr");
   register_command(alloc_cmd, [af] {
-    DeviceTimer timer(bench_device(af->device));
+    DeviceTimer timer(bench_device(af->device, af->quiet));
     json scenarios = run_alloc_bench(timer.device(), af->pairs);
     std::printf("%-14s %12s %12s %9s  %s\n", "scenario", "genesis ns", "raw ns", "raw/gen", "what");
     for (const json& s : scenarios) {

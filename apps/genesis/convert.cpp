@@ -6,6 +6,7 @@
 
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/train/run_log.h"
 
 namespace genesis::cli {
 
@@ -14,7 +15,7 @@ void add_convert_command(CLI::App& app) {
       "convert", "Convert a model: a Hugging Face directory <-> a genesis checkpoint or run (docs/convert.md)");
   struct Args {
     std::string src, dst, to, dtype, max_shard_size = "2GB";
-    bool model_only = false, overwrite = false;
+    bool model_only = false, overwrite = false, quiet = false;
   };
   auto args = std::make_shared<Args>();
   sub->add_option("SRC", args->src, "Hugging Face directory, genesis checkpoint, checkpoints or run directory")
@@ -28,6 +29,7 @@ void add_convert_command(CLI::App& app) {
                   "Split model.safetensors into shards of at most this size (2GB, 500MB, 1GiB, bytes)");
   sub->add_flag("--model-only", args->model_only, "Write weights and config only (no generation config, tokenizer)");
   sub->add_flag("--overwrite", args->overwrite, "Replace DST if it exists (atomically)");
+  sub->add_flag("-q,--quiet", args->quiet, "No progress or closing line on stderr");
   register_command(sub, [args] {
     io::ConvertOptions options;
     options.to = args->to;
@@ -35,8 +37,12 @@ void add_convert_command(CLI::App& app) {
     options.max_shard_bytes = io::parse_byte_size(args->max_shard_size);
     options.model_only = args->model_only;
     options.overwrite = args->overwrite;
+    train::RunLog log("", args->quiet);
+    options.progress = [&log](int64_t done, int64_t total) { log.progress("converting", done, total); };
     const io::ConvertResult result = io::convert_model(args->src, args->dst, options);
-    std::cerr << "converted " << result.architecture << " (" << result.from_format << " -> " << result.to
+    log.clear_progress();
+    if (!args->quiet)
+      std::cerr << "converted " << result.architecture << " (" << result.from_format << " -> " << result.to
               << "): " << result.tensors << " tensors, " << result.bytes << " bytes\n";
     for (const auto& file : result.files) std::cout << (std::filesystem::path(args->dst) / file).string() << "\n";
     return 0;

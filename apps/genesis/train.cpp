@@ -107,6 +107,8 @@ void add_train_commands(CLI::App& app) {
     sub->add_option("--split", *split, "Evaluation split (default: eval.split)")->check(CLI::IsMember({"test", "val"}));
     sub->add_option("--device", *device, "cpu, cuda, cuda:N or auto (overrides run.device)")->check(device_validator());
     sub->add_flag("--json")->description("The metrics as one JSON object on stdout (what eval always prints)");
+    auto quiet = std::make_shared<bool>(false);
+    sub->add_flag("-q,--quiet", *quiet, "No progress lines on stderr");
     register_command(sub, [=] {
       GENESIS_CHECK(std::filesystem::exists(*checkpoint), UsageError, "eval: --checkpoint ", *checkpoint,
                     " does not exist");
@@ -118,7 +120,7 @@ void add_train_commands(CLI::App& app) {
                     " has no recipe.toml; give the recipe it was trained with (for a Hugging Face directory, "
                     "a recipe whose [data] names the token shards to evaluate on)");
       RecipeSpec spec = load_recipe(recipe, sets);
-      std::map<std::string, double> metrics = train::run_evaluation(spec, *checkpoint, *split);
+      std::map<std::string, double> metrics = train::run_evaluation(spec, *checkpoint, *split, *quiet);
       nlohmann::json out(metrics);
       out["split"] = split->empty() ? spec.eval.split : *split;
       std::cout << out.dump() << "\n";

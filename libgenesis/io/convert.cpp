@@ -310,7 +310,9 @@ ConvertResult convert_model(const fs::path& src, const fs::path& dst, const Conv
   result.tensors = static_cast<int64_t>(names.size());
 
   DirectoryTransaction tx(dst, options.overwrite);
+  int64_t done = 0;
   const TensorGetter get = [&](const std::string& name) {
+    if (options.progress) options.progress(++done, result.tensors);
     Tensor stored = source.weights.tensor(name);
     return options.dtype && stored.dtype() != *options.dtype ? stored.to(*options.dtype) : stored;
   };

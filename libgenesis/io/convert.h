@@ -55,6 +55,8 @@ struct ConvertOptions {
   uint64_t max_shard_bytes = 2'000'000'000;
   bool model_only = false;  // skip generation_config.json and tokenizer files
   bool overwrite = false;   // replace an existing destination (atomically)
+  // Told as each tensor is read for writing: tensors done and in all.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 struct ConvertResult {

@@ -44,7 +44,7 @@ void RunLog::progress(const std::string& what, int64_t done, int64_t total) {
   const double frac = static_cast<double>(done) / static_cast<double>(total);
   char line[200];
   std::snprintf(line, sizeof line, "%s %lld/%lld | %s | eta %s", what.c_str(), static_cast<long long>(done),
-                static_cast<long long>(total), format_duration(elapsed).c_str(), format_duration(eta).c_str());
+                static_cast<long long>(total), format_duration(elapsed).c_str(), done > 0 ? format_duration(eta).c_str() : "?");
   if (tty_) {
     constexpr int kWidth = 24;
     std::string bar(static_cast<size_t>(frac * kWidth), '#');
@@ -57,6 +57,13 @@ void RunLog::progress(const std::string& what, int64_t done, int64_t total) {
     progress_last_line_ = now;
   }
   std::fflush(stderr);
+}
+
+void RunLog::clear_progress() {
+  if (!progress_open_) return;
+  std::fputs("\r\x1b[K", stderr);
+  std::fflush(stderr);
+  progress_open_ = false;
 }
 
 void RunLog::reopen_metrics() {

@@ -52,6 +52,8 @@ class RunLog {
   // Progress of long work that is not training (an evaluation): a bar with ETA redrawn in
   // place on a terminal, a plain line every 10 s otherwise; nothing when quiet.
   void progress(const std::string& what, int64_t done, int64_t total);
+  // Erases an unfinished progress bar from the terminal (before other output goes there).
+  void clear_progress();
   // Opens metrics.jsonl again (after it was replaced, e.g. truncated to an older checkpoint).
   void reopen_metrics();
 

@@ -900,7 +900,7 @@ RecipeSpec hf_evaluation_recipe(const RecipeSpec& given, const fs::path& dir) {
 }  // namespace
 
 std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::path& checkpoint,
-                                             const std::string& split) {
+                                             const std::string& split, bool quiet) {
   const bool hf = is_hf_directory(checkpoint);
   RecipeSpec s = hf ? hf_evaluation_recipe(spec, checkpoint) : evaluation_recipe(spec, checkpoint);
   if (!split.empty()) s.eval.split = split;
@@ -909,17 +909,19 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::p
   set_allow_tf32(s.run.allow_tf32);
   Device device = recipe::resolve_device(s.run.device);
   set_threads(s.run.threads, device);
+  RunLog log("", quiet);
+  EvalShare share;
+  share.progress = [&log](int64_t done, int64_t total) { log.progress("evaluating", done, total); };
   std::function<std::map<std::string, double>(nn::Module&)> evaluation;
   fs::path val_shard;
   if (s.data.name == "tokens") {
     GENESIS_CHECK(s.eval.split == "val", UsageError, "a language model is evaluated on val.bin: use --split val");
-    recipe::TokenData data =
-        recipe::prepare_token_data(s, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+    recipe::TokenData data = recipe::prepare_token_data(s, [&log](const std::string& line) { log.note(line); });
     GENESIS_CHECK(!data.val.empty(), UsageError, s.data.shards, " has no val.bin to evaluate on");
     val_shard = data.val;
-    evaluation = token_evaluation(s, data, device);
+    evaluation = token_evaluation(s, data, device, share);
   } else {
-    evaluation = sample_batches(s, device).evaluate;
+    evaluation = sample_batches(s, device, share).evaluate;
   }
   std::shared_ptr<nn::Module> model = recipe::build_model(s, device);  // with init_from: its weights too
   if (!hf) load_checkpoint(checkpoint, *model, nullptr);

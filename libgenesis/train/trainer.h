@@ -37,8 +37,9 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
 // "test" or "val") and returns the metrics: loss and accuracy for a classifier; loss,
 // perplexity, bits_per_byte, tokens and bytes on val.bin for a language model (whose shards
 // are prepared first when missing).
+// Progress (a bar on a terminal, a line every 10 s otherwise) and notes go to stderr unless quiet.
 std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const std::filesystem::path& checkpoint,
-                                             const std::string& split);
+                                             const std::string& split, bool quiet = false);
 
 // What `--nproc-per-node N` checks before it starts the ranks, so that a bad combination is one
 // error line rather than one per rank: the device resolves, dist.backend can carry it, and a CUDA

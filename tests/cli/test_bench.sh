@@ -28,6 +28,17 @@ tail -1 "$tmp/a.txt" | grep -q " 0 FAIL" || fail "bench ops summary line: $(tail
   --dtype f32 --json "$tmp/b.json" > "$tmp/b.txt"
 check "bench ops --filter --dtype" 0 $?
 [ "$(grep -c "ok (err" "$tmp/b.txt")" = 2 ] || fail "--filter 'softmax|layer_norm' --dtype f32 should run 2 cases"
+# -q: nothing on stderr; on a terminal, a progress bar between the rows otherwise.
+"$genesis" bench ops "${fast[@]}" -q --suite "$suite" --ceilings "$tmp/ceilings.json" --filter softmax \
+  > /dev/null 2> "$tmp/q.err"
+check "bench ops -q" 0 $?
+[ -s "$tmp/q.err" ] && fail "bench ops -q wrote to stderr: $(head -2 "$tmp/q.err")"
+if command -v script >/dev/null; then
+  script -qc "'$genesis' bench ops --device cpu --reps 3 --budget-ms 5 --flush-mib 1 --suite '$suite' \
+    --ceilings '$tmp/ceilings.json' --filter softmax" /dev/null | tr '\r' '\n' > "$tmp/tty.out"
+  grep -q "bench ops 0/" "$tmp/tty.out" && grep -q "ok (err" "$tmp/tty.out" \
+    && echo "ok: bench ops shows its progress on a terminal" || fail "bench ops on a terminal: $(cat "$tmp/tty.out")"
+fi
 
 if command -v python3 >/dev/null; then
   python3 - "$tmp/a.json" "$tmp/ceilings.json" <<'PY' || fail "bench ops JSON does not follow the schema"

@@ -27,6 +27,8 @@ json_get() {  # json_get FILE PYTHON_EXPRESSION_ON_j
 "$genesis" convert "$fixture" "$work/g" >"$work/files.txt" 2>"$work/err"; expect_rc "convert HF -> genesis" 0 $?
 grep -q "$work/g/model.safetensors" "$work/files.txt" || fail "convert did not list the files it wrote"
 "$genesis" convert "$work/g" "$work/hf" --to hf >/dev/null 2>"$work/err"; expect_rc "convert genesis -> HF" 0 $?
+"$genesis" convert "$work/g" "$work/hf_q" --to hf -q >/dev/null 2>"$work/err"; expect_rc "convert -q" 0 $?
+[ -s "$work/err" ] && fail "convert -q wrote to stderr: $(cat "$work/err")"
 "$genesis" inspect "$fixture" --json >"$work/a.json"; expect_rc "inspect --json on the fixture" 0 $?
 "$genesis" inspect "$work/hf" --json >"$work/b.json"; expect_rc "inspect --json on the round trip" 0 $?
 [ "$(json_get "$work/a.json" 'j["format"], j["architecture"]')" = "huggingface llama" ] \

@@ -46,6 +46,15 @@ assert j["optimizer"]["lr"] == 0.002 and j["model"]["hidden"] == [256, 128] and 
   && "$genesis" info --json | python3 -c 'import json, sys; json.load(sys.stdin)' \
   && [ "$("$genesis" eval --checkpoint "$work/short" --json 2>/dev/null)" = "$json" ] \
   && ok "recipe show, info and eval take --json" || fail "--json convention"
+# On a terminal eval draws a progress bar on stderr; -q leaves only the JSON.
+if command -v script >/dev/null; then
+  script -qc "'$genesis' eval --checkpoint '$work/short'" /dev/null | tr '\r' '\n' >"$work/tty.out"
+  grep -q "100% evaluating 10/10" "$work/tty.out" && grep -q "\"accuracy\":$acc" "$work/tty.out" \
+    && ok "eval shows its progress on a terminal" || fail "eval on a terminal: $(cat "$work/tty.out")"
+  script -qc "'$genesis' eval -q --checkpoint '$work/short'" /dev/null | tr -d '\r' >"$work/tty_q.out"
+  [ "$(grep -cv '^$' "$work/tty_q.out")" = 1 ] && grep -q "\"accuracy\":$acc" "$work/tty_q.out" \
+    && ok "eval -q prints only the metrics" || fail "eval -q on a terminal: $(cat "$work/tty_q.out")"
+fi
 # The logged loss is the mean of the window's step losses.
 "$genesis" train "$recipe" --out "$work/every1" --set training.steps=10 --set training.log_every=1 --set training.eval_every=0 -q >/dev/null 2>&1
 "$genesis" train "$recipe" --out "$work/every5" --set training.steps=10 --set training.log_every=5 --set training.eval_every=0 -q >/dev/null 2>&1
