@@ -134,6 +134,8 @@ TEST_CASE("training checkpoints round-trip model, optimizer and trainer state", 
   s.optimizer_steps = opt->step_count();
   s.optimizer_name = "adamw";
   s.scheduler_name = "cosine";
+  s.log_window_steps = 3;
+  s.log_window_loss = 0.1 + 0.2 + 1.0 / 3.0;  // kept to the last bit
   fs::path saved = train::save_checkpoint(dir, a, *opt, s, "[run]\nname = \"t\"\n", 2);
   CHECK(saved.filename() == "step_00000007");
   CHECK(fs::exists(dir / "latest"));
@@ -146,6 +148,8 @@ TEST_CASE("training checkpoints round-trip model, optimizer and trainer state", 
   CHECK(r.step == 7);
   CHECK(r.cursor == data::LoaderCursor{2, 5});
   CHECK(r.rng == GeneratorState{11, 99});
+  CHECK(r.log_window_steps == 3);
+  CHECK(r.log_window_loss == s.log_window_loss);
   CHECK(opt_b->step_count() == 1);
   CHECK(b.named_parameters()[0].tensor.to_vector<float>() == a.named_parameters()[0].tensor.to_vector<float>());
   CHECK(opt_b->state().size() == opt->state().size());
@@ -162,7 +166,8 @@ TEST_CASE("training checkpoints round-trip model, optimizer and trainer state", 
       {"\"step\": 7", "\"step\": 7.5"},           {"\"step\": 7", "\"step\": -7"},
       {"\"step\": 7", "\"step\": 18446744073709551615"}, {"\"seed\": 11", "\"seed\": -1"},
       {"\"world_size\": 1", "\"world_size\": 0"}, {"\"optimizer\": \"adamw\"", "\"optimizer\": 3"},
-      {"\"format_version\": 1", "\"format_version\": 2"}};
+      {"\"format_version\": 1", "\"format_version\": 2"}, {"\"steps\": 3", "\"steps\": -3"},
+      {"\"loss_sum\": ", "\"loss_sum\": \"x\", \"y\": "}};
   for (const auto& [from, to] : damage) {
     INFO(to);
     const size_t at = good.find(from);

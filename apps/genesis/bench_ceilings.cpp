@@ -5,6 +5,7 @@
 
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/io/json_text.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/linalg.h"
 #if GENESIS_WITH_CUDA
@@ -83,7 +84,7 @@ Ceilings read_ceilings(const std::string& path) {
     c.gemm_bf16_tflops = j.at("gemm_tflops").at("bf16").get<double>();
     return c;
   } catch (const nlohmann::json::exception& e) {
-    GENESIS_THROW(UsageError, "--ceilings: '", path, "' is not a ceilings JSON (", e.what(), ")");
+    GENESIS_THROW(UsageError, "--ceilings: '", path, "' is not a ceilings JSON (", io::json_error_text(e), ")");
   }
 }
 

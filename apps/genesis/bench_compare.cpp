@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/io/json_text.h"
 
 namespace genesis::cli::bench {
 namespace {
@@ -25,7 +26,7 @@ json load(const std::string& path) {
                   "'; expected genesis.bench.ops/1, genesis.bench.alloc/1 or genesis.bench.train/1");
     return j;
   } catch (const json::exception& e) {
-    GENESIS_THROW(UsageError, "genesis bench compare: '", path, "' is not a bench result (", e.what(), ")");
+    GENESIS_THROW(UsageError, "genesis bench compare: '", path, "' is not a bench result (", io::json_error_text(e), ")");
   }
 }
 
@@ -142,7 +143,7 @@ int compare_results(const std::string& path_a, const std::string& path_b) {
     // Train results hold cases as ops results do (one per recipe step).
     return a.at("schema") == "genesis.bench.alloc/1" ? compare_alloc(a, b) : compare_ops(a, b);
   } catch (const json::exception& e) {
-    GENESIS_THROW(UsageError, "genesis bench compare: malformed result file (", e.what(), ")");
+    GENESIS_THROW(UsageError, "genesis bench compare: malformed result file (", io::json_error_text(e), ")");
   }
 }
 

@@ -17,6 +17,7 @@
 #include "libgenesis/data/permutation.h"
 #include "libgenesis/core/interrupt.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/json_text.h"
 
 namespace genesis::data {
 
@@ -230,7 +231,7 @@ TokenWindowCursor TokenWindowCursor::from_json(std::string_view text) {
     auto j = nlohmann::json::parse(text);
     return {j.at("epoch").get<int64_t>(), j.at("step").get<int64_t>()};
   } catch (const nlohmann::json::exception& e) {
-    GENESIS_THROW(ValueError, "token window cursor '", text, "' is not {\"epoch\": E, \"step\": S}: ", e.what());
+    GENESIS_THROW(ValueError, "token window cursor '", text, "' is not {\"epoch\": E, \"step\": S}: ", io::json_error_text(e));
   }
 }
 

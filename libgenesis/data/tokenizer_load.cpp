@@ -6,6 +6,7 @@
 #include "libgenesis/data/tokenizer.h"
 #include "libgenesis/data/tokenizer_impl.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/json_text.h"
 
 namespace genesis::data {
 
@@ -26,7 +27,7 @@ json parse_json(const std::string& text, const fs::path& path) {
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
-    GENESIS_THROW(ValueError, "malformed JSON in ", path.string(), ": ", e.what());
+    GENESIS_THROW(ValueError, "malformed JSON in ", path.string(), ": ", io::json_error_text(e));
   }
 }
 
@@ -249,10 +250,8 @@ auto with_json_errors(const fs::path& file, Load&& load) -> decltype(load()) {
   try {
     return load();
   } catch (const nlohmann::json::exception& e) {
-    std::string what = e.what();
-    if (const size_t tag_end = what.find("] "); what.starts_with("[json.") && tag_end != std::string::npos)
-      what = what.substr(tag_end + 2);
-    GENESIS_THROW(ValueError, "tokenizer ", file.string(), ": a field has an unexpected type or value (", what,
+    GENESIS_THROW(ValueError, "tokenizer ", file.string(), ": a field has an unexpected type or value (",
+                  io::json_error_text(e),
                   "); expected a Hugging Face tokenizer.json or GPT-2's encoder.json + vocab.bpe");
   }
 }

@@ -56,7 +56,7 @@ struct ConvertOptions {
   bool model_only = false;  // skip generation_config.json and tokenizer files
   bool overwrite = false;   // replace an existing destination (atomically)
   // Told as each tensor is read for writing: tensors done and in all.
-  std::function<void(int64_t done, int64_t total)> progress;
+  std::function<void(int64_t done, int64_t total)> progress = {};
 };
 
 struct ConvertResult {

@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/json_text.h"
 
 namespace genesis::io {
 
@@ -295,7 +296,7 @@ void save_safetensors(const fs::path& path, const NamedTensors& tensors,
     header_text = header.dump();
   } catch (const json::exception& e) {
     GENESIS_THROW(ValueError, "save_safetensors '", path.string(), "': tensor names and metadata must be valid UTF-8 (",
-                  e.what(), ")");
+                  io::json_error_text(e), ")");
   }
   // Padding to 8 bytes keeps the data buffer (and so every tensor) aligned in the file.
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
@@ -369,7 +370,7 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
     json::sax_parse(header_begin, header_end, &check);
     header = json::parse(header_begin, header_end);
   } catch (const json::exception& e) {
-    throw format_error(path, "header is not valid JSON: ", printable(shortened(e.what(), 240), true));
+    throw format_error(path, "header is not valid JSON: ", printable(shortened(io::json_error_text(e), 240), true));
   }
   for (const auto& [key, value] : header.items()) {
     if (key == kMetadataKey) {

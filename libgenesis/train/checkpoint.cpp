@@ -8,6 +8,7 @@
 #include "libgenesis/core/error.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/json_text.h"
 #include "libgenesis/io/safetensors.h"
 #include "libgenesis/models/causal_lm.h"
 
@@ -74,6 +75,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
     trainer["grad_scaler"] = {
         {"scale", g->scale}, {"growth_tracker", g->growth_tracker}, {"skipped_steps", g->skipped_steps}};
   }
+  if (state.log_window_steps > 0 && std::isfinite(state.log_window_loss))
+    trainer["log_window"] = {{"steps", state.log_window_steps}, {"loss_sum", state.log_window_loss}};
   io::write_file_atomic(tx.path() / "trainer.json", trainer.dump(2) + "\n");
   io::write_file_atomic(tx.path() / "recipe.toml", recipe_toml);
   // Language models also carry their Hugging Face config.json, which `genesis convert` and
@@ -139,10 +142,28 @@ TrainerState parse_trainer_json(const nlohmann::json& j, const std::string& file
                                          .growth_tracker = count(g, "growth_tracker", "grad_scaler.growth_tracker", 0),
                                          .skipped_steps = count(g, "skipped_steps", "grad_scaler.skipped_steps", 0)};
   }
+  if (j.contains("log_window")) {
+    const nlohmann::json& w = j["log_window"];
+    s.log_window_steps = count(w, "steps", "log_window.steps", 0);
+    const nlohmann::json& loss = field(w, "loss_sum", "log_window.loss_sum");
+    GENESIS_CHECK(loss.is_number() && std::isfinite(loss.get<double>()), FormatError, file,
+                  ": field 'log_window.loss_sum' must be a finite number, not ", loss.dump());
+    s.log_window_loss = loss.get<double>();
+  }
   return s;
 }
 
 }  // namespace
+
+TrainerState read_trainer_json(std::string_view text, const std::string& file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    GENESIS_THROW(FormatError, file, ": invalid JSON: ", io::json_error_text(e));
+  }
+  return parse_trainer_json(j, file);
+}
 
 TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& model, Optimizer* optimizer,
                              const OptimizerStateLoader& load_optimizer) {
@@ -150,14 +171,8 @@ TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& mode
   for (const char* f : {"model.safetensors", "trainer.json"}) {
     GENESIS_CHECK(std::filesystem::exists(dir / f), ValueError, "checkpoint ", dir.string(), " has no ", f);
   }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(io::read_file(dir / "trainer.json"));
-  } catch (const nlohmann::json::exception& e) {
-    GENESIS_THROW(FormatError, (dir / "trainer.json").string(), ": invalid JSON: ", e.what());
-  }
-  const std::string file = (dir / "trainer.json").string();
-  TrainerState s = parse_trainer_json(j, file);
+  const std::filesystem::path file = dir / "trainer.json";
+  TrainerState s = read_trainer_json(io::read_file(file), file.string());
   try {
     model.load_state_dict(read_all(io::SafetensorsFile(dir / "model.safetensors")));
   } catch (const ShapeError& e) {

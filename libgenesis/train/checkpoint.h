@@ -31,6 +31,10 @@ struct TrainerState {
   std::string optimizer_name;
   std::string scheduler_name;
   std::optional<amp::GradScalerState> grad_scaler;  // fp16 runs
+  // The logging window open at the checkpoint: its steps and their summed loss, so that a
+  // resumed run logs the same window means as an uninterrupted one.
+  int64_t log_window_steps = 0;
+  double log_window_loss = 0.0;
 };
 
 // Writes checkpoints_dir/step_<step>/ atomically, points `latest` at it and keeps the newest
@@ -49,6 +53,10 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
                                       const std::vector<NamedTensor>& optimizer_state, const TrainerState& state,
                                       const std::string& recipe_toml, size_t keep_last,
                                       const std::filesystem::path& tokenizer = {});
+
+// The state in trainer.json's text, every field checked for type and range; FormatError naming
+// `file` and the field otherwise.
+TrainerState read_trainer_json(std::string_view text, const std::string& file);
 
 // Restores model (strict: names and shapes must match) and, when given, the optimizer.
 // `path` may be a checkpoint directory, a `latest` pointer or a checkpoints directory.

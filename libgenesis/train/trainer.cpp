@@ -663,9 +663,17 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     log.note("note: " + *problem + "; skipped (training.on_nonfinite = \"skip\")");
   };
 
+  // The logged loss is the mean over the logging window (as llm.c and torchtitan log it),
+  // summed on the device: no host read between log steps. A checkpoint keeps the open window.
+  Tensor window_loss;  // sum of the window's step losses (f64, on the device)
+  int64_t window_steps = state.log_window_steps;
+  if (window_steps > 0) window_loss = scalar_tensor(state.log_window_loss, {.dtype = DType::f64, .device = device});
+
   auto checkpoint = [&] {
     check_nonfinite();
     log_skipped_steps();
+    state.log_window_steps = window_steps;
+    state.log_window_loss = window_steps > 0 ? window_loss.item() : 0.0;
     if (scaler) state.grad_scaler = scaler->state_dict();
     state.cursor = batches.cursor();
     state.rng = default_generator().state();
@@ -695,8 +703,6 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   Clock::time_point window_start = start;
   double paused_s = 0;  // evaluations and checkpoints inside the loop
   int64_t window_samples = 0;
-  Tensor window_loss;  // sum of the window's step losses (f64, on the device)
-  int64_t window_steps = 0;
   double last_loss = 0.0;
   std::map<std::string, double> last_eval;
   // Evaluates into last_eval; on a stop request during it writes a checkpoint and returns false.
@@ -735,8 +741,6 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
     }
     const Tensor &step_loss = result.loss, &grad_norm = result.grad_norm;
     window_samples += result.samples * world;
-    // The logged loss is the mean over the logging window (as llm.c and torchtitan log it),
-    // summed on the device: no host read between log steps.
     {
       NoGradGuard no_grad;
       window_loss = window_loss.defined() ? add(window_loss, step_loss.to(DType::f64)) : step_loss.to(DType::f64);
