@@ -17,6 +17,7 @@ packages=(
   librsvg2-bin           # rsvg-convert: the tests render genesis report's SVG charts
   libopenmpi-dev         # the mpi backend of the communicator (GENESIS_MPI, CPU data-parallel ranks under mpirun)
   openmpi-bin            # mpirun: runs those ranks, and the MPI tests
+  clang libclang-rt-dev  # libFuzzer + sanitizers: scripts/fuzz.sh (tests/fuzz)
   dataset-fashion-mnist  # Fashion-MNIST IDX files (/usr/share/datasets/fashion-mnist)
 )
 

@@ -96,6 +96,16 @@ TEST_CASE("views share storage and alias writes", "[cpu][core]") {
   CHECK(v.select(0, 1).select(0, 0).select(0, 0).item() == 24.0);
 }
 
+TEST_CASE("shapes whose sizes overflow int64 are a ShapeError", "[cpu][core]") {
+  const int64_t big = int64_t{1} << 40;
+  CHECK_THROWS_AS(numel_of({big, big}), ShapeError);
+  CHECK(numel_of({big, big, 0}) == 0);
+  CHECK(numel_of({0, big, big}) == 0);
+  CHECK_THROWS_AS(contiguous_strides({0, big, big}), ShapeError);  // empty, yet its strides overflow
+  CHECK_THROWS_AS(empty({0, big, big}), ShapeError);
+  CHECK(contiguous_strides({2, 0, 3}) == Strides{3, 3, 1});
+}
+
 TEST_CASE("factories", "[cpu][core]") {
   CHECK(zeros({2, 3}).to_vector<float>() == std::vector<float>(6, 0.0f));
   CHECK(full({2}, 7.5, {.dtype = DType::f64}).to_vector<double>() == std::vector<double>{7.5, 7.5});

@@ -83,6 +83,11 @@ TEST_CASE("IDX: a gzip bomb is refused from its header, trailing data is refused
   write_file(bomb, idx_bytes(0x08, {60000, 1000, 1000}, std::vector<unsigned char>(4096, 0)), true);
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH(read_idx(bomb), Catch::Contains("more than 1024 MiB") && Catch::Contains("bomb.idx.gz"));
+  // Found by tests/fuzz: a zero size hid the product of the others (0 x 2^32-ish x 2^32-ish
+  // overflowed int64 when the empty tensor's strides were computed).
+  const std::string zero = temp_path("zero.idx");
+  write_file(zero, idx_bytes(0x08, {0, 3304849922u, 4160985028u}, {}), false);
+  CHECK_THROWS_WITH(read_idx(zero), Catch::Contains("more than 1024 MiB") && Catch::Contains("zero.idx"));
   std::vector<unsigned char> payload(3 * 2 * 2 + (size_t{64} << 20), 7);  // 64 MiB past the 12 bytes announced
   write_file(extra, idx_bytes(0x08, {3, 2, 2}, payload), true);
   CHECK_THROWS_WITH(read_idx(extra), Catch::Contains("expected 12 data bytes") && Catch::Contains("found more"));

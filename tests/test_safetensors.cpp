@@ -297,6 +297,13 @@ TEST_CASE("safetensors rejects corrupt files with FormatError naming the problem
   SECTION("header longer than the limit") {
     CHECK_THAT(open_error(dir, le64(200'000'000) + "{}"), Contains("exceeds the limit of 100000000 bytes"));
   }
+  SECTION("a BOOL element that is neither 0 nor 1 (found by tests/fuzz: undefined behaviour when read)") {
+    const fs::path path = dir / "bool.safetensors";
+    write_bytes(path, one(entry("BOOL", "[3]", 0, 3), std::string("\x01\x00\x80", 3)));
+    io::SafetensorsFile file(path);
+    CHECK_THROWS_AS(file.tensor("t"), FormatError);
+    CHECK_THROWS_WITH(file.tensor("t"), Contains("BOOL tensor 't'") && Contains("byte 128 at element 2"));
+  }
   SECTION("invalid JSON") {
     CHECK_THAT(open_error(dir, file_bytes("{\"t\": {", "")), Contains("not valid JSON"));
   }

@@ -91,6 +91,14 @@ TEST_CASE("corrupt token shards are refused with the reason and the file", "[cpu
                Contains("truncated.bin") && Contains("truncated") && Contains("100 tokens"));
   std::ofstream(dir / "long.bin", std::ios::binary) << bytes << "xx";
   REQUIRE_THAT(message_of([&] { TokenShard s(dir / "long.bin"); }), Contains("long.bin") && Contains("2 bytes beyond"));
+  // Found by tests/fuzz: a count of 2^63 + 100 tokens of 2 bytes wraps to the 200 bytes the file
+  // holds; it was taken as a negative size.
+  std::string wrapped = bytes;
+  const uint64_t huge_count = (uint64_t{1} << 63) + 100;
+  std::memcpy(wrapped.data() + 16, &huge_count, sizeof huge_count);
+  std::ofstream(dir / "wrapped.bin", std::ios::binary) << wrapped;
+  REQUIRE_THAT(message_of([&] { TokenShard s(dir / "wrapped.bin"); }),
+               Contains("wrapped.bin") && Contains("truncated") && Contains("9223372036854775908 tokens"));
   std::string bad_magic = bytes;
   bad_magic[0] = 'X';
   std::ofstream(dir / "magic.bin", std::ios::binary) << bad_magic;

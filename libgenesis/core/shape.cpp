@@ -6,9 +6,16 @@
 
 namespace genesis {
 
+// Shapes come from files too (safetensors, IDX, config.json): products that do not fit in
+// int64 are a ShapeError, not signed overflow.
 int64_t numel_of(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+    overflow |= __builtin_mul_overflow(n, d, &n);
+  }
+  GENESIS_CHECK(!overflow, ShapeError, "shape ", shape, " has more elements than fit in int64");
   return n;
 }
 
@@ -17,7 +24,8 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     s[i] = acc;
-    acc *= shape[i] > 0 ? shape[i] : 1;
+    GENESIS_CHECK(!__builtin_mul_overflow(acc, shape[i] > 0 ? shape[i] : 1, &acc), ShapeError, "shape ", shape,
+                  " has strides too large for int64");
   }
   return s;
 }

@@ -73,16 +73,27 @@ Tensor read_idx(const std::string& path) {
   GENESIS_CHECK(elem != 0, ValueError, path, ": unsupported IDX element type 0x", std::hex, int{type});
   Shape shape;
   size_t bytes = elem;
+  size_t bound = elem;  // the same product with zero sizes taken as 1: a 0 must not hide huge others
   for (size_t d = 0; d < ndim; ++d) {
     shape.push_back(be32(&head[4 + 4 * d]));
     const auto size = static_cast<size_t>(shape.back());
-    GENESIS_CHECK(size == 0 || bytes <= kMaxIdxBytes / size, ValueError, path, ": its header announces shape ", shape,
-                  "..., more than ", kMaxIdxBytes >> 20, " MiB of data; not an IDX dataset genesis reads");
+    GENESIS_CHECK(bound <= kMaxIdxBytes / std::max<size_t>(size, 1), ValueError, path, ": its header announces shape ",
+                  shape, "..., more than ", kMaxIdxBytes >> 20, " MiB of data; not an IDX dataset genesis reads");
+    bound *= std::max<size_t>(size, 1);
     bytes *= size;
   }
   const auto count = static_cast<size_t>(numel_of(shape));
-  std::vector<unsigned char> payload(bytes);
-  const size_t got = in.read(payload.data(), bytes);
+  // Read in pieces, growing the buffer as data comes: a header announcing a large payload in a
+  // short file costs what the file holds, not what the header claims.
+  std::vector<unsigned char> payload;
+  size_t got = 0;
+  while (got < bytes) {
+    const size_t piece = std::min(bytes - got, size_t{16} << 20);
+    payload.resize(got + piece);
+    const size_t n = in.read(payload.data() + got, piece);
+    got += n;
+    if (n < piece) break;
+  }
   unsigned char extra = 0;
   GENESIS_CHECK(got == bytes && in.read(&extra, 1) == 0, ValueError, path, ": expected ", bytes,
                 " data bytes for shape ", shape, ", found ", got == bytes ? "more" : std::to_string(got));

@@ -153,7 +153,12 @@ TokenShard::TokenShard(const fs::path& path) : path_(path) {
       token_bytes_ = static_cast<int>(get<uint32_t>(bytes + 12));
       GENESIS_CHECK(token_bytes_ == 2 || token_bytes_ == 4, ValueError, "token shard ", path.string(), ": token width ",
                     token_bytes_, " bytes (expected 2 or 4)");
-      count_ = static_cast<int64_t>(get<uint64_t>(bytes + 16));
+      const uint64_t count = get<uint64_t>(bytes + 16);
+      // Compared before any arithmetic: a count near 2^64 would wrap count * width to a small size.
+      GENESIS_CHECK(count <= (map_bytes_ - kHeaderBytes) / static_cast<uint64_t>(token_bytes_), ValueError,
+                    "token shard ", path.string(), " is truncated: its header says ", count, " tokens of ",
+                    token_bytes_, " bytes but the file has ", map_bytes_, " bytes");
+      count_ = static_cast<int64_t>(count);
       vocab_size_ = get<uint64_t>(bytes + 24);
       header_bytes = kHeaderBytes;
       format_ = ShardFormat::genesis;

@@ -413,6 +413,13 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
                 kMaxTensorDims);
   char* begin = const_cast<char*>(data_) + entry.data_begin;
   size_t nbytes = entry.data_end - entry.data_begin;
+  if (*dtype == DType::boolean) {
+    // A bool holding another byte than 0 or 1 is undefined behaviour wherever it is read.
+    const auto* bytes = reinterpret_cast<const unsigned char*>(begin);
+    const auto* bad = std::find_if(bytes, bytes + nbytes, [](unsigned char b) { return b > 1; });
+    GENESIS_CHECK(bad == bytes + nbytes, FormatError, "safetensors file '", path_.string(), "': BOOL tensor '", name,
+                  "' holds the byte ", int{*bad}, " at element ", bad - bytes, " (BOOL elements are 0 or 1)");
+  }
   if (reinterpret_cast<uintptr_t>(begin) % dtype_size(*dtype) != 0) {
     Tensor copy = empty(entry.shape, {.dtype = *dtype});
     std::memcpy(copy.data_ptr(), begin, nbytes);

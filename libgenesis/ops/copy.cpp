@@ -76,7 +76,7 @@ Tensor Tensor::to(DType target) const {
   if (target == self.dtype()) return self;
   // A permutation of a contiguous tensor keeps its layout (as PyTorch's preserve_format does):
   // the cast then streams through memory instead of gathering through strides.
-  const Tensor out = [&] {
+  const Tensor out = [&, &self = self] {  // named: clang < 16 cannot capture a structured binding
     NoGradGuard views_only;  // layout permutes; the cast itself is recorded below
     const std::vector<int64_t> order = self.is_contiguous() ? std::vector<int64_t>{} : dense_axis_order(self);
     if (order.empty()) {

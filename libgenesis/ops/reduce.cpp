@@ -317,11 +317,11 @@ Tensor prod(const Tensor& x_arg, const Axes& axes_in, bool keepdim) {
   Axes axes = checked_axes("prod", x, axes_in);
   Tensor out = reduce_into(
       x, axes, keepdim, sum_dtype(x.dtype()),
-      [&](int64_t rows, int64_t cols, const void* in, void* o) {
-        kernels::cpu::prod_rows(x.dtype(), rows, cols, in, o);
+      [dtype = x.dtype()](int64_t rows, int64_t cols, const void* in, void* o) {
+        kernels::cpu::prod_rows(dtype, rows, cols, in, o);
       },
-      [&](auto shape, const void* in, void* o, auto stream) {
-        GENESIS_ON_CUDA(kernels::cuda::prod(x.dtype(), shape, in, o, stream));
+      [dtype = x.dtype()](auto shape, const void* in, void* o, auto stream) {
+        GENESIS_ON_CUDA(kernels::cuda::prod(dtype, shape, in, o, stream));
       });
   if (needs_grad({x})) {
     record("prod", {x}, {out}, [xs = saved(x), axes](const TensorList& g) {
