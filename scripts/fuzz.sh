@@ -55,6 +55,32 @@ for name in "${names[@]}"; do
     echo
   fi
 done
+# Size ladders: a valid input of N, 4N and 16N units (tests/fuzz/ladder.py) per reader whose
+# cost could grow faster than its input. Linear cost makes the 16N run ~4x the 4N run, a
+# quadratic one 16x; more than 8x fails (the fastest of three runs of each).
+ms_of() {  # ms_of NAME FILE: the harness's best time of three on one input
+  for _ in 1 2 3; do
+    "$build/tests/fuzz/fuzz_$1" "$2" 2>&1 | sed -n 's/^Executed .* in \([0-9]*\) ms$/\1/p'
+  done | sort -n | head -1
+}
+for ladder in safetensors:2500 tokenizer:5000 trainer_json:20000; do
+  name=${ladder%%:*} n=${ladder#*:}
+  [[ " ${names[*]} " == *" $name "* ]] || continue
+  times=()
+  for k in 1 4 16; do
+    python3 tests/fuzz/ladder.py "$name" $((n * k)) "$work/ladder.in"
+    times+=("$(ms_of "$name" "$work/ladder.in")")
+  done
+  echo "fuzz: $name size ladder $n/$((4 * n))/$((16 * n)): ${times[*]} ms"
+  if [ ${#times[@]} -ne 3 ] || [ -z "${times[1]}" ] || [ -z "${times[2]}" ]; then
+    echo "fuzz: $name failed on its size ladder (run: python3 tests/fuzz/ladder.py $name N FILE)" >&2
+    failed+=("$name-ladder")
+  elif [ "${times[2]}" -gt $((8 * ${times[1]} + 20)) ]; then
+    echo "fuzz: $name grows faster than its input (${times[1]} ms at $((4 * n)), ${times[2]} ms at $((16 * n)))" >&2
+    failed+=("$name-ladder")
+  fi
+done
+
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: findings in ${failed[*]}" >&2
   exit 1
