@@ -1,7 +1,11 @@
 #include "libgenesis/train/step.h"
 
+#include <limits>
+
 #include "libgenesis/autograd/autocast.h"
+#include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/ops/elementwise.h"
+#include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/loss.h"
 
 namespace genesis::train {
@@ -82,5 +86,30 @@ StepResult TrainStep::run(const std::function<data::Batch()>& next_batch, Device
   phase("optimizer");
   return result;
 }
+
+NonfiniteSteps::NonfiniteSteps(Device device)
+    : count_(scalar_tensor(0.0, {.dtype = DType::f64, .device = device})),
+      first_(scalar_tensor(kNone, {.dtype = DType::f64, .device = device})) {}
+
+Tensor NonfiniteSteps::flag(const Tensor& loss, const Tensor& grad_norm, int64_t step) {
+  NoGradGuard no_grad;
+  const Tensor sum = add(loss.to(DType::f64), grad_norm.to(DType::f64));  // inf/NaN if either is
+  const Tensor bad = sub(1.0, lt(abs(sum), std::numeric_limits<double>::infinity()).to(DType::f64));
+  count_ = add(count_, bad);
+  first_ = minimum(first_, add(mul(bad, static_cast<double>(step) - kNone), kNone));
+  return bad.to(DType::f32);
+}
+
+std::optional<std::string> NonfiniteSteps::news(int64_t step) {
+  const auto total = static_cast<int64_t>(count_.item());
+  if (total == reported_) return std::nullopt;
+  const int64_t fresh = total - reported_;
+  reported_ = total;
+  return "step " + std::to_string(static_cast<int64_t>(first_.item())) + " had a non-finite loss or gradient norm (" +
+         std::to_string(fresh) + " such step(s) in the last window, " + std::to_string(total) + " by step " +
+         std::to_string(step) + "); its update was not applied";
+}
+
+int64_t NonfiniteSteps::count() const { return static_cast<int64_t>(count_.item()); }
 
 }  // namespace genesis::train

@@ -6,6 +6,7 @@
 // its loop; `genesis bench train` times its phases.
 #include <functional>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "libgenesis/amp/grad_scaler.h"
@@ -64,6 +65,23 @@ class TrainStep {
   StepSettings settings_;
   dist::DataParallel* data_parallel_;
   std::vector<Tensor> params_;
+};
+
+// Counts the steps whose loss or gradient norm is inf/NaN on the device, and the first of them
+// (training.on_nonfinite): no host read until news() or count().
+class NonfiniteSteps {
+ public:
+  explicit NonfiniteSteps(Device device);
+  // This step's flag as the optimizer's skip_if (1 when non-finite); accumulates the count.
+  Tensor flag(const Tensor& loss, const Tensor& grad_norm, int64_t step);
+  // One host read: a sentence about the non-finite steps since the last call, or nullopt.
+  std::optional<std::string> news(int64_t step);
+  int64_t count() const;
+
+ private:
+  static constexpr double kNone = 1e15;  // "no non-finite step yet"
+  Tensor count_, first_;
+  int64_t reported_ = 0;
 };
 
 // Cross-entropy of logits [N, C] against targets [N], or of a sequence model's logits

@@ -1,15 +1,11 @@
 #include "libgenesis/train/trainer.h"
 
-#include <omp.h>
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <limits>
 #include <optional>
-#include <set>
-#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "libgenesis/autograd/autocast.h"
@@ -18,21 +14,18 @@
 #include "libgenesis/core/generator.h"
 #include "libgenesis/core/interrupt.h"
 #include "libgenesis/core/threads.h"
-#include "libgenesis/data/loader.h"
 #include "libgenesis/dist/data_parallel.h"
 #include "libgenesis/dist/process_group.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
-#include "libgenesis/io/safetensors.h"
 #include "libgenesis/models/causal_lm.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/linalg.h"
-#include "libgenesis/ops/loss.h"
-#include "libgenesis/ops/reduce.h"
 #include "libgenesis/recipe/build.h"
+#include "libgenesis/train/batches.h"
 #include "libgenesis/train/checkpoint.h"
-#include "libgenesis/train/lm_metrics.h"
+#include "libgenesis/train/run_dir.h"
 #include "libgenesis/train/run_log.h"
 #include "libgenesis/train/step.h"
 #include "libgenesis/train/stop_signal.h"
@@ -115,138 +108,6 @@ int64_t optimizer_state_bytes(const Optimizer& optimizer) {
   return bytes;
 }
 
-bool has_checkpoint(const fs::path& dir) { return fs::exists(dir / "checkpoints" / "latest"); }
-
-// True when `dir` holds only what a run writes before its first checkpoint (recipe.toml,
-// metrics.jsonl, an empty checkpoints/): a start that failed, or a run stopped early.
-bool holds_only_a_start(const fs::path& dir) {
-  if (has_checkpoint(dir)) return false;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    const bool ours = name == "recipe.toml" || name == "metrics.jsonl" || name.starts_with("events.out.tfevents.") ||
-                      (name == "checkpoints" && e.is_directory() && fs::is_empty(e.path()));
-    if (!ours) return false;
-  }
-  return true;
-}
-
-// Whether metrics.jsonl in `dir` logged any training step.
-bool logged_steps(const fs::path& dir) {
-  const fs::path metrics = dir / "metrics.jsonl";
-  return fs::exists(metrics) && io::read_file(metrics).find("\"step\"") != std::string::npos;
-}
-
-// Prepares the run directory and says whether the run resumes from a checkpoint. Refuses to
-// reuse a non-empty directory unless resuming or told to overwrite; never deletes anything
-// else. A directory where no checkpoint was written yet (a start that failed, a run stopped
-// before its first checkpoint) starts over from step 0: silently when no step was logged,
-// with `note` set under --resume.
-bool prepare_run_dir(const fs::path& dir, const TrainOptions& o, std::string& note) {
-  bool exists_nonempty = fs::exists(dir) && !fs::is_empty(dir);
-  const bool only_a_start = exists_nonempty && holds_only_a_start(dir);
-  if (only_a_start && (o.resume || !logged_steps(dir))) {
-    if (o.resume) note = "--resume: " + dir.string() + " has no checkpoint yet; starting from step 0";
-    fs::remove(dir / "metrics.jsonl");
-    std::vector<fs::path> events;
-    for (const fs::directory_entry& e : fs::directory_iterator(dir))
-      if (e.path().filename().string().starts_with("events.out.tfevents.")) events.push_back(e.path());
-    for (const fs::path& p : events) fs::remove(p);
-    return false;
-  }
-  if (o.resume) {
-    GENESIS_CHECK(exists_nonempty && has_checkpoint(dir), UsageError, "--resume: no checkpoint in ", dir.string(),
-                  " (train without --resume first, or pass the run directory with --out)");
-    return true;
-  }
-  if (exists_nonempty) {
-    GENESIS_CHECK(o.overwrite, UsageError, "run directory ", dir.string(),
-                  " already exists and is not empty: pass --resume to continue it, --overwrite to replace it, or "
-                  "--out DIR for a new one");
-    GENESIS_CHECK(fs::exists(dir / "recipe.toml") || fs::exists(dir / "metrics.jsonl"), UsageError, "--overwrite: ",
-                  dir.string(), " does not look like a genesis run directory; refusing to delete it");
-    fs::remove_all(dir);
-  }
-  fs::create_directories(dir);
-  return false;
-}
-
-// The recipe the checkpoint at `path` was trained with (its recipe.toml); nullopt where it has
-// none or it no longer parses (a checkpoint of an older genesis): then nothing is compared.
-std::optional<RecipeSpec> checkpoint_recipe(const fs::path& path) {
-  const fs::path file = io::resolve_checkpoint(path) / "recipe.toml";
-  if (!fs::is_regular_file(file)) return std::nullopt;
-  try {
-    return parse_recipe(io::read_file(file), file.string());
-  } catch (const RecipeError&) {
-    return std::nullopt;
-  }
-}
-
-// Keys a resumed run may change: its length, learning rate and cadence, and how and where it
-// runs. Every other key changes the model, the data order or the optimizer's state, and
-// resuming with it would mix two runs in one directory.
-bool may_change_on_resume(const std::string& key) {
-  static const std::set<std::string> keys{
-      "training.steps",   "training.epochs",    "optimizer.lr",     "training.log_every",
-      "training.eval_every", "training.checkpoint_every", "training.keep_last", "training.on_nonfinite",
-      "run.threads",      "run.device",         "run.name",         "run.out_dir",
-      "run.allow_tf32",   "run.peak_tflops",    "run.tensorboard",    "eval.batch_size",  "eval.split",
-      "data.prefetch",    "data.path",          "data.shards",      "data.tokenizer",
-      "data.source",      "data.fetch",         "dist.backend",     "dist.bucket_mb",
-      "dist.timeout_s",   "dist.zero"};
-  return keys.count(key) > 0;
-}
-
-// --resume against the checkpoint's recipe: refused (exit 2, every offending key listed) when
-// a key that defines the run changed; the keys that may change are returned for a warning.
-std::string check_resume_recipe(const RecipeSpec& spec, const fs::path& checkpoints) {
-  const std::optional<RecipeSpec> trained = checkpoint_recipe(checkpoints);
-  if (!trained) return "";
-  std::string refused, accepted;
-  for (const RecipeChange& c : recipe_changes(*trained, spec)) {
-    std::string& list = may_change_on_resume(c.key) ? accepted : refused;
-    list += (list.empty() ? "" : ", ") + c.key + " " + c.before + " -> " + c.after;
-  }
-  GENESIS_CHECK(refused.empty(), UsageError, "--resume: the recipe changes what the checkpoint was trained with (",
-                refused, "); resume with the run's own recipe (", (io::resolve_checkpoint(checkpoints) / "recipe.toml").string(),
-                ") or start a new run with --out");
-  return accepted.empty() ? "" : "warning: --resume with changed settings: " + accepted;
-}
-
-// --resume's load: the checkpoint `latest` points at, or where it cannot be read (a damaged
-// trainer.json or weights file), the newest one that can, with a warning; `latest` then points
-// at it. A recipe mismatch (UsageError) is not a damaged checkpoint and is raised at once; when
-// no checkpoint loads, the latest one's error is.
-TrainerState load_for_resume(const fs::path& checkpoints, nn::Module& model, Optimizer* optimizer,
-                             const OptimizerStateLoader& load_optimizer, bool rank0, std::string& warning) {
-  const fs::path latest = io::resolve_checkpoint(checkpoints);
-  std::vector<fs::path> order{latest};
-  const std::vector<io::CheckpointEntry> entries = io::list_checkpoints(checkpoints);
-  for (auto it = entries.rbegin(); it != entries.rend(); ++it)
-    if (it->path != latest) order.push_back(it->path);
-  std::exception_ptr first;
-  std::string first_message;
-  for (const fs::path& dir : order) {
-    try {
-      TrainerState state = load_checkpoint(dir, model, optimizer, load_optimizer);
-      if (dir != latest) {
-        warning = "warning: checkpoint " + latest.string() + " cannot be read (" + first_message + "); resumed from " +
-                  dir.filename().string() + ", the newest one that can";
-        if (rank0) io::update_latest_pointer(checkpoints, dir.filename().string());
-      }
-      return state;
-    } catch (const UsageError&) {
-      throw;
-    } catch (const Error& e) {
-      if (!first) {
-        first = std::current_exception();
-        first_message = e.what();
-      }
-    }
-  }
-  std::rethrow_exception(first);
-}
-
 // Peak memory of the run: the CUDA allocator's peak on a GPU, the process's peak resident
 // set on the CPU.
 int64_t peak_memory_bytes(Device device) {
@@ -258,161 +119,6 @@ int64_t peak_memory_bytes(Device device) {
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // ru_maxrss is in KiB on Linux
 }
-
-// The step of the checkpoint `path` resolves to (read from its trainer.json).
-// nullopt when it cannot be read (the resume then falls back to an older checkpoint).
-std::optional<int64_t> checkpoint_step(const fs::path& path) {
-  try {
-    const nlohmann::json j = nlohmann::json::parse(io::read_file(io::resolve_checkpoint(path) / "trainer.json"));
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
-}
-
-// Keeps the lines of metrics.jsonl whose "step" is at most `step`.
-void truncate_metrics_after(const fs::path& metrics, int64_t step) {
-  if (!fs::exists(metrics)) return;
-  const std::string text = io::read_file(metrics);
-  std::istringstream in(text);
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > step)
-      continue;
-    kept += line + "\n";
-  }
-  if (kept != text) io::write_file_atomic(metrics, kept);  // a run resumed where it stopped is left untouched
-}
-
-// What the loop needs of the run's data: training batches (dataset samples, or token windows
-// for a language model), where they stand, and the evaluation of the model.
-struct RunBatches {
-  std::function<data::Batch()> next;
-  std::function<data::LoaderCursor()> cursor;
-  std::function<void(data::LoaderCursor)> seek;
-  int64_t per_epoch = 0;
-  int64_t tokens_per_batch = 0;  // language models: batch_size * seq_len; 0 otherwise
-  std::function<std::map<std::string, double>(nn::Module&)> evaluate;  // empty: no evaluation set
-  // Language models: refuses (RecipeError) shards holding a token id the model cannot embed.
-  std::function<void(int64_t vocab_size)> check_vocab;
-};
-
-RunBatches sample_batches(const RecipeSpec& spec, Device device, const EvalShare& share = {}) {
-  auto run_data = std::make_shared<recipe::RunData>(recipe::build_data(spec));
-  // A larger batch would be cut to the dataset every step while the banner and samples/s
-  // count the requested size.
-  GENESIS_CHECK(spec.training.batch_size <= run_data->train.size(), UsageError, "training.batch_size (",
-                spec.training.batch_size, ") exceeds the ", run_data->train.size(),
-                " samples of the training set; lower it");
-  auto loader = std::make_shared<data::DataLoader>(
-      run_data->train, data::LoaderOptions{.batch_size = spec.training.batch_size,
-                                           .shuffle = spec.data.shuffle,
-                                           .drop_last = false,
-                                           .seed = static_cast<uint64_t>(spec.run.seed),
-                                           .prefetch = static_cast<int>(spec.data.prefetch),
-                                           .rank = share.rank,
-                                           .world_size = share.world});
-  RunBatches b;
-  b.next = [loader] { return loader->next(); };
-  b.cursor = [loader] { return loader->cursor(); };
-  b.seek = [loader](data::LoaderCursor c) { loader->seek(c); };
-  b.per_epoch = loader->batches_per_epoch();
-  if (run_data->eval.size() > 0) {
-    b.evaluate = [run_data, batch = spec.eval.batch_size, device, share](nn::Module& model) {
-      return evaluate(model, run_data->eval, batch, device, share);
-    };
-  }
-  return b;
-}
-
-// The eval-set measures of a language model on the recipe's val.bin.
-// One pass over a shard at start-up: an id past the model's vocabulary would otherwise stop the
-// run when its batch comes up, possibly hours in.
-void check_shard_vocab(const fs::path& path, int64_t vocab_size) {
-  if (path.empty()) return;
-  const data::TokenShard shard(path);
-  const uint32_t largest = shard.max_token();
-  GENESIS_CHECK(shard.size() == 0 || static_cast<int64_t>(largest) < vocab_size, RecipeError, "data.shards: ",
-                path.string(), " holds token id ", largest, " but the model's vocabulary has ", vocab_size,
-                " entries (ids 0..", vocab_size - 1, "); the shards were made with another tokenizer: set "
-                "model.vocab_size or prepare the shards again with the recipe's data.tokenizer");
-}
-
-std::function<std::map<std::string, double>(nn::Module&)> token_evaluation(const RecipeSpec& spec,
-                                                                           const recipe::TokenData& data,
-                                                                           Device device,
-                                                                           const EvalShare& share = {}) {
-  if (data.val.empty()) return {};
-  auto shard = std::make_shared<data::TokenShard>(data.val);
-  auto token_bytes = std::make_shared<std::vector<uint32_t>>(token_byte_lengths(data::Tokenizer::load(data.tokenizer)));
-  return [shard, token_bytes, seq_len = spec.data.seq_len, batch = spec.eval.batch_size, device,
-          share](nn::Module& model) {
-    auto* lm = dynamic_cast<models::CausalLM*>(&model);
-    GENESIS_CHECK(lm != nullptr, ValueError, "token evaluation needs a language model");
-    return evaluate_lm(*lm, *shard, seq_len, batch, *token_bytes, device, share);
-  };
-}
-
-RunBatches token_batches(const RecipeSpec& spec, Device device, const std::function<void(const std::string&)>& note,
-                         const EvalShare& share = {}) {
-  recipe::TokenData data = recipe::prepare_token_data(spec, note);
-  auto loader = std::make_shared<data::TokenWindowLoader>(
-      std::vector<fs::path>{data.train},
-      data::TokenWindowOptions{.batch_size = spec.training.batch_size,
-                               .seq_len = spec.data.seq_len,
-                               .shuffle = spec.data.shuffle,
-                               .seed = static_cast<uint64_t>(spec.run.seed),
-                               .rank = share.rank,
-                               .world_size = share.world});
-  RunBatches b;
-  b.next = [loader] {
-    data::TokenBatch t = loader->next();
-    return data::Batch{.inputs = t.inputs, .targets = t.targets, .epoch = t.at.epoch, .index = t.at.step};
-  };
-  b.cursor = [loader] { return data::LoaderCursor{loader->cursor().epoch, loader->cursor().step}; };
-  b.seek = [loader](data::LoaderCursor c) { loader->seek({c.epoch, c.batch}); };
-  b.per_epoch = loader->steps_per_epoch();
-  b.tokens_per_batch = spec.training.batch_size * spec.data.seq_len;
-  b.check_vocab = [train = data.train, val = data.val](int64_t vocab_size) {
-    for (const fs::path& path : {train, val}) check_shard_vocab(path, vocab_size);
-  };
-  b.evaluate = token_evaluation(spec, data, device, share);
-  return b;
-}
-
-// Counts the steps whose loss or gradient norm is inf/NaN on the device, and the first of them.
-class NonfiniteSteps {
- public:
-  explicit NonfiniteSteps(Device device)
-      : count_(scalar_tensor(0.0, {.dtype = DType::f64, .device = device})),
-        first_(scalar_tensor(kNone, {.dtype = DType::f64, .device = device})) {}
-  // This step's flag as the optimizer's skip_if (1 when non-finite); accumulates the count.
-  Tensor flag(const Tensor& loss, const Tensor& grad_norm, int64_t step) {
-    NoGradGuard no_grad;
-    const Tensor sum = add(loss.to(DType::f64), grad_norm.to(DType::f64));  // inf/NaN if either is
-    const Tensor bad = sub(1.0, lt(abs(sum), std::numeric_limits<double>::infinity()).to(DType::f64));
-    count_ = add(count_, bad);
-    first_ = minimum(first_, add(mul(bad, static_cast<double>(step) - kNone), kNone));
-    return bad.to(DType::f32);
-  }
-  // One host read: a sentence about the non-finite steps since the last call, or nullopt.
-  std::optional<std::string> news(int64_t step) {
-    const auto total = static_cast<int64_t>(count_.item());
-    if (total == reported_) return std::nullopt;
-    const int64_t fresh = total - reported_;
-    reported_ = total;
-    return "step " + std::to_string(static_cast<int64_t>(first_.item())) +
-           " had a non-finite loss or gradient norm (" + std::to_string(fresh) + " such step(s) in the last window, " +
-           std::to_string(total) + " by step " + std::to_string(step) + "); its update was not applied";
-  }
-  int64_t count() const { return static_cast<int64_t>(count_.item()); }
-
- private:
-  static constexpr double kNone = 1e15;  // "no non-finite step yet"
-  Tensor count_, first_;
-  int64_t reported_ = 0;
-};
 
 }  // namespace
 
@@ -427,33 +133,6 @@ void check_local_launch(const RecipeSpec& spec, int nproc) {
 }
 
 fs::path default_run_dir(const RecipeSpec& spec) { return fs::path(spec.run.out_dir) / spec.run.name; }
-
-std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,
-                                       Device device, const EvalShare& share) {
-  GENESIS_CHECK(dataset.size() > 0, ValueError, "evaluate: the evaluation set is empty");
-  bool was_training = model.is_training();
-  model.eval();
-  NoGradGuard no_grad;
-  data::DataLoader loader(dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 0});
-  Tensor loss_sum = scalar_tensor(0.0, {.dtype = DType::f64, .device = device});
-  Tensor correct = scalar_tensor(0.0, {.dtype = DType::i64, .device = device});
-  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
-    if (!share.mine(b)) continue;
-    check_interrupt("evaluating");
-    if (share.world > 1) loader.seek({0, b});  // no prefetch: only positions the loader
-    data::Batch batch = loader.next();
-    Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
-    Tensor logits = model(x);
-    loss_sum = add(loss_sum, cross_entropy(logits, y, {.reduction = Reduction::sum}).to(DType::f64));
-    correct = add(correct, sum(eq(argmax(logits, -1), y)));
-    share.report(b + 1, loader.batches_per_epoch());
-  }
-  model.train(was_training);
-  auto n = static_cast<double>(dataset.size());
-  std::vector<double> sums{loss_sum.item(), correct.item()};
-  share.reduce(sums);
-  return {{"loss", sums[0] / n}, {"accuracy", sums[1] / n}};
-}
 
 int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   const RecipeSpec::Training& t = spec.training;
@@ -851,88 +530,6 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   }
   io::write_file_atomic(run_dir / "summary.json", summary.dump(2) + "\n");
   return 0;
-}
-
-// What `genesis eval` runs with: the checkpoint's own recipe defines the model and the data's
-// preprocessing; the given recipe says where the data lives, on what device and how to
-// evaluate. Keys of the given recipe that the checkpoint's overrules are named on stderr.
-RecipeSpec evaluation_recipe(const RecipeSpec& given, const fs::path& checkpoint) {
-  const std::optional<RecipeSpec> trained = checkpoint_recipe(checkpoint);
-  if (!trained) return given;
-  RecipeSpec s = *trained;
-  s.run.device = given.run.device;
-  s.run.threads = given.run.threads;
-  s.run.allow_tf32 = given.run.allow_tf32;
-  s.eval = given.eval;
-  s.amp = given.amp;
-  s.data.path = given.data.path;
-  s.data.shards = given.data.shards;
-  s.data.tokenizer = given.data.tokenizer;
-  s.data.source = given.data.source;
-  s.data.fetch = given.data.fetch;
-  s.data.prefetch = given.data.prefetch;
-  for (const RecipeChange& c : recipe_changes(s, given)) {
-    if (!c.key.starts_with("model.") && !c.key.starts_with("data.")) continue;
-    std::fprintf(stderr, "warning: eval ignores %s = %s: the checkpoint was trained with %s\n", c.key.c_str(),
-                 c.after.c_str(), c.before.c_str());
-  }
-  return s;
-}
-
-namespace {
-
-// A Hugging Face model directory (config.json + weights, written by transformers or `genesis
-// convert --to hf`), as opposed to a genesis checkpoint (trainer.json / recipe.toml beside it).
-bool is_hf_directory(const fs::path& path) {
-  const auto file = [&](const char* name) { return fs::is_regular_file(path / name); };
-  return fs::is_directory(path) && file("config.json") && !file("trainer.json") && !file("recipe.toml") &&
-         (file("model.safetensors") || file("model.safetensors.index.json"));
-}
-
-// `genesis eval` of a Hugging Face directory: the directory is the model (its config.json the
-// architecture, read as model.init_from), the recipe the data and how to evaluate it.
-RecipeSpec hf_evaluation_recipe(const RecipeSpec& given, const fs::path& dir) {
-  GENESIS_CHECK(given.data.name == "tokens", UsageError, "eval: ", dir.string(),
-                " is a Hugging Face language model; give a recipe with data.name = \"tokens\" (data.shards, "
-                "data.seq_len) to evaluate it on (this one has data.name = \"", given.data.name, "\")");
-  RecipeSpec s = given;
-  if (!s.model.is_language_model()) s.model.name = "gpt2";  // any language model: init_from decides
-  s.model.init_from = dir.string();
-  return s;
-}
-
-}  // namespace
-
-std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::path& checkpoint,
-                                             const std::string& split, bool quiet) {
-  const bool hf = is_hf_directory(checkpoint);
-  RecipeSpec s = hf ? hf_evaluation_recipe(spec, checkpoint) : evaluation_recipe(spec, checkpoint);
-  if (!split.empty()) s.eval.split = split;
-  GENESIS_CHECK(s.eval.split != "val" || s.data.val_fraction > 0.0, UsageError,
-                "--split val needs data.val_fraction > 0 in the recipe");
-  set_allow_tf32(s.run.allow_tf32);
-  Device device = recipe::resolve_device(s.run.device);
-  set_threads(s.run.threads, device);
-  RunLog log("", quiet);
-  EvalShare share;
-  share.progress = [&log](int64_t done, int64_t total) { log.progress("evaluating", done, total); };
-  std::function<std::map<std::string, double>(nn::Module&)> evaluation;
-  fs::path val_shard;
-  if (s.data.name == "tokens") {
-    GENESIS_CHECK(s.eval.split == "val", UsageError, "a language model is evaluated on val.bin: use --split val");
-    recipe::TokenData data = recipe::prepare_token_data(s, [&log](const std::string& line) { log.note(line); });
-    GENESIS_CHECK(!data.val.empty(), UsageError, s.data.shards, " has no val.bin to evaluate on");
-    val_shard = data.val;
-    evaluation = token_evaluation(s, data, device, share);
-  } else {
-    evaluation = sample_batches(s, device, share).evaluate;
-  }
-  std::shared_ptr<nn::Module> model = recipe::build_model(s, device);  // with init_from: its weights too
-  if (!hf) load_checkpoint(checkpoint, *model, nullptr);
-  if (const auto* lm = dynamic_cast<const models::CausalLM*>(model.get()))
-    check_shard_vocab(val_shard, lm->vocab_size());
-  AutocastGuard autocast(recipe::amp_dtype(s));
-  return evaluation(*model);
 }
 
 }  // namespace genesis::train

@@ -1,0 +1,135 @@
+// `genesis eval`: a checkpoint (or a Hugging Face directory) evaluated on a recipe's data.
+#include <cstdio>
+
+#include "libgenesis/autograd/autocast.h"
+#include "libgenesis/autograd/grad_mode.h"
+#include "libgenesis/core/error.h"
+#include "libgenesis/core/interrupt.h"
+#include "libgenesis/core/threads.h"
+#include "libgenesis/models/causal_lm.h"
+#include "libgenesis/ops/elementwise.h"
+#include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/linalg.h"
+#include "libgenesis/ops/loss.h"
+#include "libgenesis/ops/reduce.h"
+#include "libgenesis/recipe/build.h"
+#include "libgenesis/train/batches.h"
+#include "libgenesis/train/checkpoint.h"
+#include "libgenesis/train/run_dir.h"
+#include "libgenesis/train/run_log.h"
+#include "libgenesis/train/trainer.h"
+
+namespace genesis::train {
+
+namespace fs = std::filesystem;
+
+std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,
+                                       Device device, const EvalShare& share) {
+  GENESIS_CHECK(dataset.size() > 0, ValueError, "evaluate: the evaluation set is empty");
+  bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  data::DataLoader loader(dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 0});
+  Tensor loss_sum = scalar_tensor(0.0, {.dtype = DType::f64, .device = device});
+  Tensor correct = scalar_tensor(0.0, {.dtype = DType::i64, .device = device});
+  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+    if (!share.mine(b)) continue;
+    check_interrupt("evaluating");
+    if (share.world > 1) loader.seek({0, b});  // no prefetch: only positions the loader
+    data::Batch batch = loader.next();
+    Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
+    Tensor logits = model(x);
+    loss_sum = add(loss_sum, cross_entropy(logits, y, {.reduction = Reduction::sum}).to(DType::f64));
+    correct = add(correct, sum(eq(argmax(logits, -1), y)));
+    share.report(b + 1, loader.batches_per_epoch());
+  }
+  model.train(was_training);
+  auto n = static_cast<double>(dataset.size());
+  std::vector<double> sums{loss_sum.item(), correct.item()};
+  share.reduce(sums);
+  return {{"loss", sums[0] / n}, {"accuracy", sums[1] / n}};
+}
+
+// What `genesis eval` runs with: the checkpoint's own recipe defines the model and the data's
+// preprocessing; the given recipe says where the data lives, on what device and how to
+// evaluate. Keys of the given recipe that the checkpoint's overrules are named on stderr.
+RecipeSpec evaluation_recipe(const RecipeSpec& given, const fs::path& checkpoint) {
+  const std::optional<RecipeSpec> trained = checkpoint_recipe(checkpoint);
+  if (!trained) return given;
+  RecipeSpec s = *trained;
+  s.run.device = given.run.device;
+  s.run.threads = given.run.threads;
+  s.run.allow_tf32 = given.run.allow_tf32;
+  s.eval = given.eval;
+  s.amp = given.amp;
+  s.data.path = given.data.path;
+  s.data.shards = given.data.shards;
+  s.data.tokenizer = given.data.tokenizer;
+  s.data.source = given.data.source;
+  s.data.fetch = given.data.fetch;
+  s.data.prefetch = given.data.prefetch;
+  for (const RecipeChange& c : recipe_changes(s, given)) {
+    if (!c.key.starts_with("model.") && !c.key.starts_with("data.")) continue;
+    std::fprintf(stderr, "warning: eval ignores %s = %s: the checkpoint was trained with %s\n", c.key.c_str(),
+                 c.after.c_str(), c.before.c_str());
+  }
+  return s;
+}
+
+namespace {
+
+// A Hugging Face model directory (config.json + weights, written by transformers or `genesis
+// convert --to hf`), as opposed to a genesis checkpoint (trainer.json / recipe.toml beside it).
+bool is_hf_directory(const fs::path& path) {
+  const auto file = [&](const char* name) { return fs::is_regular_file(path / name); };
+  return fs::is_directory(path) && file("config.json") && !file("trainer.json") && !file("recipe.toml") &&
+         (file("model.safetensors") || file("model.safetensors.index.json"));
+}
+
+// `genesis eval` of a Hugging Face directory: the directory is the model (its config.json the
+// architecture, read as model.init_from), the recipe the data and how to evaluate it.
+RecipeSpec hf_evaluation_recipe(const RecipeSpec& given, const fs::path& dir) {
+  GENESIS_CHECK(given.data.name == "tokens", UsageError, "eval: ", dir.string(),
+                " is a Hugging Face language model; give a recipe with data.name = \"tokens\" (data.shards, "
+                "data.seq_len) to evaluate it on (this one has data.name = \"", given.data.name, "\")");
+  RecipeSpec s = given;
+  if (!s.model.is_language_model()) s.model.name = "gpt2";  // any language model: init_from decides
+  s.model.init_from = dir.string();
+  return s;
+}
+
+}  // namespace
+
+std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::path& checkpoint,
+                                             const std::string& split, bool quiet) {
+  const bool hf = is_hf_directory(checkpoint);
+  RecipeSpec s = hf ? hf_evaluation_recipe(spec, checkpoint) : evaluation_recipe(spec, checkpoint);
+  if (!split.empty()) s.eval.split = split;
+  GENESIS_CHECK(s.eval.split != "val" || s.data.val_fraction > 0.0, UsageError,
+                "--split val needs data.val_fraction > 0 in the recipe");
+  set_allow_tf32(s.run.allow_tf32);
+  Device device = recipe::resolve_device(s.run.device);
+  configure_threads(s.run.threads, {.measure_load = device.is_cpu()});
+  RunLog log("", quiet);
+  EvalShare share;
+  share.progress = [&log](int64_t done, int64_t total) { log.progress("evaluating", done, total); };
+  std::function<std::map<std::string, double>(nn::Module&)> evaluation;
+  fs::path val_shard;
+  if (s.data.name == "tokens") {
+    GENESIS_CHECK(s.eval.split == "val", UsageError, "a language model is evaluated on val.bin: use --split val");
+    recipe::TokenData data = recipe::prepare_token_data(s, [&log](const std::string& line) { log.note(line); });
+    GENESIS_CHECK(!data.val.empty(), UsageError, s.data.shards, " has no val.bin to evaluate on");
+    val_shard = data.val;
+    evaluation = token_evaluation(s, data, device, share);
+  } else {
+    evaluation = sample_batches(s, device, share).evaluate;
+  }
+  std::shared_ptr<nn::Module> model = recipe::build_model(s, device);  // with init_from: its weights too
+  if (!hf) load_checkpoint(checkpoint, *model, nullptr);
+  if (const auto* lm = dynamic_cast<const models::CausalLM*>(model.get()))
+    check_shard_vocab(val_shard, lm->vocab_size());
+  AutocastGuard autocast(recipe::amp_dtype(s));
+  return evaluation(*model);
+}
+
+}  // namespace genesis::train

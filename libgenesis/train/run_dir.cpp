@@ -1,0 +1,162 @@
+#include "libgenesis/train/run_dir.h"
+
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "libgenesis/core/error.h"
+#include "libgenesis/io/checkpoint_dir.h"
+#include "libgenesis/io/file_util.h"
+
+namespace genesis::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// True when `dir` holds only what a run writes before its first checkpoint (recipe.toml,
+// metrics.jsonl, an empty checkpoints/): a start that failed, or a run stopped early.
+bool holds_only_a_start(const fs::path& dir) {
+  if (has_checkpoint(dir)) return false;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    const bool ours = name == "recipe.toml" || name == "metrics.jsonl" || name.starts_with("events.out.tfevents.") ||
+                      (name == "checkpoints" && e.is_directory() && fs::is_empty(e.path()));
+    if (!ours) return false;
+  }
+  return true;
+}
+
+// Whether metrics.jsonl in `dir` logged any training step.
+bool logged_steps(const fs::path& dir) {
+  const fs::path metrics = dir / "metrics.jsonl";
+  return fs::exists(metrics) && io::read_file(metrics).find("\"step\"") != std::string::npos;
+}
+
+// Keys a resumed run may change: its length, learning rate and cadence, and how and where it
+// runs. Every other key changes the model, the data order or the optimizer's state, and
+// resuming with it would mix two runs in one directory.
+bool may_change_on_resume(const std::string& key) {
+  static const std::set<std::string> keys{
+      "training.steps",   "training.epochs",    "optimizer.lr",     "training.log_every",
+      "training.eval_every", "training.checkpoint_every", "training.keep_last", "training.on_nonfinite",
+      "run.threads",      "run.device",         "run.name",         "run.out_dir",
+      "run.allow_tf32",   "run.peak_tflops",    "run.tensorboard",    "eval.batch_size",  "eval.split",
+      "data.prefetch",    "data.path",          "data.shards",      "data.tokenizer",
+      "data.source",      "data.fetch",         "dist.backend",     "dist.bucket_mb",
+      "dist.timeout_s",   "dist.zero"};
+  return keys.count(key) > 0;
+}
+
+}  // namespace
+
+bool has_checkpoint(const fs::path& dir) { return fs::exists(dir / "checkpoints" / "latest"); }
+
+bool prepare_run_dir(const fs::path& dir, const TrainOptions& o, std::string& note) {
+  bool exists_nonempty = fs::exists(dir) && !fs::is_empty(dir);
+  const bool only_a_start = exists_nonempty && holds_only_a_start(dir);
+  if (only_a_start && (o.resume || !logged_steps(dir))) {
+    if (o.resume) note = "--resume: " + dir.string() + " has no checkpoint yet; starting from step 0";
+    fs::remove(dir / "metrics.jsonl");
+    std::vector<fs::path> events;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir))
+      if (e.path().filename().string().starts_with("events.out.tfevents.")) events.push_back(e.path());
+    for (const fs::path& p : events) fs::remove(p);
+    return false;
+  }
+  if (o.resume) {
+    GENESIS_CHECK(exists_nonempty && has_checkpoint(dir), UsageError, "--resume: no checkpoint in ", dir.string(),
+                  " (train without --resume first, or pass the run directory with --out)");
+    return true;
+  }
+  if (exists_nonempty) {
+    GENESIS_CHECK(o.overwrite, UsageError, "run directory ", dir.string(),
+                  " already exists and is not empty: pass --resume to continue it, --overwrite to replace it, or "
+                  "--out DIR for a new one");
+    GENESIS_CHECK(fs::exists(dir / "recipe.toml") || fs::exists(dir / "metrics.jsonl"), UsageError, "--overwrite: ",
+                  dir.string(), " does not look like a genesis run directory; refusing to delete it");
+    fs::remove_all(dir);
+  }
+  fs::create_directories(dir);
+  return false;
+}
+
+std::optional<RecipeSpec> checkpoint_recipe(const fs::path& path) {
+  const fs::path file = io::resolve_checkpoint(path) / "recipe.toml";
+  if (!fs::is_regular_file(file)) return std::nullopt;
+  try {
+    return parse_recipe(io::read_file(file), file.string());
+  } catch (const RecipeError&) {
+    return std::nullopt;
+  }
+}
+
+std::string check_resume_recipe(const RecipeSpec& spec, const fs::path& checkpoints) {
+  const std::optional<RecipeSpec> trained = checkpoint_recipe(checkpoints);
+  if (!trained) return "";
+  std::string refused, accepted;
+  for (const RecipeChange& c : recipe_changes(*trained, spec)) {
+    std::string& list = may_change_on_resume(c.key) ? accepted : refused;
+    list += (list.empty() ? "" : ", ") + c.key + " " + c.before + " -> " + c.after;
+  }
+  GENESIS_CHECK(refused.empty(), UsageError, "--resume: the recipe changes what the checkpoint was trained with (",
+                refused, "); resume with the run's own recipe (", (io::resolve_checkpoint(checkpoints) / "recipe.toml").string(),
+                ") or start a new run with --out");
+  return accepted.empty() ? "" : "warning: --resume with changed settings: " + accepted;
+}
+
+TrainerState load_for_resume(const fs::path& checkpoints, nn::Module& model, Optimizer* optimizer,
+                             const OptimizerStateLoader& load_optimizer, bool rank0, std::string& warning) {
+  const fs::path latest = io::resolve_checkpoint(checkpoints);
+  std::vector<fs::path> order{latest};
+  const std::vector<io::CheckpointEntry> entries = io::list_checkpoints(checkpoints);
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it)
+    if (it->path != latest) order.push_back(it->path);
+  std::exception_ptr first;
+  std::string first_message;
+  for (const fs::path& dir : order) {
+    try {
+      TrainerState state = load_checkpoint(dir, model, optimizer, load_optimizer);
+      if (dir != latest) {
+        warning = "warning: checkpoint " + latest.string() + " cannot be read (" + first_message + "); resumed from " +
+                  dir.filename().string() + ", the newest one that can";
+        if (rank0) io::update_latest_pointer(checkpoints, dir.filename().string());
+      }
+      return state;
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      if (!first) {
+        first = std::current_exception();
+        first_message = e.what();
+      }
+    }
+  }
+  std::rethrow_exception(first);
+}
+
+std::optional<int64_t> checkpoint_step(const fs::path& path) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(io::read_file(io::resolve_checkpoint(path) / "trainer.json"));
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+void truncate_metrics_after(const fs::path& metrics, int64_t step) {
+  if (!fs::exists(metrics)) return;
+  const std::string text = io::read_file(metrics);
+  std::istringstream in(text);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() > step)
+      continue;
+    kept += line + "\n";
+  }
+  if (kept != text) io::write_file_atomic(metrics, kept);  // a run resumed where it stopped is left untouched
+}
+
+}  // namespace genesis::train

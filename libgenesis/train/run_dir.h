@@ -1,0 +1,46 @@
+#pragma once
+// The run directory (runs/NAME/: recipe.toml, metrics.jsonl, checkpoints/, summary.json):
+// preparing it for a run, and what --resume reads back from it. Used by the trainer.
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "libgenesis/recipe/recipe.h"
+#include "libgenesis/train/checkpoint.h"
+#include "libgenesis/train/trainer.h"
+
+namespace genesis::train {
+
+// Whether dir/checkpoints/latest exists.
+bool has_checkpoint(const std::filesystem::path& dir);
+
+// Prepares the run directory and says whether the run resumes from a checkpoint. Refuses to
+// reuse a non-empty directory unless resuming or told to overwrite; never deletes anything
+// else. A directory where no checkpoint was written yet (a start that failed, a run stopped
+// before its first checkpoint) starts over from step 0: silently when no step was logged,
+// with `note` set under --resume.
+bool prepare_run_dir(const std::filesystem::path& dir, const TrainOptions& o, std::string& note);
+
+// The recipe the checkpoint at `path` was trained with (its recipe.toml); nullopt where it has
+// none or it no longer parses (a checkpoint of an older genesis): then nothing is compared.
+std::optional<RecipeSpec> checkpoint_recipe(const std::filesystem::path& path);
+
+// --resume against the checkpoint's recipe: refused (UsageError, every offending key listed)
+// when a key that defines the run changed; the keys that may change are returned as a warning.
+std::string check_resume_recipe(const RecipeSpec& spec, const std::filesystem::path& checkpoints);
+
+// --resume's load: the checkpoint `latest` points at, or where it cannot be read (a damaged
+// trainer.json or weights file), the newest one that can, with `warning` set; `latest` then
+// points at it (written by rank 0). A recipe mismatch (UsageError) is raised at once; when no
+// checkpoint loads, the latest one's error is.
+TrainerState load_for_resume(const std::filesystem::path& checkpoints, nn::Module& model, Optimizer* optimizer,
+                             const OptimizerStateLoader& load_optimizer, bool rank0, std::string& warning);
+
+// The step of the checkpoint `path` resolves to (read from its trainer.json); nullopt when it
+// cannot be read.
+std::optional<int64_t> checkpoint_step(const std::filesystem::path& path);
+
+// Keeps the lines of metrics.jsonl whose "step" is at most `step`.
+void truncate_metrics_after(const std::filesystem::path& metrics, int64_t step);
+
+}  // namespace genesis::train
