@@ -3,12 +3,14 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/interrupt.h"
 #include "libgenesis/core/threads.h"
+#include "libgenesis/dist/failure.h"
 
 // A bounded OpenMP spin before libgomp starts (libgenesis/core/threads.h).
 GENESIS_PREINIT;
@@ -18,6 +20,13 @@ int main(int argc, char** argv) {
   CLI::App app{"genesis: a C++/CUDA deep-learning training toolkit driven by TOML recipes"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(GENESIS_VERSION_STRING));
+  // A rank that loses a peer prints its line and ends within seconds (libgenesis/dist/failure.h);
+  // what fails after that line (an aborted NCCL kernel's CUDA fault, say) is its consequence.
+  genesis::dist::set_exit_on_failure(true);
+  static const std::terminate_handler default_terminate = std::set_terminate([] {
+    if (genesis::dist::failure_reported()) std::_Exit(1);
+    default_terminate();
+  });
   genesis::cli::add_train_commands(app);
   genesis::cli::add_ops_command(app);
   genesis::cli::add_info_command(app);
@@ -50,9 +59,10 @@ int main(int argc, char** argv) {
   } catch (const genesis::DistError& e) {
     // A rank is gone: the process's normal exit (the CUDA runtime's teardown) could wait on NCCL
     // work that will never finish, so leave at once, as PyTorch's NCCL watchdog does.
-    std::cerr << "genesis: error: " << e.what() << std::endl;
+    if (!genesis::dist::failure_reported()) std::cerr << "genesis: error: " << e.what() << std::endl;
     std::_Exit(1);
   } catch (const std::exception& e) {
+    if (genesis::dist::failure_reported()) std::_Exit(1);  // a consequence of the failure already named
     std::cerr << "genesis: error: " << e.what() << "\n";
     return 1;
   }

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "libgenesis/dist/failure.h"
+
 namespace genesis::dist {
 
 namespace {
@@ -162,6 +164,7 @@ struct CommState {
       if (failure.empty()) failure = message;
     }
     g_failed = true;
+    report_failure(message);
     throw DistError(message);
   }
   bool failed() const {

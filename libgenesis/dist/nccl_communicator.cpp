@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/dist/failure.h"
 #include "libgenesis/cuda/caching_allocator.h"
 #include "libgenesis/cuda/runtime.h"
 #include "libgenesis/ops/factory.h"
@@ -30,9 +31,15 @@ using Clock = std::chrono::steady_clock;
 #define GENESIS_NCCL_CHECK(expr)                                                                      \
   do {                                                                                                \
     ncclResult_t genesis_nccl_ = (expr);                                                              \
-    GENESIS_CHECK(genesis_nccl_ == ncclSuccess, DistError, "nccl: ", #expr, " failed: ",              \
-                  ncclGetErrorString(genesis_nccl_), " (", ncclGetLastError(nullptr), ")");           \
+    if (genesis_nccl_ != ncclSuccess) nccl_failed(#expr, genesis_nccl_);                              \
   } while (0)
+
+[[noreturn]] void nccl_failed(const char* call, ncclResult_t result) {
+  const std::string message = detail::concat("nccl: ", call, " failed: ", ncclGetErrorString(result), " (",
+                                             ncclGetLastError(nullptr), ")");
+  report_failure(message);
+  throw DistError(message);
+}
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
@@ -109,6 +116,7 @@ class NcclCommunicator final : public Communicator {
     // can itself wait on a stuck kernel); the process is ending then. The watchdog keeps running
     // meanwhile.
     if (aborting_) {
+      release_comm();
       auto done = std::make_shared<std::atomic<bool>>(false);
       std::thread([comm = comm_, done] {
         ncclCommAbort(comm);
@@ -126,6 +134,7 @@ class NcclCommunicator final : public Communicator {
       }
     } else {
       cudaStreamSynchronize(stream_);
+      release_comm();
       ncclCommDestroy(comm_);
     }
     {
@@ -247,12 +256,19 @@ class NcclCommunicator final : public Communicator {
         const bool done = cudaEventQuery(event) == cudaSuccess;
         lock.lock();
         if (!done || running_.empty() || running_.front().event != event) break;
-        cudaEventDestroy(event);
         running_.pop_front();
+        // Not under the lock: the call can block while the compute thread waits in the driver,
+        // and the watchdog must still get the lock to decide.
+        lock.unlock();
+        cudaEventDestroy(event);
+        lock.lock();
       }
       lock.unlock();
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
+      {
+        std::lock_guard comm_lock(comm_mutex_);
+        if (!comm_released_) ncclCommGetAsyncError(comm_, &async);
+      }
       lock.lock();
       if (async != ncclSuccess && async != ncclInProgress) async_error_ = async;
     }
@@ -282,16 +298,24 @@ class NcclCommunicator final : public Communicator {
                   " s (a rank died or hangs; dist.timeout_s)";
       }
       if (!problem.empty()) {
-        std::fprintf(stderr, "genesis: error: nccl, rank %d of %d: %s; aborting\n", rank_, size_, problem.c_str());
-        std::fflush(stderr);
+        announce_failure(detail::concat("nccl, rank ", rank_, " of ", size_, ": ", problem, "; aborting"));
         // The abort can itself wait on a stuck kernel: give it a moment, then exit regardless
         // (the driver tears the context down).
-        if (!aborting) std::thread([comm = comm_] { ncclCommAbort(comm); }).detach();
+        if (!aborting) {
+          release_comm();
+          std::thread([comm = comm_] { ncclCommAbort(comm); }).detach();
+        }
         std::this_thread::sleep_for(std::chrono::seconds(2));
         std::_Exit(1);
       }
       lock.lock();
     }
+  }
+
+  // From here on the poller leaves the NCCL communicator alone (it is being aborted or destroyed).
+  void release_comm() {
+    std::lock_guard comm_lock(comm_mutex_);
+    comm_released_ = true;
   }
 
   struct Running {
@@ -316,6 +340,8 @@ class NcclCommunicator final : public Communicator {
   ncclResult_t async_error_ = ncclSuccess;  // the poller's finding
   bool aborting_ = false;                    // the destructor aborts the communicator
   bool stopping_ = false;
+  std::mutex comm_mutex_;  // orders the poller's NCCL queries before the communicator's release
+  bool comm_released_ = false;
 };
 
 }  // namespace

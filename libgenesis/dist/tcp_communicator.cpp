@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/dist/failure.h"
 #include "libgenesis/core/half.h"
 
 namespace genesis::dist {
@@ -498,6 +499,9 @@ class TcpCommunicator final : public Communicator {
             failure_ = std::current_exception();
             try {
               throw;
+            } catch (const DistError& e) {
+              report_failure(e.what());
+              tell_others(e.what());
             } catch (const std::exception& e) {
               tell_others(e.what());
             }

@@ -16,6 +16,7 @@
 #   STEPS=60 (steps per run)  TORCH=0 skips PyTorch  WIDE=N world size of the widest run (default: all GPUs)
 #   CHANNELS="8 4" also runs 2 ranks with NCCL_MAX_NCHANNELS of each value
 #   PARTS="train resume fault torch" (the default) picks the sections to run
+#   FAULT_ROUNDS=N kills each rank N times (a hang can be a race)
 # $OUT receives dist_bench.txt (the report) and dist_bench.tgz (every log, metrics and summary).
 set -uo pipefail
 archive=${1:?bundle archive}
@@ -100,27 +101,36 @@ fi
 # dist.timeout_s, naming it. Rank 0 logs every step, so it is usually blocked in a CUDA call behind
 # an NCCL collective that can never finish: the nccl watchdog has to end it.
 if want fault; then
-for victim in 1 0; do
+round=0
+for victim in $(for _ in $(seq 1 "${FAULT_ROUNDS:-1}"); do echo 1 0; done); do
   survivor=$((1 - victim))
+  round=$((round + 1))
+  dir="$out/killed$round"  # a fresh directory each round: its metrics say when to kill
   port=$((29500 + RANDOM % 1000))
   for rank in 0 1; do
     CUDA_VISIBLE_DEVICES=0,1 RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$port "$genesis" train "$recipe" --out "$out/killed$victim" --overwrite \
+      MASTER_PORT=$port "$genesis" train "$recipe" --out "$dir" \
       --set amp.dtype=bf16 --set training.steps=3000 --set training.log_every=1 --set training.eval_every=0 \
-      --set training.checkpoint_every=0 --set dist.timeout_s=60 -q > /dev/null 2> "$out/killed${victim}_rank$rank.err" &
+      --set training.checkpoint_every=0 --set dist.timeout_s=30 -q > /dev/null 2> "${dir}_rank$rank.err" &
     eval "pid$rank=$!"
   done
-  for _ in $(seq 1 600); do grep -qE '"step":20[,}]' "$out/killed$victim/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1 600); do grep -qE '"step":20[,}]' "$dir/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
   t0=$(date +%s.%N)
   eval "kill -9 \$pid$victim"
   eval "alive=\$pid$survivor"
-  for _ in $(seq 1 1200); do kill -0 "$alive" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$alive" 2>/dev/null && echo "fault: rank $survivor still running 120 s after rank $victim was killed" | tee -a "$report"
+  for _ in $(seq 1 600); do kill -0 "$alive" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$alive" 2>/dev/null; then
+    # Where it hangs: every thread's stack (cuda-gdb attaches to a running process).
+    timeout 90 cuda-gdb -batch -p "$alive" -ex "thread apply all bt" > "${dir}_stuck.txt" 2>&1
+    grep -E '^(Thread|#[0-9])' "${dir}_stuck.txt" | cut -c1-200 | head -n 80 | tee -a "$report"
+    kill -9 "$alive" 2>/dev/null
+    echo "fault: rank $survivor still running 60 s after rank $victim was killed" | tee -a "$report"
+  fi
   wait "$alive"
   rc=$?
   wait 2>/dev/null
   took=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
-  echo "fault: rank $victim killed after step 20; rank $survivor exit $rc after ${took} s: $(tail -n 1 "$out/killed${victim}_rank$survivor.err")" | tee -a "$report"
+  echo "fault: rank $victim killed after step 20; rank $survivor exit $rc after ${took} s: $(tail -n 1 "${dir}_rank$survivor.err")" | tee -a "$report"
 done
 fi
 
