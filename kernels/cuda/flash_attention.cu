@@ -218,6 +218,14 @@ __device__ __forceinline__ bool visible(const FlashParams& p, int64_t i, int64_t
   return i < p.q_len && j < p.kv_len && (!p.causal || j <= i + p.causal_offset);
 }
 
+// The grids of the tiled kernels are (heads, batch, tiles): blocks launch in that order, the tile
+// index varying slowest, so a causal grid can start its longest blocks everywhere before any short
+// one and its last wave holds short blocks (longest first). A query tile's work grows with its
+// index: causal grids take the last first. Key tiles' work shrinks with theirs.
+__device__ __forceinline__ int64_t query_block_of(bool causal) {
+  return causal ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
+}
+
 // Keys a block of queries [q0, q0 + rows) attends to: [0, end).
 __device__ __forceinline__ int64_t kv_end_for(const FlashParams& p, int64_t q0, int rows) {
   return p.causal ? min(p.kv_len, q0 + rows + p.causal_offset) : p.kv_len;
@@ -243,9 +251,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
   T* vs = ks + kN * kStride<D>;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  // Causal: the longest query blocks (the last) first, so the tail of the grid is short.
-  const int64_t q_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (p.q_heads / p.kv_heads);
+  const int64_t q_block = query_block_of(p.causal);
+  const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
   const int64_t q0 = q_block * kM;
   const T* q = head_base<T>(p.q, p.q_layout, b, h);
   const T* k = head_base<T>(p.k, p.k_layout, b, kvh);
@@ -376,21 +383,33 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
 
 // --- backward ----------------------------------------------------------------------------------
 
-// delta[row] = sum over d of grad_out[row][d] * out[row][d] (f32): one warp per row.
+// delta[row] = sum over d of grad_out[row][d] * out[row][d] (f32). 16 lanes per row, each
+// reading 8 elements (16 bytes) of both at a time; 16 rows per block of 256 threads.
+constexpr int kDeltaLanes = 16;
+constexpr int kDeltaRows = 256 / kDeltaLanes;
+
 template <class T, int D>
-__global__ void flash_delta_kernel(FlashParams p) {
-  const int64_t bh = blockIdx.y;  // batch * q_heads + head
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (i >= p.q_len) return;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t b = bh / p.q_heads, h = bh % p.q_heads;
-  const T* o = head_base<T>(p.out, p.out_layout, b, h) + i * p.out_layout.row;
-  const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h) + i * p.grad_out_layout.row;
+__global__ void __launch_bounds__(256) flash_delta_kernel(FlashParams p) {
+  const int64_t h = blockIdx.y, b = blockIdx.z, bh = b * p.q_heads + h;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kDeltaRows + threadIdx.x / kDeltaLanes;
+  const int lane = static_cast<int>(threadIdx.x) % kDeltaLanes;
   float sum = 0.0f;
-  for (int d = lane; d < D; d += 32) sum += to_acc<float>(o[d]) * to_acc<float>(go[d]);
+  if (i < p.q_len) {
+    const T* o = head_base<T>(p.out, p.out_layout, b, h) + i * p.out_layout.row;
+    const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h) + i * p.grad_out_layout.row;
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) p.delta[bh * p.q_len + i] = sum;
+    for (int d = lane * 8; d < D; d += kDeltaLanes * 8) {
+      const uint4 ov = *reinterpret_cast<const uint4*>(o + d);
+      const uint4 gv = *reinterpret_cast<const uint4*>(go + d);
+      const T* oe = reinterpret_cast<const T*>(&ov);
+      const T* ge = reinterpret_cast<const T*>(&gv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum = fmaf(to_acc<float>(oe[e]), to_acc<float>(ge[e]), sum);
+    }
+  }
+#pragma unroll
+  for (int offset = kDeltaLanes / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0 && i < p.q_len) p.delta[bh * p.q_len + i] = sum;
 }
 
 // Query rows per tile of the backward kernels: 64, or 32 for head_dim above 64 (registers).
@@ -413,8 +432,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(FlashPara
   float* delta_tiles = lse_tiles + 2 * kM;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t kv0 = static_cast<int64_t>(blockIdx.x) * kRows;
-  const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (p.q_heads / p.kv_heads);
+  const int64_t kv0 = static_cast<int64_t>(blockIdx.z) * kRows;  // key block 0, the longest, first
+  const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
   const T* q = head_base<T>(p.q, p.q_layout, b, h);
   const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h);
   const float* lse = p.lse + (b * p.q_heads + h) * p.q_len;
@@ -552,8 +571,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
   T* v_tiles = k_tiles + 2 * kN * kStride<D>;  // two buffers of kN rows
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t q_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t h = blockIdx.y, b = blockIdx.z, kvh = h / (p.q_heads / p.kv_heads);
+  const int64_t q_block = query_block_of(p.causal);
+  const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
   const int64_t q0 = q_block * kRows;
   const T* k = head_base<T>(p.k, p.k_layout, b, kvh);
   const T* v = head_base<T>(p.v, p.v_layout, b, kvh);
@@ -657,17 +676,17 @@ unsigned blocks_of(int64_t n, int64_t per_block) {
 template <class T, int D>
 void forward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
   constexpr int kM = kForwardRows<D>;
-  const dim3 grid(blocks_of(s.q_len, kM), static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
+  const dim3 grid(static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch), blocks_of(s.q_len, kM));
   launch(flash_forward_kernel<T, D>, grid, tile_bytes<T, D>(kM) + 2 * tile_bytes<T, D>(64), p, stream);
 }
 
 template <class T, int D>
 void backward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
   constexpr int kTile = kBackwardTile<D>;
-  const dim3 delta_grid(blocks_of(s.q_len, 8), static_cast<unsigned>(s.batch * s.q_heads));
+  const dim3 delta_grid(blocks_of(s.q_len, kDeltaRows), static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
   flash_delta_kernel<T, D><<<delta_grid, 256, 0, stream>>>(p);
   GENESIS_CUDA_LAUNCH_CHECK();
-  const dim3 dkdv_grid(blocks_of(s.kv_len, kRows), static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
+  const dim3 dkdv_grid(static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch), blocks_of(s.kv_len, kRows));
   launch(flash_backward_dkdv_kernel<T, D>, dkdv_grid,
          2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile) + 4 * kTile * sizeof(float), p, stream);
   if (p.grad_k_partial) {
@@ -676,7 +695,7 @@ void backward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream
     flash_group_sum_kernel<T, D><<<blocks, 256, 0, stream>>>(p, s.batch);
     GENESIS_CUDA_LAUNCH_CHECK();
   }
-  const dim3 dq_grid(blocks_of(s.q_len, kRows), static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
+  const dim3 dq_grid(static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch), blocks_of(s.q_len, kRows));
   launch(flash_backward_dq_kernel<T, D>, dq_grid, 2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile), p,
          stream);
 }
@@ -739,7 +758,9 @@ bool flash_attention_supported(DType dtype, const cpu::AttentionShape& s,
                                std::initializer_list<FlashOperand> operands) {
   if (dtype != DType::bf16 && dtype != DType::f16) return false;
   if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128) return false;
+  // Grid limits: heads in x, batch in y (and heads in the delta kernel's y), tiles of 64 rows in z.
   if (s.q_len <= 0 || s.kv_len <= 0 || s.batch > 65535 || s.q_heads > 65535) return false;
+  if ((std::max(s.q_len, s.kv_len) + 63) / 64 > 65535) return false;
   for (const FlashOperand& o : operands)
     if (!aligned(o.data, o.layout)) return false;
   return true;
