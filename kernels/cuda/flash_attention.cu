@@ -416,12 +416,18 @@ __global__ void __launch_bounds__(256) flash_delta_kernel(FlashParams p) {
 template <int D>
 inline constexpr int kBackwardTile = D <= 64 ? 64 : 32;
 
+// Blocks per SM the dK/dV kernel is compiled for: 3 up to head_dim 96 (168 registers, a few bytes
+// spilled at 64, against 222 registers and 2 blocks unbounded: the latency-bound loop gains from
+// the third block's warps); 2 above, where 168 registers would spill hundreds of bytes.
+template <int D>
+inline constexpr int kDkdvBlocksPerSm = D <= 96 ? 3 : 2;
+
 // dK and dV of 64 keys of one kv head from one query head: loops over the query tiles that see
 // the keys, the next tile's loads in flight while this one is computed. With grouped heads the
 // block writes its head's share in f32 (flash_group_sum_kernel adds the group's shares in head
 // order); otherwise the gradients themselves.
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads) flash_backward_dkdv_kernel(FlashParams p) {
+__global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_dkdv_kernel(FlashParams p) {
   constexpr int kM = kBackwardTile<D>;  // queries per tile
   extern __shared__ __align__(16) unsigned char smem[];
   T* ks = reinterpret_cast<T*>(smem);
@@ -665,6 +671,10 @@ constexpr size_t tile_bytes(int rows) {
 template <class Kernel>
 void launch(Kernel kernel, dim3 grid, size_t smem, const FlashParams& p, cudaStream_t stream) {
   GENESIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  // All of the unified L1 as shared memory when the blocks need it: 3 blocks of the backward
+  // kernels take about 170 KiB.
+  GENESIS_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   kernel<<<grid, kThreads, smem, stream>>>(p);
   GENESIS_CUDA_LAUNCH_CHECK();
 }
