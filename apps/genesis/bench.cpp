@@ -306,6 +306,7 @@ void add_bench_command(CLI::App& app) {
   train_cmd->add_option("--warmup", tf->options.warmup, "Untimed steps first")
       ->check(CLI::Range(int64_t{0}, int64_t{100000}));
   train_cmd->add_option("--json", tf->json_path, "Write the result as JSON (genesis.bench.train/1)");
+  train_cmd->add_flag("-q,--quiet", tf->options.quiet, "No progress on stderr");
   register_command(train_cmd, [tf] {
     std::vector<std::string> sets = tf->sets;
     if (!tf->device.empty()) sets.push_back("run.device=" + tf->device);

@@ -17,6 +17,7 @@
 #include "libgenesis/ops/linalg.h"
 #include "libgenesis/recipe/build.h"
 #include "libgenesis/train/lm_metrics.h"
+#include "libgenesis/train/run_log.h"
 #include "libgenesis/train/step.h"
 #if GENESIS_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -156,7 +157,14 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
   auto next_batch = [&] { return batches[next_index++ % batches.size()]; };
 
   model->train();
-  for (int64_t i = 0; i < options.warmup; ++i) step.run(next_batch, device);
+  // Progress on stderr (a bar on a terminal, a line every 10 s otherwise): warm-up steps, then
+  // timed steps; the bar is drawn between steps, so it adds nothing to their time.
+  train::RunLog log("", options.quiet);
+  const int64_t total = options.warmup + options.steps;
+  for (int64_t i = 0; i < options.warmup; ++i) {
+    log.progress("bench train", i, total);
+    step.run(next_batch, device);
+  }
   synchronize(device);
   reset_peak_memory(device);
   host_profile::reset();  // GENESIS_HOST_PROFILE covers the timed steps only
@@ -170,6 +178,7 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
   const Clock::time_point wall_start = Clock::now();
   clock.mark("start");
   for (int64_t i = 0; i < options.steps; ++i) {
+    log.progress("bench train", options.warmup + i, total);
     const Clock::time_point issued = Clock::now();
     Clock::time_point phase_start = issued;
     std::map<std::string, double> host_split;
@@ -183,6 +192,7 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
     for (const char* p : kPhases) host_phase_ms[p].push_back(host_split[p]);
   }
   const double final_loss = last.loss.item();  // waits for the last step
+  log.clear_progress();
   const double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - wall_start).count();
 
   // Per step: its total and each phase's share (a phase's time is the span that ends at its mark).

@@ -13,6 +13,7 @@ namespace genesis::cli::bench {
 struct TrainBenchOptions {
   int64_t steps = 20;   // timed steps
   int64_t warmup = 5;   // untimed steps first (GEMM autotuning, allocator warm-up)
+  bool quiet = false;   // no progress on stderr
 };
 
 // The result as JSON (schema genesis.bench.train/1, one case: the recipe's step); a summary

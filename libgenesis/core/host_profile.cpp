@@ -20,6 +20,7 @@ struct Table {
   std::mutex mutex;
   std::map<std::string, Entry> entries;
   ~Table() {
+    if (entries.empty()) return;  // profiling off, or nothing recorded
     std::vector<std::pair<std::string, Entry>> rows(entries.begin(), entries.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
     std::fprintf(stderr, "host profile (GENESIS_HOST_PROFILE): total ms, calls, us per call\n");
@@ -53,6 +54,7 @@ void add(std::string_view kind, std::string_view name, int64_t ns) {
 }
 
 void reset() {
+  if (!enabled()) return;
   Table& t = table();
   std::lock_guard lock(t.mutex);
   t.entries.clear();

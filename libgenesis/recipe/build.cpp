@@ -86,7 +86,8 @@ void keep_modules_f32(const RecipeSpec& spec, nn::Module& model) {
 
 }  // namespace
 
-TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(const std::string&)>& progress) {
+TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(const std::string&)>& progress,
+                             const std::function<void(int64_t done, int64_t total)>& documents_done) {
   const RecipeSpec::Data& d = spec.data;
   GENESIS_CHECK(d.name == "tokens", RecipeError, "data.name: '", d.name, "' is not token shards");
   const fs::path dir = d.shards;
@@ -126,11 +127,11 @@ TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(co
   const data::Tokenizer tokenizer = data::Tokenizer::load(d.tokenizer);
   data::TokenizeOptions options;
   options.val_fraction = d.val_fraction;
-  size_t done = 0;
-  options.on_document = [&](const fs::path& path, size_t bytes, size_t tokens) {
-    ++done;
-    progress("tokenize [" + std::to_string(done) + "/" + std::to_string(documents.size()) + "] " + path.string() +
-             ": " + std::to_string(bytes) + " bytes -> " + std::to_string(tokens) + " tokens");
+  int64_t done = 0;
+  const auto total = static_cast<int64_t>(documents.size());
+  if (documents_done) documents_done(0, total);
+  options.on_document = [&](const fs::path&, size_t, size_t) {
+    if (documents_done) documents_done(++done, total);
   };
   data::TokenizeSummary summary = data::tokenize_to_shards(tokenizer, documents, dir, options);
   progress("preparing data: wrote " + summary.train_path.string() + " (" + std::to_string(summary.train_tokens) +

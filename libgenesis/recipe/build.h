@@ -54,10 +54,13 @@ struct TokenData {
 };
 // Finds the recipe's shards, preparing them when train.bin is missing: data/fetch.sh (run from
 // the working directory) brings data.fetch when a source or the tokenizer is missing, then
-// data.source is tokenized into data.shards. `progress` gets one line per stage and document.
+// data.source is tokenized into data.shards. `progress` gets one line per stage (fetching,
+// tokenizing N documents, the shards written); `documents`, when given, the documents tokenized
+// so far out of all after each one (for a progress bar).
 // Throws UsageError naming the commands to run by hand when the data cannot be prepared here
 // (no npm, no network, no sources).
-TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(const std::string&)>& progress);
+TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(const std::string&)>& progress,
+                             const std::function<void(int64_t done, int64_t total)>& documents = {});
 
 // Optimizer steps of the run: training.steps, or epochs * ceil(batches / grad_accum_steps).
 int64_t total_steps(const RecipeSpec& spec, int64_t batches_per_epoch);

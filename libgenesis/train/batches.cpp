@@ -64,9 +64,16 @@ Evaluation token_evaluation(const RecipeSpec& spec, const recipe::TokenData& dat
   };
 }
 
-RunBatches token_batches(const RecipeSpec& spec, Device device, const std::function<void(const std::string&)>& note,
-                         const EvalShare& share) {
-  recipe::TokenData data = recipe::prepare_token_data(spec, note);
+recipe::TokenData prepare_token_data(const RecipeSpec& spec, RunLog& log) {
+  recipe::TokenData data = recipe::prepare_token_data(
+      spec, [&log](const std::string& line) { log.note(line); },
+      [&log](int64_t done, int64_t total) { log.progress("tokenizing", done, total); });
+  log.clear_progress();
+  return data;
+}
+
+RunBatches token_batches(const RecipeSpec& spec, Device device, RunLog& log, const EvalShare& share) {
+  recipe::TokenData data = prepare_token_data(spec, log);
   auto loader = std::make_shared<data::TokenWindowLoader>(
       std::vector<fs::path>{data.train},
       data::TokenWindowOptions{.batch_size = spec.training.batch_size,

@@ -14,6 +14,7 @@
 #include "libgenesis/recipe/build.h"
 #include "libgenesis/recipe/recipe.h"
 #include "libgenesis/train/lm_metrics.h"
+#include "libgenesis/train/run_log.h"
 
 namespace genesis::train {
 
@@ -35,9 +36,13 @@ struct RunBatches {
 // A classifier's batches (the recipe's dataset; `share` splits them over the ranks).
 RunBatches sample_batches(const RecipeSpec& spec, Device device, const EvalShare& share = {});
 
-// A language model's batches, preparing the shards first when missing (progress to `note`).
-RunBatches token_batches(const RecipeSpec& spec, Device device, const std::function<void(const std::string&)>& note,
-                         const EvalShare& share = {});
+// recipe::prepare_token_data reporting to `log`: its stages as notes, a progress bar over the
+// documents while it tokenizes.
+recipe::TokenData prepare_token_data(const RecipeSpec& spec, RunLog& log);
+
+// A language model's batches, preparing the shards first when missing (its stages and a
+// progress bar over the documents to `log`).
+RunBatches token_batches(const RecipeSpec& spec, Device device, RunLog& log, const EvalShare& share = {});
 
 // The eval-set measures of a language model on the recipe's val.bin; empty without one.
 Evaluation token_evaluation(const RecipeSpec& spec, const recipe::TokenData& data, Device device,

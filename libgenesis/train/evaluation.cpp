@@ -117,7 +117,7 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::p
   fs::path val_shard;
   if (s.data.name == "tokens") {
     GENESIS_CHECK(s.eval.split == "val", UsageError, "a language model is evaluated on val.bin: use --split val");
-    recipe::TokenData data = recipe::prepare_token_data(s, [&log](const std::string& line) { log.note(line); });
+    recipe::TokenData data = prepare_token_data(s, log);
     GENESIS_CHECK(!data.val.empty(), UsageError, s.data.shards, " has no val.bin to evaluate on");
     val_shard = data.val;
     evaluation = token_evaluation(s, data, device, share);

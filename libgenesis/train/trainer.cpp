@@ -200,7 +200,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   // Rank 0 prepares missing token shards before the others look for them.
   auto load_batches = [&] {
     batches = language_model
-                  ? token_batches(spec, device, [&log](const std::string& line) { log.note(line); }, share)
+                  ? token_batches(spec, device, log, share)
                   : sample_batches(spec, device, share);
   };
   rank0_first(group.get(), load_batches, load_batches);

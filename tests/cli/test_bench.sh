@@ -100,6 +100,16 @@ PY
 fi
 "$genesis" bench compare "$tmp/train.json" "$tmp/train.json" | grep -q "1 cases compared" \
   || fail "compare of two bench train results"
+# -q: nothing on stderr; on a terminal, a bar over the warm-up and timed steps otherwise.
+"$genesis" bench train "$src/recipes/mobydick_gpt_tiny.toml" "${tiny[@]}" -q > /dev/null 2> "$tmp/train_q.err"
+check "bench train -q" 0 $?
+[ -s "$tmp/train_q.err" ] && fail "bench train -q wrote to stderr: $(head -2 "$tmp/train_q.err")"
+if command -v script >/dev/null; then
+  script -qc "'$genesis' bench train '$src/recipes/mobydick_gpt_tiny.toml' ${tiny[*]}" /dev/null | tr '\r' '\n' \
+    > "$tmp/train_tty.out"
+  grep -q "bench train 0/" "$tmp/train_tty.out" && grep -q "tokens/s" "$tmp/train_tty.out" \
+    && echo "ok: bench train shows its progress on a terminal" || fail "bench train on a terminal: $(cat "$tmp/train_tty.out")"
+fi
 err=$("$genesis" bench train "$src/recipes/fashion_mnist_mlp.toml" --device cpu 2>&1 >/dev/null)
 check "bench train of a classifier recipe" 2 $?
 echo "$err" | grep -q "not a language model" || fail "bench train classifier message: $err"
