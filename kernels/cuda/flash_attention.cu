@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/flash_attention.h"
@@ -125,16 +126,25 @@ __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], c
 template <int D>
 inline constexpr int kStride = D + 8;
 
-// Loads rows [row0, row0 + kTileRows) of a strided operand (rows >= valid_rows as zeros).
+// Loads rows [row0, row0 + kTileRows) of a strided operand (rows >= valid_rows as zeros). Thread
+// i copies 16-byte chunks i, i + kThreads, ...: the row advances by a constant each step, so the
+// loop holds one 64-bit add and a 32-bit compare per chunk (this runs once per tile in the
+// backward's inner loops, where integer work competes with the tensor cores for issue slots).
 template <int D, int kTileRows, class T>
 __device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_stride, int64_t row0,
                                           int64_t valid_rows) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  for (int c = static_cast<int>(threadIdx.x); c < kTileRows * kChunks; c += kThreads) {
-    const int r = c / kChunks, col = (c % kChunks) * 8;
-    const bool valid = row0 + r < valid_rows;
-    const T* src = valid ? base + (row0 + r) * row_stride + col : base;
-    cp_async16(tile + r * kStride<D> + col, src, valid);
+  constexpr int kSteps = (kTileRows * kChunks + kThreads - 1) / kThreads;
+  const int limit = static_cast<int>(min(max(valid_rows - row0, int64_t{0}), int64_t{kTileRows}));
+  const auto first = static_cast<unsigned>(threadIdx.x);
+  const T* src = base + row0 * row_stride;
+#pragma unroll
+  for (int i = 0; i < kSteps; ++i) {
+    const unsigned c = first + static_cast<unsigned>(i * kThreads);
+    if (kSteps * kThreads > kTileRows * kChunks && c >= static_cast<unsigned>(kTileRows * kChunks)) break;
+    const int r = static_cast<int>(c / kChunks), col = static_cast<int>(c % kChunks) * 8;
+    const bool valid = r < limit;
+    cp_async16(tile + r * kStride<D> + col, valid ? src + r * row_stride + col : base, valid);
   }
 }
 
@@ -249,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
   T* qs = reinterpret_cast<T*>(smem);
   T* ks = qs + kM * kStride<D>;
   T* vs = ks + kN * kStride<D>;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, t = lane % 4;
   const int64_t q_block = query_block_of(p.causal);
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
@@ -392,7 +402,7 @@ template <class T, int D>
 __global__ void __launch_bounds__(256) flash_delta_kernel(FlashParams p) {
   const int64_t h = blockIdx.y, b = blockIdx.z, bh = b * p.q_heads + h;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kDeltaRows + threadIdx.x / kDeltaLanes;
-  const int lane = static_cast<int>(threadIdx.x) % kDeltaLanes;
+  const int lane = static_cast<int>(threadIdx.x % kDeltaLanes);
   float sum = 0.0f;
   if (i < p.q_len) {
     const T* o = head_base<T>(p.out, p.out_layout, b, h) + i * p.out_layout.row;
@@ -436,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
   T* go_tiles = q_tiles + 2 * kM * kStride<D>;  // two buffers of kM rows
   auto* lse_tiles = reinterpret_cast<float*>(go_tiles + 2 * kM * kStride<D>);
   float* delta_tiles = lse_tiles + 2 * kM;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, t = lane % 4;
   const int64_t kv0 = static_cast<int64_t>(blockIdx.z) * kRows;  // key block 0, the longest, first
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
@@ -449,10 +459,15 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
     load_tile<D, kM>(q_tiles + buffer * kM * kStride<D>, q, p.q_layout.row, q0, p.q_len);
     load_tile<D, kM>(go_tiles + buffer * kM * kStride<D>, go, p.grad_out_layout.row, q0, p.q_len);
     cp_async_commit();
-    for (int r = static_cast<int>(threadIdx.x); r < kM; r += kThreads) {
+    static_assert(2 * kM <= kThreads);
+    if (threadIdx.x < 2 * kM) {  // threads [0, kM) load lse, [kM, 2 kM) delta
+      const int r = static_cast<int>(threadIdx.x % kM);
       const bool valid = q0 + r < p.q_len;
-      lse_tiles[buffer * kM + r] = valid ? lse[q0 + r] : INFINITY;  // p = 0 for rows past the end
-      delta_tiles[buffer * kM + r] = valid ? delta[q0 + r] : 0.0f;
+      if (threadIdx.x < kM) {
+        lse_tiles[buffer * kM + r] = valid ? lse[q0 + r] : INFINITY;  // p = 0 for rows past the end
+      } else {
+        delta_tiles[buffer * kM + r] = valid ? delta[q0 + r] : 0.0f;
+      }
     }
   };
   load_tile<D, kRows>(ks, head_base<T>(p.k, p.k_layout, b, kvh), p.k_layout.row, kv0, p.kv_len);
@@ -495,17 +510,26 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
       }
     }
     // P^T and dS^T = P^T (dP^T - delta) in place.
-    const bool masked = q0 + kM > p.q_len || (p.causal && kv0 + kRows - 1 > q0 + p.causal_offset);
+    // Two copies of the loop, so that tiles off the diagonal and the edges test nothing.
+    auto probabilities = [&](auto masked) {
 #pragma unroll
-    for (int nt = 0; nt < kM / 8; ++nt) {
+      for (int nt = 0; nt < kM / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = nt * 8 + 2 * t + (e & 1);
-        float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse_s[qi]));
-        if (masked && !visible(p, q0 + qi, key[e / 2])) pe = 0.0f;
-        s[nt][e] = pe;
-        dp[nt][e] = pe * (dp[nt][e] - delta_s[qi]);
+        for (int e = 0; e < 4; ++e) {
+          const int qi = nt * 8 + 2 * t + (e & 1);
+          float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse_s[qi]));
+          if constexpr (decltype(masked)::value) {
+            if (!visible(p, q0 + qi, key[e / 2])) pe = 0.0f;
+          }
+          s[nt][e] = pe;
+          dp[nt][e] = pe * (dp[nt][e] - delta_s[qi]);
+        }
       }
+    };
+    if (q0 + kM > p.q_len || (p.causal && kv0 + kRows - 1 > q0 + p.causal_offset)) {
+      probabilities(std::true_type{});
+    } else {
+      probabilities(std::false_type{});
     }
     // dV += P^T dO, dK += dS^T Q.
 #pragma unroll
@@ -575,7 +599,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
   T* dos = qs + kRows * kStride<D>;
   T* k_tiles = dos + kRows * kStride<D>;       // two buffers of kN rows
   T* v_tiles = k_tiles + 2 * kN * kStride<D>;  // two buffers of kN rows
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, t = lane % 4;
   const int64_t q_block = query_block_of(p.causal);
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
@@ -632,15 +656,23 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
         mma_pair<T>(dp, nt, gf[kk], vb);
       }
     }
-    const bool masked = kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset);
+    auto gradients = [&](auto masked) {  // two copies: tiles off the diagonal test nothing
 #pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
+      for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse[e / 2]));
-        if (masked && !visible(p, row[e / 2], kv0 + nt * 8 + 2 * t + (e & 1))) pe = 0.0f;
-        dp[nt][e] = pe * (dp[nt][e] - delta[e / 2]);
+        for (int e = 0; e < 4; ++e) {
+          float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse[e / 2]));
+          if constexpr (decltype(masked)::value) {
+            if (!visible(p, row[e / 2], kv0 + nt * 8 + 2 * t + (e & 1))) pe = 0.0f;
+          }
+          dp[nt][e] = pe * (dp[nt][e] - delta[e / 2]);
+        }
       }
+    };
+    if (kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset)) {
+      gradients(std::true_type{});
+    } else {
+      gradients(std::false_type{});
     }
 #pragma unroll
     for (int ks16 = 0; ks16 < kN / 16; ++ks16) {
