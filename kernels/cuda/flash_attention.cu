@@ -127,9 +127,10 @@ template <int D>
 inline constexpr int kStride = D + 8;
 
 // Loads rows [row0, row0 + kTileRows) of a strided operand (rows >= valid_rows as zeros). Thread
-// i copies 16-byte chunks i, i + kThreads, ...: the row advances by a constant each step, so the
-// loop holds one 64-bit add and a 32-bit compare per chunk (this runs once per tile in the
-// backward's inner loops, where integer work competes with the tensor cores for issue slots).
+// i copies 16-byte chunks i, i + kThreads, ...; where a row holds a divisor of kThreads chunks,
+// each step moves a thread down a fixed number of rows at the same column, so the loop is one
+// 64-bit add and a 32-bit compare per chunk (this runs once per tile in the backward's inner
+// loops, where integer work competes with the tensor cores for issue slots).
 template <int D, int kTileRows, class T>
 __device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_stride, int64_t row0,
                                           int64_t valid_rows) {
@@ -137,14 +138,27 @@ __device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_st
   constexpr int kSteps = (kTileRows * kChunks + kThreads - 1) / kThreads;
   const int limit = static_cast<int>(min(max(valid_rows - row0, int64_t{0}), int64_t{kTileRows}));
   const auto first = static_cast<unsigned>(threadIdx.x);
-  const T* src = base + row0 * row_stride;
+  if constexpr (kThreads % kChunks == 0 && (kTileRows * kChunks) % kThreads == 0) {
+    constexpr int kRowStep = kThreads / kChunks;
+    const int r0 = static_cast<int>(first / kChunks), col = static_cast<int>(first % kChunks) * 8;
+    const T* src = base + (row0 + r0) * row_stride + col;
+    const int64_t step = kRowStep * row_stride;
+    T* dst = tile + r0 * kStride<D> + col;
 #pragma unroll
-  for (int i = 0; i < kSteps; ++i) {
-    const unsigned c = first + static_cast<unsigned>(i * kThreads);
-    if (kSteps * kThreads > kTileRows * kChunks && c >= static_cast<unsigned>(kTileRows * kChunks)) break;
-    const int r = static_cast<int>(c / kChunks), col = static_cast<int>(c % kChunks) * 8;
-    const bool valid = r < limit;
-    cp_async16(tile + r * kStride<D> + col, valid ? src + r * row_stride + col : base, valid);
+    for (int i = 0; i < kSteps; ++i, src += step) {
+      const bool valid = r0 + i * kRowStep < limit;
+      cp_async16(dst + i * kRowStep * kStride<D>, valid ? src : base, valid);
+    }
+  } else {
+    const T* src = base + row0 * row_stride;
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) {
+      const unsigned c = first + static_cast<unsigned>(i * kThreads);
+      if (kSteps * kThreads > kTileRows * kChunks && c >= static_cast<unsigned>(kTileRows * kChunks)) break;
+      const int r = static_cast<int>(c / kChunks), col = static_cast<int>(c % kChunks) * 8;
+      const bool valid = r < limit;
+      cp_async16(tile + r * kStride<D> + col, valid ? src + r * row_stride + col : base, valid);
+    }
   }
 }
 
