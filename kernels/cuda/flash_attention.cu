@@ -237,9 +237,25 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// Whether key j may be seen by query i (both in range).
-__device__ __forceinline__ bool visible(const FlashParams& p, int64_t i, int64_t j) {
-  return i < p.q_len && j < p.kv_len && (!p.causal || j <= i + p.causal_offset);
+// Masks in 32-bit tile coordinates, worked out once per row (or key) of a masked tile so that
+// each element costs one or two compares.
+// Query row i sees the keys [kv0, kv0 + keys_seen) of a tile starting at kv0 (0 when i is past
+// the end): keys below kv_len and, causal, up to i + causal_offset.
+__device__ __forceinline__ int keys_seen(const FlashParams& p, int64_t i, int64_t kv0, int tile) {
+  if (i >= p.q_len) return 0;
+  const int64_t end = p.causal ? min(p.kv_len, i + p.causal_offset + 1) : p.kv_len;
+  return static_cast<int>(min(max(end - kv0, int64_t{0}), int64_t{tile}));
+}
+// Key j is seen by the queries [q0 + first, q0 + end) of a tile starting at q0 (first = end = 0
+// when j is past the end).
+struct SeenBy {
+  int first, end;
+};
+__device__ __forceinline__ SeenBy queries_seeing(const FlashParams& p, int64_t j, int64_t q0, int tile) {
+  if (j >= p.kv_len) return {0, 0};
+  const int64_t first = p.causal ? j - p.causal_offset - q0 : 0;
+  return {static_cast<int>(min(max(first, int64_t{0}), int64_t{tile})),
+          static_cast<int>(min(max(p.q_len - q0, int64_t{0}), int64_t{tile}))};
 }
 
 // The grids of the tiled kernels are (heads, batch, tiles): blocks launch in that order, the tile
@@ -334,11 +350,12 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       if (masked) {
+        const int seen[2] = {keys_seen(p, row[mt][0], kv0, kN), keys_seen(p, row[mt][1], kv0, kN)};
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            if (!visible(p, row[mt][e / 2], kv0 + nt * 8 + 2 * t + (e & 1))) s[mt][nt][e] = -INFINITY;
+            if (nt * 8 + 2 * t + (e & 1) >= seen[e / 2]) s[mt][nt][e] = -INFINITY;
         }
       }
       float base[2];
@@ -526,6 +543,11 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
     // P^T and dS^T = P^T (dP^T - delta) in place.
     // Two copies of the loop, so that tiles off the diagonal and the edges test nothing.
     auto probabilities = [&](auto masked) {
+      SeenBy seen[2] = {};
+      if constexpr (decltype(masked)::value) {
+        seen[0] = queries_seeing(p, key[0], q0, kM);
+        seen[1] = queries_seeing(p, key[1], q0, kM);
+      }
 #pragma unroll
       for (int nt = 0; nt < kM / 8; ++nt) {
 #pragma unroll
@@ -533,7 +555,7 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
           const int qi = nt * 8 + 2 * t + (e & 1);
           float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse_s[qi]));
           if constexpr (decltype(masked)::value) {
-            if (!visible(p, q0 + qi, key[e / 2])) pe = 0.0f;
+            if (qi < seen[e / 2].first || qi >= seen[e / 2].end) pe = 0.0f;
           }
           s[nt][e] = pe;
           dp[nt][e] = pe * (dp[nt][e] - delta_s[qi]);
@@ -671,13 +693,18 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
       }
     }
     auto gradients = [&](auto masked) {  // two copies: tiles off the diagonal test nothing
+      int seen[2] = {};
+      if constexpr (decltype(masked)::value) {
+        seen[0] = keys_seen(p, row[0], kv0, kN);
+        seen[1] = keys_seen(p, row[1], kv0, kN);
+      }
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse[e / 2]));
           if constexpr (decltype(masked)::value) {
-            if (!visible(p, row[e / 2], kv0 + nt * 8 + 2 * t + (e & 1))) pe = 0.0f;
+            if (nt * 8 + 2 * t + (e & 1) >= seen[e / 2]) pe = 0.0f;
           }
           dp[nt][e] = pe * (dp[nt][e] - delta[e / 2]);
         }
