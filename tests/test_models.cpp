@@ -564,6 +564,17 @@ TEST_CASE("parity with transformers under bf16 autocast: Qwen3", "[cpu][models][
   check_autocast_parity("qwen3");
 }
 
+// Found by tests/fuzz/fuzz_config: a model_type that is not a string escaped as nlohmann's
+// type_error from config_parameter_count.
+TEST_CASE("a config.json whose model_type is not a string is a clear error", "[cpu][models]") {
+  for (const char* type : {"4", "true", "[\"qwen3\"]", "{}"}) {
+    INFO(type);
+    const std::string config = std::string(R"({"model_type": )") + type + R"(, "hidden_size": 32, "num_hidden_layers": 2})";
+    CHECK_THROWS_AS(models::config_parameter_count(config), UsageError);
+    CHECK_THROWS_AS(models::causal_lm_from_config(config), UsageError);
+  }
+}
+
 TEST_CASE("config.json's parameter count is the built model's, and a config far beyond its weights is refused",
           "[cpu][models]") {
   for (const char* name : {"gpt2", "llama", "qwen2", "qwen3"}) {

@@ -9,6 +9,7 @@
 #include "libgenesis/data/tokenizer.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/models/config_json.h"
 #include "libgenesis/models/gpt2.h"
 #include "libgenesis/models/llama.h"
 
@@ -217,7 +218,7 @@ LanguageModelLayout language_model_layout(const json& config) {
 
 json hf_config_for(const json& source_config, std::optional<DType> dtype) {
   json config = source_config;
-  const std::string type = config.value("model_type", std::string());
+  const std::string type = models::detail::ConfigReader(config, "model config").string("model_type", std::string());
   complete(config, "architectures", json::array({hf_architecture(type)}));
   if (type == "gpt2") {
     const models::Gpt2Config c = models::gpt2_config_from_json(source_config.dump());

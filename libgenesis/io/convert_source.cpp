@@ -283,8 +283,10 @@ std::string format_inspect_report(const json& report) {
   if (report.contains("training")) {
     const json& training = report["training"];
     if (training.contains("step")) line("step", std::to_string(training["step"].get<int64_t>()));
-    const json& optimizer = training["optimizer"];
-    std::string text = optimizer.value("kind", std::string("unknown"));
+    static const json kNone = json::object();
+    const json& optimizer = training.contains("optimizer") && training["optimizer"].is_object() ? training["optimizer"] : kNone;
+    std::string text = optimizer.contains("kind") && optimizer["kind"].is_string() ? optimizer["kind"].get<std::string>()
+                                                                                   : std::string("unknown");
     if (optimizer.contains("steps")) text += ", " + std::to_string(optimizer["steps"].get<int64_t>()) + " steps";
     if (optimizer.contains("slots")) {
       text += ", slots";
