@@ -188,6 +188,32 @@ TEST_CASE("a directory with Hugging Face's vocab.json + merges.txt loads as GPT-
   CHECK(c.vocab_size() == a.vocab_size());
 }
 
+// Found by tests/fuzz/fuzz_tokenizer (a 30-minute run): encoder.json with one id of 153184467
+// among 300 tokens sized the id table to 153 million strings (4.9 GB) before any check.
+TEST_CASE("a token id far beyond the vocabulary's size is refused before any allocation", "[cpu][tokenizer]") {
+  genesis::testing::TempDir dir;
+  nlohmann::json encoder = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) encoder[mapped(std::string(1, static_cast<char>(b)))] = b;
+  encoder["ab"] = 153184467;
+  write(dir / "encoder.json", encoder.dump());
+  write(dir / "vocab.bpe", "#version: 0.2\n");
+  CHECK_THROWS_WITH(Tokenizer::from_gpt2_files(dir / "encoder.json", dir / "vocab.bpe"),
+                    Catch::Contains("token id 153184467 is out of range") && Catch::Contains("encoder.json"));
+  auto added = tiny_tokenizer_json();
+  added["added_tokens"][0]["id"] = 4000000000LL;  // also beyond 32 bits' worth of a TokenId after wrapping
+  write(dir / "added.json", added.dump());
+  CHECK_THROWS_WITH(Tokenizer::load(dir / "added.json"), Catch::Contains("out of range"));
+  auto vocab = tiny_tokenizer_json();
+  vocab["model"]["vocab"]["abc"] = 1u << 29;
+  write(dir / "vocab.json", vocab.dump());
+  CHECK_THROWS_WITH(Tokenizer::load(dir / "vocab.json"), Catch::Contains("out of range"));
+  // Dense ids with a few reserved gaps still load.
+  auto gaps = tiny_tokenizer_json();
+  gaps["added_tokens"][1]["id"] = 300;
+  write(dir / "gaps.json", gaps.dump());
+  CHECK(Tokenizer::load(dir / "gaps.json").encode("<a>b") == std::vector<TokenId>{300});
+}
+
 TEST_CASE("tokenizer errors name the file or the id", "[cpu][tokenizer]") {
   genesis::testing::TempDir dir;
   auto message_of = [](auto&& fn) -> std::string {

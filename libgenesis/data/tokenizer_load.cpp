@@ -56,8 +56,16 @@ std::string unmap_bytes(std::string_view token, const std::string& where) {
   return out;
 }
 
-void set_token(Tokenizer::Impl& impl, TokenId id, std::string bytes, const std::string& where) {
-  GENESIS_CHECK(id < (1u << 30), ValueError, where, ": token id ", id, " is implausibly large");
+// The ids of a file of n tokens lie below id_limit(n): vocabularies number their tokens densely
+// (a few reserved gaps at most). The table of ids is sized by the largest, so a corrupt id of
+// 10^8 in a file of 300 tokens must fail here, not allocate gigabytes.
+uint64_t id_limit(size_t entries) { return 2 * static_cast<uint64_t>(entries) + 1024; }
+
+void set_token(Tokenizer::Impl& impl, uint64_t token_id, std::string bytes, const std::string& where,
+               uint64_t limit) {
+  GENESIS_CHECK(token_id < limit, ValueError, where, ": token id ", token_id, " is out of range for a vocabulary of ",
+                (limit - 1024) / 2, " tokens (ids are below ", limit, "); the file is corrupt");
+  const auto id = static_cast<TokenId>(token_id);
   if (id >= impl.id_to_bytes.size()) {
     impl.id_to_bytes.resize(id + 1);
     impl.id_defined.resize(id + 1, false);
@@ -96,9 +104,10 @@ Tokenizer Tokenizer::from_gpt2_files_unchecked(const fs::path& encoder_json, con
   json vocab = parse_json(read_existing(encoder_json, "GPT-2 encoder.json"), encoder_json);
   GENESIS_CHECK(vocab.is_object(), ValueError, encoder_json.string(), ": expected a JSON object token -> id");
   std::string where = encoder_json.string();
+  const uint64_t limit = id_limit(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
     GENESIS_CHECK(id.is_number_unsigned(), ValueError, where, ": the id of token '", token, "' is not an integer");
-    set_token(*impl, id.get<TokenId>(), unmap_bytes(token, where), where);
+    set_token(*impl, id.get<uint64_t>(), unmap_bytes(token, where), where, limit);
   }
   std::string merges = read_existing(vocab_bpe, "GPT-2 vocab.bpe");
   uint32_t rank = 0;
@@ -201,9 +210,11 @@ Tokenizer Tokenizer::from_hf_json_unchecked(const fs::path& tokenizer_json) {
   impl->ignore_merges = flag(model, "ignore_merges");
   const json& vocab = member(model, "vocab", where);
   GENESIS_CHECK(vocab.is_object(), ValueError, where, ": model.vocab is not an object token -> id");
+  const auto added_tokens = root.find("added_tokens");
+  const uint64_t limit = id_limit(vocab.size() + (added_tokens != root.end() ? added_tokens->size() : 0));
   for (const auto& [token, id] : vocab.items()) {
     GENESIS_CHECK(id.is_number_unsigned(), ValueError, where, ": the id of token '", token, "' is not an integer");
-    set_token(*impl, id.get<TokenId>(), unmap_bytes(token, where), where);
+    set_token(*impl, id.get<uint64_t>(), unmap_bytes(token, where), where, limit);
   }
   const json& merges = member(model, "merges", where);
   uint32_t rank = 0;
@@ -232,9 +243,9 @@ Tokenizer Tokenizer::from_hf_json_unchecked(const fs::path& tokenizer_json) {
       GENESIS_CHECK(!content.empty(), ValueError, where, ": an added token has empty content");
       GENESIS_CHECK(!flag(token, "single_word") && !flag(token, "lstrip") && !flag(token, "rstrip"), ValueError, where,
                     ": added token '", content, "' uses single_word/lstrip/rstrip, which genesis does not support");
-      auto id = member(token, "id", where).get<TokenId>();
-      set_token(*impl, id, content, where);
-      impl->added.push_back({content, id});
+      const auto id = member(token, "id", where).get<uint64_t>();
+      set_token(*impl, id, content, where, limit);
+      impl->added.push_back({content, static_cast<TokenId>(id)});
     }
   }
   impl->finish(where);
