@@ -56,15 +56,14 @@ std::string unmap_bytes(std::string_view token, const std::string& where) {
   return out;
 }
 
-// The ids of a file of n tokens lie below id_limit(n): vocabularies number their tokens densely
-// (a few reserved gaps at most). The table of ids is sized by the largest, so a corrupt id of
-// 10^8 in a file of 300 tokens must fail here, not allocate gigabytes.
-uint64_t id_limit(size_t entries) { return 2 * static_cast<uint64_t>(entries) + 1024; }
-
+// The ids of a file of n tokens (`entries`) lie below 2n + 1024: vocabularies number their
+// tokens densely (a few reserved gaps at most). The table of ids is sized by the largest, so a
+// corrupt id of 10^8 in a file of 300 tokens must fail here, not allocate gigabytes.
 void set_token(Tokenizer::Impl& impl, uint64_t token_id, std::string bytes, const std::string& where,
-               uint64_t limit) {
+               size_t entries) {
+  const uint64_t limit = 2 * static_cast<uint64_t>(entries) + 1024;
   GENESIS_CHECK(token_id < limit, ValueError, where, ": token id ", token_id, " is out of range for a vocabulary of ",
-                (limit - 1024) / 2, " tokens (ids are below ", limit, "); the file is corrupt");
+                entries, " tokens (ids are below ", limit, "); the file is corrupt");
   const auto id = static_cast<TokenId>(token_id);
   if (id >= impl.id_to_bytes.size()) {
     impl.id_to_bytes.resize(id + 1);
@@ -104,10 +103,10 @@ Tokenizer Tokenizer::from_gpt2_files_unchecked(const fs::path& encoder_json, con
   json vocab = parse_json(read_existing(encoder_json, "GPT-2 encoder.json"), encoder_json);
   GENESIS_CHECK(vocab.is_object(), ValueError, encoder_json.string(), ": expected a JSON object token -> id");
   std::string where = encoder_json.string();
-  const uint64_t limit = id_limit(vocab.size());
+  const size_t entries = vocab.size();
   for (const auto& [token, id] : vocab.items()) {
     GENESIS_CHECK(id.is_number_unsigned(), ValueError, where, ": the id of token '", token, "' is not an integer");
-    set_token(*impl, id.get<uint64_t>(), unmap_bytes(token, where), where, limit);
+    set_token(*impl, id.get<uint64_t>(), unmap_bytes(token, where), where, entries);
   }
   std::string merges = read_existing(vocab_bpe, "GPT-2 vocab.bpe");
   uint32_t rank = 0;
@@ -211,10 +210,10 @@ Tokenizer Tokenizer::from_hf_json_unchecked(const fs::path& tokenizer_json) {
   const json& vocab = member(model, "vocab", where);
   GENESIS_CHECK(vocab.is_object(), ValueError, where, ": model.vocab is not an object token -> id");
   const auto added_tokens = root.find("added_tokens");
-  const uint64_t limit = id_limit(vocab.size() + (added_tokens != root.end() ? added_tokens->size() : 0));
+  const size_t entries = vocab.size() + (added_tokens != root.end() ? added_tokens->size() : 0);
   for (const auto& [token, id] : vocab.items()) {
     GENESIS_CHECK(id.is_number_unsigned(), ValueError, where, ": the id of token '", token, "' is not an integer");
-    set_token(*impl, id.get<uint64_t>(), unmap_bytes(token, where), where, limit);
+    set_token(*impl, id.get<uint64_t>(), unmap_bytes(token, where), where, entries);
   }
   const json& merges = member(model, "merges", where);
   uint32_t rank = 0;
@@ -237,14 +236,14 @@ Tokenizer Tokenizer::from_hf_json_unchecked(const fs::path& tokenizer_json) {
   GENESIS_CHECK(byte_level, ValueError, where,
                 ": the pre-tokenizer has no ByteLevel step; genesis reads only byte-level BPE tokenizers");
 
-  if (auto added = root.find("added_tokens"); added != root.end()) {
-    for (const auto& token : *added) {
+  if (added_tokens != root.end()) {
+    for (const auto& token : *added_tokens) {
       std::string content = member(token, "content", where).get<std::string>();
       GENESIS_CHECK(!content.empty(), ValueError, where, ": an added token has empty content");
       GENESIS_CHECK(!flag(token, "single_word") && !flag(token, "lstrip") && !flag(token, "rstrip"), ValueError, where,
                     ": added token '", content, "' uses single_word/lstrip/rstrip, which genesis does not support");
       const auto id = member(token, "id", where).get<uint64_t>();
-      set_token(*impl, id, content, where, limit);
+      set_token(*impl, id, content, where, entries);
       impl->added.push_back({content, static_cast<TokenId>(id)});
     }
   }
