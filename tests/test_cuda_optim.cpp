@@ -228,3 +228,49 @@ TEST_CASE("cuda optimizer kernels: packed and unaligned buffers give the CPU ker
   }
 }
 #endif
+
+// optimizer.step(skip_if, norm, max_norm) folds norm clipping into the update kernels (CUDA,
+// gradients of the parameters' dtype) or scales the gradients first (bf16 gradients of f32
+// parameters, the CPU): either way the parameters take the bits of clip_grad_norm + step().
+TEST_CASE("clipping inside the optimizer step equals clip_grad_norm then step", "[cuda][optim]") {
+  const MakeOptimizer makers[] = {
+      [](std::vector<ParamGroup> g) { return make_adam(std::move(g), {.decoupled_weight_decay = true}); },
+      [](std::vector<ParamGroup> g) { return make_sgd(std::move(g), {.momentum = 0.9}); },
+      [](std::vector<ParamGroup> g) { return make_lion(std::move(g)); }};
+  std::vector<Device> devices = {kCPU};
+  if (cuda_ready()) devices.push_back(kCuda0);
+  for (Device device : devices) {
+    for (DType param_dtype : {DType::f32, DType::f64}) {
+      for (DType grad_dtype : {param_dtype, DType::bf16}) {
+        if (grad_dtype == DType::bf16 && (param_dtype != DType::f32 || device.is_cpu())) continue;
+        for (double max_norm : {0.5, 1e6}) {  // clipping, and a factor of 1
+          for (size_t m = 0; m < std::size(makers); ++m) {
+            INFO(device.str() << ", " << dtype_name(param_dtype) << " parameters, " << dtype_name(grad_dtype)
+                              << " gradients, max_norm " << max_norm << ", optimizer " << m);
+            std::vector<Tensor> init;
+            for (const Shape& shape : parameter_shapes()) init.push_back(random_input(shape, param_dtype));
+            Model separate = make_model(init, device, 0.1, makers[m]);
+            Model folded = make_model(init, device, 0.1, makers[m]);
+            for (int step = 0; step < 3; ++step) {
+              for (size_t i = 0; i < init.size(); ++i) {
+                Tensor grad = random_input(init[i].shape(), grad_dtype, -3, 3).to(device);
+                separate.params[i].set_grad(grad.clone());
+                folded.params[i].set_grad(grad.clone());
+              }
+              const Tensor norm_separate = clip_grad_norm(separate.params, max_norm);
+              separate.optimizer->step();
+              const Tensor norm = clip_grad_norm(folded.params, 0.0);
+              folded.optimizer->step(Tensor(), norm, max_norm);
+              CHECK(norm.item() == norm_separate.item());
+              for (size_t i = 0; i < init.size(); ++i) {
+                INFO("step " << step << ", parameter " << i);
+                REQUIRE(folded.params[i].to(kCPU).to_vector<double>() ==
+                        separate.params[i].to(kCPU).to_vector<double>());
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}

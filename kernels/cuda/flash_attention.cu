@@ -1,275 +1,19 @@
 // Flash attention (FlashAttention-2's schedule) on mma.sync m16n8k16 tensor cores. A block of
 // 4 warps owns 64 rows (16 per warp); the other operand streams through shared memory in
 // tiles loaded with cp.async, rows padded by 8 elements so that ldmatrix reads are free of
-// bank conflicts. Fragment layouts (PTX ISA, "mma.m16n8k16"): lane = 4 g + t;
-//   A (16x16, row-major): a0 = A[g][2t..], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
-//   B (16x8, B[k][n]):    b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]
-//   C (16x8, f32):        c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1]
-// so a C tile pair rounded to 16 bits is an A fragment of the next product (P V, dS K).
-// Scores are kept in base 2: p = 2^(s * scale * log2(e) - lse2).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// bank conflicts (fragment layouts: flash_common.cuh). On sm_90a, head_dim 64 and 128 take the
+// wgmma kernels of sm90/flash_attention_wgmma.cu instead.
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <type_traits>
-
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/flash_common.cuh"
 
 namespace genesis::kernels::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kRows = 16 * kWarps;  // rows of the block's own operand
-constexpr float kLog2e = 1.4426950408889634f;
-
-struct FlashParams {
-  int64_t q_heads, kv_heads, q_len, kv_len;
-  int64_t causal_offset;  // query row i sees keys j <= i + offset
-  bool causal;
-  float scale, scale_log2;
-  const void *q, *k, *v, *out, *grad_out;
-  HeadsLayout q_layout, k_layout, v_layout, out_layout, grad_out_layout;
-  void *out_data, *grad_q, *grad_k, *grad_v;
-  HeadsLayout out_data_layout, grad_q_layout, grad_k_layout, grad_v_layout;
-  float* lse;
-  float* delta;
-  // Grouped heads: each query head's share of dK and dV (f32 [batch, q_heads, kv_len, head_dim]),
-  // summed over the group by flash_group_sum_kernel. Null when every kv head has one query head.
-  float *grad_k_partial, *grad_v_partial;
-};
-
-// --- tensor-core and copy primitives -----------------------------------------------------------
-
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes from global to shared memory, asynchronously; zeros when !valid.
-__device__ __forceinline__ void cp_async16(void* smem, const void* global, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(global), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(smem)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(smem)));
-}
-
-// d += a b for one 16x8x16 tile, f32 accumulation.
-template <class T>
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// acc[n] += a b and acc[n + 1] += a b' for the two n-tiles of one x4 B load (b[0..1], b[2..3]).
-template <class T, int N>
-__device__ __forceinline__ void mma_pair(float (&acc)[N][4], int n, const uint32_t (&a)[4], const uint32_t (&b)[4]) {
-  mma<T>(acc[n], a, b[0], b[1]);
-  mma<T>(acc[n + 1], a, b[2], b[3]);
-}
-
-// Two floats rounded to T and packed (lo in the low half), as an mma operand register.
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
-// The A fragment of a 16x16 block of 16-bit values held as two C tiles (columns 0-7 in c0,
-// 8-15 in c1): P or dS feeding the next product.
-template <class T>
-__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
-  a[0] = pack2<T>(c0[0], c0[1]);
-  a[1] = pack2<T>(c0[2], c0[3]);
-  a[2] = pack2<T>(c1[0], c1[1]);
-  a[3] = pack2<T>(c1[2], c1[3]);
-}
-
-// --- shared-memory tiles -----------------------------------------------------------------------
-
-// A tile of `kTileRows` rows of D elements in shared memory, rows padded to D + 8.
-template <int D>
-inline constexpr int kStride = D + 8;
-
-// Loads rows [row0, row0 + kTileRows) of a strided operand (rows >= valid_rows as zeros). Thread
-// i copies 16-byte chunks i, i + kThreads, ...; where a row holds a divisor of kThreads chunks,
-// each step moves a thread down a fixed number of rows at the same column, so the loop is one
-// 64-bit add and a 32-bit compare per chunk (this runs once per tile in the backward's inner
-// loops, where integer work competes with the tensor cores for issue slots).
-template <int D, int kTileRows, class T>
-__device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t row_stride, int64_t row0,
-                                          int64_t valid_rows) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  constexpr int kSteps = (kTileRows * kChunks + kThreads - 1) / kThreads;
-  const int limit = static_cast<int>(min(max(valid_rows - row0, int64_t{0}), int64_t{kTileRows}));
-  const auto first = static_cast<unsigned>(threadIdx.x);
-  if constexpr (kThreads % kChunks == 0 && (kTileRows * kChunks) % kThreads == 0) {
-    constexpr int kRowStep = kThreads / kChunks;
-    const int r0 = static_cast<int>(first / kChunks), col = static_cast<int>(first % kChunks) * 8;
-    const T* src = base + (row0 + r0) * row_stride + col;
-    const int64_t step = kRowStep * row_stride;
-    T* dst = tile + r0 * kStride<D> + col;
-#pragma unroll
-    for (int i = 0; i < kSteps; ++i, src += step) {
-      const bool valid = r0 + i * kRowStep < limit;
-      cp_async16(dst + i * kRowStep * kStride<D>, valid ? src : base, valid);
-    }
-  } else {
-    const T* src = base + row0 * row_stride;
-#pragma unroll
-    for (int i = 0; i < kSteps; ++i) {
-      const unsigned c = first + static_cast<unsigned>(i * kThreads);
-      if (kSteps * kThreads > kTileRows * kChunks && c >= static_cast<unsigned>(kTileRows * kChunks)) break;
-      const int r = static_cast<int>(c / kChunks), col = static_cast<int>(c % kChunks) * 8;
-      const bool valid = r < limit;
-      cp_async16(tile + r * kStride<D> + col, valid ? src + r * row_stride + col : base, valid);
-    }
-  }
-}
-
-// The A fragment of rows [row0, row0 + 16) x columns [col0, col0 + 16) of a tile.
-template <int D, class T>
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int col0, int lane) {
-  ldmatrix_x4(a, tile + (row0 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride<D> + col0 + (lane / 16) * 8);
-}
-// B fragments of two n-tiles whose B[k][n] = tile[n][k] (keys for Q K^T): rows [row0, row0 + 16)
-// of the tile are the n index, columns [col0, col0 + 16) the k index. b[0], b[1] for rows
-// row0..row0+7; b[2], b[3] for row0+8..row0+15.
-template <int D, class T>
-__device__ __forceinline__ void load_b(uint32_t (&b)[4], const T* tile, int row0, int col0, int lane) {
-  ldmatrix_x4(b, tile + (row0 + (lane % 8) + (lane / 16) * 8) * kStride<D> + col0 + ((lane / 8) % 2) * 8);
-}
-// B fragments of two n-tiles whose B[k][n] = tile[k][n] (values for P V): rows [row0, row0 + 16)
-// are the k index, columns [col0, col0 + 16) the n index. b[0], b[1] for columns col0..col0+7.
-template <int D, class T>
-__device__ __forceinline__ void load_b_trans(uint32_t (&b)[4], const T* tile, int row0, int col0, int lane) {
-  ldmatrix_x4_trans(b, tile + (row0 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride<D> + col0 + (lane / 16) * 8);
-}
-
-template <class T>
-__device__ __forceinline__ const T* head_base(const void* data, const HeadsLayout& l, int64_t b, int64_t h) {
-  return static_cast<const T*>(data) + b * l.batch + h * l.head;
-}
-
-// Stores rows (row, row + 8) x columns (col, col + 1) of an accumulator tile, scaled.
-template <class T>
-__device__ __forceinline__ void store_pair(T* base, int64_t row_stride, int64_t row, int64_t rows, int col,
-                                           float x0, float x1) {
-  if (row >= rows) return;
-  *reinterpret_cast<uint32_t*>(base + row * row_stride + col) = pack2<T>(x0, x1);
-}
-
-template <class T, int D>
-__device__ __forceinline__ void store_rows(T* base, int64_t row_stride, int64_t row0, int64_t rows,
-                                           const float (&acc)[D / 8][4], float scale0, float scale1, int lane) {
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-    store_pair(base, row_stride, row0 + g, rows, dt * 8 + 2 * t, acc[dt][0] * scale0, acc[dt][1] * scale0);
-    store_pair(base, row_stride, row0 + g + 8, rows, dt * 8 + 2 * t, acc[dt][2] * scale1, acc[dt][3] * scale1);
-  }
-}
-
-// Stores an accumulator tile, scaled, as f32 rows of D elements (contiguous).
-template <int D>
-__device__ __forceinline__ void store_rows_f32(float* base, int64_t row0, int64_t rows, const float (&acc)[D / 8][4],
-                                               float scale, int lane) {
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int dt = 0; dt < D / 8; ++dt) {
-    const int col = dt * 8 + 2 * t;
-    if (row0 + g < rows)
-      *reinterpret_cast<float2*>(base + (row0 + g) * D + col) = make_float2(acc[dt][0] * scale, acc[dt][1] * scale);
-    if (row0 + g + 8 < rows)
-      *reinterpret_cast<float2*>(base + (row0 + g + 8) * D + col) =
-          make_float2(acc[dt][2] * scale, acc[dt][3] * scale);
-  }
-}
-
-// 2^x with the hardware approximation (relative error about 2^-22; 2^-inf = 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
-// Masks in 32-bit tile coordinates, worked out once per row (or key) of a masked tile so that
-// each element costs one or two compares.
-// Query row i sees the keys [kv0, kv0 + keys_seen) of a tile starting at kv0 (0 when i is past
-// the end): keys below kv_len and, causal, up to i + causal_offset.
-__device__ __forceinline__ int keys_seen(const FlashParams& p, int64_t i, int64_t kv0, int tile) {
-  if (i >= p.q_len) return 0;
-  const int64_t end = p.causal ? min(p.kv_len, i + p.causal_offset + 1) : p.kv_len;
-  return static_cast<int>(min(max(end - kv0, int64_t{0}), int64_t{tile}));
-}
-// Key j is seen by the queries [q0 + first, q0 + end) of a tile starting at q0 (first = end = 0
-// when j is past the end).
-struct SeenBy {
-  int first, end;
-};
-__device__ __forceinline__ SeenBy queries_seeing(const FlashParams& p, int64_t j, int64_t q0, int tile) {
-  if (j >= p.kv_len) return {0, 0};
-  const int64_t first = p.causal ? j - p.causal_offset - q0 : 0;
-  return {static_cast<int>(min(max(first, int64_t{0}), int64_t{tile})),
-          static_cast<int>(min(max(p.q_len - q0, int64_t{0}), int64_t{tile}))};
-}
-
-// The grids of the tiled kernels are (heads, batch, tiles): blocks launch in that order, the tile
-// index varying slowest, so a causal grid can start its longest blocks everywhere before any short
-// one and its last wave holds short blocks (longest first). A query tile's work grows with its
-// index: causal grids take the last first. Key tiles' work shrinks with theirs.
-__device__ __forceinline__ int64_t query_block_of(bool causal) {
-  return causal ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
-}
-
-// Keys a block of queries [q0, q0 + rows) attends to: [0, end).
-__device__ __forceinline__ int64_t kv_end_for(const FlashParams& p, int64_t q0, int rows) {
-  return p.causal ? min(p.kv_len, q0 + rows + p.causal_offset) : p.kv_len;
-}
+using namespace flash;
 
 // --- forward -----------------------------------------------------------------------------------
 
@@ -279,7 +23,7 @@ __device__ __forceinline__ int64_t kv_end_for(const FlashParams& p, int64_t q0, 
 template <int D>
 inline constexpr int kForwardTiles = D <= 64 ? 2 : 1;
 template <int D>
-inline constexpr int kForwardRows = 16 * kForwardTiles<D> * kWarps;
+inline constexpr int kForwardRows = 16 * kForwardTiles<D>* kWarps;
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) {
@@ -405,21 +149,9 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
   }
   cp_async_wait<0>();
 
-  T* out = static_cast<T*>(p.out_data) + b * p.out_data_layout.batch + h * p.out_data_layout.head;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float sum = quad_sum(l[mt][r]);
-      inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
-      if (t == 0 && row[mt][r] < p.q_len) {
-        const float lse2 = sum > 0.0f ? m[mt][r] * p.scale_log2 + log2f(sum) : INFINITY;
-        p.lse[(b * p.q_heads + h) * p.q_len + row[mt][r]] = lse2;
-      }
-    }
-    store_rows<T, D>(out, p.out_data_layout.row, q0 + (warp * MT + mt) * 16, p.q_len, o[mt], inv[0], inv[1], lane);
-  }
+  for (int mt = 0; mt < MT; ++mt)
+    finish_forward_rows<T, D>(p, b, h, q0 + (warp * MT + mt) * 16, o[mt], m[mt], l[mt], lane);
 }
 
 // --- backward ----------------------------------------------------------------------------------
@@ -585,17 +317,7 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
     __syncthreads();  // this buffer is refilled two tiles on
   }
   cp_async_wait<0>();
-  const int64_t row0 = kv0 + warp * 16;
-  if (p.grad_k_partial) {
-    const int64_t at = (b * p.q_heads + h) * p.kv_len * D;
-    store_rows_f32<D>(p.grad_k_partial + at, row0, p.kv_len, dk, p.scale, lane);
-    store_rows_f32<D>(p.grad_v_partial + at, row0, p.kv_len, dv, 1.0f, lane);
-    return;
-  }
-  T* grad_k = static_cast<T*>(p.grad_k) + b * p.grad_k_layout.batch + kvh * p.grad_k_layout.head;
-  T* grad_v = static_cast<T*>(p.grad_v) + b * p.grad_v_layout.batch + kvh * p.grad_v_layout.head;
-  store_rows<T, D>(grad_k, p.grad_k_layout.row, row0, p.kv_len, dk, p.scale, p.scale, lane);
-  store_rows<T, D>(grad_v, p.grad_v_layout.row, row0, p.kv_len, dv, 1.0f, 1.0f, lane);
+  finish_key_rows<T, D>(p, b, h, kvh, kv0 + warp * 16, dk, dv, lane);
 }
 
 // dK and dV of grouped heads: each kv head's gradient is the sum of its query heads' shares,
@@ -756,8 +478,40 @@ unsigned blocks_of(int64_t n, int64_t per_block) {
   return static_cast<unsigned>((n + per_block - 1) / per_block);
 }
 
+// Whether the wgmma kernels serve the current device: built for sm_90a, a compute capability
+// 9.0 device, and GENESIS_FLASH_WGMMA unset or not "0" (which keeps the mma.sync kernels, for
+// comparisons).
+bool wgmma_ready() {
+#if GENESIS_WITH_SM90A
+  static const bool enabled = [] {
+    const char* value = std::getenv("GENESIS_FLASH_WGMMA");
+    return !value || std::string_view(value) != "0";
+  }();
+  if (!enabled) return false;
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> hopper[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no
+  int device = 0;
+  GENESIS_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= kMaxDevices) return false;
+  if (hopper[device].load(std::memory_order_relaxed) == 0) {
+    int major = 0, minor = 0;
+    GENESIS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    GENESIS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    hopper[device].store(major == 9 && minor == 0 ? 1 : 2, std::memory_order_relaxed);
+  }
+  return hopper[device].load(std::memory_order_relaxed) == 1;
+#else
+  return false;
+#endif
+}
+
 template <class T, int D>
 void forward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
+#if GENESIS_WITH_SM90A
+  if constexpr (D == 64 || D == 128) {
+    if (wgmma_ready()) return forward_wgmma<T, D>(p, s.batch, stream);
+  }
+#endif
   constexpr int kM = kForwardRows<D>;
   const dim3 grid(static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch), blocks_of(s.q_len, kM));
   launch(flash_forward_kernel<T, D>, grid, tile_bytes<T, D>(kM) + 2 * tile_bytes<T, D>(64), p, stream);
@@ -766,21 +520,32 @@ void forward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_
 template <class T, int D>
 void backward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
   constexpr int kTile = kBackwardTile<D>;
-  const dim3 delta_grid(blocks_of(s.q_len, kDeltaRows), static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
-  flash_delta_kernel<T, D><<<delta_grid, 256, 0, stream>>>(p);
-  GENESIS_CUDA_LAUNCH_CHECK();
-  const dim3 dkdv_grid(static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch), blocks_of(s.kv_len, kRows));
-  launch(flash_backward_dkdv_kernel<T, D>, dkdv_grid,
-         2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile) + 4 * kTile * sizeof(float), p, stream);
+  const bool wgmma = D == 64 && wgmma_ready();
+  if (wgmma) {  // the dQ kernel works out delta, then the dK/dV kernel reads it
+#if GENESIS_WITH_SM90A
+    if constexpr (D == 64) {
+      backward_dq_wgmma<T, D>(p, s.batch, stream);
+      backward_dkdv_wgmma<T, D>(p, s.batch, stream);
+    }
+#endif
+  } else {
+    const dim3 delta_grid(blocks_of(s.q_len, kDeltaRows), static_cast<unsigned>(s.q_heads),
+                          static_cast<unsigned>(s.batch));
+    flash_delta_kernel<T, D><<<delta_grid, 256, 0, stream>>>(p);
+    GENESIS_CUDA_LAUNCH_CHECK();
+    const dim3 dkdv_grid(static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch), blocks_of(s.kv_len, kRows));
+    launch(flash_backward_dkdv_kernel<T, D>, dkdv_grid,
+           2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile) + 4 * kTile * sizeof(float), p, stream);
+  }
   if (p.grad_k_partial) {
     const int64_t quads = s.batch * s.kv_heads * s.kv_len * (D / 4);
     const auto blocks = static_cast<unsigned>(std::min<int64_t>((quads + 255) / 256, 65535));
     flash_group_sum_kernel<T, D><<<blocks, 256, 0, stream>>>(p, s.batch);
     GENESIS_CUDA_LAUNCH_CHECK();
   }
+  if (wgmma) return;
   const dim3 dq_grid(static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch), blocks_of(s.q_len, kRows));
-  launch(flash_backward_dq_kernel<T, D>, dq_grid, 2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile), p,
-         stream);
+  launch(flash_backward_dq_kernel<T, D>, dq_grid, 2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile), p, stream);
 }
 
 // Calls f.template operator()<T, D>() for the dtype and head_dim.

@@ -75,8 +75,9 @@ __device__ __forceinline__ bool aligned_to(const void* p, size_t bytes) {
 // *skip_if makes the launch a no-op; a tensor with a step count updates as step *step + 1.
 template <class T, class G, class Update>
 __global__ void __launch_bounds__(kOptimBlock)
-    multi_tensor_update(TensorTable table, Update step_update, const float* skip_if) {
+    multi_tensor_update(TensorTable table, Update step_update, const float* skip_if, GradClip clip) {
   if (skip_if && *skip_if != 0.0f) return;
+  const T coef = clip.norm ? static_cast<T>(fminf(1.0f, clip.max_norm / (*clip.norm + 1e-6f))) : T(1);
   constexpr int kPack = 16 / sizeof(T);
   const int64_t chunks = table.chunk_start[table.count];
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(kOptimBlock)
           if (slot[s]) sv[s] = *reinterpret_cast<const TPack*>(slot[s] + i);
 #pragma unroll
         for (int l = 0; l < kPack; ++l)
-          update(pv.v[l], cast_value<T>(gv.v[l]), sv[0].v[l], sv[1].v[l], sv[2].v[l], slot[0] != nullptr);
+          update(pv.v[l], cast_value<T>(gv.v[l]) * coef, sv[0].v[l], sv[1].v[l], sv[2].v[l], slot[0] != nullptr);
         *reinterpret_cast<TPack*>(p + i) = pv;
 #pragma unroll
         for (int s = 0; s < 3; ++s)
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(kOptimBlock)
 #pragma unroll
       for (int s = 0; s < 3; ++s)
         if (slot[s]) sv[s] = slot[s][i];
-      update(pv, cast_value<T>(g[i]), sv[0], sv[1], sv[2], slot[0] != nullptr);
+      update(pv, cast_value<T>(g[i]) * coef, sv[0], sv[1], sv[2], slot[0] != nullptr);
       p[i] = pv;
 #pragma unroll
       for (int s = 0; s < 3; ++s)
@@ -227,10 +228,10 @@ struct LionUpdate {
 
 template <class T, class G, class Update>
 void launch_update(std::span<const OptimTensor> tensors, const Update& update, cudaStream_t stream,
-                   const float* skip_if) {
+                   const float* skip_if, GradClip clip) {
   for_each_table(tensors, [&](const TensorTable& table) {
     const auto blocks = static_cast<unsigned>(std::min<int64_t>(table.chunk_start[table.count], INT_MAX));
-    multi_tensor_update<T, G><<<blocks, kOptimBlock, 0, stream>>>(table, update, skip_if);
+    multi_tensor_update<T, G><<<blocks, kOptimBlock, 0, stream>>>(table, update, skip_if, clip);
     GENESIS_CUDA_LAUNCH_CHECK();
     if (std::any_of(table.step, table.step + table.count, [](const int64_t* step) { return step != nullptr; })) {
       advance_steps<<<1, kMaxTensorsPerLaunch, 0, stream>>>(table, skip_if);
@@ -242,21 +243,25 @@ void launch_update(std::span<const OptimTensor> tensors, const Update& update, c
 // f32 parameters take f32, f16 or bf16 gradients; f64 parameters f64 gradients.
 template <template <class> class Update, class Step>
 void dispatch_update(const char* what, DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors,
-                     const Step& s, cudaStream_t stream, const float* skip_if) {
+                     const Step& s, cudaStream_t stream, const float* skip_if, GradClip clip) {
+  // Clipping is folded in where it would have rounded nothing: gradients of the parameters' dtype.
+  GENESIS_CHECK(!clip.norm || grad_dtype == param_dtype, DTypeError, what,
+                ": clipping inside the update needs gradients of the parameters' dtype (got ", dtype_name(grad_dtype),
+                " for ", dtype_name(param_dtype), ")");
   if (param_dtype == DType::f32) {
     const Update<float> update(s);
     switch (grad_dtype) {
       case DType::f32:
-        return launch_update<float, float>(tensors, update, stream, skip_if);
+        return launch_update<float, float>(tensors, update, stream, skip_if, clip);
       case DType::f16:
-        return launch_update<float, __half>(tensors, update, stream, skip_if);
+        return launch_update<float, __half>(tensors, update, stream, skip_if, clip);
       case DType::bf16:
-        return launch_update<float, __nv_bfloat16>(tensors, update, stream, skip_if);
+        return launch_update<float, __nv_bfloat16>(tensors, update, stream, skip_if, clip);
       default:
         break;
     }
   } else if (param_dtype == DType::f64 && grad_dtype == DType::f64) {
-    return launch_update<double, double>(tensors, Update<double>(s), stream, skip_if);
+    return launch_update<double, double>(tensors, Update<double>(s), stream, skip_if, clip);
   }
   GENESIS_THROW(DTypeError, what,
                 ": CUDA parameters must be f32 (gradients f32, f16 or bf16) or f64 (gradients f64), got ",
@@ -281,12 +286,30 @@ __device__ float block_sum(float value) {
   return value;
 }
 
+// A whole chunk of an f32 tensor, 16-byte aligned, as float4s (else null: the scalar loops).
+__device__ __forceinline__ const float4* whole_f32_chunk(const GradTable& table, const GradChunk& c) {
+  if (table.dtype[c.tensor] != DType::f32 || c.end - c.begin != kGradChunk) return nullptr;
+  const float* at = static_cast<const float*>(table.data[c.tensor]) + c.begin;
+  return reinterpret_cast<uintptr_t>(at) % 16 == 0 ? reinterpret_cast<const float4*>(at) : nullptr;
+}
+static_assert(kGradChunk % (4 * kNormThreads) == 0 && kGradChunk % (4 * kOptimBlock) == 0);
+
 // Block b sums the squares of chunks b, b + kNormBlocks, ... into partials[b].
 __global__ void __launch_bounds__(kNormThreads) sum_squares_partials(GradTable table, float* partials) {
   const int64_t chunks = table.chunk_start[table.count];
   float acc = 0.0f;
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
     const GradChunk c = grad_chunk(table, chunk);
+    if (const float4* v = whole_f32_chunk(table, c)) {
+      // 16-byte loads, all issued before the sums (the scalar loop below keeps one load in flight).
+      float4 x[kGradChunk / 4 / kNormThreads];
+#pragma unroll
+      for (int k = 0; k < kGradChunk / 4 / kNormThreads; ++k) x[k] = v[threadIdx.x + k * kNormThreads];
+#pragma unroll
+      for (int k = 0; k < kGradChunk / 4 / kNormThreads; ++k)
+        acc += x[k].x * x[k].x + x[k].y * x[k].y + x[k].z * x[k].z + x[k].w * x[k].w;
+      continue;
+    }
     for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
       const float x = load_as_float(table.data[c.tensor], table.dtype[c.tensor], i);
       acc += x * x;
@@ -306,9 +329,20 @@ __global__ void __launch_bounds__(kNormThreads) finish_norm(const float* partial
 
 __global__ void __launch_bounds__(kOptimBlock) scale_by_norm(GradTable table, const float* norm, float max_norm) {
   const float coef = fminf(1.0f, max_norm / (norm[0] + 1e-6f));
+  if (coef == 1.0f) return;  // x * 1 == x: nothing to write
   const int64_t chunks = table.chunk_start[table.count];
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
     const GradChunk c = grad_chunk(table, chunk);
+    if (const float4* v = whole_f32_chunk(table, c)) {
+      auto* w = const_cast<float4*>(v);
+#pragma unroll
+      for (int k = 0; k < kGradChunk / 4 / kOptimBlock; ++k) {
+        float4 x = w[threadIdx.x + k * kOptimBlock];
+        x = {x.x * coef, x.y * coef, x.z * coef, x.w * coef};
+        w[threadIdx.x + k * kOptimBlock] = x;
+      }
+      continue;
+    }
     void* data = table.data[c.tensor];
     for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
       switch (table.dtype[c.tensor]) {
@@ -336,18 +370,18 @@ __global__ void __launch_bounds__(kOptimBlock) scale_by_norm(GradTable table, co
 }  // namespace
 
 void adam_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const AdamStep& s,
-               cudaStream_t stream, const float* skip_if) {
-  dispatch_update<AdamUpdate>("adam_step", param_dtype, grad_dtype, tensors, s, stream, skip_if);
+               cudaStream_t stream, const float* skip_if, GradClip clip) {
+  dispatch_update<AdamUpdate>("adam_step", param_dtype, grad_dtype, tensors, s, stream, skip_if, clip);
 }
 
 void sgd_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const SgdStep& s,
-              cudaStream_t stream, const float* skip_if) {
-  dispatch_update<SgdUpdate>("sgd_step", param_dtype, grad_dtype, tensors, s, stream, skip_if);
+              cudaStream_t stream, const float* skip_if, GradClip clip) {
+  dispatch_update<SgdUpdate>("sgd_step", param_dtype, grad_dtype, tensors, s, stream, skip_if, clip);
 }
 
 void lion_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const LionStep& s,
-               cudaStream_t stream, const float* skip_if) {
-  dispatch_update<LionUpdate>("lion_step", param_dtype, grad_dtype, tensors, s, stream, skip_if);
+               cudaStream_t stream, const float* skip_if, GradClip clip) {
+  dispatch_update<LionUpdate>("lion_step", param_dtype, grad_dtype, tensors, s, stream, skip_if, clip);
 }
 
 int64_t global_norm_scratch(int64_t count) {

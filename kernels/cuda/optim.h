@@ -27,14 +27,22 @@ struct OptimTensor {
   int64_t* step = nullptr;
 };
 
+// Gradient-norm clipping folded into an update: each gradient is multiplied by
+// min(1, max_norm / (*norm + 1e-6)) as it is read (what clip_by_norm would have stored first,
+// without its pass over the gradients). Off while norm is null.
+struct GradClip {
+  const float* norm = nullptr;  // device memory: the global gradient norm
+  float max_norm = 0.0f;
+};
+
 // `skip_if` (device memory, may be null) is StepGate::skip_if: every update of the call is a
 // no-op while it is nonzero. Tensors with a `step` take their step number from it.
 void adam_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const AdamStep& s,
-               cudaStream_t stream, const float* skip_if = nullptr);
+               cudaStream_t stream, const float* skip_if = nullptr, GradClip clip = {});
 void sgd_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const SgdStep& s,
-              cudaStream_t stream, const float* skip_if = nullptr);
+              cudaStream_t stream, const float* skip_if = nullptr, GradClip clip = {});
 void lion_step(DType param_dtype, DType grad_dtype, std::span<const OptimTensor> tensors, const LionStep& s,
-               cudaStream_t stream, const float* skip_if = nullptr);
+               cudaStream_t stream, const float* skip_if = nullptr, GradClip clip = {});
 
 // A floating tensor of n contiguous elements (a gradient).
 struct NormTensor {

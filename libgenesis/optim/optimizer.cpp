@@ -1,5 +1,6 @@
 #include "libgenesis/optim/optimizer.h"
 
+#include <algorithm>
 #include <map>
 
 #include "kernels/cpu/optim.h"
@@ -39,12 +40,33 @@ Tensor gradient_for_update(const Tensor& param, const Tensor& grad) {
   return (keep_half ? grad : grad.to(param.dtype())).contiguous();
 }
 
+// Multiplies each gradient by min(1, max_norm / (norm + 1e-6)) on its device, with no host read:
+// CUDA gradients by the clipping kernel (which rounds each product once to the gradient's
+// dtype), others by tensor ops.
+void scale_by_clip(const std::vector<Tensor>& grads, const Tensor& norm, double max_norm) {
+#if GENESIS_WITH_CUDA
+  const bool kernel = std::all_of(grads.begin(), grads.end(), [&](const Tensor& g) {
+    return g.device() == norm.device() && g.is_contiguous() && is_floating(g.dtype());
+  });
+  if (norm.device().is_cuda() && kernel) {
+    std::vector<kernels::cuda::NormTensor> tensors;
+    for (const Tensor& g : grads) tensors.push_back({.data = g.data_ptr(), .dtype = g.dtype(), .n = g.numel()});
+    kernels::cuda::clip_by_norm(tensors, norm.data<float>(), max_norm, cuda::current_stream());
+    return;
+  }
+#endif
+  const Tensor coef = clamp(div(max_norm, add(norm, 1e-6)), std::nullopt, 1.0);
+  for (Tensor g : grads) mul_(g, coef.to(g.device()));  // a handle: scales the gradient itself
+}
+
 }  // namespace
 
-void Optimizer::step(const Tensor& skip_if) {
+void Optimizer::step(const Tensor& skip_if, const Tensor& clip_norm, double max_norm) {
   NoGradGuard no_grad;
   GENESIS_CHECK(!skip_if.defined() || (skip_if.dtype() == DType::f32 && skip_if.numel() == 1), ValueError,
                 "optimizer: skip_if must be one f32 element (a GradScaler's found_inf)");
+  GENESIS_CHECK(!clip_norm.defined() || (clip_norm.dtype() == DType::f32 && clip_norm.numel() == 1 && max_norm > 0.0),
+                ValueError, "optimizer: clip_norm must be one f32 element (a global gradient norm) with max_norm > 0");
   ++step_count_;
   size_t index = 0;
   for (ParamGroup& g : groups_) {
@@ -77,11 +99,19 @@ void Optimizer::step(const Tensor& skip_if) {
       if (state.applied_steps.defined()) gate.step = state.applied_steps.data<int64_t>();
       ++state.steps;
       p.tensor.storage()->bump_version();  // an in-place update: graphs that saved it are stale
+      const bool fold_clip = clip_norm.defined() && p.tensor.device().is_cuda() && grad.dtype() == p.tensor.dtype() &&
+                             clip_norm.device() == p.tensor.device();
+      if (clip_norm.defined() && !fold_clip) scale_by_clip({grad}, clip_norm, max_norm);
       ParamUpdate u{p.tensor, gradient_for_update(p.tensor, grad), &state, gate};
+      if (fold_clip) {
+        u.clip_norm = clip_norm.data<float>();
+        u.max_norm = static_cast<float>(max_norm);
+      }
       if (!batch.empty()) {
         const ParamUpdate& first = batch.front();
         if (first.param.device() != u.param.device() || first.param.dtype() != u.param.dtype() ||
-            first.grad.dtype() != u.grad.dtype() || first.state->steps != u.state->steps)
+            first.grad.dtype() != u.grad.dtype() || first.state->steps != u.state->steps ||
+            first.clip_norm != u.clip_norm)
           flush();
       }
       batch.push_back(std::move(u));
@@ -125,9 +155,9 @@ void Optimizer::load_state(const std::vector<NamedTensor>& state, int64_t step_c
     for (const NamedTensor& p : g.params) {
       ParamState& ps = loaded[index++];
       auto step_it = by_name.find(p.name + ".step");
-      if (step_it == by_name.end()) continue;  // never updated before the checkpoint
+      if (step_it == by_name.end()) continue;                   // never updated before the checkpoint
       ps.steps = static_cast<int64_t>(step_it->second.item());  // applied updates; a gated step restarts
-                                                                 // the device count from it
+                                                                // the device count from it
       by_name.erase(step_it);
       for (const std::string& slot : slot_list) {
         std::string key = p.name + "." + slot;
@@ -149,6 +179,11 @@ namespace {
 
 #if GENESIS_WITH_CUDA
 // The kernel table of a batch of CUDA parameter updates.
+template <class Batch>
+kernels::cuda::GradClip cuda_clip(const Batch& batch) {
+  return {.norm = batch.front().clip_norm, .max_norm = batch.front().max_norm};
+}
+
 template <class Batch>
 std::vector<kernels::cuda::OptimTensor> cuda_tensors(const Batch& batch) {
   std::vector<kernels::cuda::OptimTensor> tensors;
@@ -182,22 +217,24 @@ class Sgd final : public Optimizer {
     return o_.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
   }
   void update(ParamGroup& g, std::span<ParamUpdate> batch) override {
-    kernels::SgdStep s{.lr = g.lr, .momentum = o_.momentum, .dampening = o_.dampening,
-                       .weight_decay = g.weight_decay, .nesterov = o_.nesterov,
+    kernels::SgdStep s{.lr = g.lr,
+                       .momentum = o_.momentum,
+                       .dampening = o_.dampening,
+                       .weight_decay = g.weight_decay,
+                       .nesterov = o_.nesterov,
                        .first_step = batch.front().state->steps == 1};
     if (batch.front().param.device().is_cpu()) {
       for (ParamUpdate& u : batch) {
         void* momentum_buffer = u.state->slots.empty() ? nullptr : u.state->slots[0].data_ptr();
-        kernels::cpu::sgd_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
-                               momentum_buffer, s, u.gate);
+        kernels::cpu::sgd_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(), momentum_buffer,
+                               s, u.gate);
       }
       return;
     }
     GENESIS_ON_CUDA(kernels::cuda::sgd_step(batch.front().param.dtype(), batch.front().grad.dtype(),
-                                            cuda_tensors(batch), s, cuda::current_stream(),
-                                            batch.front().gate.skip_if));
+                                            cuda_tensors(batch), s, cuda::current_stream(), batch.front().gate.skip_if,
+                                            cuda_clip(batch)));
   }
-
 
  private:
   SgdOptions o_;
@@ -218,24 +255,28 @@ class Adam final : public Optimizer {
   }
   void update(ParamGroup& g, std::span<ParamUpdate> batch) override {
     const int64_t t = batch.front().state->steps;
-    kernels::AdamStep s{.lr = g.lr, .beta1 = o_.beta1, .beta2 = o_.beta2, .eps = o_.eps,
-                        .weight_decay = g.weight_decay, .decoupled = o_.decoupled_weight_decay,
-                        .amsgrad = o_.amsgrad, .bias_correction1 = kernels::bias_correction(o_.beta1, t),
+    kernels::AdamStep s{.lr = g.lr,
+                        .beta1 = o_.beta1,
+                        .beta2 = o_.beta2,
+                        .eps = o_.eps,
+                        .weight_decay = g.weight_decay,
+                        .decoupled = o_.decoupled_weight_decay,
+                        .amsgrad = o_.amsgrad,
+                        .bias_correction1 = kernels::bias_correction(o_.beta1, t),
                         .bias_correction2 = kernels::bias_correction(o_.beta2, t)};
     if (batch.front().param.device().is_cpu()) {
       for (ParamUpdate& u : batch) {
         std::vector<Tensor>& slots = u.state->slots;
         kernels::cpu::adam_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
-                                slots[0].data_ptr(), slots[1].data_ptr(), o_.amsgrad ? slots[2].data_ptr() : nullptr,
-                                s, u.gate);
+                                slots[0].data_ptr(), slots[1].data_ptr(), o_.amsgrad ? slots[2].data_ptr() : nullptr, s,
+                                u.gate);
       }
       return;
     }
     GENESIS_ON_CUDA(kernels::cuda::adam_step(batch.front().param.dtype(), batch.front().grad.dtype(),
-                                             cuda_tensors(batch), s, cuda::current_stream(),
-                                             batch.front().gate.skip_if));
+                                             cuda_tensors(batch), s, cuda::current_stream(), batch.front().gate.skip_if,
+                                             cuda_clip(batch)));
   }
-
 
  private:
   AdamOptions o_;
@@ -260,10 +301,9 @@ class Lion final : public Optimizer {
       return;
     }
     GENESIS_ON_CUDA(kernels::cuda::lion_step(batch.front().param.dtype(), batch.front().grad.dtype(),
-                                             cuda_tensors(batch), s, cuda::current_stream(),
-                                             batch.front().gate.skip_if));
+                                             cuda_tensors(batch), s, cuda::current_stream(), batch.front().gate.skip_if,
+                                             cuda_clip(batch)));
   }
-
 
  private:
   LionOptions o_;
@@ -326,11 +366,7 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     total = total.defined() ? add(total, sq) : sq;
   }
   Tensor norm = sqrt(total);
-  if (max_norm > 0.0) {
-    // coef = min(1, max_norm / (norm + 1e-6)), applied on the device: no host read.
-    Tensor coef = clamp(div(max_norm, add(norm, 1e-6)), std::nullopt, 1.0);
-    for (Tensor& g : grads) mul_(g, coef);
-  }
+  if (max_norm > 0.0) scale_by_clip(grads, norm, max_norm);
   return norm;
 }
 

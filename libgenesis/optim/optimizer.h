@@ -23,8 +23,8 @@ struct NamedTensor {
 
 struct ParamGroup {
   std::vector<NamedTensor> params;
-  double lr = 1e-3;            // current learning rate (schedulers write it every step)
-  double base_lr = 1e-3;       // the recipe's learning rate for this group
+  double lr = 1e-3;       // current learning rate (schedulers write it every step)
+  double base_lr = 1e-3;  // the recipe's learning rate for this group
   double weight_decay = 0.0;
 };
 
@@ -41,7 +41,13 @@ class Optimizer {
   // read. A parameter's first gated step starts a device-side count of its applied updates,
   // which from then on gives adam's bias corrections and sgd's first step (so a skipped step
   // does not advance them) and is what state() exports as "<name>.step".
-  void step(const Tensor& skip_if = Tensor());
+  //
+  // `clip_norm` (defined: the gradients' global norm, one f32 element on their device, as
+  // clip_grad_norm(params, 0) returns it) clips by norm within the step: every gradient counts
+  // as multiplied by min(1, max_norm / (clip_norm + 1e-6)), the values clip_grad_norm would have
+  // stored. CUDA updates fold the factor into their read of the gradient (no pass over the
+  // gradients; .grad keeps its unclipped values); elsewhere the gradients are scaled first.
+  void step(const Tensor& skip_if = Tensor(), const Tensor& clip_norm = Tensor(), double max_norm = 0.0);
   // Zeroes every gradient, keeping its storage (PyTorch's set_to_none=False): the next backward
   // writes into the same buffers (Tensor::zero_grad_: no fill pass; the first gradient is
   // copied in, later ones added), which data-parallel training can bucket. set_to_none drops
@@ -78,6 +84,8 @@ class Optimizer {
     Tensor grad;
     ParamState* state;
     kernels::StepGate gate;
+    const float* clip_norm = nullptr;  // CUDA updates: clip by this norm as the gradient is read
+    float max_norm = 0.0f;
   };
   // Updates parameters of one group that share a device, dtypes and a step count (state.steps
   // already counting this update).

@@ -29,8 +29,10 @@ TrainStep::TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* s
 void TrainStep::zero_grad() {
   // Under ZeRO-1 the optimizer holds only this rank's pieces: the model's gradients are the
   // data-parallel layer's to clear.
-  if (data_parallel_) data_parallel_->zero_grad();
-  else optimizer_.zero_grad();
+  if (data_parallel_)
+    data_parallel_->zero_grad();
+  else
+    optimizer_.zero_grad();
 }
 
 Tensor TrainStep::loss_of(const Tensor& x, const Tensor& y) {
@@ -75,11 +77,19 @@ StepResult TrainStep::run(const std::function<data::Batch()>& next_batch, Device
     scaler_->unscale_(update_params);
     if (data_parallel_) data_parallel_->agree_found_inf(scaler_->found_inf());
   }
-  result.grad_norm = data_parallel_ ? data_parallel_->clip_grad_norm(settings_.clip_grad_norm)
-                                    : clip_grad_norm(params_, settings_.clip_grad_norm);
+  // Clipping by norm alone is folded into the update (no pass that scales the gradients first).
+  const bool fold_clip = !data_parallel_ && settings_.clip_grad_norm > 0.0 && settings_.clip_grad_value <= 0.0;
+  if (data_parallel_) {
+    result.grad_norm = data_parallel_->clip_grad_norm(settings_.clip_grad_norm);
+  } else {
+    result.grad_norm = clip_grad_norm(params_, fold_clip ? 0.0 : settings_.clip_grad_norm);
+  }
   if (settings_.clip_grad_value > 0.0) clip_grad_value(update_params, settings_.clip_grad_value);
   // Skipped on the device on inf/nan (the scaler's found-inf, or the caller's flag).
-  optimizer_.step(scaler_ ? scaler_->found_inf() : skip_if ? skip_if(result.loss, result.grad_norm) : Tensor());
+  optimizer_.step(scaler_   ? scaler_->found_inf()
+                  : skip_if ? skip_if(result.loss, result.grad_norm)
+                            : Tensor(),
+                  fold_clip ? result.grad_norm : Tensor(), settings_.clip_grad_norm);
   if (data_parallel_) data_parallel_->gather_parameters();
   if (scaler_) scaler_->update();
   zero_grad();
@@ -110,6 +120,8 @@ std::optional<std::string> NonfiniteSteps::news(int64_t step) {
          std::to_string(step) + "); its update was not applied";
 }
 
-int64_t NonfiniteSteps::count() const { return static_cast<int64_t>(count_.item()); }
+int64_t NonfiniteSteps::count() const {
+  return static_cast<int64_t>(count_.item());
+}
 
 }  // namespace genesis::train
