@@ -28,11 +28,16 @@ TrainStep::TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* s
 
 void TrainStep::zero_grad() {
   // Under ZeRO-1 the optimizer holds only this rank's pieces: the model's gradients are the
-  // data-parallel layer's to clear.
-  if (data_parallel_)
+  // data-parallel layer's to clear (they live in its buckets).
+  if (data_parallel_) {
     data_parallel_->zero_grad();
-  else
-    optimizer_.zero_grad();
+    return;
+  }
+  // On a GPU the gradients are dropped (PyTorch's set_to_none): the forward then runs without
+  // them, so the step's peak (the end of the forward) is lower by their size, and the next
+  // backward writes fresh ones from the caching allocator. CPU steps keep their buffers.
+  const bool on_gpu = !params_.empty() && params_.front().device().is_cuda();
+  optimizer_.zero_grad(/*set_to_none=*/on_gpu);
 }
 
 Tensor TrainStep::loss_of(const Tensor& x, const Tensor& y) {
