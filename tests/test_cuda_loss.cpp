@@ -305,9 +305,29 @@ GENESIS_CUDA_PARITY("linear_cross_entropy") {
   }
   // Bad targets surface at the next synchronization, as cross_entropy's do.
   Tensor x = random_input({5, 8}, DType::f32).to(kCuda0), w = random_input({9, 8}, DType::f32).to(kCuda0);
-  CHECK_THROWS_AS(
-      linear_cross_entropy(x, w, tensor({0, 1, 9, 2, 3}, {5}, {.dtype = DType::i64}).to(kCuda0)).item(),
-      IndexError);
+  CHECK_THROWS_AS(linear_cross_entropy(x, w, tensor({0, 1, 9, 2, 3}, {5}, {.dtype = DType::i64}).to(kCuda0)).item(),
+                  IndexError);
+}
+
+// Logits beyond one chunk (1 GiB): 4100 rows of 131072 f32 classes go in three chunks (1367,
+// 1367 and 1366 rows), the weight's gradient summed over them; against the unfused composition
+// on the same device.
+TEST_CASE("cuda linear_cross_entropy over several logits chunks equals the composition", "[cuda][loss]") {
+  if (!cuda_ready()) return;
+  const int64_t rows = 4100, in_features = 40, classes = 131071;
+  Tensor target = class_targets({rows}, classes, DType::i64, -100).to(kCuda0);
+  Tensor x = random_input({rows, in_features}, DType::f32).to(kCuda0).requires_grad_(true);
+  Tensor w = random_input({classes, in_features}, DType::f32).to(kCuda0).requires_grad_(true);
+  Tensor fused = linear_cross_entropy(x, w, target);
+  fused.backward();
+  const Tensor fused_gx = x.grad().clone(), fused_gw = w.grad().clone();
+  x.zero_grad_(true);
+  w.zero_grad_(true);
+  Tensor composed = cross_entropy(matmul(x, w.t()), target);
+  composed.backward();
+  require_close(fused, composed, 1e-5, 1e-6);
+  require_close(fused_gx, x.grad(), 1e-4, 1e-7);
+  require_close(fused_gw, w.grad(), 1e-4, 1e-7);
 }
 
 GENESIS_CUDA_PARITY("nll_loss") {

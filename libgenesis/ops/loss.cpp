@@ -3,6 +3,7 @@
 // losses (which therefore run on any device the elementwise ops support).
 #include "libgenesis/ops/loss.h"
 
+#include <cstdlib>
 #include <string_view>
 
 #include "kernels/cpu/loss.h"
@@ -121,6 +122,22 @@ int fault_op(const char* name) {
 // classes padded to a multiple of 64 (the weight's padding rows zero, so are the logits' and
 // their gradient's padding columns): cuBLASLt takes its slow unaligned kernels when a
 // matrix's contiguous extent is odd, as GPT-2's 50257 classes are (3x slower on an H100).
+// The rows go in chunks of at most 1 GiB of logits: a chunk's logits are computed,
+// turned in place into their gradient (for a loss of scale 1 per row) and, with grad, at once
+// multiplied into the gradients of x (f32 [N, K]) and of the weight (f32 [V, K], summed over the
+// chunks), which the backward only scales. So no [N, V] matrix outlives its chunk: for GPT-2's
+// B16 T1024 batch the 1.6 GB of bf16 logits a whole-batch buffer kept from the forward to the
+// backward become two chunks of 0.8 GB in turn (each chunk after the first costs one more read
+// and write of the f32 weight gradient).
+// GENESIS_LOGITS_CHUNK_MB overrides the chunk size (MiB; for measurements).
+int64_t logits_chunk_bytes() {
+  static const int64_t bytes = [] {
+    const char* value = std::getenv("GENESIS_LOGITS_CHUNK_MB");
+    return value ? std::max<int64_t>(1, std::atoll(value)) << 20 : int64_t{1} << 30;
+  }();
+  return bytes;
+}
+
 Tensor linear_cross_entropy_cuda(const Tensor& x, const Tensor& weight, const Tensor& target,
                                  const CrossEntropyOptions& options) {
   constexpr int64_t kClassPad = 64;
@@ -132,6 +149,7 @@ Tensor linear_cross_entropy_cuda(const Tensor& x, const Tensor& weight, const Te
   const TargetCount count =
       count_valid_targets("linear_cross_entropy", tc, classes, options.ignore_index, options.reduction);
   const bool grad = needs_grad({x, weight});
+  const bool need_x = grad && x.requires_grad(), need_w = grad && weight.requires_grad();
   Tensor xc = x.contiguous(), wc = weight;
   if (ld != classes || !weight.is_contiguous()) {
     NoGradGuard copy_only;
@@ -139,59 +157,81 @@ Tensor linear_cross_entropy_cuda(const Tensor& x, const Tensor& weight, const Te
     wc.narrow(0, 0, classes).copy_(weight);
     wc.narrow(0, classes, ld - classes).zero_();
   }
-  // The logits, then (with grad) their gradient for a loss of scale 1 per row.
-  Tensor buffer = empty({rows, ld}, {.dtype = dt, .device = device});
-  Tensor row_loss = empty({rows}, {.dtype = DType::f32, .device = device});
+  const int64_t row_bytes = ld * static_cast<int64_t>(dtype_size(dt));
+  const int64_t chunks = std::max<int64_t>(1, (rows * row_bytes + logits_chunk_bytes() - 1) / logits_chunk_bytes());
+  const int64_t chunk_rows = std::max<int64_t>(1, (rows + chunks - 1) / chunks);
+  const TensorOptions f32{.dtype = DType::f32, .device = device};
+  Tensor row_loss = empty({rows}, f32);
+  Tensor gx = need_x ? empty({rows, in_features}, f32) : Tensor();
+  Tensor gw = need_w ? empty({ld, in_features}, f32) : Tensor();
   Tensor loss;
   {
     NoGradGuard forward_only;
-    if (rows > 0) {
-      kernels::cpu::GemmArgs logits{.trans_b = true, .m = rows, .n = ld, .k = in_features,
-                                    .a = xc.data_ptr(), .lda = in_features, .b = wc.data_ptr(), .ldb = in_features,
-                                    .c = buffer.data_ptr(), .ldc = ld};
-      kernels::cuda::gemm(dt, logits, cuda::current_stream());
+    Tensor buffer = empty({std::min(rows, chunk_rows), ld}, {.dtype = dt, .device = device});
+    cudaStream_t stream = cuda::current_stream();
+    const auto elt = static_cast<int64_t>(dtype_size(dt));
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, rows - r0);
+      const auto* x_rows = static_cast<const char*>(xc.data_ptr()) + r0 * in_features * elt;
+      kernels::cuda::gemm(dt,
+                          {.trans_b = true,
+                           .m = n,
+                           .n = ld,
+                           .k = in_features,
+                           .a = x_rows,
+                           .lda = in_features,
+                           .b = wc.data_ptr(),
+                           .ldb = in_features,
+                           .c = buffer.data_ptr(),
+                           .ldc = ld},
+                          stream);
+      kernels::cuda::cross_entropy_with_grad(dt, tc.dtype(), n, classes, ld, buffer.data_ptr(),
+                                             static_cast<const char*>(tc.data_ptr()) + r0 * dtype_size(tc.dtype()),
+                                             options.ignore_index, options.label_smoothing, grad,
+                                             row_loss.data<float>() + r0, cuda::kernel_fault_slot(),
+                                             fault_op("linear_cross_entropy"), stream);
+      if (need_x)
+        kernels::cuda::gemm_f32_out(dt,
+                                    {.m = n,
+                                     .n = in_features,
+                                     .k = ld,
+                                     .a = buffer.data_ptr(),
+                                     .lda = ld,
+                                     .b = wc.data_ptr(),
+                                     .ldb = in_features,
+                                     .c = gx.data<float>() + r0 * in_features,
+                                     .ldc = in_features},
+                                    stream);
+      if (need_w)
+        kernels::cuda::gemm_f32_out(dt,
+                                    {.trans_a = true,
+                                     .m = ld,
+                                     .n = in_features,
+                                     .k = n,
+                                     .a = buffer.data_ptr(),
+                                     .lda = ld,
+                                     .b = x_rows,
+                                     .ldb = in_features,
+                                     .c = gw.data_ptr(),
+                                     .ldc = in_features,
+                                     .beta = r0 > 0 ? 1.0 : 0.0},
+                                    stream);
     }
-    kernels::cuda::cross_entropy_with_grad(dt, tc.dtype(), rows, classes, ld, buffer.data_ptr(), tc.data_ptr(),
-                                           options.ignore_index, options.label_smoothing, grad,
-                                           row_loss.data<float>(), cuda::kernel_fault_slot(),
-                                           fault_op("linear_cross_entropy"), cuda::current_stream());
+    if (need_w && rows == 0) gw.zero_();
     loss = reduce_rows(row_loss, options.reduction, count, {rows}, DType::f32);
   }
   if (grad) {
-    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
     record("linear_cross_entropy", {x, weight}, {loss},
-           [need_x, need_w, options, count, rows, classes, in_features, ld, dt, xs = need_w ? saved(xc) : Tensor(),
-            ws = need_x ? saved(wc) : Tensor(), grads = saved(buffer)](const TensorList& g) {
+           [need_x, need_w, options, count, classes, dt, gxs = need_x ? saved(gx) : Tensor(),
+            gws = need_w ? saved(gw) : Tensor()](const TensorList& g) {
              // d loss / d row loss: the incoming gradient, divided by the count for a mean.
              Tensor scale = g[0].to(DType::f32);
              if (options.reduction == Reduction::mean) scale = div(scale, count.device.to(DType::f32));
-             const TensorOptions f32{.dtype = DType::f32, .device = grads.device()};
              TensorList out(2);
-             if (need_x) {
-               Tensor gx = empty({rows, in_features}, f32);
-               if (rows > 0)
-                 kernels::cuda::gemm_f32_out(dt,
-                                             {.m = rows, .n = in_features, .k = ld, .a = grads.data_ptr(),
-                                              .lda = ld, .b = ws.data_ptr(), .ldb = in_features,
-                                              .c = gx.data_ptr(), .ldc = in_features},
-                                             cuda::current_stream());
-               out[0] = mul(gx, scale).to(dt);
-             }
-             if (need_w) {
-               Tensor gw = empty({ld, in_features}, f32);
-               if (rows > 0) {
-                 kernels::cuda::gemm_f32_out(dt,
-                                             {.trans_a = true, .m = ld, .n = in_features, .k = rows,
-                                              .a = grads.data_ptr(), .lda = ld, .b = xs.data_ptr(),
-                                              .ldb = in_features, .c = gw.data_ptr(), .ldc = in_features},
-                                             cuda::current_stream());
-               } else {
-                 gw.zero_();
-               }
-               // Left in f32: the weight is usually an f32 parameter cast for the GEMMs, whose
-               // cast would only widen a 16-bit gradient again.
-               out[1] = mul(gw.narrow(0, 0, classes), scale);
-             }
+             if (need_x) out[0] = mul(gxs, scale).to(dt);
+             // Left in f32: the weight is usually an f32 parameter cast for the GEMMs, whose
+             // cast would only widen a 16-bit gradient again.
+             if (need_w) out[1] = mul(gws.narrow(0, 0, classes), scale);
              return out;
            });
   }
@@ -309,8 +349,8 @@ Tensor linear_cross_entropy(const Tensor& x_arg, const Tensor& weight_arg, const
                 ": x must be [N, K] and weight [V, K], got x ", x.shape(), " and weight ", weight.shape());
   GENESIS_CHECK(is_integral(target.dtype()), DTypeError, op, ": target must hold class indices (i32 or i64), got ",
                 dtype_name(target.dtype()));
-  GENESIS_CHECK(target.dim() == 1 && target.size(0) == x.size(0), ShapeError, op, ": target must be [N] = [",
-                x.size(0), "], got ", target.shape());
+  GENESIS_CHECK(target.dim() == 1 && target.size(0) == x.size(0), ShapeError, op, ": target must be [N] = [", x.size(0),
+                "], got ", target.shape());
   GENESIS_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing < 1.0, ValueError, op,
                 ": label_smoothing must be in [0, 1) (got ", options.label_smoothing, ")");
   const DType loss_dtype = is_half(x.dtype()) ? DType::f32 : x.dtype();
