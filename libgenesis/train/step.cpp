@@ -82,13 +82,11 @@ StepResult TrainStep::run(const std::function<data::Batch()>& next_batch, Device
     scaler_->unscale_(update_params);
     if (data_parallel_) data_parallel_->agree_found_inf(scaler_->found_inf());
   }
-  // Clipping by norm alone is folded into the update (no pass that scales the gradients first).
-  const bool fold_clip = !data_parallel_ && settings_.clip_grad_norm > 0.0 && settings_.clip_grad_value <= 0.0;
-  if (data_parallel_) {
-    result.grad_norm = data_parallel_->clip_grad_norm(settings_.clip_grad_norm);
-  } else {
-    result.grad_norm = clip_grad_norm(params_, fold_clip ? 0.0 : settings_.clip_grad_norm);
-  }
+  // Clipping by norm alone is folded into the update (no pass that scales the gradients first):
+  // the norm is measured (over the ranks' chunks under ZeRO-1) and handed to the optimizer.
+  const bool fold_clip = settings_.clip_grad_norm > 0.0 && settings_.clip_grad_value <= 0.0;
+  const double clip_now = fold_clip ? 0.0 : settings_.clip_grad_norm;
+  result.grad_norm = data_parallel_ ? data_parallel_->clip_grad_norm(clip_now) : clip_grad_norm(params_, clip_now);
   if (settings_.clip_grad_value > 0.0) clip_grad_value(update_params, settings_.clip_grad_value);
   // Skipped on the device on inf/nan (the scaler's found-inf, or the caller's flag).
   optimizer_.step(scaler_   ? scaler_->found_inf()
