@@ -6,14 +6,8 @@
 # settings exit 2 with one line before any run directory exists.
 #   tests/cli/test_amp_train.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
-genesis=${1:?path to genesis}
-src=${2:?source directory}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/common.sh" "$@"
 export OMP_NUM_THREADS=2  # same thread count for both runs (CPU reductions split by threads)
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
 
 cat >"$work/lm.toml" <<TOML
 [run]
@@ -109,5 +103,4 @@ expect_usage "loss_scale with bf16" "loss_scale" "$genesis" train "$work/lm.toml
 expect_usage "negative init_scale" "init_scale" "$genesis" train "$work/lm.toml" --set amp.dtype=fp16 --set amp.init_scale=-1 --out "$work/bad"
 expect_usage "fp16 on the CPU" "fp16" "$genesis" train "$work/lm.toml" --set amp.dtype=fp16 --out "$work/bad"
 
-echo "$failures failed"
-[ "$failures" -eq 0 ]
+finish "amp train"

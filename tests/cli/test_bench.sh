@@ -3,45 +3,37 @@
 # JSON schema, compare, alloc, and bad input (exit 2 naming the case and file:line).
 #   tests/cli/test_bench.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
-genesis=${1:?path to the genesis executable}
-src=${2:?source directory}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $1"; failures=$((failures + 1)); }
-check() {  # check NAME EXPECTED_RC ACTUAL_RC
-  if [ "$2" != "$3" ]; then fail "$1: exit code $3, expected $2"; else echo "ok: $1"; fi
-}
+source "$(dirname "$0")/common.sh" "$@"
 suite="$src/tests/data/bench_suite.toml"
 fast=(--device cpu --reps 3 --budget-ms 5 --flush-mib 1)
 
-"$genesis" bench ceilings --device cpu --gemm-size 48 --json "$tmp/ceilings.json" > "$tmp/ceilings.txt"
+"$genesis" bench ceilings --device cpu --gemm-size 48 --json "$work/ceilings.json" > "$work/ceilings.txt"
 check "bench ceilings" 0 $?
-grep -q "GB/s" "$tmp/ceilings.txt" || fail "bench ceilings prints no bandwidth"
+grep -q "GB/s" "$work/ceilings.txt" || fail "bench ceilings prints no bandwidth"
 
-"$genesis" bench ops "${fast[@]}" --suite "$suite" --ceilings "$tmp/ceilings.json" --json "$tmp/a.json" > "$tmp/a.txt"
+"$genesis" bench ops "${fast[@]}" --suite "$suite" --ceilings "$work/ceilings.json" --json "$work/a.json" > "$work/a.txt"
 check "bench ops on the tiny suite" 0 $?
-grep -q "ok (err" "$tmp/a.txt" || fail "bench ops prints no checked rows"
-tail -1 "$tmp/a.txt" | grep -q " 0 FAIL" || fail "bench ops summary line: $(tail -1 "$tmp/a.txt")"
+grep -q "ok (err" "$work/a.txt" || fail "bench ops prints no checked rows"
+tail -1 "$work/a.txt" | grep -q " 0 FAIL" || fail "bench ops summary line: $(tail -1 "$work/a.txt")"
 
-"$genesis" bench ops "${fast[@]}" --suite "$suite" --ceilings "$tmp/ceilings.json" --filter 'softmax|layer_norm' \
-  --dtype f32 --json "$tmp/b.json" > "$tmp/b.txt"
+"$genesis" bench ops "${fast[@]}" --suite "$suite" --ceilings "$work/ceilings.json" --filter 'softmax|layer_norm' \
+  --dtype f32 --json "$work/b.json" > "$work/b.txt"
 check "bench ops --filter --dtype" 0 $?
-[ "$(grep -c "ok (err" "$tmp/b.txt")" = 2 ] || fail "--filter 'softmax|layer_norm' --dtype f32 should run 2 cases"
+[ "$(grep -c "ok (err" "$work/b.txt")" = 2 ] || fail "--filter 'softmax|layer_norm' --dtype f32 should run 2 cases"
 # -q: nothing on stderr; on a terminal, a progress bar between the rows otherwise.
-"$genesis" bench ops "${fast[@]}" -q --suite "$suite" --ceilings "$tmp/ceilings.json" --filter softmax \
-  > /dev/null 2> "$tmp/q.err"
+"$genesis" bench ops "${fast[@]}" -q --suite "$suite" --ceilings "$work/ceilings.json" --filter softmax \
+  > /dev/null 2> "$work/q.err"
 check "bench ops -q" 0 $?
-[ -s "$tmp/q.err" ] && fail "bench ops -q wrote to stderr: $(head -2 "$tmp/q.err")"
+[ -s "$work/q.err" ] && fail "bench ops -q wrote to stderr: $(head -2 "$work/q.err")"
 if command -v script >/dev/null; then
   script -qc "'$genesis' bench ops --device cpu --reps 3 --budget-ms 5 --flush-mib 1 --suite '$suite' \
-    --ceilings '$tmp/ceilings.json' --filter softmax" /dev/null | tr '\r' '\n' > "$tmp/tty.out"
-  grep -q "bench ops 0/" "$tmp/tty.out" && grep -q "ok (err" "$tmp/tty.out" \
-    && echo "ok: bench ops shows its progress on a terminal" || fail "bench ops on a terminal: $(cat "$tmp/tty.out")"
+    --ceilings '$work/ceilings.json' --filter softmax" /dev/null | tr '\r' '\n' > "$work/tty.out"
+  grep -q "bench ops 0/" "$work/tty.out" && grep -q "ok (err" "$work/tty.out" \
+    && echo "ok: bench ops shows its progress on a terminal" || fail "bench ops on a terminal: $(cat "$work/tty.out")"
 fi
 
 if command -v python3 >/dev/null; then
-  python3 - "$tmp/a.json" "$tmp/ceilings.json" <<'PY' || fail "bench ops JSON does not follow the schema"
+  python3 - "$work/a.json" "$work/ceilings.json" <<'PY' || fail "bench ops JSON does not follow the schema"
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["schema"] == "genesis.bench.ops/1" and r["tool"] == "genesis" and r["device"] == "cpu", r
@@ -60,33 +52,33 @@ for c in r["cases"]:
 c = json.load(open(sys.argv[2]))
 assert c["schema"] == "genesis.bench.ceilings/1" and c["ceilings"]["copy_gbps"] > 0
 PY
-  PYTHONPYCACHEPREFIX="$tmp/pycache" python3 -m py_compile "$src/scripts/bench/torch_ops.py" "$src/scripts/bench/torch_alloc.py" \
+  PYTHONPYCACHEPREFIX="$work/pycache" python3 -m py_compile "$src/scripts/bench/torch_ops.py" "$src/scripts/bench/torch_alloc.py" \
     || fail "scripts/bench/torch_ops.py does not compile"
 fi
 
-"$genesis" bench compare "$tmp/a.json" "$tmp/b.json" > "$tmp/compare.txt"
+"$genesis" bench compare "$work/a.json" "$work/b.json" > "$work/compare.txt"
 check "bench compare" 0 $?
-grep -q "^softmax 32x50 .*f32 .*x  " "$tmp/compare.txt" || fail "compare has no softmax ratio row"
-grep -q "not in B" "$tmp/compare.txt" || fail "compare does not mark cases missing from B"
-grep -q "2 cases compared: geomean B/A" "$tmp/compare.txt" || fail "compare summary: $(tail -1 "$tmp/compare.txt")"
+grep -q "^softmax 32x50 .*f32 .*x  " "$work/compare.txt" || fail "compare has no softmax ratio row"
+grep -q "not in B" "$work/compare.txt" || fail "compare does not mark cases missing from B"
+grep -q "2 cases compared: geomean B/A" "$work/compare.txt" || fail "compare summary: $(tail -1 "$work/compare.txt")"
 
-"$genesis" bench alloc --device cpu --pairs 200 --json "$tmp/alloc.json" > "$tmp/alloc.txt"
+"$genesis" bench alloc --device cpu --pairs 200 --json "$work/alloc.json" > "$work/alloc.txt"
 check "bench alloc" 0 $?
 for s in same_1MiB large_64MiB transformer pressure random_sizes; do
-  grep -q "^$s " "$tmp/alloc.txt" || fail "bench alloc lacks scenario $s"
+  grep -q "^$s " "$work/alloc.txt" || fail "bench alloc lacks scenario $s"
 done
-"$genesis" bench compare "$tmp/alloc.json" "$tmp/alloc.json" | grep -q "5 cases compared: geomean B/A 1.00x" \
+"$genesis" bench compare "$work/alloc.json" "$work/alloc.json" | grep -q "5 cases compared: geomean B/A 1.00x" \
   || fail "compare of two alloc results"
 
 # bench train: a tiny GPT-2 recipe's step on synthetic tokens, its JSON, and compare of two runs.
 tiny=(--set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set data.seq_len=16
       --set training.batch_size=2 --device cpu --steps 3 --warmup 1)
-"$genesis" bench train "$src/recipes/mobydick_gpt_tiny.toml" "${tiny[@]}" --json "$tmp/train.json" > "$tmp/train.txt"
+"$genesis" bench train "$src/recipes/mobydick_gpt_tiny.toml" "${tiny[@]}" --json "$work/train.json" > "$work/train.txt"
 check "bench train" 0 $?
-grep -q "tokens/s" "$tmp/train.txt" || fail "bench train prints no tokens/s"
-grep -q "phases: forward" "$tmp/train.txt" || fail "bench train prints no phase split"
+grep -q "tokens/s" "$work/train.txt" || fail "bench train prints no tokens/s"
+grep -q "phases: forward" "$work/train.txt" || fail "bench train prints no phase split"
 if command -v python3 >/dev/null; then
-  python3 - "$tmp/train.json" <<'PY' || fail "bench train JSON does not follow the schema"
+  python3 - "$work/train.json" <<'PY' || fail "bench train JSON does not follow the schema"
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["schema"] == "genesis.bench.train/1" and r["model"] == "gpt2" and r["flops_per_token"] > 0, r
@@ -98,17 +90,17 @@ assert min(p["forward_ms"], p["backward_ms"], p["optimizer_ms"]) > 0, p
 assert abs(sum(p.values()) - c["median_ms"]) < 0.5 * c["median_ms"], (p, c["median_ms"])
 PY
 fi
-"$genesis" bench compare "$tmp/train.json" "$tmp/train.json" | grep -q "1 cases compared" \
+"$genesis" bench compare "$work/train.json" "$work/train.json" | grep -q "1 cases compared" \
   || fail "compare of two bench train results"
 # -q: nothing on stderr; on a terminal, a bar over the warm-up and timed steps otherwise.
-"$genesis" bench train "$src/recipes/mobydick_gpt_tiny.toml" "${tiny[@]}" -q > /dev/null 2> "$tmp/train_q.err"
+"$genesis" bench train "$src/recipes/mobydick_gpt_tiny.toml" "${tiny[@]}" -q > /dev/null 2> "$work/train_q.err"
 check "bench train -q" 0 $?
-[ -s "$tmp/train_q.err" ] && fail "bench train -q wrote to stderr: $(head -2 "$tmp/train_q.err")"
+[ -s "$work/train_q.err" ] && fail "bench train -q wrote to stderr: $(head -2 "$work/train_q.err")"
 if command -v script >/dev/null; then
   script -qc "'$genesis' bench train '$src/recipes/mobydick_gpt_tiny.toml' ${tiny[*]}" /dev/null | tr '\r' '\n' \
-    > "$tmp/train_tty.out"
-  grep -q "bench train 0/" "$tmp/train_tty.out" && grep -q "tokens/s" "$tmp/train_tty.out" \
-    && echo "ok: bench train shows its progress on a terminal" || fail "bench train on a terminal: $(cat "$tmp/train_tty.out")"
+    > "$work/train_tty.out"
+  grep -q "bench train 0/" "$work/train_tty.out" && grep -q "tokens/s" "$work/train_tty.out" \
+    && echo "ok: bench train shows its progress on a terminal" || fail "bench train on a terminal: $(cat "$work/train_tty.out")"
 fi
 err=$("$genesis" bench train "$src/recipes/fashion_mnist_mlp.toml" --device cpu 2>&1 >/dev/null)
 check "bench train of a classifier recipe" 2 $?
@@ -118,25 +110,23 @@ echo "$err" | grep -q "not a language model" || fail "bench train classifier mes
 err=$("$genesis" bench ops --device cpu --suite "$src/tests/data/bench_bad_op.toml" 2>&1 >/dev/null)
 check "unknown op in the suite" 2 $?
 echo "$err" | grep -q "bench_bad_op.toml:6: case 'typo': unknown op 'addd'" || fail "unknown op message: $err"
-printf '[[case]]\nname = "x"\nop = "add"\nshapes = [[2, 2], [2, 2]]\nrepeat = 3\n' > "$tmp/bad_key.toml"
-err=$("$genesis" bench ops --device cpu --suite "$tmp/bad_key.toml" 2>&1 >/dev/null)
+printf '[[case]]\nname = "x"\nop = "add"\nshapes = [[2, 2], [2, 2]]\nrepeat = 3\n' > "$work/bad_key.toml"
+err=$("$genesis" bench ops --device cpu --suite "$work/bad_key.toml" 2>&1 >/dev/null)
 check "unknown key in a case" 2 $?
 echo "$err" | grep -q "bad_key.toml:5: unknown key 'repeat'" || fail "unknown key message: $err"
-printf '[[case]]\nname = "x"\nop = "matmul"\nshapes = [[2, 2]]\n' > "$tmp/bad_shapes.toml"
-err=$("$genesis" bench ops --device cpu --suite "$tmp/bad_shapes.toml" 2>&1 >/dev/null)
+printf '[[case]]\nname = "x"\nop = "matmul"\nshapes = [[2, 2]]\n' > "$work/bad_shapes.toml"
+err=$("$genesis" bench ops --device cpu --suite "$work/bad_shapes.toml" 2>&1 >/dev/null)
 check "wrong number of shapes" 2 $?
 echo "$err" | grep -q "bad_shapes.toml:1: case 'x' (matmul): expects 2 shapes, got 1" || fail "shapes message: $err"
-"$genesis" bench ops --device cpu --suite "$tmp/missing.toml" >/dev/null 2>&1
+"$genesis" bench ops --device cpu --suite "$work/missing.toml" >/dev/null 2>&1
 check "missing suite file" 2 $?
 "$genesis" bench ops --device cpu --suite "$suite" --filter '(' >/dev/null 2>&1
 check "invalid --filter" 2 $?
 "$genesis" bench ops --device cpu --suite "$suite" --filter 'no such case' >/dev/null 2>&1
 check "--filter matching nothing" 2 $?
-"$genesis" bench compare "$tmp/a.json" "$tmp/alloc.json" >/dev/null 2>&1
+"$genesis" bench compare "$work/a.json" "$work/alloc.json" >/dev/null 2>&1
 check "compare of different schemas" 2 $?
-"$genesis" bench compare "$tmp/a.json" "$tmp/nothing.json" >/dev/null 2>&1
+"$genesis" bench compare "$work/a.json" "$work/nothing.json" >/dev/null 2>&1
 check "compare of a missing file" 2 $?
 
-[ "$failures" -eq 0 ] && echo "bench: all checks passed" && exit 0
-echo "bench: $failures check(s) failed"
-exit 1
+finish bench

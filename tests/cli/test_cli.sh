@@ -2,16 +2,7 @@
 # CLI contract: results on stdout, one-line errors on stderr, exit codes 0 / 1 / 2.
 #   tests/cli/test_cli.sh PATH_TO_GENESIS
 set -u
-genesis=${1:?path to the genesis executable}
-failures=0
-check() {  # check NAME EXPECTED_RC ACTUAL_RC
-  if [ "$2" != "$3" ]; then
-    echo "FAIL: $1: exit code $3, expected $2"
-    failures=$((failures + 1))
-  else
-    echo "ok: $1"
-  fi
-}
+source "$(dirname "$0")/common.sh" "$@"
 
 out=$("$genesis" ops --list 2>/dev/null); check "ops --list" 0 $?
 echo "$out" | grep -q "^matmul " || { echo "FAIL: ops --list does not list matmul"; failures=$((failures + 1)); }
@@ -46,6 +37,4 @@ completed=$(bash -c 'source <("$1" completion bash) || exit 1
   || { echo "FAIL: bash completion gave: $completed"; failures=$((failures + 1)); }
 "$genesis" completion zsh | head -1 | grep -q bashcompinit || { echo "FAIL: zsh completion lacks bashcompinit"; failures=$((failures + 1)); }
 
-[ "$failures" -eq 0 ] && echo "cli: all checks passed" && exit 0
-echo "cli: $failures check(s) failed"
-exit 1
+finish cli

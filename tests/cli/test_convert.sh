@@ -4,18 +4,12 @@
 # inspected and exported, and bad input exits 2 with one line on stderr, leaving DST untouched.
 #   tests/cli/test_convert.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
-genesis=${1:?path to genesis}
-src=${2:?source directory}
+source "$(dirname "$0")/common.sh" "$@"
 fixture="$src/tests/fixtures/llama"
 if ! command -v python3 >/dev/null; then
   echo "skipped: python3 (which reads the JSON reports) is not installed"
   exit 0
 fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
 expect_rc() {  # expect_rc NAME EXPECTED ACTUAL
   if [ "$2" = "$3" ]; then ok "$1 (exit $3)"; else fail "$1: exit $3, expected $2"; fi
 }
@@ -99,5 +93,4 @@ grep -q "looked for" "$work/err" && ok "names what was looked for" || fail "stde
 "$genesis" convert "$fixture" "$work/x" --max-shard-size 2XB 2>/dev/null; expect_rc "bad --max-shard-size" 2 $?
 ls "$work" | grep -q '\.tmp-' && fail "temporary directories left behind" || ok "no temporary directories left"
 
-[ $failures -eq 0 ] && echo "all convert checks passed" || echo "$failures convert check(s) failed"
-[ $failures -eq 0 ]
+finish convert

@@ -5,18 +5,7 @@
 # pack); without npm or the registry those checks are skipped, saying so.
 #   tests/cli/test_data.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
-genesis=${1:?path to genesis}
-src=${2:?source directory}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
-finish() {
-  [ "$failures" -eq 0 ] && echo "data: all checks passed" && exit 0
-  echo "data: $failures check(s) failed"
-  exit 1
-}
+source "$(dirname "$0")/common.sh" "$@"
 
 # round_trip NAME TOKENIZER FILE: encode | decode gives the file back byte for byte.
 round_trip() {
@@ -83,9 +72,9 @@ sed 's/"type": *"BPE"/"type": "Unigram"/' "$fixture" >"$work/unigram.json"
 bash "$src/data/fetch.sh" mobydick sotu gpt2 2>"$work/fetch.err"; rc=$?
 if [ $rc -eq 3 ]; then
   echo "skipped: GPT-2 checks need data/fetch.sh, which could not run: $(tail -n1 "$work/fetch.err")"
-  finish
+  finish data
 fi
-[ $rc -eq 0 ] || { cat "$work/fetch.err"; fail "data/fetch.sh exited $rc"; finish; }
+[ $rc -eq 0 ] || { cat "$work/fetch.err"; fail "data/fetch.sh exited $rc"; finish data; }
 cache="$src/data/cache"
 round_trip "gpt2, random bytes" "$cache/gpt2" "$work/random.bin"
 round_trip "gpt2, Moby Dick" "$cache/gpt2" "$cache/mobydick.txt"
@@ -106,4 +95,4 @@ fi
 "$genesis" data bench-tokenizer --tokenizer "$cache/gpt2" --input "$cache/mobydick.txt" >"$work/bench.json" \
   && grep -q '"round_trip": true' "$work/bench.json" && ok "bench-tokenizer: $(grep cold_cpu_mb_per_s "$work/bench.json" | tr -d ' ,')" \
   || fail "bench-tokenizer failed"
-finish
+finish data

@@ -13,10 +13,8 @@
 # partial sums averaged in f64), ~1e-7 relative per step; 40 AdamW steps are measured to stay
 # within 3e-7 of each other, and the check allows 1e-4.
 set -u
-genesis=${1:?path to genesis}
-src=${2:?source directory}
+source "$(dirname "$0")/common.sh" "$@"
 recipe="$src/recipes/fashion_mnist_mlp.toml"
-work=$(mktemp -d)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
@@ -24,9 +22,6 @@ cleanup() {
 }
 trap cleanup EXIT
 export OMP_NUM_THREADS=1  # bit-exact comparisons need a fixed thread count per rank
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
 losses() { grep -o '"loss":[0-9.eE+-]*' "$1" | cut -d: -f2; }
 # The largest relative difference between two runs' logged losses (or "count" when they differ in number).
 max_rel() {
@@ -259,5 +254,4 @@ expect_usage "nccl on the CPU" 'dist.backend = "nccl"' "$genesis" train "$recipe
   --set dist.backend=nccl
 for d in bad1 bad2 bad3 bad4 bad5; do [ -e "$work/$d" ] && fail "$d: a run directory was created"; done
 
-echo "dist: $failures failure(s)"
-[ $failures -eq 0 ]
+finish dist

@@ -6,16 +6,10 @@
 # equal an uninterrupted run's byte for byte, and no temporary directory may be left behind.
 #   tests/cli/test_kill_resume.sh PATH_TO_GENESIS SOURCE_DIR [KILLS]
 set -u
-genesis=${1:?path to genesis}
-src=${2:?source directory}
+source "$(dirname "$0")/common.sh" "$@"
 kills=${3:-20}
 recipe="$src/recipes/fashion_mnist_mlp.toml"
-work=$(mktemp -d)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1  # bit-identical results need a fixed thread count
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
 
 if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   echo "skipped: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
@@ -68,5 +62,4 @@ leftovers=$(find "$work/cut" -name '*.tmp*' -o -name '*.deleting*' | head -3)
 [ "$(ls "$work/cut/checkpoints" | grep -c '^step_')" = 2 ] && ok "keep_last = 2 checkpoints kept" \
   || fail "checkpoints: $(ls "$work/cut/checkpoints" | tr '\n' ' ')"
 
-[ $failures -eq 0 ] && echo "kill-resume: all checks passed" || echo "kill-resume: $failures failure(s)"
-exit $failures
+finish kill-resume

@@ -5,14 +5,8 @@
 # bad input exits 2 (or 1) with one line on stderr.
 #   tests/cli/test_lm_generate.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
-genesis=${1:?path to genesis}
-src=${2:?source directory}
+source "$(dirname "$0")/common.sh" "$@"
 fixtures="$src/tests/fixtures"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
 
 if ! command -v node >/dev/null; then
   echo "skipped: node reads the fixtures' reference.safetensors and is not installed"
@@ -75,6 +69,4 @@ if [ -d "$llama" ]; then
   [ $rc -eq 2 ] && ok "top-p out of range: exit 2" || fail "top-p 1.5 exited $rc"
 fi
 
-[ "$failures" -eq 0 ] && echo "lm generate: all checks passed" && exit 0
-echo "lm generate: $failures check(s) failed"
-exit 1
+finish "lm generate"

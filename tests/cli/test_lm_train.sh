@@ -7,13 +7,7 @@
 # every recipe in recipes/ resolves with `genesis recipe show`.
 #   tests/cli/test_lm_train.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
-genesis=${1:?path to genesis}
-src=${2:?source directory}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
+source "$(dirname "$0")/common.sh" "$@"
 num() { sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" "$1" | head -n 1; }
 
 cat >"$work/lm.toml" <<TOML
@@ -164,6 +158,4 @@ for recipe in "$src"/recipes/*.toml; do
     || fail "recipe show $(basename "$recipe"): $(cat "$work/err")"
 done
 
-[ "$failures" -eq 0 ] && echo "lm train: all checks passed" && exit 0
-echo "lm train: $failures check(s) failed"
-exit 1
+finish "lm train"

@@ -5,17 +5,11 @@
 # 130); recipe, run-directory and checkpoint errors exit 2 or 1 with one line on stderr.
 #   tests/cli/test_train.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
-genesis=${1:?path to genesis}
-src=${2:?source directory}
+source "$(dirname "$0")/common.sh" "$@"
 recipe="$src/recipes/fashion_mnist_mlp.toml"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 # Results are bit-identical for a fixed thread count, and the automatic count follows the
 # load of the machine (docs/architecture.md, CPU threads): the runs compared here fix it.
 export OMP_NUM_THREADS=2
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
 
 if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   echo "skipped: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
@@ -250,6 +244,4 @@ cp -r "$work/short/checkpoints/latest/." "$work/corrupt"
 head -c 1000 "$work/short/checkpoints/latest/model.safetensors" >"$work/corrupt/model.safetensors"
 expect "truncated model.safetensors" 1 "model.safetensors" -- "$genesis" eval "$recipe" --checkpoint "$work/corrupt"
 
-[ "$failures" -eq 0 ] && echo "train: all checks passed" && exit 0
-echo "train: $failures check(s) failed"
-exit 1
+finish train
