@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/loss.h"
+#include "kernels/cuda/packs.cuh"
 
 namespace genesis::kernels::cuda {
 
@@ -23,13 +24,9 @@ constexpr int kRowBlock = 256;
 // 16-byte packs each thread loads before using any of them.
 constexpr int kUnroll = 4;
 
+// A 16-byte pack of T (packs.cuh).
 template <class T>
-inline constexpr int kPack = 16 / static_cast<int>(sizeof(T));
-
-template <class T>
-struct alignas(16) Pack {
-  T v[kPack<T>];
-};
+using Pack16 = Pack<T, kPack<T>>;
 
 // Bound of the running max: exp_sub(v, max) then never sees inf - inf, so rows holding +inf
 // or -inf give an infinite logsumexp instead of NaN, while NaN logits still make it NaN. The
@@ -172,10 +169,10 @@ __device__ __forceinline__ RowStats<A> contiguous_row_stats(const T* __restrict_
   const int64_t head = unaligned_head(xr, classes);
   if (lane < head) stats_add_one(st, to_acc<A>(xr[lane]));
   const int64_t packs = (classes - head) / V;
-  const auto* body = reinterpret_cast<const Pack<T>*>(xr + head);
+  const auto* body = reinterpret_cast<const Pack16<T>*>(xr + head);
   int64_t i = lane;
   for (; i + (kUnroll - 1) * kGroup < packs; i += kUnroll * kGroup) {
-    Pack<T> p[kUnroll];
+    Pack16<T> p[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) p[u] = body[i + u * kGroup];
     A v[kUnroll * V];
@@ -187,7 +184,7 @@ __device__ __forceinline__ RowStats<A> contiguous_row_stats(const T* __restrict_
     stats_add(st, v);
   }
   for (; i < packs; i += kGroup) {
-    const Pack<T> p = body[i];
+    const Pack16<T> p = body[i];
     A v[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = to_acc<A>(p.v[j]);
@@ -253,10 +250,10 @@ __device__ __forceinline__ void map_row(const T* __restrict__ xr, T* __restrict_
   const int64_t head = unaligned_head(out, classes);
   if (lane < head) element(lane);
   const int64_t packs = (classes - head) / V;
-  const auto* in_body = kReadX ? reinterpret_cast<const Pack<T>*>(xr + head) : nullptr;
-  auto* out_body = reinterpret_cast<Pack<T>*>(out + head);
-  auto store = [&](int64_t pack, const Pack<T>& p) {
-    Pack<T> o;
+  const auto* in_body = kReadX ? reinterpret_cast<const Pack16<T>*>(xr + head) : nullptr;
+  auto* out_body = reinterpret_cast<Pack16<T>*>(out + head);
+  auto store = [&](int64_t pack, const Pack16<T>& p) {
+    Pack16<T> o;
     const int64_t first = head + pack * V;
 #pragma unroll
     for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>(f(first + j, kReadX ? to_acc<A>(p.v[j]) : A(0)));
@@ -264,7 +261,7 @@ __device__ __forceinline__ void map_row(const T* __restrict__ xr, T* __restrict_
   };
   int64_t i = lane;
   for (; i + (kUnroll - 1) * kGroup < packs; i += kUnroll * kGroup) {
-    Pack<T> p[kUnroll] = {};
+    Pack16<T> p[kUnroll] = {};
     if constexpr (kReadX) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) p[u] = in_body[i + u * kGroup];
@@ -273,7 +270,7 @@ __device__ __forceinline__ void map_row(const T* __restrict__ xr, T* __restrict_
     for (int u = 0; u < kUnroll; ++u) store(i + u * kGroup, p[u]);
   }
   for (; i < packs; i += kGroup) {
-    Pack<T> p = {};
+    Pack16<T> p = {};
     if constexpr (kReadX) p = in_body[i];
     store(i, p);
   }
@@ -451,7 +448,7 @@ __global__ void __launch_bounds__(kRowBlock)
   const int64_t r = blockIdx.x;
   const int lane = static_cast<int>(threadIdx.x);
   T* xr = x + r * ld;
-  auto* body = reinterpret_cast<Pack<T>*>(xr);
+  auto* body = reinterpret_cast<Pack16<T>*>(xr);
   const int64_t packs = ld / V;
   const auto t = static_cast<int64_t>(target[r]);
   if (!counted(t, ignore_index, classes)) {
@@ -460,7 +457,7 @@ __global__ void __launch_bounds__(kRowBlock)
       loss[r] = 0.0f;
     }
     if (write_grad)
-      for (int64_t i = lane; i < packs; i += kRowBlock) body[i] = Pack<T>{};
+      for (int64_t i = lane; i < packs; i += kRowBlock) body[i] = Pack16<T>{};
     return;
   }
   __shared__ float row_lse;
@@ -469,8 +466,8 @@ __global__ void __launch_bounds__(kRowBlock)
   if (lane == 0) {
     const float lse = st.max + logf(st.sum_exp);
     const float nll = lse - target_logit;
-    loss[r] = smoothing == 0.0f ? nll
-                                : (1.0f - smoothing) * nll + smoothing * (lse - st.sum / static_cast<float>(classes));
+    loss[r] =
+        smoothing == 0.0f ? nll : (1.0f - smoothing) * nll + smoothing * (lse - st.sum / static_cast<float>(classes));
     row_lse = lse;
   }
   __syncthreads();
@@ -478,8 +475,8 @@ __global__ void __launch_bounds__(kRowBlock)
   const float lse = row_lse, uniform = smoothing / static_cast<float>(classes), hit = 1.0f - smoothing;
 #pragma unroll 4
   for (int64_t i = lane; i < packs; i += kRowBlock) {
-    const Pack<T> p = body[i];
-    Pack<T> o;
+    const Pack16<T> p = body[i];
+    Pack16<T> o;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int64_t c = i * V + j;

@@ -10,6 +10,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/multi_tensor.cuh"
 #include "kernels/cuda/optim.h"
+#include "kernels/cuda/packs.cuh"
 #include "libgenesis/core/error.h"
 
 namespace genesis::kernels::cuda {
@@ -59,11 +60,6 @@ __device__ __forceinline__ int tensor_of_chunk(const TensorTable& table, int64_t
   return t;
 }
 
-template <class U, int N>
-struct alignas(sizeof(U) * N) Pack {
-  U v[N];
-};
-
 __device__ __forceinline__ bool aligned_to(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
@@ -78,7 +74,7 @@ __global__ void __launch_bounds__(kOptimBlock)
     multi_tensor_update(TensorTable table, Update step_update, const float* skip_if, GradClip clip) {
   if (skip_if && *skip_if != 0.0f) return;
   const T coef = clip.norm ? static_cast<T>(fminf(1.0f, clip.max_norm / (*clip.norm + 1e-6f))) : T(1);
-  constexpr int kPack = 16 / sizeof(T);
+  constexpr int kWidth = kPack<T>;  // elements of T in 16 bytes
   const int64_t chunks = table.chunk_start[table.count];
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
     const int t = tensor_of_chunk(table, chunk);
@@ -89,15 +85,15 @@ __global__ void __launch_bounds__(kOptimBlock)
     const G* g = static_cast<const G*>(table.grad[t]);
     T* slot[3] = {static_cast<T*>(table.slots[0][t]), static_cast<T*>(table.slots[1][t]),
                   static_cast<T*>(table.slots[2][t])};
-    bool vectorized = aligned_to(p, 16) && aligned_to(g, sizeof(G) * kPack);
+    bool vectorized = aligned_to(p, 16) && aligned_to(g, sizeof(G) * kWidth);
 #pragma unroll
     for (T* s : slot) vectorized = vectorized && (!s || aligned_to(s, 16));
     int64_t scalar_begin = begin;
     if (vectorized) {
-      using TPack = Pack<T, kPack>;
-      using GPack = Pack<G, kPack>;
-      const int64_t packed_end = begin + (end - begin) / kPack * kPack;
-      for (int64_t i = begin + threadIdx.x * kPack; i < packed_end; i += blockDim.x * kPack) {
+      using TPack = Pack<T, kWidth>;
+      using GPack = Pack<G, kWidth>;
+      const int64_t packed_end = begin + (end - begin) / kWidth * kWidth;
+      for (int64_t i = begin + threadIdx.x * kWidth; i < packed_end; i += blockDim.x * kWidth) {
         TPack pv = *reinterpret_cast<const TPack*>(p + i);
         const GPack gv = *reinterpret_cast<const GPack*>(g + i);
         TPack sv[3] = {};
@@ -105,7 +101,7 @@ __global__ void __launch_bounds__(kOptimBlock)
         for (int s = 0; s < 3; ++s)
           if (slot[s]) sv[s] = *reinterpret_cast<const TPack*>(slot[s] + i);
 #pragma unroll
-        for (int l = 0; l < kPack; ++l)
+        for (int l = 0; l < kWidth; ++l)
           update(pv.v[l], cast_value<T>(gv.v[l]) * coef, sv[0].v[l], sv[1].v[l], sv[2].v[l], slot[0] != nullptr);
         *reinterpret_cast<TPack*>(p + i) = pv;
 #pragma unroll

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/packs.cuh"
 #include "kernels/cuda/reduce.h"
 #include "libgenesis/core/error.h"
 
@@ -68,11 +69,8 @@ __device__ __forceinline__ Acc warp_combine(const Op& op, Acc acc) {
 template <class T, bool kVector>
 inline constexpr int kLanes = kVector ? static_cast<int>(16 / sizeof(T)) : 1;
 
-// N elements loaded at once (one 16-byte load when N > 1).
-template <class T, int N>
-struct alignas(N == 1 ? alignof(T) : sizeof(T) * N) Pack {
-  T v[N];
-};
+// N elements loaded at once (one 16-byte load when N > 1): packs.cuh's Pack.
+using cuda::Pack;
 
 // An op whose results go to the scratch buffer (first pass of a split reduction).
 template <class Op>
@@ -95,7 +93,9 @@ struct SlicedRows : Op {
 };
 
 template <class Op>
-inline constexpr bool kIsSlicedRows = requires(const Op& op) { op.arrivals; };
+inline constexpr bool kIsSlicedRows = requires(const Op& op) {
+  op.arrivals;
+};
 
 // A partial result written by another block, read from L2 (past this multiprocessor's L1).
 template <class S>
@@ -263,7 +263,9 @@ __global__ void __launch_bounds__(kWarp* kSplitLanes)
   }
 }
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 inline int64_t pow2_at_least(int64_t v) {
   int64_t p = 1;
@@ -276,10 +278,10 @@ void launch_rows_pass(RowTasks t, const In* in, const Op& op, cudaStream_t strea
   // About four loads (of 16 bytes, or of 4 elements' worth of scalars) per thread; a block per
   // task for split rows.
   const int64_t per_load = kVector ? kLanes<In, true> : 4;
-  t.group = kIsSlicedRows<Op> ? kMaxRowGroup
-                              : static_cast<int>(std::clamp<int64_t>(
-                                    pow2_at_least(ceil_div(std::min(t.slice_len, t.cols), 4 * per_load)), kWarp,
-                                    kMaxRowGroup));
+  t.group = kIsSlicedRows<Op>
+                ? kMaxRowGroup
+                : static_cast<int>(std::clamp<int64_t>(
+                      pow2_at_least(ceil_div(std::min(t.slice_len, t.cols), 4 * per_load)), kWarp, kMaxRowGroup));
   const int threads = std::max(t.group, 256);
   const auto blocks = static_cast<unsigned>(ceil_div(t.tasks, threads / t.group));
   reduce_rows_kernel<Op, In, kVector><<<blocks, threads, 0, stream>>>(t, in, op);
@@ -312,8 +314,10 @@ void reduce_rows(int64_t rows, int64_t cols, const T* in, const Op& op, cudaStre
     slices = ceil_div(cols, slice_len);
   }
   auto first_pass = [&](const RowTasks& t, const auto& pass_op) {
-    if (vector) launch_rows_pass<true>(t, in, pass_op, stream);
-    else launch_rows_pass<false>(t, in, pass_op, stream);
+    if (vector)
+      launch_rows_pass<true>(t, in, pass_op, stream);
+    else
+      launch_rows_pass<false>(t, in, pass_op, stream);
   };
   if (slices == 1) {
     first_pass(RowTasks{rows, 1, cols, cols, 0}, op);
@@ -353,8 +357,10 @@ void reduce_columns(int64_t outer, int64_t extent, int64_t inner, const T* in, c
   const dim3 block(static_cast<unsigned>(width), static_cast<unsigned>(height));
   auto launch = [&](const auto& pass_op) {
     using PassOp = std::decay_t<decltype(pass_op)>;
-    if (vector) reduce_columns_kernel<PassOp, T, true><<<grid, block, 0, stream>>>(t, in, pass_op);
-    else reduce_columns_kernel<PassOp, T, false><<<grid, block, 0, stream>>>(t, in, pass_op);
+    if (vector)
+      reduce_columns_kernel<PassOp, T, true><<<grid, block, 0, stream>>>(t, in, pass_op);
+    else
+      reduce_columns_kernel<PassOp, T, false><<<grid, block, 0, stream>>>(t, in, pass_op);
     GENESIS_CUDA_LAUNCH_CHECK();
   };
   if (splits == 1) {
@@ -363,8 +369,9 @@ void reduce_columns(int64_t outer, int64_t extent, int64_t inner, const T* in, c
   }
   auto* partials = static_cast<Acc*>(scratch(stream).partials);
   launch(ToPartials<Op>{op, partials});
-  combine_splits_kernel<Op, Acc><<<static_cast<unsigned>(ceil_div(columns, kWarp)), dim3(kWarp, kSplitLanes), 0, stream>>>(
-      columns, splits, partials, op);
+  combine_splits_kernel<Op, Acc>
+      <<<static_cast<unsigned>(ceil_div(columns, kWarp)), dim3(kWarp, kSplitLanes), 0, stream>>>(columns, splits,
+                                                                                                 partials, op);
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 
