@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "libgenesis/core/named_tensor.h"
 #include "libgenesis/core/tensor.h"
-#include "libgenesis/optim/optimizer.h"  // NamedTensor
 
 namespace genesis::nn {
 

@@ -12,14 +12,10 @@
 #include <vector>
 
 #include "kernels/cpu/optim.h"  // StepGate
+#include "libgenesis/core/named_tensor.h"
 #include "libgenesis/core/tensor.h"
 
 namespace genesis {
-
-struct NamedTensor {
-  std::string name;
-  Tensor tensor;
-};
 
 struct ParamGroup {
   std::vector<NamedTensor> params;
