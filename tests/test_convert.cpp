@@ -1,4 +1,4 @@
-// genesis convert / inspect (libgenesis/io/convert.h, hf_shards.h): the Hugging Face fixtures of
+// genesis convert / inspect (libgenesis/convert/convert.h, hf_shards.h): the Hugging Face fixtures of
 // tests/fixtures (made by transformers 5.17) survive HF -> genesis -> HF bit for bit, dtype casts
 // round to nearest even, sharding and tied weights, training-checkpoint reports, and bad input.
 #include <cstring>
@@ -8,7 +8,7 @@
 #include <set>
 
 #include "libgenesis/core/half.h"
-#include "libgenesis/io/convert.h"
+#include "libgenesis/convert/convert.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/hf.h"
 #include "libgenesis/recipe/build.h"

@@ -1,5 +1,5 @@
-// genesis convert: a model between the Hugging Face and genesis formats (libgenesis/io/convert.h).
-#include "libgenesis/io/convert.h"
+// genesis convert: a model between the Hugging Face and genesis formats (libgenesis/convert/convert.h).
+#include "libgenesis/convert/convert.h"
 
 #include <iostream>
 #include <nlohmann/json.hpp>

@@ -1,11 +1,11 @@
-// genesis inspect: what a model file or directory holds, from headers only (libgenesis/io/convert.h).
+// genesis inspect: what a model file or directory holds, from headers only (libgenesis/convert/convert.h).
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "apps/genesis/commands.h"
 #include "libgenesis/data/shards.h"
-#include "libgenesis/io/convert.h"
+#include "libgenesis/convert/convert.h"
 
 namespace genesis::cli {
 

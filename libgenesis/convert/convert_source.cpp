@@ -5,7 +5,7 @@
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/io/checkpoint_dir.h"
-#include "libgenesis/io/convert.h"
+#include "libgenesis/convert/convert.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/recipe/recipe.h"
 

@@ -1,6 +1,6 @@
 // `genesis convert`: writes a model found by open_model_source as a Hugging Face directory or a
 // genesis checkpoint, into a temporary sibling of the destination renamed at the end.
-#include "libgenesis/io/convert.h"
+#include "libgenesis/convert/convert.h"
 
 #include <algorithm>
 #include <set>
