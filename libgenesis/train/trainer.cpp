@@ -169,10 +169,12 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   rank0_first(
       group.get(),
       [&] {
+        // Stale temporaries go first: a run killed inside its first checkpoint write holds only a
+        // start, which --resume begins again from step 0.
+        stale = io::remove_stale_temporaries(run_dir / "checkpoints");
         resuming = prepare_run_dir(run_dir, options, start_note);
         if (resuming) resume_note = check_resume_recipe(spec, run_dir / "checkpoints");
         if (!resuming) io::write_file_atomic(run_dir / "recipe.toml", recipe_toml);
-        stale = io::remove_stale_temporaries(run_dir / "checkpoints");
         if (resuming) {
           // Peek at the checkpoint's step first: lines a crashed run logged after it are dropped
           // from metrics.jsonl, so the resumed run does not log those steps twice.

@@ -184,6 +184,17 @@ expect "unknown scheduler" 2 "cosine" -- "$genesis" train "$recipe" --set schedu
 expect "missing data file names path and package" 1 "dataset-fashion-mnist" -- "$genesis" train "$recipe" --set data.path=/nonexistent --out "$work/e7"
 expect "batch larger than the training set" 2 "exceeds the 60000 samples" -- "$genesis" train "$recipe" --set training.batch_size=100000 --out "$work/e10"
 expect "--resume without checkpoint" 2 "no checkpoint" -- "$genesis" train "$recipe" --resume --out "$work/e8"
+# A run killed inside its first checkpoint write leaves recipe.toml and a stale temporary
+# (checkpoints/step_N.tmp-PID of a dead process): --resume removes it and starts from step 0.
+mkdir -p "$work/e11/checkpoints/step_00000003.tmp-3999999"
+cp "$recipe" "$work/e11/recipe.toml"
+if "$genesis" train "$recipe" --out "$work/e11" --resume --set training.steps=3 >/dev/null 2>"$work/e11.err" &&
+  grep -q "has no checkpoint yet; starting from step 0" "$work/e11.err" && [ -e "$work/e11/checkpoints/latest" ] &&
+  [ ! -e "$work/e11/checkpoints/step_00000003.tmp-3999999" ]; then
+  ok "--resume after a kill inside the first checkpoint write starts from step 0"
+else
+  fail "--resume after a kill inside the first checkpoint write: $(cat "$work/e11.err")"
+fi
 # A failed start (e7: data missing) leaves recipe.toml and metrics.jsonl but no checkpoint: the
 # retry reuses the directory, and --resume there starts from step 0 with a note.
 if "$genesis" train "$recipe" --out "$work/e7" --set training.steps=3 -q >/dev/null 2>"$work/retry.err"; then
