@@ -3,7 +3,6 @@
 // tiles loaded with cp.async, rows padded by 8 elements so that ldmatrix reads are free of
 // bank conflicts (fragment layouts: flash_common.cuh). On sm_90a, head_dim 64 and 128 take the
 // wgmma kernels of sm90/flash_attention_wgmma.cu instead.
-#include <atomic>
 #include <cstdlib>
 #include <string_view>
 
@@ -171,14 +170,7 @@ __global__ void __launch_bounds__(256) flash_delta_kernel(FlashParams p) {
     const T* o = head_base<T>(p.out, p.out_layout, b, h) + i * p.out_layout.row;
     const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h) + i * p.grad_out_layout.row;
 #pragma unroll
-    for (int d = lane * 8; d < D; d += kDeltaLanes * 8) {
-      const uint4 ov = *reinterpret_cast<const uint4*>(o + d);
-      const uint4 gv = *reinterpret_cast<const uint4*>(go + d);
-      const T* oe = reinterpret_cast<const T*>(&ov);
-      const T* ge = reinterpret_cast<const T*>(&gv);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum = fmaf(to_acc<float>(oe[e]), to_acc<float>(ge[e]), sum);
-    }
+    for (int d = lane * 8; d < D; d += kDeltaLanes * 8) sum = fma_pack(o + d, go + d, sum);
   }
 #pragma unroll
   for (int offset = kDeltaLanes / 2; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
@@ -465,17 +457,7 @@ constexpr size_t tile_bytes(int rows) {
 // the default 48 KiB once).
 template <class Kernel>
 void launch(Kernel kernel, dim3 grid, size_t smem, const FlashParams& p, cudaStream_t stream) {
-  GENESIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  // All of the unified L1 as shared memory when the blocks need it: 3 blocks of the backward
-  // kernels take about 170 KiB.
-  GENESIS_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  GENESIS_CUDA_LAUNCH_CHECK();
-}
-
-unsigned blocks_of(int64_t n, int64_t per_block) {
-  return static_cast<unsigned>((n + per_block - 1) / per_block);
+  launch_flash(kernel, grid, kThreads, smem, p, stream);
 }
 
 // Whether the wgmma kernels serve the current device: built for sm_90a, a compute capability
@@ -487,19 +469,8 @@ bool wgmma_ready() {
     const char* value = std::getenv("GENESIS_FLASH_WGMMA");
     return !value || std::string_view(value) != "0";
   }();
-  if (!enabled) return false;
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> hopper[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no
-  int device = 0;
-  GENESIS_CUDA_CHECK(cudaGetDevice(&device));
-  if (device >= kMaxDevices) return false;
-  if (hopper[device].load(std::memory_order_relaxed) == 0) {
-    int major = 0, minor = 0;
-    GENESIS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    GENESIS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    hopper[device].store(major == 9 && minor == 0 ? 1 : 2, std::memory_order_relaxed);
-  }
-  return hopper[device].load(std::memory_order_relaxed) == 1;
+  return enabled && device_attribute<cudaDevAttrComputeCapabilityMajor>() == 9 &&
+         device_attribute<cudaDevAttrComputeCapabilityMinor>() == 0;
 #else
   return false;
 #endif

@@ -309,6 +309,35 @@ __device__ __forceinline__ int64_t kv_end_for(const FlashParams& p, int64_t q0, 
   return p.causal ? min(p.kv_len, q0 + rows + p.causal_offset) : p.kv_len;
 }
 
+// Launches a flash kernel with `smem` bytes of dynamic shared memory (raising the kernel's limit
+// above the default 48 KiB), all of the unified L1 as shared memory when the blocks need it
+// (3 blocks of the mma.sync backward kernels take about 170 KiB).
+template <class Kernel>
+void launch_flash(Kernel kernel, dim3 grid, int threads, size_t smem, const FlashParams& p, cudaStream_t stream) {
+  GENESIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  GENESIS_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  kernel<<<grid, threads, smem, stream>>>(p);
+  GENESIS_CUDA_LAUNCH_CHECK();
+}
+
+// Tiles of `per_block` rows that cover n rows: a grid dimension.
+inline unsigned blocks_of(int64_t n, int64_t per_block) {
+  return static_cast<unsigned>((n + per_block - 1) / per_block);
+}
+
+// sum += a[e] * b[e] over one 16-byte pack of each (8 16-bit elements), in element order.
+template <class T>
+__device__ __forceinline__ float fma_pack(const T* a, const T* b, float sum) {
+  const uint4 av = *reinterpret_cast<const uint4*>(a);
+  const uint4 bv = *reinterpret_cast<const uint4*>(b);
+  const T* ae = reinterpret_cast<const T*>(&av);
+  const T* be = reinterpret_cast<const T*>(&bv);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) sum = fmaf(to_acc<float>(ae[e]), to_acc<float>(be[e]), sum);
+  return sum;
+}
+
 // The wgmma kernels (sm90/flash_attention_wgmma.cu, built for sm_90a when GENESIS_WITH_SM90A):
 // the forward at head_dim 64 and 128, the backward's dK/dV and dQ kernels at 64; T is
 // __nv_bfloat16 or __half. The backward's delta (and the grouped heads' sum) stay with the

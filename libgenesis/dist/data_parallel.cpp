@@ -270,12 +270,9 @@ Tensor DataParallel::clip_grad_norm(double max_norm) {
   comm_.all_reduce(squares, ReduceOp::sum)->wait();
   Tensor norm = sqrt(squares);
   if (max_norm > 0.0) {
-    // As genesis::clip_grad_norm: coef = min(1, max_norm / (norm + 1e-6)), on the device.
-    Tensor coef = clamp(div(max_norm, add(norm, 1e-6)), std::nullopt, 1.0);
-    for (Tensor& shard : shards_) {
-      Tensor g = shard.grad();
-      mul_(g, coef);
-    }
+    std::vector<Tensor> grads;
+    for (const Tensor& shard : shards_) grads.push_back(shard.grad());
+    genesis::scale_grads_by_clip(grads, norm, max_norm);
   }
   return norm;
 }

@@ -157,8 +157,9 @@ Tensor linear_cross_entropy_cuda(const Tensor& x, const Tensor& weight, const Te
     wc.narrow(0, 0, classes).copy_(weight);
     wc.narrow(0, classes, ld - classes).zero_();
   }
-  const int64_t row_bytes = ld * static_cast<int64_t>(dtype_size(dt));
-  const int64_t chunks = std::max<int64_t>(1, (rows * row_bytes + logits_chunk_bytes() - 1) / logits_chunk_bytes());
+  const auto elt = static_cast<int64_t>(dtype_size(dt));
+  const int64_t chunk_bytes = logits_chunk_bytes();
+  const int64_t chunks = std::max<int64_t>(1, (rows * ld * elt + chunk_bytes - 1) / chunk_bytes);
   const int64_t chunk_rows = std::max<int64_t>(1, (rows + chunks - 1) / chunks);
   const TensorOptions f32{.dtype = DType::f32, .device = device};
   Tensor row_loss = empty({rows}, f32);
@@ -169,21 +170,12 @@ Tensor linear_cross_entropy_cuda(const Tensor& x, const Tensor& weight, const Te
     NoGradGuard forward_only;
     Tensor buffer = empty({std::min(rows, chunk_rows), ld}, {.dtype = dt, .device = device});
     cudaStream_t stream = cuda::current_stream();
-    const auto elt = static_cast<int64_t>(dtype_size(dt));
     for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - r0);
       const auto* x_rows = static_cast<const char*>(xc.data_ptr()) + r0 * in_features * elt;
       kernels::cuda::gemm(dt,
-                          {.trans_b = true,
-                           .m = n,
-                           .n = ld,
-                           .k = in_features,
-                           .a = x_rows,
-                           .lda = in_features,
-                           .b = wc.data_ptr(),
-                           .ldb = in_features,
-                           .c = buffer.data_ptr(),
-                           .ldc = ld},
+                          {.trans_b = true, .m = n, .n = ld, .k = in_features, .a = x_rows, .lda = in_features,
+                           .b = wc.data_ptr(), .ldb = in_features, .c = buffer.data_ptr(), .ldc = ld},
                           stream);
       kernels::cuda::cross_entropy_with_grad(dt, tc.dtype(), n, classes, ld, buffer.data_ptr(),
                                              static_cast<const char*>(tc.data_ptr()) + r0 * dtype_size(tc.dtype()),
@@ -192,29 +184,15 @@ Tensor linear_cross_entropy_cuda(const Tensor& x, const Tensor& weight, const Te
                                              fault_op("linear_cross_entropy"), stream);
       if (need_x)
         kernels::cuda::gemm_f32_out(dt,
-                                    {.m = n,
-                                     .n = in_features,
-                                     .k = ld,
-                                     .a = buffer.data_ptr(),
-                                     .lda = ld,
-                                     .b = wc.data_ptr(),
-                                     .ldb = in_features,
-                                     .c = gx.data<float>() + r0 * in_features,
-                                     .ldc = in_features},
+                                    {.m = n, .n = in_features, .k = ld, .a = buffer.data_ptr(), .lda = ld,
+                                     .b = wc.data_ptr(), .ldb = in_features,
+                                     .c = gx.data<float>() + r0 * in_features, .ldc = in_features},
                                     stream);
-      if (need_w)
+      if (need_w)  // summed over the chunks
         kernels::cuda::gemm_f32_out(dt,
-                                    {.trans_a = true,
-                                     .m = ld,
-                                     .n = in_features,
-                                     .k = n,
-                                     .a = buffer.data_ptr(),
-                                     .lda = ld,
-                                     .b = x_rows,
-                                     .ldb = in_features,
-                                     .c = gw.data_ptr(),
-                                     .ldc = in_features,
-                                     .beta = r0 > 0 ? 1.0 : 0.0},
+                                    {.trans_a = true, .m = ld, .n = in_features, .k = n, .a = buffer.data_ptr(),
+                                     .lda = ld, .b = x_rows, .ldb = in_features, .c = gw.data_ptr(),
+                                     .ldc = in_features, .beta = r0 > 0 ? 1.0 : 0.0},
                                     stream);
     }
     if (need_w && rows == 0) gw.zero_();

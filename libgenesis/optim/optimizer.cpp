@@ -40,25 +40,6 @@ Tensor gradient_for_update(const Tensor& param, const Tensor& grad) {
   return (keep_half ? grad : grad.to(param.dtype())).contiguous();
 }
 
-// Multiplies each gradient by min(1, max_norm / (norm + 1e-6)) on its device, with no host read:
-// CUDA gradients by the clipping kernel (which rounds each product once to the gradient's
-// dtype), others by tensor ops.
-void scale_by_clip(const std::vector<Tensor>& grads, const Tensor& norm, double max_norm) {
-#if GENESIS_WITH_CUDA
-  const bool kernel = std::all_of(grads.begin(), grads.end(), [&](const Tensor& g) {
-    return g.device() == norm.device() && g.is_contiguous() && is_floating(g.dtype());
-  });
-  if (norm.device().is_cuda() && kernel) {
-    std::vector<kernels::cuda::NormTensor> tensors;
-    for (const Tensor& g : grads) tensors.push_back({.data = g.data_ptr(), .dtype = g.dtype(), .n = g.numel()});
-    kernels::cuda::clip_by_norm(tensors, norm.data<float>(), max_norm, cuda::current_stream());
-    return;
-  }
-#endif
-  const Tensor coef = clamp(div(max_norm, add(norm, 1e-6)), std::nullopt, 1.0);
-  for (Tensor g : grads) mul_(g, coef.to(g.device()));  // a handle: scales the gradient itself
-}
-
 }  // namespace
 
 void Optimizer::step(const Tensor& skip_if, const Tensor& clip_norm, double max_norm) {
@@ -101,7 +82,7 @@ void Optimizer::step(const Tensor& skip_if, const Tensor& clip_norm, double max_
       p.tensor.storage()->bump_version();  // an in-place update: graphs that saved it are stale
       const bool fold_clip = clip_norm.defined() && p.tensor.device().is_cuda() && grad.dtype() == p.tensor.dtype() &&
                              clip_norm.device() == p.tensor.device();
-      if (clip_norm.defined() && !fold_clip) scale_by_clip({grad}, clip_norm, max_norm);
+      if (clip_norm.defined() && !fold_clip) scale_grads_by_clip({grad}, clip_norm, max_norm);
       ParamUpdate u{p.tensor, gradient_for_update(p.tensor, grad), &state, gate};
       if (fold_clip) {
         u.clip_norm = clip_norm.data<float>();
@@ -155,9 +136,9 @@ void Optimizer::load_state(const std::vector<NamedTensor>& state, int64_t step_c
     for (const NamedTensor& p : g.params) {
       ParamState& ps = loaded[index++];
       auto step_it = by_name.find(p.name + ".step");
-      if (step_it == by_name.end()) continue;                   // never updated before the checkpoint
+      if (step_it == by_name.end()) continue;  // never updated before the checkpoint
       ps.steps = static_cast<int64_t>(step_it->second.item());  // applied updates; a gated step restarts
-                                                                // the device count from it
+                                                                 // the device count from it
       by_name.erase(step_it);
       for (const std::string& slot : slot_list) {
         std::string key = p.name + "." + slot;
@@ -178,12 +159,13 @@ void Optimizer::load_state(const std::vector<NamedTensor>& state, int64_t step_c
 namespace {
 
 #if GENESIS_WITH_CUDA
-// The kernel table of a batch of CUDA parameter updates.
+// The clipping a batch of CUDA parameter updates folds in (ParamUpdate::clip_norm).
 template <class Batch>
 kernels::cuda::GradClip cuda_clip(const Batch& batch) {
   return {.norm = batch.front().clip_norm, .max_norm = batch.front().max_norm};
 }
 
+// The kernel table of a batch of CUDA parameter updates.
 template <class Batch>
 std::vector<kernels::cuda::OptimTensor> cuda_tensors(const Batch& batch) {
   std::vector<kernels::cuda::OptimTensor> tensors;
@@ -217,17 +199,14 @@ class Sgd final : public Optimizer {
     return o_.momentum != 0.0 ? std::vector<std::string>{"momentum_buffer"} : std::vector<std::string>{};
   }
   void update(ParamGroup& g, std::span<ParamUpdate> batch) override {
-    kernels::SgdStep s{.lr = g.lr,
-                       .momentum = o_.momentum,
-                       .dampening = o_.dampening,
-                       .weight_decay = g.weight_decay,
-                       .nesterov = o_.nesterov,
+    kernels::SgdStep s{.lr = g.lr, .momentum = o_.momentum, .dampening = o_.dampening,
+                       .weight_decay = g.weight_decay, .nesterov = o_.nesterov,
                        .first_step = batch.front().state->steps == 1};
     if (batch.front().param.device().is_cpu()) {
       for (ParamUpdate& u : batch) {
         void* momentum_buffer = u.state->slots.empty() ? nullptr : u.state->slots[0].data_ptr();
-        kernels::cpu::sgd_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(), momentum_buffer,
-                               s, u.gate);
+        kernels::cpu::sgd_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
+                               momentum_buffer, s, u.gate);
       }
       return;
     }
@@ -255,21 +234,16 @@ class Adam final : public Optimizer {
   }
   void update(ParamGroup& g, std::span<ParamUpdate> batch) override {
     const int64_t t = batch.front().state->steps;
-    kernels::AdamStep s{.lr = g.lr,
-                        .beta1 = o_.beta1,
-                        .beta2 = o_.beta2,
-                        .eps = o_.eps,
-                        .weight_decay = g.weight_decay,
-                        .decoupled = o_.decoupled_weight_decay,
-                        .amsgrad = o_.amsgrad,
-                        .bias_correction1 = kernels::bias_correction(o_.beta1, t),
+    kernels::AdamStep s{.lr = g.lr, .beta1 = o_.beta1, .beta2 = o_.beta2, .eps = o_.eps,
+                        .weight_decay = g.weight_decay, .decoupled = o_.decoupled_weight_decay,
+                        .amsgrad = o_.amsgrad, .bias_correction1 = kernels::bias_correction(o_.beta1, t),
                         .bias_correction2 = kernels::bias_correction(o_.beta2, t)};
     if (batch.front().param.device().is_cpu()) {
       for (ParamUpdate& u : batch) {
         std::vector<Tensor>& slots = u.state->slots;
         kernels::cpu::adam_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
-                                slots[0].data_ptr(), slots[1].data_ptr(), o_.amsgrad ? slots[2].data_ptr() : nullptr, s,
-                                u.gate);
+                                slots[0].data_ptr(), slots[1].data_ptr(), o_.amsgrad ? slots[2].data_ptr() : nullptr,
+                                s, u.gate);
       }
       return;
     }
@@ -328,7 +302,7 @@ namespace {
 #if GENESIS_WITH_CUDA
 // The fused path: every gradient contiguous, floating and on one CUDA device. Returns the
 // norm, or an undefined tensor when the gradients do not qualify.
-Tensor clip_grad_norm_cuda(const std::vector<Tensor>& grads, double max_norm) {
+Tensor global_norm_cuda(const std::vector<Tensor>& grads) {
   const Device device = grads.front().device();
   std::vector<kernels::cuda::NormTensor> tensors;
   for (const Tensor& g : grads) {
@@ -338,9 +312,7 @@ Tensor clip_grad_norm_cuda(const std::vector<Tensor>& grads, double max_norm) {
   auto count = static_cast<int64_t>(tensors.size());
   Tensor scratch = empty({kernels::cuda::global_norm_scratch(count)}, {.dtype = DType::f32, .device = device});
   Tensor norm = empty({}, {.dtype = DType::f32, .device = device});
-  cudaStream_t stream = cuda::current_stream();
-  kernels::cuda::global_norm(tensors, scratch.data<float>(), norm.data<float>(), stream);
-  if (max_norm > 0.0) kernels::cuda::clip_by_norm(tensors, norm.data<float>(), max_norm, stream);
+  kernels::cuda::global_norm(tensors, scratch.data<float>(), norm.data<float>(), cuda::current_stream());
   return norm;
 }
 #endif
@@ -354,20 +326,37 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
   if (grads.empty()) return scalar_tensor(0.0, {.dtype = DType::f32});
+  Tensor norm;
 #if GENESIS_WITH_CUDA
-  if (grads.front().device().is_cuda()) {
-    if (Tensor norm = clip_grad_norm_cuda(grads, max_norm); norm.defined()) return norm;
+  if (grads.front().device().is_cuda()) norm = global_norm_cuda(grads);
+#endif
+  if (!norm.defined()) {
+    Tensor total;
+    for (const Tensor& g : grads) {
+      Tensor gf = g.to(DType::f32);  // square in f32: half-precision squares overflow
+      Tensor sq = sum(mul(gf, gf));
+      total = total.defined() ? add(total, sq) : sq;
+    }
+    norm = sqrt(total);
+  }
+  if (max_norm > 0.0) scale_grads_by_clip(grads, norm, max_norm);
+  return norm;
+}
+
+void scale_grads_by_clip(const std::vector<Tensor>& grads, const Tensor& norm, double max_norm) {
+#if GENESIS_WITH_CUDA
+  const bool kernel = std::all_of(grads.begin(), grads.end(), [&](const Tensor& g) {
+    return g.device() == norm.device() && g.is_contiguous() && is_floating(g.dtype());
+  });
+  if (norm.device().is_cuda() && kernel) {
+    std::vector<kernels::cuda::NormTensor> tensors;
+    for (const Tensor& g : grads) tensors.push_back({.data = g.data_ptr(), .dtype = g.dtype(), .n = g.numel()});
+    kernels::cuda::clip_by_norm(tensors, norm.data<float>(), max_norm, cuda::current_stream());
+    return;
   }
 #endif
-  Tensor total;
-  for (const Tensor& g : grads) {
-    Tensor gf = g.to(DType::f32);  // square in f32: half-precision squares overflow
-    Tensor sq = sum(mul(gf, gf));
-    total = total.defined() ? add(total, sq) : sq;
-  }
-  Tensor norm = sqrt(total);
-  if (max_norm > 0.0) scale_by_clip(grads, norm, max_norm);
-  return norm;
+  const Tensor coef = clamp(div(max_norm, add(norm, 1e-6)), std::nullopt, 1.0);
+  for (Tensor g : grads) mul_(g, coef.to(g.device()));  // a handle: scales the gradient itself
 }
 
 void clip_grad_value(const std::vector<Tensor>& params, double value) {

@@ -120,6 +120,11 @@ std::unique_ptr<Optimizer> make_adam(std::vector<ParamGroup> groups, AdamOptions
 // before clipping as a 0-d f32 tensor (no host synchronization). max_norm <= 0 only
 // measures. Contiguous CUDA gradients on one device take two or three multi-tensor launches.
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// Multiplies each gradient by min(1, max_norm / (norm + 1e-6)) on its device with no host read
+// (norm: one f32 element, e.g. clip_grad_norm(params, 0)): contiguous CUDA gradients on norm's
+// device by the clipping kernel (each product rounded once to the gradient's dtype), others by
+// tensor ops.
+void scale_grads_by_clip(const std::vector<Tensor>& grads, const Tensor& norm, double max_norm);
 // Clamps every gradient element to [-value, value].
 void clip_grad_value(const std::vector<Tensor>& params, double value);
 

@@ -322,14 +322,7 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
       const T* o = head_base<T>(p.out, p.out_layout, b, h) + i * p.out_layout.row + half * (D / 2);
       const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h) + i * p.grad_out_layout.row + half * (D / 2);
 #pragma unroll
-      for (int d = 0; d < D / 2; d += 8) {
-        const uint4 ov = *reinterpret_cast<const uint4*>(o + d);
-        const uint4 gv = *reinterpret_cast<const uint4*>(go + d);
-        const T* oe = reinterpret_cast<const T*>(&ov);
-        const T* ge = reinterpret_cast<const T*>(&gv);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) sum = fmaf(to_acc<float>(oe[e]), to_acc<float>(ge[e]), sum);
-      }
+      for (int d = 0; d < D / 2; d += 8) sum = fma_pack(o + d, go + d, sum);
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     if (half == 0) {
@@ -418,30 +411,21 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
 
 template <class Kernel>
 void launch_wgmma(Kernel kernel, dim3 grid, uint32_t smem, const FlashParams& p, cudaStream_t stream) {
-  smem += 1024;  // alignment slack
-  GENESIS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  GENESIS_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  kernel<<<grid, kGroupThreads, smem, stream>>>(p);
-  GENESIS_CUDA_LAUNCH_CHECK();
-}
-
-unsigned tiles_of(int64_t n, int64_t per_tile) {
-  return static_cast<unsigned>((n + per_tile - 1) / per_tile);
+  launch_flash(kernel, grid, kGroupThreads, smem + 1024, p, stream);  // + 1 KiB of alignment slack
 }
 
 }  // namespace
 
 template <class T, int D>
 void forward_wgmma(const FlashParams& p, int64_t batch, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(p.q_heads), static_cast<unsigned>(batch), tiles_of(p.q_len, kGroupRows));
+  const dim3 grid(static_cast<unsigned>(p.q_heads), static_cast<unsigned>(batch), blocks_of(p.q_len, kGroupRows));
   const uint32_t smem = tile_bytes<T, D>(kGroupRows) + 4 * tile_bytes<T, D>(kForwardKeys);
   launch_wgmma(flash_forward_wgmma_kernel<T, D>, grid, smem, p, stream);
 }
 
 template <class T, int D>
 void backward_dkdv_wgmma(const FlashParams& p, int64_t batch, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(p.q_heads), static_cast<unsigned>(batch), tiles_of(p.kv_len, kGroupRows));
+  const dim3 grid(static_cast<unsigned>(p.q_heads), static_cast<unsigned>(batch), blocks_of(p.kv_len, kGroupRows));
   const uint32_t smem =
       2 * tile_bytes<T, D>(kGroupRows) + 4 * tile_bytes<T, D>(kBackwardTile) + 4 * kBackwardTile * sizeof(float);
   launch_wgmma(flash_backward_dkdv_wgmma_kernel<T, D>, grid, smem, p, stream);
@@ -449,7 +433,7 @@ void backward_dkdv_wgmma(const FlashParams& p, int64_t batch, cudaStream_t strea
 
 template <class T, int D>
 void backward_dq_wgmma(const FlashParams& p, int64_t batch, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(p.q_heads), static_cast<unsigned>(batch), tiles_of(p.q_len, kGroupRows));
+  const dim3 grid(static_cast<unsigned>(p.q_heads), static_cast<unsigned>(batch), blocks_of(p.q_len, kGroupRows));
   const uint32_t smem =
       2 * tile_bytes<T, D>(kGroupRows) + 4 * tile_bytes<T, D>(kBackwardTile) + kGroupRows * sizeof(float);
   launch_wgmma(flash_backward_dq_wgmma_kernel<T, D>, grid, smem, p, stream);
