@@ -274,6 +274,73 @@ TEST_CASE("cuda flash attention matches the CPU", "[cuda][transformer]") {
   check_backward_parity(odd_rows, padded, attention_grad_tolerance(DType::bf16));
 }
 
+// Attention dropout draws, on cuda, the mask the CPU draws from the same generator state: the flash
+// kernels (f16/bf16, the mma.sync kernels also on sm_90a) and the composite path (f32, where the
+// flash kernels do not apply), forward and gradients, over odd lengths, grouped heads, the
+// causal offset and strided operands.
+TEST_CASE("cuda attention dropout draws the CPU's mask", "[cuda][transformer]") {
+  if (!cuda_ready()) return;
+  const AttentionCase cases[] = {
+      {2, 4, 4, 77, 77, 64, true, {}},   {1, 8, 2, 100, 157, 128, true, {}}, {2, 6, 3, 33, 70, 32, false, 0.2},
+      {1, 4, 1, 1, 90, 96, true, {}},    {1, 2, 2, 130, 130, 64, false, {}},
+  };
+  for (double p : {0.1, 0.5}) {
+    for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+      for (const AttentionCase& c : cases) {
+        INFO("p " << p << ", " << dtype_name(dtype) << " B " << c.batch << ", Hq " << c.q_heads << ", Hkv "
+                  << c.kv_heads << ", T " << c.q_len << ", S " << c.kv_len << ", D " << c.head_dim);
+        for (const AttentionLayout& layout : kAttentionLayouts) {
+          INFO("layout: " << layout.name);
+          auto fn = [c, layout, p](const TensorList& in) {
+            Generator gen(1234);
+            return scaled_dot_product_attention(as_heads(layout, in[0], c.q_len), as_heads(layout, in[1], c.kv_len),
+                                                as_heads(layout, in[2], c.kv_len), c.causal, c.scale, p, &gen);
+          };
+          const TensorList inputs = attention_inputs(c, layout, dtype);
+          check_parity(fn, inputs, attention_tolerance(dtype));
+          check_backward_parity(fn, inputs, attention_grad_tolerance(dtype));
+        }
+      }
+    }
+  }
+}
+
+// Every kept and dropped entry, through K = V = I (S = D) and grad_out = I: the output is the
+// dropped probabilities, dV their transpose and dQ the score gradients, so each kernel's mask is
+// compared entry by entry (f16 against f64; a wrong entry moves a value by P / keep_prob, far
+// beyond the tolerance).
+TEST_CASE("cuda flash attention dropout keeps the CPU's entries", "[cuda][transformer]") {
+  if (!cuda_ready()) return;
+  for (int64_t d : {64, 128}) {
+    for (bool causal : {false, true}) {
+      const int64_t steps = causal ? d - 21 : d;  // causal: a KV-cache offset of 21
+      INFO("D " << d << ", causal " << causal);
+      Tensor identity = eye(d, -1, {.dtype = DType::f64}).reshape({1, 1, d, d}).expand({2, 2, d, d}).contiguous();
+      Tensor q = random_input({2, 4, steps, d}, DType::f64, -8, 8);
+      Tensor grad_out = eye(steps, d, {.dtype = DType::f64}).reshape({1, 1, steps, d}).expand({2, 4, steps, d});
+      auto run = [&](DType dtype, Device device) {
+        Tensor qd = q.to(dtype).to(device).detach().requires_grad_(true);
+        Tensor kd = identity.to(dtype).to(device).detach().requires_grad_(true);
+        Tensor vd = identity.to(dtype).to(device).detach().requires_grad_(true);
+        Generator gen(2024);
+        Tensor out = scaled_dot_product_attention(qd, kd, vd, causal, std::nullopt, 0.5, &gen);
+        out.backward(grad_out.to(dtype).to(device).contiguous());
+        return TensorList{out.to(kCPU).to(DType::f64), qd.grad().to(kCPU).to(DType::f64),
+                          vd.grad().to(kCPU).to(DType::f64)};
+      };
+      const TensorList expected = run(DType::f64, kCPU), got = run(DType::f16, kCuda0);
+      require_close(got[0], expected[0], 2e-3, 1e-2);  // out = P * mask / keep_prob
+      require_close(got[1], expected[1], 2e-3, 1e-2);  // dQ = scale dS
+      require_close(got[2], expected[2], 2e-3, 1e-2);  // dV = (P * mask / keep_prob)^T
+      // About half of the visible probabilities are dropped.
+      Tensor reference = scaled_dot_product_attention(q, identity, identity, causal);
+      const double seen = sum(gt(reference, 0.0).to(DType::f64)).item();
+      const double zeros = sum(mul(gt(reference, 0.0).to(DType::f64), eq(got[0], 0.0).to(DType::f64))).item();
+      CHECK(std::abs(zeros - 0.5 * seen) < 5.0 * std::sqrt(seen * 0.25));
+    }
+  }
+}
+
 #if GENESIS_WITH_CUDA
 // No [T, T] matrix: the forward and backward of 4096 tokens allocate about what the inputs,
 // the output, the gradients and the per-row statistics take (a materialized bf16 [1, 4, 4096,

@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* kGpt2 = R"({"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 24, "n_layer": 2,
-  "n_head": 3, "activation_function": "gelu_new", "n_inner": null, "resid_pdrop": 0.1})";
+  "n_head": 3, "activation_function": "gelu_new", "n_inner": null})";
 
 std::string decoder_json(const std::string& type, const std::string& extra = "") {
   return R"({"model_type": ")" + type + R"(", "vocab_size": 40, "hidden_size": 16, "intermediate_size": 24,
@@ -96,6 +96,39 @@ TEST_CASE("language models: logits shape and Hugging Face parameter names", "[cp
   auto llama_bias = parameter_shapes(*causal_lm_from_config(decoder_json("llama", R"(, "attention_bias": true)")));
   CHECK(llama_bias.count("model.layers.0.self_attn.o_proj.bias") == 1);
   CHECK(llama_bias.count("model.layers.0.self_attn.v_proj.bias") == 1);
+}
+
+// Dropout as transformers has it: read from config.json (and written back), applied only while
+// training, and set for the whole model by set_dropout (the recipe's model.dropout).
+TEST_CASE("language models: dropout while training only", "[cpu][models]") {
+  const std::string gpt2_drop =
+      std::string(kGpt2).replace(std::string(kGpt2).find('}'), 1, R"(, "attn_pdrop": 0.1, "resid_pdrop": 0.2,
+      "embd_pdrop": 0.3})");
+  const models::Gpt2Config c = models::gpt2_config_from_json(gpt2_drop);
+  CHECK(c.attn_pdrop == 0.1);
+  CHECK(c.resid_pdrop == 0.2);
+  CHECK(c.embd_pdrop == 0.3);
+  CHECK(models::gpt2_config_from_json(kGpt2).attn_pdrop == 0.0);  // absent: none
+  const std::string llama_drop = decoder_json("llama", R"(, "attention_dropout": 0.25)");
+  CHECK(models::decoder_config_from_json(llama_drop).attention_dropout == 0.25);
+  for (const std::string& json : {gpt2_drop, llama_drop}) {
+    auto model = causal_lm_from_config(json);
+    auto plain = causal_lm_from_config(json);
+    plain->set_dropout(0.0);
+    plain->load_state_dict(model->state_dict());
+    Tensor ids = random_ids(2, 9, model->vocab_size());
+    // Training: each forward draws new masks; nothing dropped equals the plain model.
+    CHECK(max_abs_diff(model->forward(ids), model->forward(ids)) > 1e-6);
+    CHECK(max_abs_diff(plain->forward(ids), plain->forward(ids)) == 0.0);
+    model->eval();
+    require_close(model->forward(ids), plain->forward(ids), 0.0, 0.0);
+    // The config's values survive a round trip through config.json.
+    CHECK(causal_lm_from_config(model->hf_config_json())->hf_config_json() == model->hf_config_json());
+    CHECK_THROWS_AS(model->set_dropout(1.0), ValueError);
+  }
+  CHECK_THROWS_AS(models::gpt2_config_from_json(std::string(kGpt2).replace(std::string(kGpt2).find('}'), 1,
+                                                                           R"(, "attn_pdrop": 1.5})")),
+                  UsageError);
 }
 
 TEST_CASE("language models: a later token never changes earlier logits", "[cpu][models]") {

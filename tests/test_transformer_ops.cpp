@@ -103,11 +103,54 @@ TEST_CASE("causal attention: a later key does not change earlier outputs", "[cpu
   CHECK_FALSE(allclose(a.narrow(2, 5, 1), b.narrow(2, 5, 1)));
 }
 
+// Attention dropout draws dropout()'s mask for the contiguous probabilities: with V the identity
+// (S = D) the output is the dropped probabilities themselves, so the reference is the same
+// generator state's dropout of softmax(q k^T * scale).
+TEST_CASE("attention dropout drops dropout()'s entries of the probabilities", "[cpu][transformer]") {
+  const int64_t heads = 3, steps = 24;
+  Tensor q = rand_values({2, heads, steps, steps}, DType::f64, -1, 1), k = rand_values({2, 1, steps, steps}, DType::f64);
+  Tensor v = eye(steps, -1, {.dtype = DType::f64}).reshape({1, 1, steps, steps}).expand({2, 1, steps, steps});
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    Generator gen(41), reference_gen(41);
+    Tensor dropped = scaled_dot_product_attention(q, k, v, causal, std::nullopt, 0.25, &gen);
+    Tensor expected = dropout(reference_attention(q, k, v, causal), 0.25, true, &reference_gen);
+    require_close(dropped, expected, 1e-12, 1e-12);
+    CHECK(gen.state() == reference_gen.state());  // ceil(B Hq T S / 4) counters
+    CHECK(gen.state().offset == static_cast<uint64_t>(2 * heads * steps * steps / 4));
+    // About a quarter of the visible probabilities are dropped (5 standard deviations).
+    Tensor visible = gt(reference_attention(q, k, v, causal), 0.0).to(DType::f64);
+    const double seen = sum(visible).item();
+    const double zeros = sum(mul(visible, eq(dropped, 0.0).to(DType::f64))).item();
+    CHECK(std::abs(zeros - 0.25 * seen) < 5.0 * std::sqrt(seen * 0.25 * 0.75));
+    // The next call draws a different mask.
+    CHECK_FALSE(allclose(scaled_dot_product_attention(q, k, v, causal, std::nullopt, 0.25, &gen), dropped));
+  }
+  // f32 the same way; p = 0 is plain attention and p outside [0, 1) is refused.
+  Generator gen(5), reference_gen(5);
+  require_close(scaled_dot_product_attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), true,
+                                             std::nullopt, 0.5, &gen),
+                dropout(reference_attention(q, k, v, true), 0.5, true, &reference_gen), 1e-5, 1e-5);
+  require_close(scaled_dot_product_attention(q, k, v, true, std::nullopt, 0.0), reference_attention(q, k, v, true),
+                1e-12, 1e-12);
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, k, v, true, std::nullopt, 1.0), ValueError);
+  CHECK_THROWS_AS(scaled_dot_product_attention(q, k, v, true, std::nullopt, -0.1), ValueError);
+}
+
 GENESIS_GRADCHECK("scaled_dot_product_attention") {
   Tensor q = rand_leaf({1, 4, 3, 4}), k = rand_leaf({1, 2, 5, 4}), v = rand_leaf({1, 2, 5, 4});
   gradcheck([](const TensorList& in) { return scaled_dot_product_attention(in[0], in[1], in[2], true); }, {q, k, v});
   gradcheck([](const TensorList& in) { return scaled_dot_product_attention(in[0], in[1], in[2], false, 0.7); },
             {q, k, v});
+  // With dropout: each evaluation draws from a fresh generator of one seed, so the same mask.
+  for (bool causal : {false, true}) {
+    gradcheck(
+        [causal](const TensorList& in) {
+          Generator gen(7);
+          return scaled_dot_product_attention(in[0], in[1], in[2], causal, std::nullopt, 0.3, &gen);
+        },
+        {q, k, v});
+  }
   Tensor qt = rand_leaf({1, 2, 4, 3}), kt = rand_leaf({1, 2, 4, 3});
   gradcheck(
       [](const TensorList& in) {

@@ -24,7 +24,9 @@ inline constexpr int kForwardTiles = D <= 64 ? 2 : 1;
 template <int D>
 inline constexpr int kForwardRows = 16 * kForwardTiles<D>* kWarps;
 
-template <class T, int D>
+// kDropout: the probabilities multiplying V are masked by the dropout draws (FlashParams); the
+// row sums are not, and finish_forward_rows scales by 1 / keep_prob.
+template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) {
   constexpr int kN = 64;  // keys per tile
   constexpr int MT = kForwardTiles<D>, kM = kForwardRows<D>;
@@ -127,6 +129,15 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
           s[mt][nt][e] = pe;
           l[mt][e / 2] += pe;
         }
+        if constexpr (kDropout) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            bool keep0, keep1;
+            dropout_keeps_pair(p, dropout_index(p, b * p.q_heads + h, row[mt][r], kv0 + nt * 8 + 2 * t), keep0, keep1);
+            if (!keep0) s[mt][nt][2 * r] = 0.0f;
+            if (!keep1) s[mt][nt][2 * r + 1] = 0.0f;
+          }
+        }
       }
     }
     cp_async_wait<1>();  // this tile's values
@@ -191,7 +202,8 @@ inline constexpr int kDkdvBlocksPerSm = D <= 96 ? 3 : 2;
 // the keys, the next tile's loads in flight while this one is computed. With grouped heads the
 // block writes its head's share in f32 (flash_group_sum_kernel adds the group's shares in head
 // order); otherwise the gradients themselves.
-template <class T, int D>
+// kDropout: P and dP are masked by the forward's dropout draws and scaled by 1 / keep_prob.
+template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_dkdv_kernel(FlashParams p) {
   constexpr int kM = kBackwardTile<D>;  // queries per tile
   extern __shared__ __align__(16) unsigned char smem[];
@@ -281,8 +293,14 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
           if constexpr (decltype(masked)::value) {
             if (qi < seen[e / 2].first || qi >= seen[e / 2].end) pe = 0.0f;
           }
-          s[nt][e] = pe;
-          dp[nt][e] = pe * (dp[nt][e] - delta_s[qi]);
+          if constexpr (kDropout) {  // rows here are keys: each element is its own draw
+            const bool keep = dropout_keeps(p, dropout_index(p, b * p.q_heads + h, q0 + qi, key[e / 2]));
+            s[nt][e] = keep ? pe * p.keep_scale : 0.0f;
+            dp[nt][e] = pe * ((keep ? dp[nt][e] * p.keep_scale : 0.0f) - delta_s[qi]);
+          } else {
+            s[nt][e] = pe;
+            dp[nt][e] = pe * (dp[nt][e] - delta_s[qi]);
+          }
         }
       }
     };
@@ -341,7 +359,8 @@ __global__ void flash_group_sum_kernel(FlashParams p, int64_t batch) {
 
 // dQ of 64 queries of one head: loops over the key tiles they see, the next tile's loads in
 // flight while this one is computed.
-template <class T, int D>
+// kDropout: dP is masked by the forward's dropout draws and scaled by 1 / keep_prob.
+template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams p) {
   constexpr int kN = kBackwardTile<D>;  // keys per tile
   extern __shared__ __align__(16) unsigned char smem[];
@@ -414,13 +433,24 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
       }
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
+        [[maybe_unused]] bool keep[4] = {true, true, true, true};
+        if constexpr (kDropout) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            dropout_keeps_pair(p, dropout_index(p, b * p.q_heads + h, row[r], kv0 + nt * 8 + 2 * t), keep[2 * r],
+                               keep[2 * r + 1]);
+        }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse[e / 2]));
           if constexpr (decltype(masked)::value) {
             if (nt * 8 + 2 * t + (e & 1) >= seen[e / 2]) pe = 0.0f;
           }
-          dp[nt][e] = pe * (dp[nt][e] - delta[e / 2]);
+          if constexpr (kDropout) {
+            dp[nt][e] = pe * ((keep[e] ? dp[nt][e] * p.keep_scale : 0.0f) - delta[e / 2]);
+          } else {
+            dp[nt][e] = pe * (dp[nt][e] - delta[e / 2]);
+          }
         }
       }
     };
@@ -476,22 +506,24 @@ bool wgmma_ready() {
 #endif
 }
 
+// With dropout the mma.sync kernels run (the wgmma kernels have no dropout).
 template <class T, int D>
 void forward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
 #if GENESIS_WITH_SM90A
   if constexpr (D == 64 || D == 128) {
-    if (wgmma_ready()) return forward_wgmma<T, D>(p, s.batch, stream);
+    if (wgmma_ready() && !p.dropout) return forward_wgmma<T, D>(p, s.batch, stream);
   }
 #endif
   constexpr int kM = kForwardRows<D>;
   const dim3 grid(static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch), blocks_of(s.q_len, kM));
-  launch(flash_forward_kernel<T, D>, grid, tile_bytes<T, D>(kM) + 2 * tile_bytes<T, D>(64), p, stream);
+  launch(p.dropout ? flash_forward_kernel<T, D, true> : flash_forward_kernel<T, D, false>, grid,
+         tile_bytes<T, D>(kM) + 2 * tile_bytes<T, D>(64), p, stream);
 }
 
 template <class T, int D>
 void backward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
   constexpr int kTile = kBackwardTile<D>;
-  const bool wgmma = D == 64 && wgmma_ready();
+  const bool wgmma = D == 64 && wgmma_ready() && !p.dropout;
   if (wgmma) {  // the dQ kernel works out delta, then the dK/dV kernel reads it
 #if GENESIS_WITH_SM90A
     if constexpr (D == 64) {
@@ -505,7 +537,7 @@ void backward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream
     flash_delta_kernel<T, D><<<delta_grid, 256, 0, stream>>>(p);
     GENESIS_CUDA_LAUNCH_CHECK();
     const dim3 dkdv_grid(static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch), blocks_of(s.kv_len, kRows));
-    launch(flash_backward_dkdv_kernel<T, D>, dkdv_grid,
+    launch(p.dropout ? flash_backward_dkdv_kernel<T, D, true> : flash_backward_dkdv_kernel<T, D, false>, dkdv_grid,
            2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile) + 4 * kTile * sizeof(float), p, stream);
   }
   if (p.grad_k_partial) {
@@ -516,7 +548,8 @@ void backward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream
   }
   if (wgmma) return;
   const dim3 dq_grid(static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch), blocks_of(s.q_len, kRows));
-  launch(flash_backward_dq_kernel<T, D>, dq_grid, 2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile), p, stream);
+  launch(p.dropout ? flash_backward_dq_kernel<T, D, true> : flash_backward_dq_kernel<T, D, false>, dq_grid,
+         2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile), p, stream);
 }
 
 // Calls f.template operator()<T, D>() for the dtype and head_dim.
@@ -542,8 +575,14 @@ void dispatch(DType dtype, int64_t head_dim, F&& f) {
 }
 
 FlashParams make_params(const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
-                        const FlashOperand& v) {
+                        const FlashOperand& v, const FlashDropout& dropout) {
   FlashParams p{};
+  p.dropout = dropout.keep_prob < 1.0;
+  // Kept when the word's top 24 bits x satisfy (x + 1) 2^-24 <= keep_prob (random.cpp's test).
+  p.keep_threshold = static_cast<uint32_t>(std::floor(dropout.keep_prob * 16777216.0));
+  p.keep_scale = p.dropout ? static_cast<float>(1.0 / dropout.keep_prob) : 1.0f;
+  p.dropout_seed = dropout.seed;
+  p.dropout_offset = dropout.offset;
   p.q_heads = s.q_heads;
   p.kv_heads = s.kv_heads;
   p.q_len = s.q_len;
@@ -586,8 +625,9 @@ bool flash_attention_supported(DType dtype, const cpu::AttentionShape& s,
 }
 
 void flash_attention_forward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
-                             const FlashOperand& v, const FlashOutput& out, float* lse, cudaStream_t stream) {
-  FlashParams p = make_params(s, q, k, v);
+                             const FlashOperand& v, const FlashOutput& out, float* lse, const FlashDropout& dropout,
+                             cudaStream_t stream) {
+  FlashParams p = make_params(s, q, k, v, dropout);
   p.out_data = out.data;
   p.out_data_layout = out.layout;
   p.lse = lse;
@@ -597,8 +637,9 @@ void flash_attention_forward(DType dtype, const cpu::AttentionShape& s, const Fl
 void flash_attention_backward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
                               const FlashOperand& v, const FlashOperand& out, const float* lse,
                               const FlashOperand& grad_out, const FlashOutput& grad_q, const FlashOutput& grad_k,
-                              const FlashOutput& grad_v, float* scratch, cudaStream_t stream) {
-  FlashParams p = make_params(s, q, k, v);
+                              const FlashOutput& grad_v, float* scratch, const FlashDropout& dropout,
+                              cudaStream_t stream) {
+  FlashParams p = make_params(s, q, k, v, dropout);
   p.delta = scratch;
   if (s.q_heads != s.kv_heads) {
     p.grad_k_partial = scratch + (s.batch * s.q_heads * s.q_len + 3) / 4 * 4;

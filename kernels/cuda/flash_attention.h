@@ -29,6 +29,18 @@ struct FlashOutput {
   HeadsLayout layout;
 };
 
+// Attention dropout: probability (b, h, i, j) is kept, and scaled by 1 / keep_prob, when
+// draw ((b q_heads + h) q_len + i) kv_len + j of the Philox stream (seed, offset) passes the
+// Bernoulli(keep_prob) test of kernels/cpu/random.cpp: the mask ops/nn.h's dropout draws from the
+// same generator state for the contiguous [batch, q_heads, q_len, kv_len] probabilities. The
+// backward takes the forward's values and regenerates the mask. keep_prob = 1: no dropout. The
+// mma.sync kernels serve dropout (also on sm_90a).
+struct FlashDropout {
+  double keep_prob = 1.0;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
 // Whether the flash kernels take this case: f16 or bf16, head_dim 32, 64, 96 or 128, and every
 // operand 16-byte aligned with strides that are multiples of 8 elements. Otherwise the caller
 // takes the GEMM path (kernels/cuda/transformer.h).
@@ -37,7 +49,8 @@ bool flash_attention_supported(DType dtype, const cpu::AttentionShape& s, std::i
 // out [batch, q_heads, q_len, head_dim] through its layout; lse (f32, contiguous
 // [batch, q_heads, q_len]) receives each row's logsumexp of the scaled scores in base 2.
 void flash_attention_forward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
-                             const FlashOperand& v, const FlashOutput& out, float* lse, cudaStream_t stream);
+                             const FlashOperand& v, const FlashOutput& out, float* lse, const FlashDropout& dropout,
+                             cudaStream_t stream);
 
 // f32 scratch the backward needs: each query row's sum of grad_out * out, and with grouped
 // heads each query head's share of dK and dV (the group's shares are then added in order).
@@ -47,6 +60,7 @@ int64_t flash_attention_backward_scratch(const cpu::AttentionShape& s);
 void flash_attention_backward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
                               const FlashOperand& v, const FlashOperand& out, const float* lse,
                               const FlashOperand& grad_out, const FlashOutput& grad_q, const FlashOutput& grad_k,
-                              const FlashOutput& grad_v, float* scratch, cudaStream_t stream);
+                              const FlashOutput& grad_v, float* scratch, const FlashDropout& dropout,
+                              cudaStream_t stream);
 
 }  // namespace genesis::kernels::cuda

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/philox.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/flash_attention.h"
 
@@ -41,7 +42,37 @@ struct FlashParams {
   // Grouped heads: each query head's share of dK and dV (f32 [batch, q_heads, kv_len, head_dim]),
   // summed over the group by flash_group_sum_kernel. Null when every kv head has one query head.
   float *grad_k_partial, *grad_v_partial;
+  // Attention dropout (FlashDropout): a probability is kept when its draw's top 24 bits are below
+  // keep_threshold, then scaled by keep_scale (1 without dropout).
+  bool dropout;
+  uint32_t keep_threshold;
+  float keep_scale;
+  uint64_t dropout_seed, dropout_offset;
 };
+
+// --- attention dropout -------------------------------------------------------------------------
+
+// Draw e of the dropout stream decides element e of the [batch, q_heads, q_len, kv_len]
+// probabilities: Philox counter offset + e / 4, word e % 4, kept when the word's top 24 bits are
+// below floor(keep_prob 2^24) -- the test kernels/cpu/random.cpp's Bernoulli makes of the same
+// word, so the mask equals what ops/nn.h's dropout draws for the materialized probabilities.
+__device__ __forceinline__ uint64_t dropout_index(const FlashParams& p, int64_t bh, int64_t i, int64_t j) {
+  return static_cast<uint64_t>(bh * p.q_len + i) * static_cast<uint64_t>(p.kv_len) + static_cast<uint64_t>(j);
+}
+__device__ __forceinline__ bool dropout_word_keeps(const FlashParams& p, const Philox4& r, int word) {
+  const uint32_t w = word == 0 ? r.v[0] : word == 1 ? r.v[1] : word == 2 ? r.v[2] : r.v[3];
+  return (w >> 8) < p.keep_threshold;
+}
+__device__ __forceinline__ bool dropout_keeps(const FlashParams& p, uint64_t e) {
+  return dropout_word_keeps(p, philox4x32_10(p.dropout_offset + e / 4, 0, p.dropout_seed), static_cast<int>(e % 4));
+}
+// Elements e and e + 1 (adjacent keys of one query row): one draw unless they straddle a counter.
+__device__ __forceinline__ void dropout_keeps_pair(const FlashParams& p, uint64_t e, bool& keep0, bool& keep1) {
+  const Philox4 r = philox4x32_10(p.dropout_offset + e / 4, 0, p.dropout_seed);
+  const int word = static_cast<int>(e % 4);
+  keep0 = dropout_word_keeps(p, r, word);
+  keep1 = word < 3 ? dropout_word_keeps(p, r, word + 1) : dropout_keeps(p, e + 1);
+}
 
 // --- tensor-core and copy primitives -----------------------------------------------------------
 
@@ -269,7 +300,7 @@ __device__ __forceinline__ void finish_forward_rows(const FlashParams& p, int64_
   for (int r = 0; r < 2; ++r) {
     const int64_t row = row0 + lane / 4 + 8 * r;
     const float sum = quad_sum(l[r]);
-    inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    inv[r] = sum > 0.0f ? p.keep_scale / sum : 0.0f;  // dropout's scale joins the normalization
     if (lane % 4 == 0 && row < p.q_len) {
       const float lse2 = sum > 0.0f ? m[r] * p.scale_log2 + log2f(sum) : INFINITY;
       p.lse[(b * p.q_heads + h) * p.q_len + row] = lse2;

@@ -52,6 +52,9 @@ class CausalLM : public nn::Module {
   // Names a Hugging Face checkpoint may hold that the model rebuilds itself (GPT-2's causal mask
   // buffers, a tied lm_head.weight): the loader skips them.
   virtual bool ignores_checkpoint_tensor(const std::string& name) const = 0;
+  // Sets every dropout probability of the model (GPT-2: attention, residual and embedding;
+  // Llama/Qwen: attention), applied while the model is training; p in [0, 1).
+  virtual void set_dropout(double p) = 0;
 };
 
 // Mean cross-entropy of logits [B, T, V] predicting ids [B, T] shifted by one (position t

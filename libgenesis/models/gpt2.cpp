@@ -29,6 +29,12 @@ Gpt2Config gpt2_config_from_json(std::string_view json_text) {
   c.n_head = config.size("n_head");
   c.n_inner = config.has("n_inner") ? config.size("n_inner") : 0;
   c.layer_norm_epsilon = config.number("layer_norm_epsilon", c.layer_norm_epsilon);
+  c.attn_pdrop = config.number("attn_pdrop", 0.0);
+  c.resid_pdrop = config.number("resid_pdrop", 0.0);
+  c.embd_pdrop = config.number("embd_pdrop", 0.0);
+  for (const auto& [key, value] : {std::pair{"attn_pdrop", c.attn_pdrop}, std::pair{"resid_pdrop", c.resid_pdrop},
+                                   std::pair{"embd_pdrop", c.embd_pdrop}})
+    GENESIS_CHECK(value >= 0.0 && value < 1.0, UsageError, "gpt2 config: ", key, " must be in [0, 1), got ", value);
   GENESIS_CHECK(c.n_embd % c.n_head == 0, UsageError, "gpt2 config: n_embd (", c.n_embd,
                 ") must be divisible by n_head (", c.n_head, ")");
   const std::string activation = config.string("activation_function", "gelu_new");
@@ -89,20 +95,27 @@ class Gpt2Block final : public nn::Module {
     mlp_proj_ = mlp->add_module("c_proj", std::make_shared<Conv1D>(inner, c.n_embd, options));
   }
 
-  Tensor forward(const Tensor& x) override { return run(x, nullptr, 0); }
+  Tensor forward(const Tensor& x) override { return run(x, nullptr, 0, {}); }
   std::string describe() const override { return "GPT2Block"; }
 
+  // The dropout probabilities a block applies (zero outside training).
+  struct Dropout {
+    double attention = 0.0, residual = 0.0;
+  };
+
   // x [B, T, C] -> [B, T, C]; appends this layer's keys and values to `cache` when given.
-  Tensor run(const Tensor& x, KVCache* cache, size_t layer) {
+  Tensor run(const Tensor& x, KVCache* cache, size_t layer, Dropout drop) {
     const int64_t batch = x.size(0), steps = x.size(1), width = x.size(2);
     std::vector<Tensor> qkv = split((*c_attn_)((*ln_1_)(x)), width, 2);
     auto heads = [&](const Tensor& t) { return t.reshape({batch, steps, heads_, head_dim_}).transpose(1, 2); };
     Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
     if (cache) std::tie(k, v) = detail::append_to_cache(*cache, layer, k, v);
-    Tensor attended = scaled_dot_product_attention(q, k, v, true).transpose(1, 2).reshape({batch, steps, width});
-    Tensor h = add(x, (*attn_proj_)(attended));
+    Tensor attended = scaled_dot_product_attention(q, k, v, true, std::nullopt, drop.attention)
+                          .transpose(1, 2)
+                          .reshape({batch, steps, width});
+    Tensor h = add(x, dropout((*attn_proj_)(attended), drop.residual));
     Tensor hidden = c_fc_->forward_gelu((*ln_2_)(h));
-    return add(h, (*mlp_proj_)(hidden));
+    return add(h, dropout((*mlp_proj_)(hidden), drop.residual));
   }
 
  private:
@@ -138,8 +151,10 @@ Tensor Gpt2LM::hidden_states(const Tensor& ids, KVCache* cache) {
   detail::check_lm_input(*this, ids, start);
   Tensor positions = arange(static_cast<double>(start), static_cast<double>(start + ids.size(1)), 1.0,
                             {.dtype = DType::i64, .device = ids.device()});
-  Tensor x = add(embedding(ids, *wte_), embedding(positions, *wpe_));
-  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->run(x, cache, i);
+  const bool training = is_training();
+  const Gpt2Block::Dropout drop{training ? config_.attn_pdrop : 0.0, training ? config_.resid_pdrop : 0.0};
+  Tensor x = dropout(add(embedding(ids, *wte_), embedding(positions, *wpe_)), training ? config_.embd_pdrop : 0.0);
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->run(x, cache, i, drop);
   if (cache) cache->length += ids.size(1);
   return (*ln_f_)(x);
 }
@@ -168,12 +183,16 @@ std::string Gpt2LM::hf_config_json() const {
                         {"layer_norm_epsilon", c.layer_norm_epsilon},
                         {"activation_function", "gelu_new"},
                         {"tie_word_embeddings", true},
-                        // genesis trains these models without dropout
-                        {"resid_pdrop", 0.0},
-                        {"embd_pdrop", 0.0},
-                        {"attn_pdrop", 0.0}};
+                        {"resid_pdrop", c.resid_pdrop},
+                        {"embd_pdrop", c.embd_pdrop},
+                        {"attn_pdrop", c.attn_pdrop}};
   if (c.n_inner > 0) config["n_inner"] = c.n_inner;
   return config.dump(2);
+}
+
+void Gpt2LM::set_dropout(double p) {
+  GENESIS_CHECK(p >= 0.0 && p < 1.0, ValueError, "gpt2: dropout must be in [0, 1), got ", p);
+  config_.attn_pdrop = config_.resid_pdrop = config_.embd_pdrop = p;
 }
 
 bool Gpt2LM::ignores_checkpoint_tensor(const std::string& name) const {

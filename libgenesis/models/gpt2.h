@@ -2,7 +2,8 @@
 // GPT-2 (Radford et al. 2019) as transformers' GPT2LMHeadModel: learned positions, pre-LayerNorm
 // blocks, GELU-tanh MLP, biases everywhere, the head tied to the token embedding. Parameter
 // names and layouts are Hugging Face's, including Conv1D's [in, out] weights, so checkpoints
-// load and save without conversion. No dropout (genesis trains these models without it).
+// load and save without conversion. Dropout where transformers has it (attention
+// probabilities, the residual branches, the embeddings), while training.
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,9 @@ struct Gpt2Config {
   int64_t n_head = 12;
   int64_t n_inner = 0;  // MLP width; 0 means 4 * n_embd
   double layer_norm_epsilon = 1e-5;
+  double attn_pdrop = 0.0;   // attention probabilities
+  double resid_pdrop = 0.0;  // each block's two residual branches
+  double embd_pdrop = 0.0;   // the summed token and position embeddings
 };
 
 // Reads a GPT-2 config.json object (JSON text). Unsupported settings (an activation other
@@ -42,6 +46,7 @@ class Gpt2LM final : public CausalLM {
   std::string base_model_prefix() const override { return "transformer"; }
   std::string hf_config_json() const override;
   bool ignores_checkpoint_tensor(const std::string& name) const override;
+  void set_dropout(double p) override;
   std::string describe() const override { return "GPT-2"; }
   const Gpt2Config& config() const { return config_; }
 

@@ -79,6 +79,9 @@ DecoderConfig decoder_config_from_json(std::string_view json_text) {
     c.qkv_bias = c.o_bias = config.boolean("attention_bias", false);
   }
   c.qk_norm = qwen3;
+  c.attention_dropout = config.number("attention_dropout", 0.0);
+  GENESIS_CHECK(c.attention_dropout >= 0.0 && c.attention_dropout < 1.0, UsageError, type,
+                " config: attention_dropout must be in [0, 1), got ", c.attention_dropout);
   return c;
 }
 
@@ -117,7 +120,8 @@ class DecoderLayer final : public nn::Module {
 
   // x [B, T, hidden] -> [B, T, hidden]; rope tables for the T positions; appends keys and
   // values to `cache` when given.
-  Tensor run(const Tensor& x, const RopeTables& rope_table, KVCache* cache, size_t layer) {
+  // attention_dropout: the probability of dropping an attention weight (0 outside training).
+  Tensor run(const Tensor& x, const RopeTables& rope_table, KVCache* cache, size_t layer, double attention_dropout) {
     const int64_t batch = x.size(0), steps = x.size(1);
     Tensor normed = (*input_layernorm_)(x);
     auto heads = [&](const Tensor& t, int64_t count) {
@@ -134,7 +138,9 @@ class DecoderLayer final : public nn::Module {
     k = rope(k, rope_table.cos, rope_table.sin);
     if (cache) std::tie(k, v) = detail::append_to_cache(*cache, layer, k, v);
     Tensor attended =
-        scaled_dot_product_attention(q, k, v, true).transpose(1, 2).reshape({batch, steps, heads_ * head_dim_});
+        scaled_dot_product_attention(q, k, v, true, std::nullopt, attention_dropout)
+            .transpose(1, 2)
+            .reshape({batch, steps, heads_ * head_dim_});
     Tensor h = add(x, (*o_proj_)(attended));
     Tensor m = (*post_attention_layernorm_)(h);
     return add(h, (*down_proj_)(swiglu((*gate_proj_)(m), (*up_proj_)(m))));
@@ -172,7 +178,8 @@ Tensor DecoderLM::hidden_states(const Tensor& ids, KVCache* cache) {
   Tensor x = embedding(ids, *embed_tokens_);
   const RopeTables tables =
       rope_tables(start, ids.size(1), config_.head_dim, config_.rope_theta, {.dtype = x.dtype(), .device = x.device()});
-  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->run(x, tables, cache, i);
+  const double attention_dropout = is_training() ? config_.attention_dropout : 0.0;
+  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->run(x, tables, cache, i, attention_dropout);
   if (cache) cache->length += ids.size(1);
   return (*norm_)(x);
 }
@@ -206,6 +213,7 @@ std::string DecoderLM::hf_config_json() const {
                         {"rope_theta", c.rope_theta},
                         {"rope_scaling", nullptr},
                         {"hidden_act", "silu"},
+                        {"attention_dropout", c.attention_dropout},
                         {"tie_word_embeddings", c.tie_word_embeddings}};
   if (c.model_type == "qwen2") {
     config["use_sliding_window"] = false;
@@ -214,6 +222,11 @@ std::string DecoderLM::hf_config_json() const {
   }
   if (c.model_type == "qwen3") config["use_sliding_window"] = false;
   return config.dump(2);
+}
+
+void DecoderLM::set_dropout(double p) {
+  GENESIS_CHECK(p >= 0.0 && p < 1.0, ValueError, config_.model_type, ": dropout must be in [0, 1), got ", p);
+  config_.attention_dropout = p;
 }
 
 bool DecoderLM::ignores_checkpoint_tensor(const std::string& name) const {

@@ -32,6 +32,7 @@ struct DecoderConfig {
   bool qkv_bias = false;  // llama / qwen3: attention_bias; qwen2: always
   bool o_bias = false;    // llama / qwen3: attention_bias; qwen2: never
   bool qk_norm = false;   // qwen3
+  double attention_dropout = 0.0;  // attention probabilities, while training
 };
 
 // Reads a llama / qwen2 / qwen3 config.json object (JSON text) with Hugging Face's defaults
@@ -54,6 +55,7 @@ class DecoderLM final : public CausalLM {
   std::string base_model_prefix() const override { return "model"; }
   std::string hf_config_json() const override;
   bool ignores_checkpoint_tensor(const std::string& name) const override;
+  void set_dropout(double p) override;
   std::string describe() const override { return config_.model_type + " decoder"; }
   const DecoderConfig& config() const { return config_; }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -12,7 +13,10 @@
 #include "kernels/cpu/transformer.h"
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
+#include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/linalg.h"
+#include "libgenesis/ops/nn.h"
 #include "libgenesis/ops/prologue.h"
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/flash_attention.h"
@@ -137,15 +141,17 @@ TensorList attention_grads(const Tensor& q, const Tensor& k, const Tensor& v, co
 
 // Flash attention (f16/bf16, head_dim 32/64/96/128): only the output and each row's
 // logsumexp are kept for the backward, which recomputes the probabilities.
-Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s) {
+Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s,
+                            const kernels::cuda::FlashDropout& dropout) {
   const TensorOptions options{.dtype = q.dtype(), .device = q.device()};
   Tensor out = rows_major_heads(s.batch, s.q_heads, s.q_len, s.head_dim, options);
   Tensor lse = empty({s.batch, s.q_heads, s.q_len}, {.dtype = DType::f32, .device = q.device()});
   kernels::cuda::flash_attention_forward(q.dtype(), s, flash_operand(q), flash_operand(k), flash_operand(v),
-                                         flash_output(out), lse.data<float>(), cuda::current_stream());
+                                         flash_output(out), lse.data<float>(), dropout, cuda::current_stream());
   if (needs_grad({q, k, v})) {
     record("scaled_dot_product_attention", {q, k, v}, {out},
-           [s, qs = saved(q), ks = saved(k), vs = saved(v), os = saved(out), lses = saved(lse)](const TensorList& g) {
+           [s, dropout, qs = saved(q), ks = saved(k), vs = saved(v), os = saved(out),
+            lses = saved(lse)](const TensorList& g) {
              Tensor gy = g[0].to(qs.dtype());
              if (!flash_readable(gy, s)) gy = gy.contiguous();
              const TensorList grads = attention_grads(qs, ks, vs, s);
@@ -155,7 +161,8 @@ Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, c
              kernels::cuda::flash_attention_backward(qs.dtype(), s, flash_operand(qs), flash_operand(ks),
                                                      flash_operand(vs), flash_operand(os), lses.data<float>(),
                                                      flash_operand(gy), flash_output(gq), flash_output(gk),
-                                                     flash_output(gv), scratch.data<float>(), cuda::current_stream());
+                                                     flash_output(gv), scratch.data<float>(), dropout,
+                                                     cuda::current_stream());
              return TensorList{gq, gk, gv};
            });
   }
@@ -170,7 +177,7 @@ Tensor attention_cuda(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_
   if (kernels::cuda::flash_attention_supported(q_arg.dtype(), s, {}) && flash_enabled()) {
     // Operands the kernels cannot read through their strides are copied first.
     auto readable = [&s](const Tensor& t) { return flash_readable(t, s) ? t : t.contiguous(); };
-    return flash_attention_cuda(readable(q_arg), readable(k_arg), readable(v_arg), s);
+    return flash_attention_cuda(readable(q_arg), readable(k_arg), readable(v_arg), s, {});
   }
   const Tensor &q = q_arg, &k = k_arg, &v = v_arg;
   const Device device = q.device();
@@ -212,6 +219,41 @@ Tensor attention_cuda(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_
 
 }  // namespace
 #endif
+
+namespace {
+
+// Counters the dropout mask of one attention call draws: one per four probabilities.
+uint64_t attention_dropout_counters(const kernels::cpu::AttentionShape& s) {
+  return static_cast<uint64_t>((s.batch * s.q_heads * s.q_len * s.kv_len + 3) / 4);
+}
+
+// Attention with dropout from differentiable ops, in the accumulator dtype: the path of every
+// case the flash kernels do not take (CPU, f32/f64, other head sizes). Materializes the
+// [B, Hq, T, S] probabilities; grouped kv heads are expanded.
+Tensor attention_with_dropout_composite(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const kernels::cpu::AttentionShape& s, double p, Generator* gen) {
+  const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const int64_t group = s.q_heads / s.kv_heads;
+  auto heads = [&](const Tensor& t) {
+    Tensor wide = t.to(acc);
+    if (group == 1) return wide;
+    return wide.unsqueeze(2)
+        .expand({s.batch, s.kv_heads, group, s.kv_len, s.head_dim})
+        .reshape({s.batch, s.q_heads, s.kv_len, s.head_dim});
+  };
+  Tensor scores = mul(matmul(q.to(acc), heads(k).transpose(2, 3)), s.scale);
+  if (s.causal) {  // query i sees keys j <= i + S - T
+    const auto hidden = std::make_unique<bool[]>(static_cast<size_t>(s.q_len * s.kv_len));
+    for (int64_t i = 0; i < s.q_len; ++i)
+      for (int64_t j = 0; j < s.kv_len; ++j) hidden[static_cast<size_t>(i * s.kv_len + j)] = j > i + s.kv_len - s.q_len;
+    Tensor mask = from_data<bool>(hidden.get(), {s.q_len, s.kv_len}, {.device = q.device()});
+    scores = masked_fill(scores, mask, -INFINITY);
+  }
+  Tensor probs = dropout(softmax(scores, -1), p, true, gen);
+  return matmul(probs, heads(v)).to(q.dtype());
+}
+
+}  // namespace
 
 RopeTables rope_tables(int64_t start, int64_t length, int64_t head_dim, double theta, TensorOptions options) {
   GENESIS_CHECK(head_dim > 0 && head_dim % 2 == 0, ValueError, "rope_tables: head_dim must be positive and even (got ",
@@ -329,7 +371,7 @@ Tensor swiglu(const Tensor& gate_arg, const Tensor& up_arg) {
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, bool causal,
-                                    std::optional<double> scale) {
+                                    std::optional<double> scale, double dropout_p, Generator* gen) {
   auto [q, k, v] = detail::op_prologue<OpId::scaled_dot_product_attention>(q_arg, k_arg, v_arg);
   const char* op = "scaled_dot_product_attention";
   detail::check_defined(op, q, "q");
@@ -350,6 +392,18 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
   GENESIS_CHECK(!causal || s.q_len <= s.kv_len, ShapeError, op, ": causal attention needs at least as many keys (",
                 s.kv_len, ") as queries (", s.q_len, ")");
   GENESIS_CHECK(std::isfinite(s.scale), ValueError, op, ": scale must be finite (got ", s.scale, ")");
+  GENESIS_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, ValueError, op, ": dropout_p must be in [0, 1) (got ", dropout_p,
+                ")");
+  if (dropout_p > 0.0) {
+#if GENESIS_WITH_CUDA
+    if (!q.device().is_cpu() && kernels::cuda::flash_attention_supported(q.dtype(), s, {}) && flash_enabled()) {
+      auto readable = [&s](const Tensor& t) { return flash_readable(t, s) ? t : t.contiguous(); };
+      const GeneratorState state = (gen ? *gen : default_generator()).advance(attention_dropout_counters(s));
+      return flash_attention_cuda(readable(q), readable(k), readable(v), s, {1.0 - dropout_p, state.seed, state.offset});
+    }
+#endif
+    return attention_with_dropout_composite(q, k, v, s, dropout_p, gen);
+  }
   if (!q.device().is_cpu()) {
     Tensor out;
     GENESIS_ON_CUDA(out = attention_cuda(q, k, v, s));

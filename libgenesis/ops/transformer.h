@@ -4,6 +4,7 @@
 // rope_tables computes on the host and copies to options.device.
 #include <optional>
 
+#include "libgenesis/core/generator.h"
 #include "libgenesis/core/tensor.h"
 
 namespace genesis {
@@ -29,7 +30,12 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 // Hq a multiple of Hkv: query head h attends with kv head h / (Hq / Hkv), no copies of K/V.
 // causal: query i is position S - T + i and sees keys 0 .. S - T + i (a KV cache holds the
 // first S - T). scale defaults to 1 / sqrt(D). Returns [B, Hq, T, D].
+// dropout_p > 0 drops attention probabilities (PyTorch's dropout_p: pass it only in training),
+// with the mask dropout(probabilities, dropout_p, true, gen) would draw for the contiguous
+// [B, Hq, T, S] probabilities, on every device and path, so CPU and CUDA runs from one
+// generator state drop the same entries; the generator advances by ceil(B Hq T S / 4) counters.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
-                                    std::optional<double> scale = std::nullopt);
+                                    std::optional<double> scale = std::nullopt, double dropout_p = 0.0,
+                                    Generator* gen = nullptr);
 
 }  // namespace genesis

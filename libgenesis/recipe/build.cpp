@@ -166,8 +166,10 @@ std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
                           .num_classes = m.num_classes, .activation = m.activation, .dropout = m.dropout},
         options);
   } else if (m.is_language_model()) {
-    model = m.init_from.empty() ? models::causal_lm_from_config(language_model_config(m), options)
-                                : models::load_hf_model(m.init_from, options);
+    auto lm = m.init_from.empty() ? models::causal_lm_from_config(language_model_config(m), options)
+                                  : models::load_hf_model(m.init_from, options);
+    lm->set_dropout(m.dropout);  // the recipe's, also over a loaded config.json's values
+    model = lm;
   } else {
     GENESIS_THROW(RecipeError, "model.name: unknown model '", m.name, "' (valid: mlp, cnn, gpt2, llama, qwen2, qwen3)");
   }

@@ -248,7 +248,10 @@ const std::vector<KeySpec>& recipe_schema() {
        .fallback = 0.0,
        .min = at_least(0),
        .max = below(1),
-       .doc = "Dropout probability after each hidden activation; 0 = none.",
+       .doc = "Dropout probability, applied while training; 0 = none. mlp/cnn: after each hidden activation. "
+              "gpt2: on the attention probabilities, both residual branches of each block and the embeddings "
+              "(attn_pdrop, resid_pdrop, embd_pdrop); llama/qwen: on the attention probabilities "
+              "(attention_dropout). Replaces the values of an init_from model's config.json.",
        .field = GENESIS_RECIPE_FIELD(model.dropout)},
       // [model], language models
       {.section = "model",

@@ -33,9 +33,10 @@ MODELS = {
 
 
 class Gpt2Block(torch.nn.Module):
-    def __init__(self, d, heads):
+    def __init__(self, d, heads, dropout):
         super().__init__()
-        self.heads = heads
+        self.heads, self.dropout = heads, dropout
+        self.resid_drop = torch.nn.Dropout(dropout)
         self.ln_1, self.ln_2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
         self.c_attn, self.c_proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
         self.c_fc, self.mlp_proj = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
@@ -44,18 +45,22 @@ class Gpt2Block(torch.nn.Module):
         b, t, d = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        y = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        x = x + self.resid_drop(self.c_proj(y.transpose(1, 2).reshape(b, t, d)))
+        return x + self.resid_drop(
+            self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")))
 
 
 class Gpt2(torch.nn.Module):
-    """GPT-2 as nanoGPT writes it (tied head, SDPA flash attention)."""
+    """GPT-2 as nanoGPT writes it (tied head, SDPA flash attention; dropout on the attention
+    probabilities, the residual branches and the embeddings)."""
 
-    def __init__(self, vocab_size, n_positions, n_embd, n_layer, n_head):
+    def __init__(self, vocab_size, n_positions, n_embd, n_layer, n_head, dropout=0.0):
         super().__init__()
+        self.embd_drop = torch.nn.Dropout(dropout)
         self.wte, self.wpe = torch.nn.Embedding(vocab_size, n_embd), torch.nn.Embedding(n_positions, n_embd)
-        self.h = torch.nn.ModuleList(Gpt2Block(n_embd, n_head) for _ in range(n_layer))
+        self.h = torch.nn.ModuleList(Gpt2Block(n_embd, n_head, dropout) for _ in range(n_layer))
         self.ln_f = torch.nn.LayerNorm(n_embd)
         # nanoGPT's initialization (as genesis's: N(0, 0.02), residual projections scaled).
         for name, p in self.named_parameters():
@@ -67,26 +72,26 @@ class Gpt2(torch.nn.Module):
 
     def forward(self, input_ids):
         pos = torch.arange(input_ids.size(1), device=input_ids.device)
-        x = self.wte(input_ids) + self.wpe(pos)
+        x = self.embd_drop(self.wte(input_ids) + self.wpe(pos))
         for block in self.h:
             x = block(x)
         return self.ln_f(x) @ self.wte.weight.t()
 
 
-def build(name, hf, vocab):
+def build(name, hf, vocab, dropout=0.0):
     import transformers
     cfg = dict(MODELS[name])
     if vocab:
         cfg["vocab_size"] = vocab
     kind = cfg.pop("kind")
     if kind == "gpt2" and not hf:
-        return Gpt2(**cfg), cfg["vocab_size"]
+        return Gpt2(**cfg, dropout=dropout), cfg["vocab_size"]
     if kind == "gpt2":
-        config = transformers.GPT2Config(**cfg, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        config = transformers.GPT2Config(**cfg, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
                                          activation_function="gelu_new")
         model = transformers.GPT2LMHeadModel(config)
     else:
-        config = transformers.Qwen2Config(**cfg, attention_dropout=0.0)
+        config = transformers.Qwen2Config(**cfg, attention_dropout=dropout)
         model = transformers.Qwen2ForCausalLM(config)
     model.config._attn_implementation = "sdpa"
     return model, cfg["vocab_size"]
@@ -101,6 +106,8 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="GPT-2: attention, residual and embedding dropout; Qwen2: attention (a recipe's model.dropout)")
     p.add_argument("--hf", action="store_true", help="GPT-2 from transformers instead of the compact module")
     p.add_argument("--vocab", type=int, default=0, help="override the vocabulary size (nanoGPT: 50304)")
     p.add_argument("--json", default="", help="write a genesis.bench.train/1 result here")
@@ -110,7 +117,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     dev = torch.device("cuda")
-    model, vocab = build(a.model, a.hf, a.vocab)
+    model, vocab = build(a.model, a.hf, a.vocab, a.dropout)
     model.to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     gen = torch.Generator(device=dev).manual_seed(0)

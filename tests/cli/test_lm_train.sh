@@ -2,7 +2,8 @@
 # Language-model training end to end (CPU, seconds): a tiny GPT-2 on token shards that the
 # run prepares itself from text; eval.loss / perplexity / bits_per_byte in summary.json and
 # `genesis eval` (bits per byte checked against the decoded bytes of the evaluated tokens);
-# tokens/s and MFU reported; resuming reproduces the uninterrupted losses bit for bit;
+# tokens/s and MFU reported; resuming reproduces the uninterrupted losses bit for bit (dropout's
+# masks included);
 # `genesis generate --checkpoint` continues text; data and recipe errors exit 2 with one line;
 # every recipe in recipes/ resolves with `genesis recipe show`.
 #   tests/cli/test_lm_train.sh PATH_TO_GENESIS SOURCE_DIR
@@ -23,6 +24,7 @@ n_positions = 32
 n_embd = 32
 n_layer = 1
 n_head = 2
+dropout = 0.1  # attention, residual and embedding dropout: resume must repeat the masks
 
 [data]
 name = "tokens"
