@@ -283,6 +283,8 @@ TEST_CASE("cuda attention dropout draws the CPU's mask", "[cuda][transformer]") 
   const AttentionCase cases[] = {
       {2, 4, 4, 77, 77, 64, true, {}},   {1, 8, 2, 100, 157, 128, true, {}}, {2, 6, 3, 33, 70, 32, false, 0.2},
       {1, 4, 1, 1, 90, 96, true, {}},    {1, 2, 2, 130, 130, 64, false, {}},
+      // kv_len a multiple of 4: each counter's words shared between lanes
+      {2, 4, 4, 96, 96, 64, true, {}},   {1, 6, 2, 50, 132, 128, true, {}},  {1, 4, 4, 200, 200, 32, false, {}},
   };
   for (double p : {0.1, 0.5}) {
     for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {

@@ -130,13 +130,11 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
           l[mt][e / 2] += pe;
         }
         if constexpr (kDropout) {
+          bool keep[4];
+          dropout_keeps_query_rows(p, b * p.q_heads + h, row[mt][0], row[mt][1], kv0 + nt * 8 + 2 * t, t, keep);
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            bool keep0, keep1;
-            dropout_keeps_pair(p, dropout_index(p, b * p.q_heads + h, row[mt][r], kv0 + nt * 8 + 2 * t), keep0, keep1);
-            if (!keep0) s[mt][nt][2 * r] = 0.0f;
-            if (!keep1) s[mt][nt][2 * r + 1] = 0.0f;
-          }
+          for (int e = 0; e < 4; ++e)
+            if (!keep[e]) s[mt][nt][e] = 0.0f;
         }
       }
     }
@@ -286,6 +284,8 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
       }
 #pragma unroll
       for (int nt = 0; nt < kM / 8; ++nt) {
+        [[maybe_unused]] bool keep[4];
+        if constexpr (kDropout) dropout_keeps_key_rows(p, b * p.q_heads + h, kv0 + warp * 16, q0 + nt * 8 + 2 * t, g, t, keep);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qi = nt * 8 + 2 * t + (e & 1);
@@ -293,10 +293,9 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
           if constexpr (decltype(masked)::value) {
             if (qi < seen[e / 2].first || qi >= seen[e / 2].end) pe = 0.0f;
           }
-          if constexpr (kDropout) {  // rows here are keys: each element is its own draw
-            const bool keep = dropout_keeps(p, dropout_index(p, b * p.q_heads + h, q0 + qi, key[e / 2]));
-            s[nt][e] = keep ? pe * p.keep_scale : 0.0f;
-            dp[nt][e] = pe * ((keep ? dp[nt][e] * p.keep_scale : 0.0f) - delta_s[qi]);
+          if constexpr (kDropout) {
+            s[nt][e] = keep[e] ? pe * p.keep_scale : 0.0f;
+            dp[nt][e] = pe * ((keep[e] ? dp[nt][e] * p.keep_scale : 0.0f) - delta_s[qi]);
           } else {
             s[nt][e] = pe;
             dp[nt][e] = pe * (dp[nt][e] - delta_s[qi]);
@@ -433,13 +432,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
       }
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
-        [[maybe_unused]] bool keep[4] = {true, true, true, true};
-        if constexpr (kDropout) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-            dropout_keeps_pair(p, dropout_index(p, b * p.q_heads + h, row[r], kv0 + nt * 8 + 2 * t), keep[2 * r],
-                               keep[2 * r + 1]);
-        }
+        [[maybe_unused]] bool keep[4];
+        if constexpr (kDropout) dropout_keeps_query_rows(p, b * p.q_heads + h, row[0], row[1], kv0 + nt * 8 + 2 * t, t, keep);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse[e / 2]));
@@ -506,12 +500,11 @@ bool wgmma_ready() {
 #endif
 }
 
-// With dropout the mma.sync kernels run (the wgmma kernels have no dropout).
 template <class T, int D>
 void forward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
 #if GENESIS_WITH_SM90A
   if constexpr (D == 64 || D == 128) {
-    if (wgmma_ready() && !p.dropout) return forward_wgmma<T, D>(p, s.batch, stream);
+    if (wgmma_ready()) return forward_wgmma<T, D>(p, s.batch, stream);
   }
 #endif
   constexpr int kM = kForwardRows<D>;
@@ -523,7 +516,7 @@ void forward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_
 template <class T, int D>
 void backward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
   constexpr int kTile = kBackwardTile<D>;
-  const bool wgmma = D == 64 && wgmma_ready() && !p.dropout;
+  const bool wgmma = D == 64 && wgmma_ready();
   if (wgmma) {  // the dQ kernel works out delta, then the dK/dV kernel reads it
 #if GENESIS_WITH_SM90A
     if constexpr (D == 64) {

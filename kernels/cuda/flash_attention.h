@@ -33,8 +33,7 @@ struct FlashOutput {
 // draw ((b q_heads + h) q_len + i) kv_len + j of the Philox stream (seed, offset) passes the
 // Bernoulli(keep_prob) test of kernels/cpu/random.cpp: the mask ops/nn.h's dropout draws from the
 // same generator state for the contiguous [batch, q_heads, q_len, kv_len] probabilities. The
-// backward takes the forward's values and regenerates the mask. keep_prob = 1: no dropout. The
-// mma.sync kernels serve dropout (also on sm_90a).
+// backward takes the forward's values and regenerates the mask. keep_prob = 1: no dropout.
 struct FlashDropout {
   double keep_prob = 1.0;
   uint64_t seed = 0;

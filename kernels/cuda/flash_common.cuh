@@ -74,6 +74,56 @@ __device__ __forceinline__ void dropout_keeps_pair(const FlashParams& p, uint64_
   keep1 = word < 3 ? dropout_word_keeps(p, r, word + 1) : dropout_keeps(p, e + 1);
 }
 
+// When kv_len is a multiple of 4, each counter covers 4 adjacent keys of one query row (4-aligned
+// in every row), which several lanes of an accumulator fragment hold: one lane draws it and the
+// others read its words by shuffle, so a warp draws each counter once. The whole warp calls these.
+//
+// Rows (g, g + 8) are queries row0, row1 and columns (2t, 2t + 1) keys col, col + 1 (col = key
+// tile + 8 nt + 2t; the forward and dQ): lanes t and t ^ 1 share a counter per row; the even lane
+// draws row0's, the odd lane row1's, and each passes the other the half it needs.
+__device__ __forceinline__ void dropout_keeps_query_rows(const FlashParams& p, int64_t bh, int64_t row0, int64_t row1,
+                                                         int64_t col, int t, bool (&keep)[4]) {
+  if (p.kv_len % 4 != 0) {
+    dropout_keeps_pair(p, dropout_index(p, bh, row0, col), keep[0], keep[1]);
+    dropout_keeps_pair(p, dropout_index(p, bh, row1, col), keep[2], keep[3]);
+    return;
+  }
+  const bool odd = t & 1;
+  const uint64_t e = dropout_index(p, bh, odd ? row1 : row0, col);
+  const Philox4 r = philox4x32_10(p.dropout_offset + e / 4, 0, p.dropout_seed);
+  const uint32_t own0 = odd ? r.v[2] : r.v[0], own1 = odd ? r.v[3] : r.v[1];    // this lane's columns
+  const uint32_t give0 = odd ? r.v[0] : r.v[2], give1 = odd ? r.v[1] : r.v[3];  // the partner's
+  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+  keep[0] = ((odd ? got0 : own0) >> 8) < p.keep_threshold;
+  keep[1] = ((odd ? got1 : own1) >> 8) < p.keep_threshold;
+  keep[2] = ((odd ? own0 : got0) >> 8) < p.keep_threshold;
+  keep[3] = ((odd ? own1 : got1) >> 8) < p.keep_threshold;
+}
+
+// Rows (g, g + 8) are keys key0 + g, key0 + g + 8 of a warp's 16 (key0 = key tile + 16 warp) and
+// columns (2t, 2t + 1) queries q, q + 1 (the dK/dV kernel): the 16 keys are 4 counters per query,
+// 8 for the two columns of each t, drawn one by each lane g (counter g / 2 of column g % 2); each
+// lane then reads its four words from their lanes.
+__device__ __forceinline__ void dropout_keeps_key_rows(const FlashParams& p, int64_t bh, int64_t key0, int64_t q,
+                                                       int g, int t, bool (&keep)[4]) {
+  if (p.kv_len % 4 != 0) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) keep[e] = dropout_keeps(p, dropout_index(p, bh, q + (e & 1), key0 + g + 8 * (e / 2)));
+    return;
+  }
+  const uint64_t e = dropout_index(p, bh, q + (g & 1), key0 + 4 * (g >> 1));
+  const Philox4 r = philox4x32_10(p.dropout_offset + e / 4, 0, p.dropout_seed);
+  const int word = g & 3;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // i = 2 (key row) + query column
+    const int source = 4 * (2 * ((g + 8 * (i / 2)) >> 2) + (i & 1)) + t;
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = __shfl_sync(0xffffffffu, r.v[k], source);
+    keep[i] = ((word == 0 ? w[0] : word == 1 ? w[1] : word == 2 ? w[2] : w[3]) >> 8) < p.keep_threshold;
+  }
+}
+
 // --- tensor-core and copy primitives -----------------------------------------------------------
 
 __device__ __forceinline__ unsigned smem_address(const void* p) {

@@ -59,7 +59,9 @@ constexpr int kForwardKeys = 64;
 template <int D>
 inline constexpr int kForwardBlocksPerSm = D <= 64 ? 5 : 4;
 
-template <class T, int D>
+// kDropout: the probabilities multiplying V are masked by the dropout draws (FlashParams); the
+// row sums are not, and finish_forward_rows scales by 1 / keep_prob.
+template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(kGroupThreads, kForwardBlocksPerSm<D>) flash_forward_wgmma_kernel(FlashParams p) {
   constexpr int kM = kGroupRows, kN = kForwardKeys;
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -141,6 +143,13 @@ __global__ void __launch_bounds__(kGroupThreads, kForwardBlocksPerSm<D>) flash_f
         s[nt][e] = pe;
         l[e / 2] += pe;
       }
+      if constexpr (kDropout) {
+        bool keep[4];
+        dropout_keeps_query_rows(p, b * p.q_heads + h, row[0], row[1], kv0 + nt * 8 + 2 * t, t, keep);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (!keep[e]) s[nt][e] = 0.0f;
+      }
     }
 #pragma unroll
     for (int ks16 = 0; ks16 < kN / 16; ++ks16) c_to_a<T>(pa[ks16], s[2 * ks16], s[2 * ks16 + 1]);
@@ -165,7 +174,9 @@ constexpr int kBackwardTile = 64;  // rows of the streamed operand per tile
 // dK and dV of 64 keys of one kv head from one query head (the schedule of the mma.sync
 // kernel): S^T = K Q^T and dP^T = V dO^T per tile of 64 queries, then dV += P^T dO and
 // dK += dS^T Q with P^T and dS^T as register fragments.
-template <class T, int D>
+// kDropout: P^T and dP^T are masked by the forward's dropout draws and scaled by 1 / keep_prob
+// (the mask kept as one bit per accumulator element between the two).
+template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_kernel(FlashParams p) {
   constexpr int kK = kGroupRows, kM = kBackwardTile;
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -237,6 +248,8 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
       seen[0] = queries_seeing(p, key[0], q0, kM);
       seen[1] = queries_seeing(p, key[1], q0, kM);
     }
+    static_assert(kM / 8 * 4 <= 32);
+    [[maybe_unused]] uint32_t kept = 0;  // dropout: bit 4 nt + e keeps s[nt][e]
     auto probabilities = [&](auto mask) {  // P^T in place of S^T
 #pragma unroll
       for (int nt = 0; nt < kM / 8; ++nt) {
@@ -250,6 +263,12 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
           }
           s[nt][e] = pe;
         }
+        if constexpr (kDropout) {
+          bool keep[4];
+          dropout_keeps_key_rows(p, b * p.q_heads + h, kv0 + warp * 16, q0 + nt * 8 + 2 * t, lane / 4, t, keep);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) kept |= static_cast<uint32_t>(keep[e]) << (4 * nt + e);
+        }
       }
     };
     if (masked) {
@@ -259,7 +278,19 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
     }
     uint32_t pa[kM / 16][4], dsa[kM / 16][4];
 #pragma unroll
-    for (int ks16 = 0; ks16 < kM / 16; ++ks16) c_to_a<T>(pa[ks16], s[2 * ks16], s[2 * ks16 + 1]);
+    for (int ks16 = 0; ks16 < kM / 16; ++ks16) {
+      if constexpr (kDropout) {  // dV takes the dropped probabilities
+        float dropped[2][4];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int nt = 2 * ks16 + e / 4;
+          dropped[e / 4][e % 4] = (kept >> (4 * nt + e % 4)) & 1u ? s[nt][e % 4] * p.keep_scale : 0.0f;
+        }
+        c_to_a<T>(pa[ks16], dropped[0], dropped[1]);
+      } else {
+        c_to_a<T>(pa[ks16], s[2 * ks16], s[2 * ks16 + 1]);
+      }
+    }
     wgmma::fence();
 #pragma unroll
     for (int ks16 = 0; ks16 < kM / 16; ++ks16) wgmma::mma_rs<T>(dv, pa[ks16], wgmma::mn_major(dos, kM, ks16));
@@ -270,7 +301,11 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
     for (int nt = 0; nt < kM / 8; ++nt) {  // dS^T = P^T (dP^T - delta); P^T is 0 where masked
       const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + nt * 8 + 2 * t);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - ((e & 1) ? delta2.y : delta2.x));
+      for (int e = 0; e < 4; ++e) {
+        float dpe = dp[nt][e];
+        if constexpr (kDropout) dpe = (kept >> (4 * nt + e)) & 1u ? dpe * p.keep_scale : 0.0f;
+        dp[nt][e] = s[nt][e] * (dpe - ((e & 1) ? delta2.y : delta2.x));
+      }
     }
 #pragma unroll
     for (int ks16 = 0; ks16 < kM / 16; ++ks16) c_to_a<T>(dsa[ks16], dp[2 * ks16], dp[2 * ks16 + 1]);
@@ -288,7 +323,8 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
 
 // dQ of 64 queries of one head: S = Q K^T and dP = dO V^T per tile of 64 keys, then
 // dQ += dS K with dS as register fragments.
-template <class T, int D>
+// kDropout: dP is masked by the forward's dropout draws and scaled by 1 / keep_prob.
+template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kernel(FlashParams p) {
   constexpr int kM = kGroupRows, kN = kBackwardTile;
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -364,6 +400,8 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
     wgmma::wait<1>();
     wgmma::fence_accumulator(s);
 
+    static_assert(kN / 8 * 4 <= 32);
+    [[maybe_unused]] uint32_t kept = 0;  // dropout: bit 4 nt + e keeps dP[nt][e]
     auto probabilities = [&](auto masked) {  // P in place of S; two copies: tiles off the diagonal test nothing
       int seen[2] = {};
       if constexpr (decltype(masked)::value) {
@@ -380,6 +418,12 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
           }
           s[nt][e] = pe;
         }
+        if constexpr (kDropout) {  // drawn while dP is computed
+          bool keep[4];
+          dropout_keeps_query_rows(p, b * p.q_heads + h, row[0], row[1], kv0 + nt * 8 + 2 * t, t, keep);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) kept |= static_cast<uint32_t>(keep[e]) << (4 * nt + e);
+        }
       }
     };
     if (kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset)) {
@@ -392,7 +436,11 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dp[nt][e] = s[nt][e] * (dp[nt][e] - delta[e / 2]);
+      for (int e = 0; e < 4; ++e) {
+        float dpe = dp[nt][e];
+        if constexpr (kDropout) dpe = (kept >> (4 * nt + e)) & 1u ? dpe * p.keep_scale : 0.0f;
+        dp[nt][e] = s[nt][e] * (dpe - delta[e / 2]);
+      }
     }
     uint32_t dsa[kN / 16][4];
 #pragma unroll
@@ -420,7 +468,8 @@ template <class T, int D>
 void forward_wgmma(const FlashParams& p, int64_t batch, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.q_heads), static_cast<unsigned>(batch), blocks_of(p.q_len, kGroupRows));
   const uint32_t smem = tile_bytes<T, D>(kGroupRows) + 4 * tile_bytes<T, D>(kForwardKeys);
-  launch_wgmma(flash_forward_wgmma_kernel<T, D>, grid, smem, p, stream);
+  launch_wgmma(p.dropout ? flash_forward_wgmma_kernel<T, D, true> : flash_forward_wgmma_kernel<T, D, false>, grid, smem,
+               p, stream);
 }
 
 template <class T, int D>
@@ -428,7 +477,8 @@ void backward_dkdv_wgmma(const FlashParams& p, int64_t batch, cudaStream_t strea
   const dim3 grid(static_cast<unsigned>(p.q_heads), static_cast<unsigned>(batch), blocks_of(p.kv_len, kGroupRows));
   const uint32_t smem =
       2 * tile_bytes<T, D>(kGroupRows) + 4 * tile_bytes<T, D>(kBackwardTile) + 4 * kBackwardTile * sizeof(float);
-  launch_wgmma(flash_backward_dkdv_wgmma_kernel<T, D>, grid, smem, p, stream);
+  launch_wgmma(p.dropout ? flash_backward_dkdv_wgmma_kernel<T, D, true> : flash_backward_dkdv_wgmma_kernel<T, D, false>,
+               grid, smem, p, stream);
 }
 
 template <class T, int D>
@@ -436,7 +486,8 @@ void backward_dq_wgmma(const FlashParams& p, int64_t batch, cudaStream_t stream)
   const dim3 grid(static_cast<unsigned>(p.q_heads), static_cast<unsigned>(batch), blocks_of(p.q_len, kGroupRows));
   const uint32_t smem =
       2 * tile_bytes<T, D>(kGroupRows) + 4 * tile_bytes<T, D>(kBackwardTile) + kGroupRows * sizeof(float);
-  launch_wgmma(flash_backward_dq_wgmma_kernel<T, D>, grid, smem, p, stream);
+  launch_wgmma(p.dropout ? flash_backward_dq_wgmma_kernel<T, D, true> : flash_backward_dq_wgmma_kernel<T, D, false>,
+               grid, smem, p, stream);
 }
 
 template void forward_wgmma<__nv_bfloat16, 64>(const FlashParams&, int64_t, cudaStream_t);
