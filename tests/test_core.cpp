@@ -61,6 +61,39 @@ TEST_CASE("a cast keeps the layout of a permuted contiguous tensor", "[cpu][core
   CHECK(leaf.grad().to_vector<double>() == std::vector<double>{0, 2, 4, 1, 3, 5});
 }
 
+// Transposed copies go through tiles (kernels/cpu/elementwise.cpp): every element lands where
+// its index says, for planes smaller and larger than a tile, ragged edges, outer dimensions,
+// a strided outer slice and casts to another dtype.
+TEST_CASE("transposed copies put every element in place", "[cpu][core]") {
+  const Shape shapes[] = {{70, 33}, {32, 32}, {3, 45, 100}, {2, 5, 31, 64}, {1, 129, 1}};
+  for (const Shape& shape : shapes) {
+    INFO("shape of " << shape.size() << " dims, first " << shape[0]);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    Tensor x = arange(0, static_cast<double>(n), 1, {.dtype = DType::f32}).reshape(shape);
+    Tensor t = x.transpose(-1, -2);
+    std::vector<double> expected;  // element by element through the view
+    const Shape ts = t.shape();
+    const int64_t rows = ts[ts.size() - 2], cols = ts[ts.size() - 1], planes = n / (rows * cols);
+    Tensor flat = t.reshape({planes, rows, cols});
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) expected.push_back(flat.select(0, p).select(0, r).select(0, c).item());
+    CHECK(t.contiguous().to(DType::f64).to_vector<double>() == expected);
+    std::vector<double> as_bf16;
+    for (double v : expected) as_bf16.push_back(float(bfloat16(static_cast<float>(v))));
+    CHECK(t.to(DType::bf16).contiguous().to(DType::f64).to_vector<double>() == as_bf16);
+  }
+  // Every other plane of a batch, transposed.
+  Tensor batch = arange(0, 4 * 40 * 50, 1, {.dtype = DType::f64}).reshape({4, 40, 50});
+  const std::vector<double> picked = batch.slice(0, 0, 4, 2).transpose(1, 2).contiguous().to_vector<double>();
+  std::vector<double> expected;
+  for (int64_t p : {0, 2})
+    for (int64_t c = 0; c < 50; ++c)
+      for (int64_t r = 0; r < 40; ++r) expected.push_back(static_cast<double>((p * 40 + r) * 50 + c));
+  CHECK(picked == expected);
+}
+
 TEST_CASE("views share storage and alias writes", "[cpu][core]") {
   Tensor x = arange(0, 24, 1, {.dtype = DType::f32}).reshape({2, 3, 4});
   Tensor t = x.transpose(0, 2);

@@ -34,6 +34,9 @@ void add_info_command(CLI::App& app) {
     j["blas_threading"] = blas_threading();  // openmp: one pool with genesis's own kernels
     j["blas_core_source"] = blas_core_source();
     j["cpu_conv2d"] = cpu_conv2d_kernels();
+    // The instruction set of the elementwise, reduction, softmax and norm loops, and why.
+    j["cpu_isa"] = {{"isa", kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa())},
+                    {"source", kernels::cpu::cpu_isa_source()}};
     j["threads"] = {{"threads", threads.threads},
                     {"source", threads.source},
                     {"reason", threads.reason},

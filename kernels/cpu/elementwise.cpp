@@ -6,7 +6,9 @@
 #include <type_traits>
 
 #include "kernels/common/math.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace genesis::kernels::cpu {
 
@@ -14,6 +16,11 @@ namespace {
 
 template <class T>
 constexpr bool kIsFloat = std::is_floating_point_v<T> || std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+
+// f32, bf16 and f16 compute in float through vec_math.h's formulas (one per op, whatever the
+// layout, so a view and its contiguous copy give the same bits); f64 through math.h's.
+template <class T>
+constexpr bool kFloatMath = kIsFloat<T> && std::is_same_v<acc_t<T>, float>;
 
 template <class T>
 constexpr int64_t sz() {
@@ -42,7 +49,9 @@ template <class T, UnaryOp OP>
 void unary_typed(int ndim, const int64_t* shape, const void* x, const int64_t* xs, void* y, ElementwiseParams p) {
   ContiguousStrides ys(ndim, shape);
   auto apply = [&](T v) -> T {
-    if constexpr (kIsFloat<T>) {
+    if constexpr (kFloatMath<T>) {
+      return static_cast<T>(vec::unary<OP>(static_cast<float>(v), static_cast<float>(p.a), static_cast<float>(p.b)));
+    } else if constexpr (kIsFloat<T>) {
       using A = acc_t<T>;
       return static_cast<T>(unary_float<A>(OP, static_cast<A>(v), static_cast<A>(p.a), static_cast<A>(p.b)));
     } else {
@@ -53,7 +62,9 @@ void unary_typed(int ndim, const int64_t* shape, const void* x, const int64_t* x
     if (st[0] == sz<T>() && st[1] == sz<T>()) {  // dense run: typed pointers let the compiler vectorize
       const T* x_run = reinterpret_cast<const T*>(ptr[0]);
       T* y_run = reinterpret_cast<T*>(ptr[1]);
-      for (int64_t i = 0; i < n; ++i) y_run[i] = apply(x_run[i]);
+      with_cpu_isa([&] {
+        for (int64_t i = 0; i < n; ++i) y_run[i] = apply(x_run[i]);
+      });
       return;
     }
     for (int64_t i = 0; i < n; ++i)
@@ -70,10 +81,17 @@ void unary_backward_typed(int64_t n, const void* x, const void* gy, void* gx, El
   const T* gp = static_cast<const T*>(gy);
   T* op = static_cast<T*>(gx);
   parallel_for(n, 8, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      A d = unary_float_derivative<A>(OP, static_cast<A>(xp[i]), static_cast<A>(p.a), static_cast<A>(p.b));
-      op[i] = static_cast<T>(static_cast<A>(gp[i]) * d);
-    }
+    with_cpu_isa([&] {
+      for (int64_t i = b; i < e; ++i) {
+        A d;
+        if constexpr (kFloatMath<T>) {
+          d = vec::unary_derivative<OP>(static_cast<float>(xp[i]), static_cast<float>(p.a), static_cast<float>(p.b));
+        } else {
+          d = unary_float_derivative<A>(OP, static_cast<A>(xp[i]), static_cast<A>(p.a), static_cast<A>(p.b));
+        }
+        op[i] = static_cast<T>(static_cast<A>(gp[i]) * d);
+      }
+    });
   });
 }
 
@@ -116,12 +134,14 @@ void binary_typed(int ndim, const int64_t* shape, const void* a, const int64_t* 
       // Dense runs (the second operand dense or a broadcast scalar): typed loops vectorize.
       const T* a_run = reinterpret_cast<const T*>(ptr[0]);
       const T* b_run = reinterpret_cast<const T*>(ptr[1]);
-      if (st[1] == 0) {
-        const T b0 = *b_run;
-        for (int64_t i = 0; i < n; ++i) o[i] = compute(a_run[i], b0);
-      } else {
-        for (int64_t i = 0; i < n; ++i) o[i] = compute(a_run[i], b_run[i]);
-      }
+      with_cpu_isa([&] {
+        if (st[1] == 0) {
+          const T b0 = *b_run;
+          for (int64_t i = 0; i < n; ++i) o[i] = compute(a_run[i], b0);
+        } else {
+          for (int64_t i = 0; i < n; ++i) o[i] = compute(a_run[i], b_run[i]);
+        }
+      });
       return;
     }
     for (int64_t i = 0; i < n; ++i) {
@@ -148,8 +168,49 @@ Dst cast_value(Src v) {
   }
 }
 
+// A copy that writes rows but reads columns (a transpose made contiguous): the last two merged
+// dimensions go in square tiles whose source cache lines stay in L1 while the tile's rows are
+// written, instead of one line fetched per element. Returns false for other layouts.
+template <class Src, class Dst>
+bool copy_transposed(int ndim, const int64_t* shape, const void* src, const int64_t* ss, void* dst,
+                     const int64_t* ds) {
+  constexpr int64_t kTile = 32;
+  const StridedGeometry<2> g(ndim, shape, {ss, ds}, {sz<Src>(), sz<Dst>()});
+  const int last = g.ndim - 1;
+  if (g.ndim < 2 || g.strides[1][last] != sz<Dst>() || g.strides[0][last - 1] != sz<Src>()) return false;
+  const int64_t rows = g.shape[last - 1], cols = g.shape[last];
+  if (rows < kTile || cols < kTile) return false;
+  const int64_t tile_rows = (rows + kTile - 1) / kTile, tile_cols = (cols + kTile - 1) / kTile;
+  const int64_t planes = g.numel() / (rows * cols), tiles = tile_rows * tile_cols;
+  const int64_t src_row = g.strides[0][last - 1], src_col = g.strides[0][last];
+  const int64_t dst_row = g.strides[1][last - 1];  // columns are unit-stride
+  parallel_for(planes * tiles, kTile * kTile, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      int64_t plane = task / tiles;
+      const char* s = static_cast<const char*>(src);
+      char* d = static_cast<char*>(dst);
+      for (int dim = last - 2; dim >= 0; --dim) {  // the plane's offset in the outer dimensions
+        const int64_t i = plane % g.shape[dim];
+        plane /= g.shape[dim];
+        s += i * g.strides[0][dim];
+        d += i * g.strides[1][dim];
+      }
+      const int64_t r0 = (task % tiles) / tile_cols * kTile, c0 = (task % tiles) % tile_cols * kTile;
+      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (int64_t r = r0; r < r1; ++r) {
+        const char* sr = s + r * src_row;
+        Dst* dr = reinterpret_cast<Dst*>(d + r * dst_row);
+        for (int64_t c = c0; c < c1; ++c)
+          dr[c] = cast_value<Src, Dst>(*reinterpret_cast<const Src*>(sr + c * src_col));
+      }
+    }
+  });
+  return true;
+}
+
 template <class Src, class Dst>
 void copy_typed(int ndim, const int64_t* shape, const void* src, const int64_t* ss, void* dst, const int64_t* ds) {
+  if (copy_transposed<Src, Dst>(ndim, shape, src, ss, dst, ds)) return;
   auto inner = [&](std::array<char*, 2> ptr, std::array<int64_t, 2> st, int64_t n) {
     if constexpr (std::is_same_v<Src, Dst>) {
       if (st[0] == sz<Src>() && st[1] == sz<Dst>()) {

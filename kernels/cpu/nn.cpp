@@ -5,8 +5,10 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/row_reduce.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace genesis::kernels::cpu {
 
@@ -27,21 +29,23 @@ void softmax_last_axis(bool log, int64_t rows, int64_t dim, const T* x, T* y) {
   parallel_for(rows, dim * 4, [&](int64_t begin, int64_t end) {
     std::vector<A> values(static_cast<size_t>(dim));
     A* buf = values.data();
-    for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * dim;
-      T* yr = y + r * dim;
-      for (int64_t d = 0; d < dim; ++d) buf[d] = static_cast<A>(xr[d]);
-      const A m = row_max(buf, dim);
-      for (int64_t d = 0; d < dim; ++d) buf[d] = std::exp(buf[d] - m);
-      const A total = row_sum(buf, dim);
-      if (log) {
-        const A log_total = std::log(total);
-        for (int64_t d = 0; d < dim; ++d) yr[d] = static_cast<T>((static_cast<A>(xr[d]) - m) - log_total);
-      } else {
-        const A inv = A(1) / total;
-        for (int64_t d = 0; d < dim; ++d) yr[d] = static_cast<T>(buf[d] * inv);
+    with_cpu_isa([&] {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* xr = x + r * dim;
+        T* yr = y + r * dim;
+        for (int64_t d = 0; d < dim; ++d) buf[d] = static_cast<A>(xr[d]);
+        const A m = row_max(buf, dim);
+        for (int64_t d = 0; d < dim; ++d) buf[d] = vec::exp_acc(buf[d] - m);
+        const A total = row_sum(buf, dim);
+        if (log) {
+          const A log_total = std::log(total);
+          for (int64_t d = 0; d < dim; ++d) yr[d] = static_cast<T>((static_cast<A>(xr[d]) - m) - log_total);
+        } else {
+          const A inv = A(1) / total;
+          for (int64_t d = 0; d < dim; ++d) yr[d] = static_cast<T>(buf[d] * inv);
+        }
       }
-    }
+    });
   });
 }
 
@@ -67,7 +71,7 @@ void softmax_typed(bool log, int64_t outer, int64_t dim, int64_t inner, const T*
       for (int64_t d = 0; d < dim; ++d) {
         for (int64_t j = 0; j < width; ++j) {
           const A v = static_cast<A>(xs[d * inner + j]) - block_max[j];
-          const A e = std::exp(v);
+          const A e = vec::exp_acc(v);
           buf[d * width + j] = log ? v : e;
           total[j] += e;
         }
@@ -87,20 +91,20 @@ template <class T>
 void softmax_backward_last_axis(bool log, int64_t rows, int64_t dim, const T* y, const T* gy, T* gx) {
   using A = acc_t<T>;
   parallel_for(rows, dim * 3, [&](int64_t begin, int64_t end) {
-    std::vector<A> terms(static_cast<size_t>(dim));
-    A* buf = terms.data();
-    for (int64_t r = begin; r < end; ++r) {
-      const T* yr = y + r * dim;
-      const T* gr = gy + r * dim;
-      T* out = gx + r * dim;
-      for (int64_t d = 0; d < dim; ++d)
-        buf[d] = log ? static_cast<A>(gr[d]) : static_cast<A>(gr[d]) * static_cast<A>(yr[d]);
-      const A dot = row_sum(buf, dim);
-      for (int64_t d = 0; d < dim; ++d) {
-        const A g = static_cast<A>(gr[d]), v = static_cast<A>(yr[d]);
-        out[d] = static_cast<T>(log ? g - std::exp(v) * dot : v * (g - dot));
+    with_cpu_isa([&] {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* yr = y + r * dim;
+        const T* gr = gy + r * dim;
+        T* out = gx + r * dim;
+        const A dot = lane_sum<A>(dim, [&](int64_t d) {
+          return log ? static_cast<A>(gr[d]) : static_cast<A>(gr[d]) * static_cast<A>(yr[d]);
+        });
+        for (int64_t d = 0; d < dim; ++d) {
+          const A g = static_cast<A>(gr[d]), v = static_cast<A>(yr[d]);
+          out[d] = static_cast<T>(log ? g - vec::exp_acc(v) * dot : v * (g - dot));
+        }
       }
-    }
+    });
   });
 }
 
@@ -126,7 +130,7 @@ void softmax_backward_typed(bool log, int64_t outer, int64_t dim, int64_t inner,
         for (int64_t j = 0; j < width; ++j) {
           const int64_t k = base + d * inner + j;
           const A g = static_cast<A>(gy[k]), out = static_cast<A>(y[k]);
-          gx[k] = static_cast<T>(log ? g - std::exp(out) * dot[j] : out * (g - dot[j]));
+          gx[k] = static_cast<T>(log ? g - vec::exp_acc(out) * dot[j] : out * (g - dot[j]));
         }
       }
     }
@@ -141,29 +145,26 @@ void norm_rows_typed(bool centered, int64_t rows, int64_t cols, const X* x, cons
   using A = acc_t<X>;
   const A n = static_cast<A>(cols);
   parallel_for(rows, cols * 4, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const X* xr = x + r * cols;
-      Y* yr = y + r * cols;
-      A mu = 0;
-      if (centered) {
-        for (int64_t c = 0; c < cols; ++c) mu += static_cast<A>(xr[c]);
-        mu /= n;
+    with_cpu_isa([&] {
+      for (int64_t r = begin; r < end; ++r) {
+        const X* xr = x + r * cols;
+        Y* yr = y + r * cols;
+        const A mu = centered ? lane_sum<A>(cols, [&](int64_t c) { return static_cast<A>(xr[c]); }) / n : A(0);
+        const A squares = lane_sum<A>(cols, [&](int64_t c) {
+          const A d = static_cast<A>(xr[c]) - mu;
+          return d * d;
+        });
+        const A rs = A(1) / std::sqrt(squares / n + static_cast<A>(eps));
+        for (int64_t c = 0; c < cols; ++c) {
+          A v = (static_cast<A>(xr[c]) - mu) * rs;
+          if (w) v *= static_cast<A>(w[c]);
+          if (b) v += static_cast<A>(b[c]);
+          yr[c] = static_cast<Y>(v);
+        }
+        mean[r] = mu;
+        rstd[r] = rs;
       }
-      A squares = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        const A d = static_cast<A>(xr[c]) - mu;
-        squares += d * d;
-      }
-      const A rs = A(1) / std::sqrt(squares / n + static_cast<A>(eps));
-      for (int64_t c = 0; c < cols; ++c) {
-        A v = (static_cast<A>(xr[c]) - mu) * rs;
-        if (w) v *= static_cast<A>(w[c]);
-        if (b) v += static_cast<A>(b[c]);
-        yr[c] = static_cast<Y>(v);
-      }
-      mean[r] = mu;
-      rstd[r] = rs;
-    }
+    });
   });
 }
 
@@ -177,34 +178,40 @@ void norm_rows_backward_typed(bool centered, int64_t rows, int64_t cols, const X
   std::vector<A> partial_w(gw ? static_cast<size_t>(chunks * cols) : 0, A(0));
   std::vector<A> partial_b(gb ? static_cast<size_t>(chunks * cols) : 0, A(0));
   parallel_for(chunks, (rows / std::max<int64_t>(chunks, 1) + 1) * cols * 8, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      A* pw = gw ? partial_w.data() + k * cols : nullptr;
-      A* pb = gb ? partial_b.data() + k * cols : nullptr;
-      for (int64_t r = k * rows / chunks; r < (k + 1) * rows / chunks; ++r) {
-        const X* xr = x + r * cols;
-        const Y* gr = gy + r * cols;
-        X* out = gx + r * cols;
-        const A mu = mean[r], rs = rstd[r];
-        A sum_dxhat = 0, sum_dxhat_xhat = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          const A xhat = (static_cast<A>(xr[c]) - mu) * rs;
-          const A g = static_cast<A>(gr[c]);
-          const A dxhat = w ? g * static_cast<A>(w[c]) : g;
-          sum_dxhat += dxhat;
-          sum_dxhat_xhat += dxhat * xhat;
-          if (pw) pw[c] += g * xhat;
-          if (pb) pb[c] += g;
-        }
-        const A mean_dxhat = centered ? sum_dxhat / n : A(0);
-        const A mean_dxhat_xhat = sum_dxhat_xhat / n;
-        for (int64_t c = 0; c < cols; ++c) {
-          const A xhat = (static_cast<A>(xr[c]) - mu) * rs;
-          const A g = static_cast<A>(gr[c]);
-          const A dxhat = w ? g * static_cast<A>(w[c]) : g;
-          out[c] = static_cast<X>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+    with_cpu_isa([&] {
+      for (int64_t k = begin; k < end; ++k) {
+        A* pw = gw ? partial_w.data() + k * cols : nullptr;
+        A* pb = gb ? partial_b.data() + k * cols : nullptr;
+        for (int64_t r = k * rows / chunks; r < (k + 1) * rows / chunks; ++r) {
+          const X* xr = x + r * cols;
+          const Y* gr = gy + r * cols;
+          X* out = gx + r * cols;
+          const A mu = mean[r], rs = rstd[r];
+          A sum_dxhat = 0, sum_dxhat_xhat = 0;
+          lane_sum2<A>(cols, sum_dxhat, sum_dxhat_xhat, [&](int64_t c, A& s0, A& s1) {
+            const A xhat = (static_cast<A>(xr[c]) - mu) * rs;
+            const A g = static_cast<A>(gr[c]);
+            const A dxhat = w ? g * static_cast<A>(w[c]) : g;
+            s0 += dxhat;
+            s1 += dxhat * xhat;
+          });
+          if (pw) {
+            for (int64_t c = 0; c < cols; ++c) pw[c] += static_cast<A>(gr[c]) * ((static_cast<A>(xr[c]) - mu) * rs);
+          }
+          if (pb) {
+            for (int64_t c = 0; c < cols; ++c) pb[c] += static_cast<A>(gr[c]);
+          }
+          const A mean_dxhat = centered ? sum_dxhat / n : A(0);
+          const A mean_dxhat_xhat = sum_dxhat_xhat / n;
+          for (int64_t c = 0; c < cols; ++c) {
+            const A xhat = (static_cast<A>(xr[c]) - mu) * rs;
+            const A g = static_cast<A>(gr[c]);
+            const A dxhat = w ? g * static_cast<A>(w[c]) : g;
+            out[c] = static_cast<X>(rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+          }
         }
       }
-    }
+    });
   });
   auto reduce_partials = [&](const std::vector<A>& partial, W* dst) {
     parallel_for(cols, chunks, [&](int64_t begin, int64_t end) {

@@ -6,7 +6,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/row_reduce.h"
 
 namespace genesis::kernels::cpu {
 
@@ -50,16 +52,20 @@ void reduce_rows(int64_t rows, int64_t cols, PartialFn&& partial, CombineFn&& co
   const int64_t chunks = std::max<int64_t>(1, (cols + kColumnChunk - 1) / kColumnChunk);
   if (chunks == 1) {
     parallel_for(rows, std::max<int64_t>(cols, 1), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) finish(r, partial(r, int64_t{0}, cols));
+      with_cpu_isa([&] {
+        for (int64_t r = begin; r < end; ++r) finish(r, partial(r, int64_t{0}, cols));
+      });
     });
     return;
   }
   std::vector<Partial> partials(static_cast<size_t>(rows * chunks));
   parallel_for(rows * chunks, kColumnChunk, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      int64_t r = i / chunks, first = (i % chunks) * kColumnChunk;
-      partials[static_cast<size_t>(i)] = partial(r, first, std::min(cols, first + kColumnChunk));
-    }
+    with_cpu_isa([&] {
+      for (int64_t i = begin; i < end; ++i) {
+        int64_t r = i / chunks, first = (i % chunks) * kColumnChunk;
+        partials[static_cast<size_t>(i)] = partial(r, first, std::min(cols, first + kColumnChunk));
+      }
+    });
   });
   parallel_for(rows, chunks, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -73,21 +79,10 @@ void reduce_rows(int64_t rows, int64_t cols, PartialFn&& partial, CombineFn&& co
 
 inline double plus(double a, double b) { return a + b; }
 
-// Sums of map(x) over [begin, end) in kLanes interleaved double accumulators, added pairwise at
-// the end: independent chains the compiler vectorizes (one chain of dependent adds runs at one
-// add per 4 cycles). The order is fixed by the chunk, not by the threads.
-inline constexpr int kLanes = 16;
+// Sums of map(x) over [begin, end) in double (row_reduce.h's fixed-order lanes).
 template <class T, class MapFn>
 double lane_sum(const T* row, int64_t begin, int64_t end, MapFn&& map) {
-  double lanes[kLanes] = {};
-  int64_t c = begin;
-  for (; c + kLanes <= end; c += kLanes) {
-    for (int k = 0; k < kLanes; ++k) lanes[k] += map(widen(row[c + k]));
-  }
-  for (int k = 0; c < end; ++c, ++k) lanes[k] += map(widen(row[c]));
-  for (int width = kLanes / 2; width > 0; width /= 2)
-    for (int k = 0; k < width; ++k) lanes[k] += lanes[k + width];
-  return lanes[0];
+  return cpu::lane_sum<double>(end - begin, [&](int64_t i) { return map(widen(row[begin + i])); });
 }
 
 // Row-wise fold of f(x) in double over a floating buffer, combined with combine.

@@ -1,32 +1,63 @@
 #pragma once
-// Max and sum over a contiguous run with four interleaved accumulators: a single running
-// accumulator serializes on the max/add latency, four keep the pipeline busy. The order
-// is fixed, so results are deterministic.
+// Reductions over a row in kLanes interleaved accumulators, folded pairwise at the end: a
+// single running accumulator serializes on the add's latency and cannot become vector code
+// (that would reorder the sum); sixteen independent lanes are one AVX-512 register, two AVX2
+// or four SSE registers, in the same fixed order on every instruction set, so results are
+// deterministic and equal whatever with_cpu_isa chose.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 
 namespace genesis::kernels::cpu {
 
+inline constexpr int kLanes = 16;
+
+// Folds lanes[0..kLanes) pairwise into lanes[0] with op.
+template <class A, class Op>
+A fold_lanes(A (&lanes)[kLanes], Op&& op) {
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int k = 0; k < width; ++k) lanes[k] = op(lanes[k], lanes[k + width]);
+  return lanes[0];
+}
+
+// The sum of term(i) over i in [0, n), in A.
+template <class A, class Term>
+A lane_sum(int64_t n, Term&& term) {
+  A lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += term(i + k);
+  for (int k = 0; i < n; ++i, ++k) lanes[k] += term(i);
+  return fold_lanes(lanes, [](A a, A b) { return a + b; });
+}
+
+// Two sums in one pass: terms(i, s0, s1) adds element i's terms to s0 and s1.
+template <class A, class Terms>
+void lane_sum2(int64_t n, A& sum0, A& sum1, Terms&& terms) {
+  A lanes0[kLanes] = {}, lanes1[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) terms(i + k, lanes0[k], lanes1[k]);
+  for (int k = 0; i < n; ++i, ++k) terms(i, lanes0[k], lanes1[k]);
+  auto add = [](A a, A b) { return a + b; };
+  sum0 = fold_lanes(lanes0, add);
+  sum1 = fold_lanes(lanes1, add);
+}
+
 template <class A>
 A row_max(const A* v, int64_t n) {
-  A lane[4];
-  std::fill_n(lane, 4, -std::numeric_limits<A>::infinity());
+  A lanes[kLanes];
+  std::fill_n(lanes, kLanes, -std::numeric_limits<A>::infinity());
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int k = 0; k < 4; ++k) lane[k] = std::max(lane[k], v[i + k]);
-  for (; i < n; ++i) lane[0] = std::max(lane[0], v[i]);
-  return std::max(std::max(lane[0], lane[1]), std::max(lane[2], lane[3]));
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] = std::max(lanes[k], v[i + k]);
+  for (int k = 0; i < n; ++i, ++k) lanes[k] = std::max(lanes[k], v[i]);
+  return fold_lanes(lanes, [](A a, A b) { return std::max(a, b); });
 }
 
 template <class A>
 A row_sum(const A* v, int64_t n) {
-  A lane[4] = {A(0), A(0), A(0), A(0)};
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int k = 0; k < 4; ++k) lane[k] += v[i + k];
-  for (; i < n; ++i) lane[0] += v[i];
-  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+  return lane_sum<A>(n, [v](int64_t i) { return v[i]; });
 }
 
 }  // namespace genesis::kernels::cpu

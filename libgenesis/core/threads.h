@@ -14,6 +14,8 @@
 #include <functional>
 #include <string>
 
+#include "kernels/cpu/isa.h"
+
 namespace genesis {
 
 // What the thread count is chosen from.
@@ -75,13 +77,9 @@ std::string blas_threading();
 // The spin count set when the user sets neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT.
 inline constexpr const char* kSpinCount = "1000";
 
-// What the CPU offers that OpenBLAS's kernel choice depends on (CPUID, and XGETBV for the
-// operating system's support of the AVX registers).
-struct CpuFeatures {
-  bool avx2 = false;    // AVX2 and FMA, enabled by the OS
-  bool avx512 = false;  // AVX-512 F, DQ, BW and VL, enabled by the OS
-};
-CpuFeatures cpu_features();
+// What the CPU offers that OpenBLAS's kernel choice depends on (kernels/cpu/isa.h).
+using kernels::cpu::CpuFeatures;
+using kernels::cpu::cpu_features;
 
 // The OPENBLAS_CORETYPE to run with when OpenBLAS picked `detected` on a CPU with `features`:
 // "" when its choice stands; "SkylakeX" (AVX-512) or "Haswell" (AVX2) when it fell back to a

@@ -16,6 +16,20 @@ check "bench ops on the tiny suite" 0 $?
 grep -q "ok (err" "$work/a.txt" || fail "bench ops prints no checked rows"
 tail -1 "$work/a.txt" | grep -q " 0 FAIL" || fail "bench ops summary line: $(tail -1 "$work/a.txt")"
 
+# Each instruction set of the CPU loops (kernels/cpu/isa.h) computes what the reference does;
+# `genesis info` names the one in use.
+for isa in baseline avx2 avx512; do
+  GENESIS_CPU_ISA=$isa "$genesis" bench ops "${fast[@]}" --suite "$suite" --ceilings "$work/ceilings.json" \
+    > "$work/isa_$isa.txt"
+  check "bench ops with GENESIS_CPU_ISA=$isa" 0 $?
+  tail -1 "$work/isa_$isa.txt" | grep -q " 0 FAIL" || fail "GENESIS_CPU_ISA=$isa: $(tail -1 "$work/isa_$isa.txt")"
+done
+GENESIS_CPU_ISA=baseline "$genesis" info --json | python3 -c '
+import json, sys
+isa = json.load(sys.stdin)["cpu_isa"]
+sys.exit(0 if isa["isa"] == "baseline" and isa["source"] == "GENESIS_CPU_ISA" else 1)' \
+  && ok "info reports the CPU instruction set GENESIS_CPU_ISA asks for" || fail "info cpu_isa"
+
 "$genesis" bench ops "${fast[@]}" --suite "$suite" --ceilings "$work/ceilings.json" --filter 'softmax|layer_norm' \
   --dtype f32 --json "$work/b.json" > "$work/b.txt"
 check "bench ops --filter --dtype" 0 $?
