@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/genesis/commands.h"
+#include "kernels/cpu/linalg.h"
 #include "libgenesis/core/threads.h"
 #include "libgenesis/ops/conv.h"
 #include "libgenesis/ops/op_table.h"
@@ -34,6 +35,9 @@ void add_info_command(CLI::App& app) {
     j["blas_threading"] = blas_threading();  // openmp: one pool with genesis's own kernels
     j["blas_core_source"] = blas_core_source();
     j["cpu_conv2d"] = cpu_conv2d_kernels();
+    // The f32 GEMM library (linear, matmul, im2col convolutions), and why.
+    j["cpu_gemm"] = {{"library", kernels::cpu::cpu_gemm_name(kernels::cpu::cpu_gemm())},
+                     {"source", kernels::cpu::cpu_gemm_source()}};
     // The instruction set of the elementwise, reduction, softmax and norm loops, and why.
     j["cpu_isa"] = {{"isa", kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa())},
                     {"source", kernels::cpu::cpu_isa_source()}};

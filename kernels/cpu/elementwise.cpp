@@ -74,13 +74,27 @@ void unary_typed(int ndim, const int64_t* shape, const void* x, const int64_t* x
                       {xs, ys.s}, {sz<T>(), sz<T>()}, inner);
 }
 
+// Work per element for parallel_for: the ops with a transcendental function cost about 8 loads.
+constexpr int64_t unary_cost(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::neg:
+    case UnaryOp::abs:
+    case UnaryOp::relu:
+    case UnaryOp::sign:
+    case UnaryOp::clamp:
+    case UnaryOp::sqrt:
+    case UnaryOp::rsqrt: return 1;
+    default: return 8;
+  }
+}
+
 template <class T, UnaryOp OP>
 void unary_backward_typed(int64_t n, const void* x, const void* gy, void* gx, ElementwiseParams p) {
   using A = acc_t<T>;
   const T* xp = static_cast<const T*>(x);
   const T* gp = static_cast<const T*>(gy);
   T* op = static_cast<T*>(gx);
-  parallel_for(n, 8, [&](int64_t b, int64_t e) {
+  parallel_for(n, unary_cost(OP), [&](int64_t b, int64_t e) {
     with_cpu_isa([&] {
       for (int64_t i = b; i < e; ++i) {
         A d;

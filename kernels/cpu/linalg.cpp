@@ -1,6 +1,13 @@
 #include "kernels/cpu/linalg.h"
 
 #include <cblas.h>
+#if GENESIS_WITH_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 
 #include <algorithm>
 #include <vector>
@@ -45,11 +52,8 @@ void gemm_half(const GemmArgs& g) {
     widen_matrix(a_base + i * g.stride_a, a, a32.data());
     widen_matrix(b_base + i * g.stride_b, b, b32.data());
     if (g.beta != 0.0) widen_matrix<T>(ci, c, c32.data());
-    cblas_sgemm(CblasRowMajor, blas_trans(g.trans_a), blas_trans(g.trans_b), static_cast<int>(g.m),
-                static_cast<int>(g.n), static_cast<int>(g.k), static_cast<float>(g.alpha), a32.data(),
-                static_cast<int>(std::max<int64_t>(a.cols, 1)), b32.data(),
-                static_cast<int>(std::max<int64_t>(b.cols, 1)), static_cast<float>(g.beta), c32.data(),
-                static_cast<int>(c.cols));
+    sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, static_cast<float>(g.alpha), a32.data(), std::max<int64_t>(a.cols, 1),
+          b32.data(), std::max<int64_t>(b.cols, 1), static_cast<float>(g.beta), c32.data(), c.cols);
     parallel_for(c.rows, c.cols, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r)
         for (int64_t col = 0; col < c.cols; ++col) ci[r * g.ldc + col] = T(c32[static_cast<size_t>(r * c.cols + col)]);
@@ -57,7 +61,50 @@ void gemm_half(const GemmArgs& g) {
   }
 }
 
+struct GemmChoice {
+  CpuGemm gemm;
+  const char* source;
+};
+
+GemmChoice choose_gemm() {
+  const char* asked = std::getenv("GENESIS_CPU_GEMM");
+  const std::string_view name = asked ? asked : "";
+#if GENESIS_WITH_DNNL
+  if (name == "openblas") return {CpuGemm::openblas, "GENESIS_CPU_GEMM"};
+  if (name == "onednn") return {CpuGemm::onednn, "GENESIS_CPU_GEMM"};
+  return {CpuGemm::onednn, "the build has oneDNN, whose JIT sgemm measured 2x OpenBLAS's"};
+#else
+  if (name == "onednn") return {CpuGemm::openblas, "GENESIS_CPU_GEMM=onednn, but this build has no oneDNN"};
+  return {CpuGemm::openblas, "the build has no oneDNN"};
+#endif
+}
+
+const GemmChoice& gemm_choice() {
+  static const GemmChoice c = choose_gemm();
+  return c;
+}
+
 }  // namespace
+
+CpuGemm cpu_gemm() { return gemm_choice().gemm; }
+const char* cpu_gemm_source() { return gemm_choice().source; }
+const char* cpu_gemm_name(CpuGemm gemm) { return gemm == CpuGemm::onednn ? "onednn" : "openblas"; }
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+#if GENESIS_WITH_DNNL
+  if (cpu_gemm() == CpuGemm::onednn) {
+    const dnnl_status_t status =
+        dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (status != dnnl_success) throw std::runtime_error("oneDNN sgemm failed (status " + std::to_string(status) + ")");
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, blas_trans(trans_a), blas_trans(trans_b), static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
+              static_cast<int>(ldc));
+}
 
 void gemm(DType dtype, const GemmArgs& g) {
   if (g.m == 0 || g.n == 0 || g.batch == 0) return;
@@ -71,8 +118,8 @@ void gemm(DType dtype, const GemmArgs& g) {
       const auto* b = static_cast<const float*>(g.b);
       auto* c = static_cast<float*>(g.c);
       for (int64_t i = 0; i < g.batch; ++i)
-        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, static_cast<float>(g.alpha), a + i * g.stride_a, lda,
-                    b + i * g.stride_b, ldb, static_cast<float>(g.beta), c + i * g.stride_c, ldc);
+        sgemm(g.trans_a, g.trans_b, g.m, g.n, g.k, static_cast<float>(g.alpha), a + i * g.stride_a, g.lda,
+              b + i * g.stride_b, g.ldb, static_cast<float>(g.beta), c + i * g.stride_c, g.ldc);
       return;
     }
     case DType::f64: {

@@ -325,4 +325,17 @@ void norm_rows(DType dtype, int64_t rows, int64_t cols, double p, const void* in
   });
 }
 
+double sum_of_squares(const SquaresInput* inputs, int64_t count) {
+  double total = 0.0;
+  for (int64_t i = 0; i < count; ++i) {
+    const SquaresInput& in = inputs[i];
+    if (in.n == 0) continue;
+    GENESIS_DISPATCH_FLOAT(in.dtype, "sum_of_squares", {
+      fold_rows(1, in.n, static_cast<const scalar_t*>(in.data), 0.0, [](double v) { return v * v; }, plus,
+                [&](int64_t, double s) { total += s; });
+    });
+  }
+  return total;
+}
+
 }  // namespace genesis::kernels::cpu

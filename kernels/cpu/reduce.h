@@ -35,4 +35,14 @@ void logsumexp_rows(DType dtype, int64_t rows, int64_t cols, const void* in, voi
 // non-zeros, otherwise (sum |x|^p)^(1/p). Floating only.
 void norm_rows(DType dtype, int64_t rows, int64_t cols, double p, const void* in, void* out);
 
+// The sum of x^2 over every element of `count` contiguous floating buffers, in double, each
+// in the fixed chunk order of the row reductions: the square of a global gradient norm in one
+// call (clip_grad_norm), instead of three ops per tensor.
+struct SquaresInput {
+  DType dtype;
+  int64_t n;
+  const void* data;
+};
+double sum_of_squares(const SquaresInput* inputs, int64_t count);
+
 }  // namespace genesis::kernels::cpu

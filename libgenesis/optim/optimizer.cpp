@@ -1,9 +1,11 @@
 #include "libgenesis/optim/optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "kernels/cpu/optim.h"
+#include "kernels/cpu/reduce.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/ops/dispatch.h"
@@ -330,14 +332,15 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
 #if GENESIS_WITH_CUDA
   if (grads.front().device().is_cuda()) norm = global_norm_cuda(grads);
 #endif
-  if (!norm.defined()) {
-    Tensor total;
+  if (!norm.defined()) {  // CPU: one pass over every gradient, squares summed in f64
+    std::vector<Tensor> dense;
+    std::vector<kernels::cpu::SquaresInput> inputs;
     for (const Tensor& g : grads) {
-      Tensor gf = g.to(DType::f32);  // square in f32: half-precision squares overflow
-      Tensor sq = sum(mul(gf, gf));
-      total = total.defined() ? add(total, sq) : sq;
+      dense.push_back(g.contiguous());
+      inputs.push_back({.dtype = g.dtype(), .n = g.numel(), .data = dense.back().data_ptr()});
     }
-    norm = sqrt(total);
+    const double squares = kernels::cpu::sum_of_squares(inputs.data(), static_cast<int64_t>(inputs.size()));
+    norm = scalar_tensor(std::sqrt(squares), {.dtype = DType::f32});
   }
   if (max_norm > 0.0) scale_grads_by_clip(grads, norm, max_norm);
   return norm;
