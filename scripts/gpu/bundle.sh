@@ -3,13 +3,19 @@
 # the executables plus the non-system shared libraries they load (OpenBLAS, OpenMP,
 # toml++, ...). The GPU host has CUDA 13 itself, so CUDA libraries are not copied.
 #   scripts/gpu/bundle.sh BUILD_DIR OUT_ARCHIVE.tar.xz
+#   BINARIES=genesis scripts/gpu/bundle.sh ...   only those executables (a smaller archive, for
+#                                                runs that carry data beside it)
 set -euo pipefail
 build=${1:?build directory}
 archive=${2:?output archive (.tar.xz)}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
-cp "$build"/bin/* "$stage/bin/"
+if [ -n "${BINARIES:-}" ]; then
+  for name in $BINARIES; do cp "$build/bin/$name" "$stage/bin/"; done
+else
+  cp "$build"/bin/* "$stage/bin/"
+fi
 for exe in "$stage"/bin/*; do
   ldd "$exe" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
@@ -21,7 +27,10 @@ for exe in "$stage"/bin/*; do
 done
 # A CTest file over the [cuda] cases, so the GPU host can run `ctest -L cuda` in the bundle.
 # (Catch2 v2 exits with the number of cases listed.)
-cases=$(LD_LIBRARY_PATH="$stage/lib:${LD_LIBRARY_PATH:-}" "$stage/bin/genesis_tests" --list-test-names-only "[cuda]" || true)
+cases=""
+if [ -x "$stage/bin/genesis_tests" ]; then
+  cases=$(LD_LIBRARY_PATH="$stage/lib:${LD_LIBRARY_PATH:-}" "$stage/bin/genesis_tests" --list-test-names-only "[cuda]" || true)
+fi
 echo "$cases" | python3 -c '
 import re, sys
 cmake = lambda s: s.replace("\\", "\\\\").replace("\"", "\\\"")
