@@ -182,6 +182,13 @@ const std::vector<OpDef>& registry() {
          return Cost{c.backward ? 4 * total : 2 * total, 0};
        },
        {}},
+      {"cast",  // to the dtype the case's variant names
+       1,
+       1,
+       data_inputs,
+       [](const BenchCase& c, const Inputs& in) { return in[0].to(*parse_dtype(c.variant)); },
+       streaming,
+       {}},
       {"transpose_copy",
        1,
        1,
@@ -516,8 +523,11 @@ void validate_case(const BenchCase& c) {
   if (c.op == "bmm" && (rank(0) != 3 || rank(1) != 3)) fail("bmm operands are [B, M, K] and [B, K, N]");
   if ((c.op == "cross_entropy" || c.op == "transpose_copy") && rank(0) != 2) fail("the input must be 2-D");
   if (c.op == "embedding" && rank(0) != 2) fail("the first shape is the [num, dim] table");
-  if (!c.variant.empty() && !(c.op == "gelu" && (c.variant == "tanh" || c.variant == "none")))
-    fail(detail::concat("variant '", c.variant, "' is not known (only gelu takes variant = \"tanh\" or \"none\")"));
+  if (c.op == "cast" && !(c.variant == "f32" || c.variant == "f64" || c.variant == "bf16" || c.variant == "f16"))
+    fail(detail::concat("cast needs variant = the target dtype (f32, f64, bf16 or f16), got '", c.variant, "'"));
+  if (!c.variant.empty() && c.op != "cast" && !(c.op == "gelu" && (c.variant == "tanh" || c.variant == "none")))
+    fail(detail::concat("variant '", c.variant,
+                        "' is not known (gelu takes variant = \"tanh\" or \"none\", cast the target dtype)"));
   if (c.check_rows > 0 && d.row_inputs.empty())
     fail("check_rows is supported by matmul, bmm, linear and embedding only");
   if (c.backward && c.op == "adamw") fail("an optimizer step has no backward");

@@ -226,11 +226,17 @@ template <class Src, class Dst>
 void copy_typed(int ndim, const int64_t* shape, const void* src, const int64_t* ss, void* dst, const int64_t* ds) {
   if (copy_transposed<Src, Dst>(ndim, shape, src, ss, dst, ds)) return;
   auto inner = [&](std::array<char*, 2> ptr, std::array<int64_t, 2> st, int64_t n) {
-    if constexpr (std::is_same_v<Src, Dst>) {
-      if (st[0] == sz<Src>() && st[1] == sz<Dst>()) {
+    if (st[0] == sz<Src>() && st[1] == sz<Dst>()) {
+      if constexpr (std::is_same_v<Src, Dst>) {
         std::memcpy(ptr[1], ptr[0], static_cast<size_t>(n) * sizeof(Src));
-        return;
+      } else {  // a dense conversion: typed pointers, vector code (bf16 rounding is bit arithmetic)
+        const Src* src_run = reinterpret_cast<const Src*>(ptr[0]);
+        Dst* dst_run = reinterpret_cast<Dst*>(ptr[1]);
+        with_cpu_isa([&] {
+          for (int64_t i = 0; i < n; ++i) dst_run[i] = cast_value<Src, Dst>(src_run[i]);
+        });
       }
+      return;
     }
     for (int64_t i = 0; i < n; ++i)
       *reinterpret_cast<Dst*>(ptr[1] + i * st[1]) = cast_value<Src, Dst>(*reinterpret_cast<const Src*>(ptr[0] + i * st[0]));

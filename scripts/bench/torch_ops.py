@@ -151,6 +151,7 @@ OPS = {
                   lambda c, es: reduction(c, es, lse_axes(c))),
     "cat": (data_inputs, lambda c, x: torch.cat(x, c["dim"]),
             lambda c, es: ((4 if c["backward"] else 2) * sum(numel(s) for s in c["shapes"]) * es, 0.0)),
+    "cast": (data_inputs, lambda c, x: x[0].to(DTYPES[c["variant"]]), streaming),
     "transpose_copy": (data_inputs, lambda c, x: x[0].transpose(-2, -1).contiguous(), streaming),
     "layer_norm": (norm_inputs(2), lambda c, x: F.layer_norm(x[0], (c["shapes"][0][-1],), x[1], x[2], 1e-5), norm_cost(2)),
     "rms_norm": (norm_inputs(1), lambda c, x: F.rms_norm(x[0], (c["shapes"][0][-1],), x[1], 1e-6), norm_cost(1)),
