@@ -92,18 +92,22 @@ void sgd_typed(int64_t n, T* p, const T* g, T* buf, const SgdStep& s) {
 
 // c = b1 m + (1 - b1) g;  p = p (1 - lr wd) - lr sign(c);  m = b2 m + (1 - b2) g
 template <class T>
+void lion_loop(int64_t begin, int64_t end, T* __restrict p, const T* __restrict g, T* __restrict m, T b1, T b2, T lr,
+               T decay) {
+  for (int64_t i = begin; i < end; ++i) {
+    T c = b1 * m[i] + (T(1) - b1) * g[i];
+    T sign = c > T(0) ? T(1) : (c < T(0) ? T(-1) : T(0));
+    p[i] = p[i] * decay - lr * sign;
+    m[i] = b2 * m[i] + (T(1) - b2) * g[i];
+  }
+}
+
+template <class T>
 void lion_typed(int64_t n, T* p, const T* g, T* m, const LionStep& s) {
   const T b1 = static_cast<T>(s.beta1), b2 = static_cast<T>(s.beta2), lr = static_cast<T>(s.lr);
   const T decay = static_cast<T>(1.0 - s.lr * s.weight_decay);
   parallel_for(n, 8, [&](int64_t begin, int64_t end) {
-    with_cpu_isa([&] {
-      for (int64_t i = begin; i < end; ++i) {
-        T c = b1 * m[i] + (T(1) - b1) * g[i];
-        T sign = c > T(0) ? T(1) : (c < T(0) ? T(-1) : T(0));
-        p[i] = p[i] * decay - lr * sign;
-        m[i] = b2 * m[i] + (T(1) - b2) * g[i];
-      }
-    });
+    with_cpu_isa([&] { lion_loop<T>(begin, end, p, g, m, b1, b2, lr, decay); });
   });
 }
 
