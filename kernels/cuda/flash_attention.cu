@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "kernels/cuda/flash_common.cuh"
+#include "libgenesis/core/error.h"
 
 namespace genesis::kernels::cuda {
 
@@ -121,6 +122,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
           o[mt][dt][2 * r + 1] *= correction;
         }
       }
+      [[maybe_unused]] uint32_t kept_bits[2] = {0u, 0u};  // dropout: this lane's share of the mask's words
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
@@ -135,6 +137,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
 #pragma unroll
           for (int e = 0; e < 4; ++e)
             if (!keep[e]) s[mt][nt][e] = 0.0f;
+          collect_keep_bits(kept_bits, keep, nt, t);
+          if (nt % 4 == 3) store_keep_bits(p, b * p.q_heads + h, row[mt][0], row[mt][1], kv0 + (nt - 3) * 8, kept_bits, t);
         }
       }
     }
@@ -285,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
 #pragma unroll
       for (int nt = 0; nt < kM / 8; ++nt) {
         [[maybe_unused]] bool keep[4];
-        if constexpr (kDropout) dropout_keeps_key_rows(p, b * p.q_heads + h, kv0 + warp * 16, q0 + nt * 8 + 2 * t, g, t, keep);
+        if constexpr (kDropout) load_keep_key_rows(p, b * p.q_heads + h, kv0 + warp * 16, q0 + nt * 8 + 2 * t, g, keep);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qi = nt * 8 + 2 * t + (e & 1);
@@ -433,7 +437,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
         [[maybe_unused]] bool keep[4];
-        if constexpr (kDropout) dropout_keeps_query_rows(p, b * p.q_heads + h, row[0], row[1], kv0 + nt * 8 + 2 * t, t, keep);
+        if constexpr (kDropout) load_keep_query_rows(p, b * p.q_heads + h, row[0], row[1], kv0 + nt * 8 + 2 * t, keep);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse[e / 2]));
@@ -576,6 +580,8 @@ FlashParams make_params(const cpu::AttentionShape& s, const FlashOperand& q, con
   p.keep_scale = p.dropout ? static_cast<float>(1.0 / dropout.keep_prob) : 1.0f;
   p.dropout_seed = dropout.seed;
   p.dropout_offset = dropout.offset;
+  p.keep_bits = dropout.keep_bits;
+  p.keep_words = (s.kv_len + 31) / 32;
   p.q_heads = s.q_heads;
   p.kv_heads = s.kv_heads;
   p.q_len = s.q_len;
@@ -598,6 +604,10 @@ bool aligned(const void* data, const HeadsLayout& l) {
 }
 
 }  // namespace
+
+int64_t flash_dropout_keep_words(const cpu::AttentionShape& s) {
+  return s.batch * s.q_heads * s.q_len * ((s.kv_len + 31) / 32);
+}
 
 int64_t flash_attention_backward_scratch(const cpu::AttentionShape& s) {
   const int64_t delta = (s.batch * s.q_heads * s.q_len + 3) / 4 * 4;  // the shares start 16-byte aligned
@@ -632,6 +642,8 @@ void flash_attention_backward(DType dtype, const cpu::AttentionShape& s, const F
                               const FlashOperand& grad_out, const FlashOutput& grad_q, const FlashOutput& grad_k,
                               const FlashOutput& grad_v, float* scratch, const FlashDropout& dropout,
                               cudaStream_t stream) {
+  GENESIS_CHECK(dropout.keep_prob >= 1.0 || dropout.keep_bits != nullptr, ValueError,
+                "flash attention backward: dropout needs the forward's keep bits");
   FlashParams p = make_params(s, q, k, v, dropout);
   p.delta = scratch;
   if (s.q_heads != s.kv_heads) {

@@ -33,12 +33,16 @@ struct FlashOutput {
 // draw ((b q_heads + h) q_len + i) kv_len + j of the Philox stream (seed, offset) passes the
 // Bernoulli(keep_prob) test of kernels/cpu/random.cpp: the mask ops/nn.h's dropout draws from the
 // same generator state for the contiguous [batch, q_heads, q_len, kv_len] probabilities. The
-// backward takes the forward's values and regenerates the mask. keep_prob = 1: no dropout.
+// backward takes the forward's values. keep_prob = 1: no dropout.
+// The forward also writes the mask as bits (keep_bits, flash_dropout_keep_words of them), which
+// the backward reads instead of drawing again.
 struct FlashDropout {
   double keep_prob = 1.0;
   uint64_t seed = 0;
   uint64_t offset = 0;
+  uint32_t* keep_bits = nullptr;
 };
+int64_t flash_dropout_keep_words(const cpu::AttentionShape& s);
 
 // Whether the flash kernels take this case: f16 or bf16, head_dim 32, 64, 96 or 128, and every
 // operand 16-byte aligned with strides that are multiples of 8 elements. Otherwise the caller

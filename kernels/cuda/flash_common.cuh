@@ -48,6 +48,11 @@ struct FlashParams {
   uint32_t keep_threshold;
   float keep_scale;
   uint64_t dropout_seed, dropout_offset;
+  // The forward's mask for the backward: bit j % 32 of word (bh, i, j / 32) of [batch q_heads,
+  // q_len, keep_words] is set when probability (i, j) is kept (the forward writes it, the
+  // backward reads it instead of drawing again).
+  uint32_t* keep_bits;
+  int64_t keep_words;
 };
 
 // --- attention dropout -------------------------------------------------------------------------
@@ -76,10 +81,10 @@ __device__ __forceinline__ void dropout_keeps_pair(const FlashParams& p, uint64_
 
 // When kv_len is a multiple of 4, each counter covers 4 adjacent keys of one query row (4-aligned
 // in every row), which several lanes of an accumulator fragment hold: one lane draws it and the
-// others read its words by shuffle, so a warp draws each counter once. The whole warp calls these.
+// others read its words by shuffle, so a warp draws each counter once. The whole warp calls this.
 //
 // Rows (g, g + 8) are queries row0, row1 and columns (2t, 2t + 1) keys col, col + 1 (col = key
-// tile + 8 nt + 2t; the forward and dQ): lanes t and t ^ 1 share a counter per row; the even lane
+// tile + 8 nt + 2t; the forward): lanes t and t ^ 1 share a counter per row; the even lane
 // draws row0's, the odd lane row1's, and each passes the other the half it needs.
 __device__ __forceinline__ void dropout_keeps_query_rows(const FlashParams& p, int64_t bh, int64_t row0, int64_t row1,
                                                          int64_t col, int t, bool (&keep)[4]) {
@@ -100,27 +105,52 @@ __device__ __forceinline__ void dropout_keeps_query_rows(const FlashParams& p, i
   keep[3] = ((odd ? own1 : got1) >> 8) < p.keep_threshold;
 }
 
-// Rows (g, g + 8) are keys key0 + g, key0 + g + 8 of a warp's 16 (key0 = key tile + 16 warp) and
-// columns (2t, 2t + 1) queries q, q + 1 (the dK/dV kernel): the 16 keys are 4 counters per query,
-// 8 for the two columns of each t, drawn one by each lane g (counter g / 2 of column g % 2); each
-// lane then reads its four words from their lanes.
-__device__ __forceinline__ void dropout_keeps_key_rows(const FlashParams& p, int64_t bh, int64_t key0, int64_t q,
-                                                       int g, int t, bool (&keep)[4]) {
-  if (p.kv_len % 4 != 0) {
+// The forward's share of the bits: a lane's four flags of n-tile nt (rows row0/row1, columns
+// 2t, 2t + 1) go to bits 8 (nt % 4) + 2t + c of its words for the two rows.
+__device__ __forceinline__ void collect_keep_bits(uint32_t (&bits)[2], const bool (&keep)[4], int nt, int t) {
+  const int shift = 8 * (nt % 4) + 2 * t;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) keep[e] = dropout_keeps(p, dropout_index(p, bh, q + (e & 1), key0 + g + 8 * (e / 2)));
-    return;
+  for (int r = 0; r < 2; ++r)
+    bits[r] |= (static_cast<uint32_t>(keep[2 * r]) | static_cast<uint32_t>(keep[2 * r + 1]) << 1) << shift;
+}
+// After four n-tiles (32 keys from col0, a multiple of 32): the quad's shares ORed into one word
+// per row, stored by lane t = 0 (row0) and t = 1 (row1); the bits are cleared. The whole warp
+// calls this.
+__device__ __forceinline__ void store_keep_bits(const FlashParams& p, int64_t bh, int64_t row0, int64_t row1,
+                                                int64_t col0, uint32_t (&bits)[2], int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    bits[r] |= __shfl_xor_sync(0xffffffffu, bits[r], 1);
+    bits[r] |= __shfl_xor_sync(0xffffffffu, bits[r], 2);
   }
-  const uint64_t e = dropout_index(p, bh, q + (g & 1), key0 + 4 * (g >> 1));
-  const Philox4 r = philox4x32_10(p.dropout_offset + e / 4, 0, p.dropout_seed);
-  const int word = g & 3;
+  const int64_t word = col0 / 32, row = t == 0 ? row0 : row1;
+  if (t < 2 && row < p.q_len && word < p.keep_words) p.keep_bits[(bh * p.q_len + row) * p.keep_words + word] = bits[t];
+  bits[0] = bits[1] = 0;
+}
+__device__ __forceinline__ uint32_t keep_word(const FlashParams& p, int64_t bh, int64_t row, int64_t word) {
+  return row < p.q_len && word < p.keep_words ? p.keep_bits[(bh * p.q_len + row) * p.keep_words + word] : 0u;
+}
+// The backward's flags from the bits. Rows (g, g + 8) are queries row0, row1 and columns keys
+// col, col + 1 (col even; the dQ kernels).
+__device__ __forceinline__ void load_keep_query_rows(const FlashParams& p, int64_t bh, int64_t row0, int64_t row1,
+                                                     int64_t col, bool (&keep)[4]) {
+  const int shift = static_cast<int>(col % 32);
+  const uint32_t w0 = keep_word(p, bh, row0, col / 32), w1 = keep_word(p, bh, row1, col / 32);
+  keep[0] = (w0 >> shift) & 1u;
+  keep[1] = (w0 >> (shift + 1)) & 1u;
+  keep[2] = (w1 >> shift) & 1u;
+  keep[3] = (w1 >> (shift + 1)) & 1u;
+}
+// Rows (g, g + 8) are keys key0 + g, key0 + g + 8 (key0 a multiple of 16, so one word holds both)
+// and columns queries q, q + 1 (the dK/dV kernels).
+__device__ __forceinline__ void load_keep_key_rows(const FlashParams& p, int64_t bh, int64_t key0, int64_t q, int g,
+                                                   bool (&keep)[4]) {
+  const int shift = static_cast<int>(key0 % 32) + g;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {  // i = 2 (key row) + query column
-    const int source = 4 * (2 * ((g + 8 * (i / 2)) >> 2) + (i & 1)) + t;
-    uint32_t w[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) w[k] = __shfl_sync(0xffffffffu, r.v[k], source);
-    keep[i] = ((word == 0 ? w[0] : word == 1 ? w[1] : word == 2 ? w[2] : w[3]) >> 8) < p.keep_threshold;
+  for (int c = 0; c < 2; ++c) {
+    const uint32_t w = keep_word(p, bh, q + c, key0 / 32);
+    keep[c] = (w >> shift) & 1u;
+    keep[2 + c] = (w >> (shift + 8)) & 1u;
   }
 }
 

@@ -142,16 +142,21 @@ TensorList attention_grads(const Tensor& q, const Tensor& k, const Tensor& v, co
 // Flash attention (f16/bf16, head_dim 32/64/96/128): only the output and each row's
 // logsumexp are kept for the backward, which recomputes the probabilities.
 Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s,
-                            const kernels::cuda::FlashDropout& dropout) {
+                            kernels::cuda::FlashDropout dropout) {
   const TensorOptions options{.dtype = q.dtype(), .device = q.device()};
   Tensor out = rows_major_heads(s.batch, s.q_heads, s.q_len, s.head_dim, options);
   Tensor lse = empty({s.batch, s.q_heads, s.q_len}, {.dtype = DType::f32, .device = q.device()});
+  Tensor keep_bits;  // dropout: the mask, one bit per probability, for the backward
+  if (dropout.keep_prob < 1.0) {
+    keep_bits = empty({kernels::cuda::flash_dropout_keep_words(s)}, {.dtype = DType::i32, .device = q.device()});
+    dropout.keep_bits = reinterpret_cast<uint32_t*>(keep_bits.data_ptr());
+  }
   kernels::cuda::flash_attention_forward(q.dtype(), s, flash_operand(q), flash_operand(k), flash_operand(v),
                                          flash_output(out), lse.data<float>(), dropout, cuda::current_stream());
   if (needs_grad({q, k, v})) {
     record("scaled_dot_product_attention", {q, k, v}, {out},
-           [s, dropout, qs = saved(q), ks = saved(k), vs = saved(v), os = saved(out),
-            lses = saved(lse)](const TensorList& g) {
+           [s, dropout, qs = saved(q), ks = saved(k), vs = saved(v), os = saved(out), lses = saved(lse),
+            bits = saved(keep_bits)](const TensorList& g) {
              Tensor gy = g[0].to(qs.dtype());
              if (!flash_readable(gy, s)) gy = gy.contiguous();
              const TensorList grads = attention_grads(qs, ks, vs, s);

@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(kGroupThreads, kForwardBlocksPerSm<D>) flash_f
       }
     }
     uint32_t pa[kN / 16][4];
+    [[maybe_unused]] uint32_t kept_bits[2] = {0u, 0u};  // dropout: this lane's share of the mask's words
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
@@ -149,6 +150,8 @@ __global__ void __launch_bounds__(kGroupThreads, kForwardBlocksPerSm<D>) flash_f
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           if (!keep[e]) s[nt][e] = 0.0f;
+        collect_keep_bits(kept_bits, keep, nt, t);
+        if (nt % 4 == 3) store_keep_bits(p, b * p.q_heads + h, row[0], row[1], kv0 + (nt - 3) * 8, kept_bits, t);
       }
     }
 #pragma unroll
@@ -265,7 +268,7 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
         }
         if constexpr (kDropout) {
           bool keep[4];
-          dropout_keeps_key_rows(p, b * p.q_heads + h, kv0 + warp * 16, q0 + nt * 8 + 2 * t, lane / 4, t, keep);
+          load_keep_key_rows(p, b * p.q_heads + h, kv0 + warp * 16, q0 + nt * 8 + 2 * t, lane / 4, keep);
 #pragma unroll
           for (int e = 0; e < 4; ++e) kept |= static_cast<uint32_t>(keep[e]) << (4 * nt + e);
         }
@@ -420,7 +423,7 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
         }
         if constexpr (kDropout) {  // drawn while dP is computed
           bool keep[4];
-          dropout_keeps_query_rows(p, b * p.q_heads + h, row[0], row[1], kv0 + nt * 8 + 2 * t, t, keep);
+          load_keep_query_rows(p, b * p.q_heads + h, row[0], row[1], kv0 + nt * 8 + 2 * t, keep);
 #pragma unroll
           for (int e = 0; e < 4; ++e) kept |= static_cast<uint32_t>(keep[e]) << (4 * nt + e);
         }
