@@ -12,11 +12,18 @@
 
 namespace genesis::kernels::cuda {
 
-// keep[i] = draw i <= keep_prob; y[i] = keep[i] ? x[i] * scale : 0 for contiguous x, y [n].
-void dropout_forward(DType dtype, int64_t n, const void* x, double keep_prob, double scale, uint64_t seed,
-                     uint64_t offset, bool* keep, void* y, cudaStream_t stream);
-// grad_x[i] = keep[i] ? grad_y[i] * scale : 0 for contiguous buffers [n].
-void dropout_backward(DType dtype, int64_t n, const bool* keep, const void* grad_y, double scale, void* grad_x,
-                      cudaStream_t stream);
+// The draws of one dropout call: element i is kept when draw i <= keep_prob.
+struct DropoutDraws {
+  double keep_prob;
+  uint64_t seed, offset;
+};
+
+// y[i] = kept(i) ? x[i] * scale : 0 for contiguous x, y [n].
+void dropout_forward(DType dtype, int64_t n, const void* x, const DropoutDraws& draws, double scale, void* y,
+                     cudaStream_t stream);
+// grad_x[i] = kept(i) ? grad_y[i] * scale : 0 for contiguous buffers [n], the mask drawn again
+// from the forward's (seed, offset) rather than kept in memory (a byte per element).
+void dropout_backward(DType dtype, int64_t n, const DropoutDraws& draws, const void* grad_y, double scale,
+                      void* grad_x, cudaStream_t stream);
 
 }  // namespace genesis::kernels::cuda
