@@ -344,11 +344,12 @@ void avg_pool2d_backward_typed(const Pool2dShape& s, const T* grad_y, T* grad_x)
   }
 
 // f32 through oneDNN's convolution primitives unless GENESIS_CPU_CONV=im2col (read once) or
-// genesis was built without it -- except where im2col + the GEMM (oneDNN's sgemm) measured
-// faster on the build host: 1x1 kernels, a GEMM as they stand (32x64x28x28 * 128x64x1x1 fwd+bwd
-// 6.35 -> 3.20 ms), and fewer than 8 input channels a group, which the primitives' blocked
-// layouts pad to 8 or 16 (the first layer of the CNN recipe, 128x1x28x28 * 32x1x3x3 fwd+bwd
-// 5.89 -> 3.84 ms). GENESIS_CPU_CONV=dnnl sends those to oneDNN as well.
+// genesis was built without it -- except, when the GEMM is oneDNN's sgemm (linalg.h), where
+// im2col + that GEMM measured faster on the build host: 1x1 kernels, a GEMM as they stand
+// (32x64x28x28 * 128x64x1x1 fwd+bwd 6.35 -> 3.20 ms), and fewer than 8 input channels a group,
+// which the primitives' blocked layouts pad to 8 or 16 (the first layer of the CNN recipe,
+// 128x1x28x28 * 32x1x3x3 fwd+bwd 5.89 -> 3.84 ms); with OpenBLAS's sgemm those stay on the
+// primitives (6.24 vs 5.50 and 9.41 vs 5.56 ms). GENESIS_CPU_CONV=dnnl sends everything there.
 bool use_dnnl(DType dtype, const Conv2dShape& s) {
 #if GENESIS_WITH_DNNL
   static const std::string_view choice = [] {
@@ -357,6 +358,7 @@ bool use_dnnl(DType dtype, const Conv2dShape& s) {
   }();
   if (dtype != DType::f32 || choice == "im2col") return false;
   if (choice == "dnnl") return true;
+  if (cpu_gemm() != CpuGemm::onednn) return true;
   const bool pointwise = s.kernel_h == 1 && s.kernel_w == 1;
   return !pointwise && s.in_channels / s.groups >= 8;
 #else

@@ -23,10 +23,12 @@ struct GemmArgs {
 
 void gemm(DType dtype, const GemmArgs& args);
 
-// The library of every f32 GEMM on the CPU (linear, matmul, the im2col convolution): oneDNN's
-// sgemm, JIT-generated for the CPU found, where the build has oneDNN (2x OpenBLAS 0.3.21's on
-// the Zen build host: docs/benchmarks.md), else OpenBLAS. GENESIS_CPU_GEMM=openblas|onednn
-// chooses; the choice is fixed per process, so results stay bit-identical run to run.
+// The library of every f32 GEMM on the CPU (linear, matmul, the im2col convolution): OpenBLAS,
+// or with GENESIS_CPU_GEMM=onednn (builds with oneDNN) oneDNN's sgemm, JIT-generated for the CPU
+// found: 2x OpenBLAS 0.3.21's on the Zen build host (docs/benchmarks.md), but training runs
+// stopped by SIGTERM aborted on a corrupted heap inside it (about 1 in 4; never with OpenBLAS),
+// not yet explained, so it is not the default. The choice is fixed per process, so results
+// stay bit-identical run to run.
 enum class CpuGemm : uint8_t { openblas, onednn };
 CpuGemm cpu_gemm();
 const char* cpu_gemm_name(CpuGemm gemm);
