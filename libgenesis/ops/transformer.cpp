@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <memory>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/index.h"
 #include "libgenesis/ops/linalg.h"
 #include "libgenesis/ops/nn.h"
 #include "libgenesis/ops/prologue.h"
@@ -248,11 +248,9 @@ Tensor attention_with_dropout_composite(const Tensor& q, const Tensor& k, const 
   };
   Tensor scores = mul(matmul(q.to(acc), heads(k).transpose(2, 3)), s.scale);
   if (s.causal) {  // query i sees keys j <= i + S - T
-    const auto hidden = std::make_unique<bool[]>(static_cast<size_t>(s.q_len * s.kv_len));
-    for (int64_t i = 0; i < s.q_len; ++i)
-      for (int64_t j = 0; j < s.kv_len; ++j) hidden[static_cast<size_t>(i * s.kv_len + j)] = j > i + s.kv_len - s.q_len;
-    Tensor mask = from_data<bool>(hidden.get(), {s.q_len, s.kv_len}, {.device = q.device()});
-    scores = masked_fill(scores, mask, -INFINITY);
+    const Tensor hidden =
+        triu(ones({s.q_len, s.kv_len}, {.device = q.device()}), s.kv_len - s.q_len + 1).to(DType::boolean);
+    scores = masked_fill(scores, hidden, -INFINITY);
   }
   Tensor probs = dropout(softmax(scores, -1), p, true, gen);
   return matmul(probs, heads(v)).to(q.dtype());
