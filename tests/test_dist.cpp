@@ -14,6 +14,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -440,6 +441,47 @@ TEST_CASE("DataParallel: bucketed, overlapped gradient means equal one process's
   }
 }
 
+TEST_CASE("DataParallel: gradients reduced in bf16 are the bf16 mean of the ranks' bf16-rounded gradients", "[cpu][dist]") {
+  const int world = 2;
+  Tensor x = rank_values(0, 8 * 6, DType::f32).reshape({8, 6});
+  Tensor w_init = rank_values(1, 6 * 5, DType::f32).reshape({6, 5});
+  auto loss_of = [](const Tensor& input, const Tensor& w) { return mean(mul(tanh(matmul(input, w)), matmul(input, w))); };
+  // Each rank's own gradient, then the mean of their bf16 roundings, rounded to bf16 (two ranks:
+  // the f32 sum of two bf16 values and its half are exact, so one rounding is the whole error).
+  Tensor expected = zeros({6, 5});
+  for (int r = 0; r < world; ++r) {
+    Tensor w = w_init.clone().requires_grad_();
+    loss_of(x.narrow(0, r * 4, 4), w).backward();
+    expected = add(expected, w.grad().to(DType::bf16).to(DType::f32));
+  }
+  expected = div(expected, 2.0).to(DType::bf16).to(DType::f32);
+  std::vector<Tensor> got(world);
+  require_all_ok(run_ranks(world, 20.0, [&](Communicator& c) {
+    Tensor w = w_init.clone().requires_grad_();
+    DataParallel ddp({w}, c, {.reduce_dtype = DType::bf16});
+    ddp.arm();
+    loss_of(x.narrow(0, c.rank() * 4, 4), w).backward();
+    ddp.finish();
+    got[static_cast<size_t>(c.rank())] = w.grad().clone();
+  }));
+  for (int r = 0; r < world; ++r) {
+    REQUIRE(got[static_cast<size_t>(r)].dtype() == DType::f32);
+    const Tensor g = got[static_cast<size_t>(r)].contiguous();
+    for (int64_t k = 0; k < expected.numel(); ++k) REQUIRE(g.data<float>()[k] == expected.data<float>()[k]);
+  }
+  // Rounded, not the f32 mean: some element must differ from it.
+  Tensor w = w_init.clone().requires_grad_();
+  loss_of(x, w).backward();
+  CHECK(max(abs(sub(w.grad(), expected))).item() > 0.0);
+  CHECK(max(abs(sub(w.grad(), expected))).item() <= 1e-2 * max(abs(expected)).item());
+  // Wider than the parameters, or not floating: refused.
+  require_all_ok(run_ranks(1, 20.0, [&](Communicator& c) {
+    Tensor v = w_init.clone().requires_grad_();
+    CHECK_THROWS_AS(DataParallel({v}, c, {.reduce_dtype = DType::f64}), ValueError);
+    CHECK_THROWS_AS(DataParallel({v}, c, {.reduce_dtype = DType::i32}), ValueError);
+  }));
+}
+
 namespace {
 
 // One data-parallel run of a small model with AdamW over `world` tcp ranks (DDP or ZeRO-1), from
@@ -453,7 +495,8 @@ struct ZeroRun {
 };
 
 ZeroRun run_adamw(int world, int zero, int steps, const std::vector<Tensor>& init,
-                  const std::vector<NamedTensor>& state, int64_t step_count, bool nccl = false) {
+                  const std::vector<NamedTensor>& state, int64_t step_count, bool nccl = false,
+                  std::optional<DType> reduce_dtype = std::nullopt) {
   // Odd sizes (w1 7x5, b1 5, w2 5x3, b2 3, v 11), buckets of about 100 bytes: chunks cut through
   // parameters and end in padding; v gets no gradient (only weight decay moves it).
   const Tensor x = rank_values(0, 12 * 7, DType::f32).reshape({12, 7});
@@ -466,7 +509,7 @@ ZeroRun run_adamw(int world, int zero, int steps, const std::vector<Tensor>& ini
     const std::vector<std::string> names{"w1", "b1", "w2", "b2", "v"};
     ParamGroup decay{.params = {{"w1", p[0]}, {"w2", p[2]}, {"v", p[4]}}, .lr = 0.05, .base_lr = 0.05, .weight_decay = 0.1};
     ParamGroup no_decay{.params = {{"b1", p[1]}, {"b2", p[3]}}, .lr = 0.05, .base_lr = 0.05, .weight_decay = 0.0};
-    DataParallel dp(p, c, {.bucket_mb = 100.0 / (1024 * 1024), .zero = zero});
+    DataParallel dp(p, c, {.bucket_mb = 100.0 / (1024 * 1024), .zero = zero, .reduce_dtype = reduce_dtype});
     dp.broadcast_parameters();
     std::vector<ParamGroup> groups{decay, no_decay};
     if (zero) groups = dp.shard_groups(groups);
@@ -534,6 +577,14 @@ TEST_CASE("ZeRO-1: sharded AdamW steps equal DDP's; the gathered state is DDP's 
     for (size_t s = 0; s < ddp.norms.size(); ++s) CHECK(zero.norms[s] == Approx(ddp.norms[s]).epsilon(1e-6));
     // The whole state under the names a single process uses: exp_avg, exp_avg_sq and step per parameter.
     CHECK(ddp.state.size() == 5 * 3);
+    require_same_state(zero.state, ddp.state);
+  }
+
+  // Gradients on the wire in bf16: ZeRO-1's reduce-scatter rounds as DDP's all-reduce does.
+  {
+    const ZeroRun ddp = run_adamw(2, 0, 3, init, {}, 0, false, DType::bf16);
+    const ZeroRun zero = run_adamw(2, 1, 3, init, {}, 0, false, DType::bf16);
+    for (size_t i = 0; i < init.size(); ++i) require_close(zero.weights[i], ddp.weights[i], "bf16 wire, weight " + std::to_string(i));
     require_same_state(zero.state, ddp.state);
   }
 
@@ -637,5 +688,15 @@ TEST_CASE("nccl: ZeRO-1 AdamW steps on the GPUs equal DDP's, and the gathered st
     require_close(ddp.weights[i], cpu.weights[i], "GPU against CPU, weight " + std::to_string(i));
   }
   require_same_state(zero.state, ddp.state);
+  // Gradients on the wire in bf16 (cast on the nccl stream): ZeRO-1 equals DDP, and both stay
+  // within a bf16 rounding's effect on three AdamW steps of the f32-gradient run.
+  const ZeroRun ddp16 = run_adamw(world, 0, 3, init, {}, 0, /*nccl=*/true, DType::bf16);
+  const ZeroRun zero16 = run_adamw(world, 1, 3, init, {}, 0, /*nccl=*/true, DType::bf16);
+  for (size_t i = 0; i < init.size(); ++i) {
+    require_close(zero16.weights[i], ddp16.weights[i], "bf16 wire, weight " + std::to_string(i));
+    const double err = max(abs(sub(ddp16.weights[i], ddp.weights[i]))).item();
+    INFO("bf16 wire against f32, weight " << i << ": " << err);
+    CHECK(err <= 2e-3);
+  }
 }
 #endif

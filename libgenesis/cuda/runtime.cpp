@@ -146,6 +146,14 @@ void set_current_stream(cudaStream_t stream) {
   stream_overrides[slot] = stream;
 }
 
+StreamGuard::StreamGuard(cudaStream_t stream) : device_(current_device()) {
+  auto slot = static_cast<size_t>(device_);
+  previous_ = slot < stream_overrides.size() ? stream_overrides[slot] : nullptr;
+  set_current_stream(stream);
+}
+
+StreamGuard::~StreamGuard() { stream_overrides[static_cast<size_t>(device_)] = previous_; }
+
 void synchronize() {
   GENESIS_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
   raise_kernel_fault();

@@ -18,6 +18,19 @@ int device_count();
 cudaStream_t current_stream();
 // Replaces the current stream for this thread (nullptr restores the default).
 void set_current_stream(cudaStream_t stream);
+// Makes `stream` the current device's current stream for this thread while it lives, then
+// restores what was current before.
+class StreamGuard {
+ public:
+  explicit StreamGuard(cudaStream_t stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int device_;
+  cudaStream_t previous_;  // the thread's override before (nullptr: none)
+};
 // Waits for all work on the current stream (then raises a pending kernel fault, see below).
 void synchronize();
 // Copies nbytes between any two of host/device memory. Enqueued on the current stream;

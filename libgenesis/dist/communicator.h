@@ -44,6 +44,13 @@ class Communicator {
   virtual WorkHandle reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) = 0;
   // output holds size() chunks of input's numel; chunk r becomes rank r's input.
   virtual WorkHandle all_gather(const Tensor& input, Tensor& output) = 0;
+  // all_reduce and reduce_scatter with the data on the wire in `wire`, a narrower floating type
+  // (bf16 for f32 gradients: half the bytes): each rank's values are rounded to it, reduced in it,
+  // and the result is written back in the tensor's own dtype. wire == the tensor's dtype is the
+  // plain collective. The backends' default casts on the calling thread's stream and casts back
+  // in wait(); nccl does both on its own stream, beside the work that follows.
+  virtual WorkHandle all_reduce_as(Tensor& tensor, ReduceOp op, DType wire);
+  virtual WorkHandle reduce_scatter_as(const Tensor& input, Tensor& output, ReduceOp op, DType wire);
   // In place: every rank ends with root's tensor.
   virtual WorkHandle broadcast(Tensor& tensor, int root) = 0;
   // Returns when every rank has called it (host-side; throws DistError on a dead rank or timeout).
@@ -53,5 +60,8 @@ class Communicator {
   // thread while collectives run.
   virtual std::string lost_peers() const { return {}; }
 };
+
+// Throws ValueError unless a collective of t's dtype may travel as `wire` (both floating).
+void check_wire_dtype(const Tensor& t, DType wire, const char* what);
 
 }  // namespace genesis::dist

@@ -38,13 +38,15 @@ struct Bucket {
 struct DataParallel::State {
   Communicator* comm;
   bool sharded = false;
+  DType wire = DType::f32;  // the dtype the buckets travel in
   std::vector<Bucket> buckets;
   bool armed = false;
 
   void start(Bucket& b) {
     // A parameter the backward did not reach still holds a zeroed-lazily gradient: make it zero.
     for (const Tensor& p : b.params) (void)p.grad();
-    b.work = sharded ? comm->reduce_scatter(b.flat, b.grad_shard, ReduceOp::avg) : comm->all_reduce(b.flat, ReduceOp::avg);
+    b.work = sharded ? comm->reduce_scatter_as(b.flat, b.grad_shard, ReduceOp::avg, wire)
+                     : comm->all_reduce_as(b.flat, ReduceOp::avg, wire);
   }
 };
 
@@ -122,6 +124,10 @@ DataParallel::DataParallel(std::vector<Tensor> params, Communicator& comm, DataP
   state_->sharded = sharded();
   const DType dtype = params_.front().dtype();
   const Device device = params_.front().device();
+  state_->wire = options.reduce_dtype.value_or(dtype);
+  GENESIS_CHECK(is_floating(state_->wire) && dtype_size(state_->wire) <= dtype_size(dtype), ValueError,
+                "data parallel: gradients of ", dtype_name(dtype), " cannot travel as ", dtype_name(state_->wire),
+                " (reduce_dtype must be a floating type no wider than the parameters)");
 #if GENESIS_WITH_CUDA
   if (device.is_cuda()) stall_ = std::make_unique<StreamStall>(device.index);
 #endif

@@ -7,7 +7,8 @@
 // collective needs no copy. A post-accumulate hook counts each bucket's gradients during an armed
 // backward and starts its collective as soon as the last one has arrived, while the rest of the
 // backward runs. bucket_mb = 0 puts everything in one bucket started after the backward (no
-// overlap; for measuring what the overlap gains).
+// overlap; for measuring what the overlap gains). With reduce_dtype (bf16) the buckets travel
+// narrowed: the collective casts them on its own stream and writes the result back into them.
 //
 // DDP (zero = 0): each bucket is all-reduced (mean); every rank applies the same update to the
 // whole model with the whole optimizer state.
@@ -26,6 +27,7 @@
 //   unscale / clip over update_params(), agree_found_inf  the same decisions on every rank
 //   optimizer.step(); gather_parameters(); zero_grad()
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,9 @@ namespace genesis::dist {
 struct DataParallelOptions {
   double bucket_mb = 25.0;
   int zero = 0;  // 0: DDP, 1: optimizer state sharded over the ranks
+  // The dtype the gradients travel in (bf16: half the bytes of f32, rounded once per rank and
+  // summed in bf16); unset: the parameters' own.
+  std::optional<DType> reduce_dtype = std::nullopt;
 };
 
 class DataParallel {

@@ -7,15 +7,20 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/dist/failure.h"
 #include "libgenesis/cuda/caching_allocator.h"
@@ -93,7 +98,13 @@ class NcclCommunicator final : public Communicator {
     host.broadcast(id_bytes, 0)->wait();
     std::memcpy(&id, id_bytes.data_ptr(), sizeof id);
     GENESIS_NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
-    GENESIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // GENESIS_NCCL_STREAM_PRIORITY=high: the collectives' blocks are scheduled ahead of the
+    // compute stream's waiting ones (an experiment for the overlap with the backward).
+    int least = 0, greatest = 0;
+    GENESIS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    const char* priority = std::getenv("GENESIS_NCCL_STREAM_PRIORITY");
+    const bool high = priority && std::string_view(priority) == "high";
+    GENESIS_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, high ? greatest : least));
     poller_ = std::thread([this] { poll(); });
     watchdog_ = std::thread([this] { watch(); });
   }
@@ -153,22 +164,53 @@ class NcclCommunicator final : public Communicator {
 
   WorkHandle all_reduce(Tensor& t, ReduceOp op) override {
     check(t, "all_reduce");
-    return launch("all_reduce", t, [&] {
+    return launch("all_reduce", bytes_of(t), {&t}, [&] {
       GENESIS_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                                        nccl_op(op), comm_, stream_));
     });
   }
 
   WorkHandle reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
-    check(in, "reduce_scatter");
-    check(out, "reduce_scatter");
-    GENESIS_CHECK(in.dtype() == out.dtype() && in.numel() == out.numel() * size_, ValueError,
-                  "nccl reduce_scatter: input of ", in.numel(), " elements for ", size_, " ranks needs an output of ",
-                  in.numel() / size_, " elements of its dtype");
-    return launch("reduce_scatter", in, [&] {
+    check_scatter(in, out, in.dtype());
+    return launch("reduce_scatter", bytes_of(in), {&in, &out}, [&] {
       GENESIS_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), static_cast<size_t>(out.numel()),
                                            nccl_type(in.dtype()), nccl_op(op), comm_, stream_));
-    }, &out);
+    });
+  }
+
+  // The casts to and from the wire dtype run on our stream too, so the one back overlaps what
+  // the current stream does next instead of waiting in it.
+  WorkHandle all_reduce_as(Tensor& t, ReduceOp op, DType wire) override {
+    if (wire == t.dtype()) return all_reduce(t, op);
+    check(t, "all_reduce");
+    check_wire_dtype(t, wire, "nccl all_reduce");
+    Tensor narrow;
+    return launch(
+        "all_reduce", bytes_of(t) / static_cast<int64_t>(t.element_size()) * dtype_size(wire), {&t},
+        [&] {
+          GENESIS_NCCL_CHECK(ncclAllReduce(narrow.data_ptr(), narrow.data_ptr(), static_cast<size_t>(narrow.numel()),
+                                           nccl_type(wire), nccl_op(op), comm_, stream_));
+        },
+        [&] { narrow = t.to(wire); }, [&] { t.copy_(narrow); });
+  }
+
+  WorkHandle reduce_scatter_as(const Tensor& in, Tensor& out, ReduceOp op, DType wire) override {
+    if (wire == in.dtype()) return reduce_scatter(in, out, op);
+    check_scatter(in, out, in.dtype());
+    check_wire_dtype(in, wire, "nccl reduce_scatter");
+    Tensor narrow_in, narrow_out;
+    return launch(
+        "reduce_scatter", in.numel() * static_cast<int64_t>(dtype_size(wire)), {&in, &out},
+        [&] {
+          GENESIS_NCCL_CHECK(ncclReduceScatter(narrow_in.data_ptr(), narrow_out.data_ptr(),
+                                               static_cast<size_t>(narrow_out.numel()), nccl_type(wire), nccl_op(op),
+                                               comm_, stream_));
+        },
+        [&] {
+          narrow_in = in.to(wire);
+          narrow_out = empty(out.shape(), {.dtype = wire, .device = out.device()});
+        },
+        [&] { out.copy_(narrow_out); });
   }
 
   WorkHandle all_gather(const Tensor& in, Tensor& out) override {
@@ -176,16 +218,16 @@ class NcclCommunicator final : public Communicator {
     check(out, "all_gather");
     GENESIS_CHECK(in.dtype() == out.dtype() && out.numel() == in.numel() * size_, ValueError, "nccl all_gather: output of ",
                   out.numel(), " elements for ", size_, " ranks of ", in.numel(), " elements each");
-    return launch("all_gather", in, [&] {
+    return launch("all_gather", bytes_of(in), {&in, &out}, [&] {
       GENESIS_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()),
                                        nccl_type(in.dtype()), comm_, stream_));
-    }, &out);
+    });
   }
 
   WorkHandle broadcast(Tensor& t, int root) override {
     check(t, "broadcast");
     GENESIS_CHECK(root >= 0 && root < size_, ValueError, "nccl broadcast: root ", root, " is not a rank");
-    return launch("broadcast", t, [&] {
+    return launch("broadcast", bytes_of(t), {&t}, [&] {
       GENESIS_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                                        root, comm_, stream_));
     });
@@ -204,10 +246,22 @@ class NcclCommunicator final : public Communicator {
     GENESIS_CHECK(t.is_contiguous(), ValueError, "nccl ", what, ": the tensor must be contiguous");
   }
 
+  void check_scatter(const Tensor& in, const Tensor& out, DType dtype) const {
+    check(in, "reduce_scatter");
+    check(out, "reduce_scatter");
+    GENESIS_CHECK(in.dtype() == dtype && out.dtype() == dtype && in.numel() == out.numel() * size_, ValueError,
+                  "nccl reduce_scatter: input of ", in.numel(), " elements for ", size_, " ranks needs an output of ",
+                  in.numel() / size_, " elements of its dtype");
+  }
+
+  static int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
   // Enqueues `call` on the communicator's stream after the work queued so far on the current
-  // stream; the watchdog follows it until it completes.
-  template <class Call>
-  WorkHandle launch(const char* what, const Tensor& t, Call&& call, const Tensor* second = nullptr) {
+  // stream, with `before` and `after` (ops, e.g. casts) around it on that stream; the watchdog
+  // follows it until it completes. `used`: the tensors the work reads or writes.
+  WorkHandle launch(const char* what, int64_t bytes, std::initializer_list<const Tensor*> used,
+                    const std::function<void()>& call, const std::function<void()>& before = {},
+                    const std::function<void()>& after = {}) {
     GENESIS_CUDA_CHECK(cudaSetDevice(device_));
     cudaEvent_t ready = nullptr, done = nullptr, watched = nullptr;
     GENESIS_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
@@ -216,20 +270,23 @@ class NcclCommunicator final : public Communicator {
     GENESIS_CUDA_CHECK(cudaEventRecord(ready, cuda::current_stream()));
     GENESIS_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
     cudaEventDestroy(ready);
-    // Watched from before the call: NCCL may block inside it (a first use of a connection to a
-    // dead peer), and the watchdog must see that too.
-    {
-      std::lock_guard lock(mutex_);
-      running_.push_back({watched, Clock::now(),
-                          std::string(what) + " of " +
-                              std::to_string(t.numel() * static_cast<int64_t>(t.element_size())) + " bytes"});
-    }
-    call();
-    GENESIS_CUDA_CHECK(cudaEventRecord(done, stream_));
     // The buffers are in use on our stream too: the caching allocator must not hand them out
     // again before it is done with them.
-    cuda::record_stream(t.storage()->data(), device_, stream_);
-    if (second) cuda::record_stream(second->storage()->data(), device_, stream_);
+    for (const Tensor* t : used) cuda::record_stream(t->storage()->data(), device_, stream_);
+    {
+      cuda::StreamGuard ours(stream_);
+      NoGradGuard no_grad;
+      if (before) before();
+      // Watched from before the call: NCCL may block inside it (a first use of a connection to a
+      // dead peer), and the watchdog must see that too.
+      {
+        std::lock_guard lock(mutex_);
+        running_.push_back({watched, Clock::now(), std::string(what) + " of " + std::to_string(bytes) + " bytes"});
+      }
+      call();
+      if (after) after();
+    }
+    GENESIS_CUDA_CHECK(cudaEventRecord(done, stream_));
     GENESIS_CUDA_CHECK(cudaEventRecord(watched, stream_));
     {
       std::lock_guard lock(mutex_);

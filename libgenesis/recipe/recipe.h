@@ -145,6 +145,7 @@ struct RecipeSpec {
     std::string backend;  // "auto", "tcp", "mpi" or "nccl"
     double bucket_mb = 0;
     int64_t zero = 0;  // 0: DDP, 1: ZeRO-1 (optimizer state sharded over the ranks)
+    std::string reduce_dtype;  // "f32" (the gradients as they are) or "bf16" (narrowed on the wire)
     double timeout_s = 0;
     bool operator==(const Dist&) const = default;
   };

@@ -730,6 +730,15 @@ const std::vector<KeySpec>& recipe_schema() {
               "number of ranks).",
        .field = GENESIS_RECIPE_FIELD(dist.zero)},
       {.section = "dist",
+       .key = "reduce_dtype",
+       .fallback = S{"f32"},
+       .choices = {"f32", "bf16"},
+       .doc = "The dtype the gradients travel in between the ranks. f32: as they are. bf16: half the bytes; each "
+              "rank's gradients are rounded to bf16 and summed in bf16 (about 3 significant digits), then widened "
+              "again before the optimizer; for links slower than NVLink, or to free bandwidth for the backward "
+              "that the collectives overlap.",
+       .field = GENESIS_RECIPE_FIELD(dist.reduce_dtype)},
+      {.section = "dist",
        .key = "timeout_s",
        .fallback = 600.0,
        .min = above(0),

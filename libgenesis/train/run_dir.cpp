@@ -45,7 +45,7 @@ bool may_change_on_resume(const std::string& key) {
       "run.allow_tf32",   "run.peak_tflops",    "run.tensorboard",    "eval.batch_size",  "eval.split",
       "data.prefetch",    "data.path",          "data.shards",      "data.tokenizer",
       "data.source",      "data.fetch",         "dist.backend",     "dist.bucket_mb",
-      "dist.timeout_s",   "dist.zero"};
+      "dist.timeout_s",   "dist.zero",          "dist.reduce_dtype"};
   return keys.count(key) > 0;
 }
 

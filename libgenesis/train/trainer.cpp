@@ -213,7 +213,10 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   if (group)
     data_parallel = std::make_unique<dist::DataParallel>(
         model->parameters(), group->gradients(),
-        dist::DataParallelOptions{.bucket_mb = spec.dist.bucket_mb, .zero = static_cast<int>(spec.dist.zero)});
+        dist::DataParallelOptions{
+            .bucket_mb = spec.dist.bucket_mb,
+            .zero = static_cast<int>(spec.dist.zero),
+            .reduce_dtype = spec.dist.reduce_dtype == "bf16" ? std::optional<DType>(DType::bf16) : std::nullopt});
   const bool zero = data_parallel && data_parallel->sharded();
   // ZeRO-1: the optimizer updates (and keeps state for) this rank's pieces of the parameters.
   std::vector<ParamGroup> groups = recipe::optimizer_groups(spec, *model);

@@ -68,6 +68,10 @@ run ddp2 "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2 \
   --set training.checkpoint_every=$((steps / 2)) --set training.keep_last=3
 run zero2 "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2 --set dist.zero=1
 run flat2 "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2 --set dist.bucket_mb=0
+# Gradients on the wire in bf16 (half the bytes: less of the SMs and memory the backward shares).
+run ddp2bf16 "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2 --set dist.reduce_dtype=bf16
+run zero2bf16 "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2 --set dist.zero=1 --set dist.reduce_dtype=bf16
+GENESIS_NCCL_STREAM_PRIORITY=high run ddp2prio "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2
 # NCCL's kernels share the SMs with the backward they overlap: fewer channels, less contention.
 for ch in ${CHANNELS:-}; do
   NCCL_MAX_NCHANNELS=$ch run "nccl_ch$ch" "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2
@@ -75,7 +79,10 @@ done
 if [ "$wide" -gt 2 ]; then
   run "ddp$wide" "$(devices "$wide")" --set training.batch_size=16 --nproc-per-node "$wide"
   run "zero$wide" "$(devices "$wide")" --set training.batch_size=16 --nproc-per-node "$wide" --set dist.zero=1
+  run "ddp${wide}bf16" "$(devices "$wide")" --set training.batch_size=16 --nproc-per-node "$wide" --set dist.reduce_dtype=bf16
 fi
+# The one-GPU baseline again: the machine's drift over the section.
+run one16again 0 --set training.batch_size=16
 fi
 
 # Resume a 2-rank run from its mid-run checkpoint. GEMM autotuning picks cuBLASLt algorithms by
@@ -150,7 +157,7 @@ if want torch && [ "${TORCH:-1}" = 1 ]; then
 fi
 
 python3 - "$out" "$steps" <<'PY' | tee -a "$report"
-import glob, json, os, statistics, sys
+import glob, json, os, re, statistics, sys
 out, steps = sys.argv[1], int(sys.argv[2])
 
 def metrics(name):
@@ -177,7 +184,8 @@ def max_rel(a, b):
 
 print("== losses (relative difference at the logged steps)")
 for a, b, what in [("ddp2", "one32", "2 GPUs x 16 vs 1 GPU x 32"), ("zero2", "ddp2", "ZeRO-1 vs DDP, 2 GPUs"),
-                   ("flat2", "ddp2", "one bucket vs 25 MB buckets")]:
+                   ("flat2", "ddp2", "one bucket vs 25 MB buckets"), ("ddp2bf16", "ddp2", "bf16 vs f32 gradients on the wire"),
+                   ("zero2bf16", "ddp2bf16", "ZeRO-1 vs DDP, bf16 on the wire")]:
     r = max_rel(a, b)
     print(f"  {what}: " + (f"max {r[0]:.2e} over {r[1]} steps" if r else "missing"))
 la, lb = losses("exact2"), losses("resumed")
@@ -191,9 +199,10 @@ if os.path.exists(fa) and os.path.exists(fb):
 
 print("== throughput (median tokens/s of the logged windows), memory, NCCL wait")
 base = rate("one16")
-wide = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "*[0-9]"))
-              if os.path.basename(p).startswith(("ddp", "zero")) and not p.endswith("2"))
-runs = ["one16", "nproc1", "ddp2", "zero2", "flat2"] + [os.path.basename(p) for p in sorted(glob.glob(os.path.join(out, "nccl*")))] + wide
+wide = sorted(n for n in os.listdir(out)
+              if os.path.isdir(os.path.join(out, n)) and (m := re.fullmatch(r"(ddp|zero)(\d+)(bf16)?", n)) and int(m[2]) > 2)
+runs = (["one16", "one16again", "nproc1", "ddp2", "zero2", "flat2", "ddp2bf16", "zero2bf16", "ddp2prio"]
+        + [os.path.basename(p) for p in sorted(glob.glob(os.path.join(out, "nccl*")))] + wide)
 for name in runs:
     s = summary(name)
     if not s:
