@@ -7,7 +7,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -15,7 +14,6 @@
 #include <initializer_list>
 #include <mutex>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -98,13 +96,7 @@ class NcclCommunicator final : public Communicator {
     host.broadcast(id_bytes, 0)->wait();
     std::memcpy(&id, id_bytes.data_ptr(), sizeof id);
     GENESIS_NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
-    // GENESIS_NCCL_STREAM_PRIORITY=high: the collectives' blocks are scheduled ahead of the
-    // compute stream's waiting ones (an experiment for the overlap with the backward).
-    int least = 0, greatest = 0;
-    GENESIS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    const char* priority = std::getenv("GENESIS_NCCL_STREAM_PRIORITY");
-    const bool high = priority && std::string_view(priority) == "high";
-    GENESIS_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, high ? greatest : least));
+    GENESIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     poller_ = std::thread([this] { poll(); });
     watchdog_ = std::thread([this] { watch(); });
   }

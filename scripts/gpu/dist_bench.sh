@@ -71,7 +71,6 @@ run flat2 "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2 --set d
 # Gradients on the wire in bf16 (half the bytes: less of the SMs and memory the backward shares).
 run ddp2bf16 "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2 --set dist.reduce_dtype=bf16
 run zero2bf16 "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2 --set dist.zero=1 --set dist.reduce_dtype=bf16
-GENESIS_NCCL_STREAM_PRIORITY=high run ddp2prio "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2
 # NCCL's kernels share the SMs with the backward they overlap: fewer channels, less contention.
 for ch in ${CHANNELS:-}; do
   NCCL_MAX_NCHANNELS=$ch run "nccl_ch$ch" "$(devices 2)" --set training.batch_size=16 --nproc-per-node 2
@@ -201,7 +200,7 @@ print("== throughput (median tokens/s of the logged windows), memory, NCCL wait"
 base = rate("one16")
 wide = sorted(n for n in os.listdir(out)
               if os.path.isdir(os.path.join(out, n)) and (m := re.fullmatch(r"(ddp|zero)(\d+)(bf16)?", n)) and int(m[2]) > 2)
-runs = (["one16", "one16again", "nproc1", "ddp2", "zero2", "flat2", "ddp2bf16", "zero2bf16", "ddp2prio"]
+runs = (["one16", "one16again", "nproc1", "ddp2", "zero2", "flat2", "ddp2bf16", "zero2bf16"]
         + [os.path.basename(p) for p in sorted(glob.glob(os.path.join(out, "nccl*")))] + wide)
 for name in runs:
     s = summary(name)
