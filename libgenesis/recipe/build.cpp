@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include "libgenesis/core/error.h"
@@ -109,7 +111,15 @@ TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(co
                   by_hand);
     const std::string fetch = "bash data/fetch.sh " + join(d.fetch, " ");
     progress("preparing data: " + fetch);
+    // Under genesis train SIGINT/SIGTERM are blocked in this thread (train/stop_signal.h) and a
+    // child inherits the mask: unblocked for the fetch, so that Ctrl-C still stops it.
+    sigset_t stop_signals, mask;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, &mask);
     const int status = std::system(fetch.c_str());
+    pthread_sigmask(SIG_SETMASK, &mask, nullptr);
     check_interrupt("fetching the data (run again to resume the preparation)");
     const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     GENESIS_CHECK(code == 0 && !missing(), UsageError, "data for ", spec.run.name, " could not be fetched (",

@@ -3,18 +3,33 @@
 // current step (or to drop it between micro-batches), write a checkpoint and exit (code 130),
 // and data preparation and evaluation to stop (core/interrupt.h); a second one terminates at
 // once.
+//
+// The signals are taken by one waiting thread of StopSignal's own and blocked in every other
+// thread (the constructing thread, the OpenMP pool, and the threads started while it lives,
+// which inherit the mask): a handler never runs on a compute thread. It must not: oneDNN's
+// JIT sgemm kernels (kernels/cpu/linalg.h) point rsp into a heap workspace while they run
+// (oneDNN <= 3.11, uxlfoundation/oneDNN#4845), so a signal frame pushed on such a thread
+// overwrites the heap ("corrupted size vs. prev_size" aborts after a SIGTERM).
+#include <signal.h>
+
+#include <thread>
 
 namespace genesis::train {
 
 class StopSignal {
  public:
-  StopSignal();   // installs the handlers
-  ~StopSignal();  // restores the previous ones
+  StopSignal();   // blocks SIGINT/SIGTERM here and in the OpenMP pool, starts the waiting thread
+  ~StopSignal();  // stops it, restores the previous handlers and this thread's signal mask
   StopSignal(const StopSignal&) = delete;
   StopSignal& operator=(const StopSignal&) = delete;
   bool requested() const;
   // For tests: behave as if a signal had arrived.
   static void simulate();
+
+ private:
+  sigset_t previous_mask_;
+  int wake_fd_ = -1;  // eventfd: written by the destructor to end the waiting thread
+  std::thread waiter_;
 };
 
 }  // namespace genesis::train
