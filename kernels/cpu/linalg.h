@@ -24,13 +24,14 @@ struct GemmArgs {
 void gemm(DType dtype, const GemmArgs& args);
 
 // The library of every f32 GEMM on the CPU (linear, matmul, the im2col convolution): OpenBLAS,
-// or with GENESIS_CPU_GEMM=onednn (builds with oneDNN) oneDNN's sgemm, JIT-generated for the CPU
-// found: 2x OpenBLAS 0.3.21's on the Zen build host (docs/benchmarks.md). Not yet the default.
-// Its JIT sgemm kernels (oneDNN <= 3.11, uxlfoundation/oneDNN#4845) move rsp into a heap
-// workspace while they run (K > 84), so a signal handled on a thread inside one writes its frame
-// over the heap: genesis train takes SIGINT/SIGTERM on a thread of its own
-// (train/stop_signal.h); a profiler's SIGPROF can still corrupt the heap. The choice is fixed
-// per process, so results stay bit-identical run to run.
+// or (the default in builds with oneDNN; GENESIS_CPU_GEMM=openblas|onednn chooses) oneDNN's
+// sgemm, JIT-generated for the CPU found: 2x OpenBLAS 0.3.21's on the Zen build host
+// (docs/benchmarks.md). Its JIT kernels (oneDNN <= 3.11, uxlfoundation/oneDNN#4845) move rsp
+// into a heap workspace while they run (K > 84), so a signal handled on a thread inside one
+// writes its frame over the heap: genesis train takes SIGINT/SIGTERM on a thread of its own
+// (train/stop_signal.h); a program that handles other signals (a profiler's SIGPROF) on its
+// compute threads should choose OpenBLAS. The choice is fixed per process, so results stay
+// bit-identical run to run.
 enum class CpuGemm : uint8_t { openblas, onednn };
 CpuGemm cpu_gemm();
 const char* cpu_gemm_name(CpuGemm gemm);
