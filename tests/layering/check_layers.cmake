@@ -1,0 +1,107 @@
+# The library's layers, checked: every #include of a libgenesis/ or kernels/ header must point
+# at the file's own layer or one below it (docs/architecture.md, "Layers").
+#   cmake -DROOT=<source dir> -P tests/layering/check_layers.cmake
+#   cmake -DROOT=<source dir> -DSELF_TEST=ON -P ...   plants an upward include (core -> train)
+#                                                       and succeeds only when it is reported
+# Exits non-zero listing each upward include as "file: includes header (layer A above layer B)".
+
+cmake_minimum_required(VERSION 3.20)
+
+# Rank of each layer, lowest first; layers of one rank may include each other.
+set(rank_base 0)      # dtype, half types and errors (today's files in core/, listed below)
+set(rank_kernels 1)   # kernels/: CPU and CUDA kernels
+set(rank_core 2)      # libgenesis/core: tensor, storage, allocator, threads, generator
+set(rank_cuda 2)      # libgenesis/cuda: the CUDA runtime (streams, caching allocator)
+set(rank_autograd 3)  # autograd and ops are one layer: ops record their backward
+set(rank_ops 3)
+set(rank_amp 4)
+set(rank_nn 4)
+set(rank_optim 4)
+set(rank_models 5)
+set(rank_data 5)
+set(rank_io 5)
+set(rank_recipe 6)
+set(rank_convert 7)
+set(rank_dist 7)
+set(rank_train 7)
+set(rank_top 8)       # libgenesis/genesis.h, the umbrella header
+# Headers of the base layer that still live in core/.
+set(base_headers libgenesis/core/dtype.h libgenesis/core/error.h libgenesis/core/half.h)
+# Known upward includes, to be removed (issue: structure): the kernels' use of the CUDA
+# runtime's error check and fault record (GENESIS_CUDA_CHECK, cuda::KernelFault), which belong
+# in base, and kernels/cuda/linalg.cpp's runtime state (cuBLAS handles, plan cache, workspace).
+set(known_upward
+    "kernels/cuda/common.cuh>libgenesis/cuda/runtime.h"
+    "kernels/cuda/index.h>libgenesis/cuda/runtime.h"
+    "kernels/cuda/linalg.cpp>libgenesis/cuda/runtime.h"
+    "kernels/cuda/loss.h>libgenesis/cuda/runtime.h"
+    "kernels/cuda/nn.h>libgenesis/cuda/runtime.h"
+    "kernels/cuda/sort_by_key.cuh>libgenesis/cuda/runtime.h")
+
+if(NOT ROOT)
+  message(FATAL_ERROR "check_layers: pass -DROOT=<source dir>")
+endif()
+
+# The layer of a repository-relative path.
+function(layer_of path out)
+  if(path IN_LIST base_headers)
+    set(${out} base PARENT_SCOPE)
+  elseif(path MATCHES "^kernels/")
+    set(${out} kernels PARENT_SCOPE)
+  elseif(path MATCHES "^libgenesis/([a-z_]+)/")
+    set(${out} ${CMAKE_MATCH_1} PARENT_SCOPE)
+  elseif(path MATCHES "^libgenesis/[^/]+$")
+    set(${out} top PARENT_SCOPE)
+  else()
+    set(${out} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
+file(GLOB_RECURSE sources RELATIVE "${ROOT}" "${ROOT}/libgenesis/*" "${ROOT}/kernels/*")
+list(FILTER sources INCLUDE REGEX "\\.(h|hpp|cpp|cu|cuh)$")
+set(edges "")  # "file>header" for every project include
+foreach(source IN LISTS sources)
+  file(STRINGS "${ROOT}/${source}" lines REGEX "^[ \t]*#[ \t]*include[ \t]+\"(libgenesis|kernels)/")
+  foreach(line IN LISTS lines)
+    if(line MATCHES "\"([^\"]+)\"")
+      list(APPEND edges "${source}>${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+endforeach()
+if(SELF_TEST)
+  list(APPEND edges "libgenesis/core/planted_by_the_self_test.cpp>libgenesis/train/trainer.h")
+endif()
+
+set(problems "")
+set(unknown "")
+foreach(edge IN LISTS edges)
+  string(REPLACE ">" ";" pair "${edge}")
+  list(GET pair 0 source)
+  list(GET pair 1 header)
+  layer_of("${source}" from)
+  layer_of("${header}" to)
+  if(NOT DEFINED rank_${from} OR NOT DEFINED rank_${to})
+    list(APPEND unknown "${source}: includes ${header} (a layer this check does not know: add it to the table)")
+    continue()
+  endif()
+  if(rank_${to} GREATER rank_${from} AND NOT edge IN_LIST known_upward)
+    list(APPEND problems "${source}: includes ${header} (layer ${to} is above ${from})")
+  endif()
+endforeach()
+list(APPEND problems ${unknown})
+
+if(SELF_TEST)
+  list(LENGTH problems count)
+  if(count EQUAL 1 AND problems MATCHES "planted_by_the_self_test")
+    message(STATUS "check_layers self-test: the planted core -> train include was reported")
+    return()
+  endif()
+  list(JOIN problems "\n  " text)
+  message(FATAL_ERROR "check_layers self-test: expected exactly the planted include, got:\n  ${text}")
+endif()
+if(problems)
+  list(JOIN problems "\n  " text)
+  message(FATAL_ERROR "upward includes (docs/architecture.md, Layers):\n  ${text}")
+endif()
+list(LENGTH edges count)
+message(STATUS "check_layers: ${count} includes, none upward")
