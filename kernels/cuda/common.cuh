@@ -13,7 +13,7 @@
 
 #include "kernels/common/elementwise_ops.h"
 #include "libgenesis/core/dtype.h"
-#include "libgenesis/cuda/runtime.h"
+#include "kernels/cuda/check.h"
 
 // Checks the launch that precedes it (bad configuration, missing kernel image).
 #define GENESIS_CUDA_LAUNCH_CHECK() GENESIS_CUDA_CHECK(cudaGetLastError())

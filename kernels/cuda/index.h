@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "libgenesis/core/dtype.h"
-#include "libgenesis/cuda/runtime.h"
+#include "kernels/cuda/check.h"
 
 namespace genesis::kernels::cuda {
 

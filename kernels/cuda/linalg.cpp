@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "libgenesis/core/error.h"
-#include "libgenesis/cuda/runtime.h"
+#include "kernels/cuda/check.h"
 
 #define GENESIS_CUBLAS_CHECK(expr)                                                                            \
   do {                                                                                                        \

@@ -13,7 +13,7 @@
 
 #include "kernels/cpu/loss.h"
 #include "libgenesis/core/dtype.h"
-#include "libgenesis/cuda/runtime.h"
+#include "kernels/cuda/check.h"
 
 namespace genesis::kernels::cuda {
 

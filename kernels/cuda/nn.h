@@ -10,7 +10,7 @@
 
 #include "kernels/cpu/nn.h"  // NormDTypes: the norms' dtypes, the same on both devices
 #include "libgenesis/core/dtype.h"
-#include "libgenesis/cuda/runtime.h"
+#include "kernels/cuda/check.h"
 
 namespace genesis::kernels::cuda {
 

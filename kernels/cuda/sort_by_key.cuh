@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "libgenesis/cuda/runtime.h"
+#include "kernels/cuda/check.h"
 
 namespace genesis::kernels::cuda {
 

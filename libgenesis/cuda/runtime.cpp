@@ -236,10 +236,4 @@ void memcpy(void* dst, Device dst_device, const void* src, Device src_device, si
   if (dst_device.is_cpu()) raise_kernel_fault();
 }
 
-void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line) {
-  cudaGetLastError();  // reset a non-sticky error so the next check reports only its own failure
-  GENESIS_THROW(Error, "CUDA error ", cudaGetErrorName(err), ": ", cudaGetErrorString(err), " at ", expr, " (", file,
-                ":", line, ")");
-}
-
 }  // namespace genesis::cuda

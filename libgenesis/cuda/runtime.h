@@ -1,11 +1,12 @@
 #pragma once
 // CUDA runtime services for the op layer: device queries, the current stream, copies
-// between host and device, and error checking. Compiled only when the CUDA backend is
+// between host and device, and kernel faults (the error check is kernels/cuda/check.h's). Compiled only when the CUDA backend is
 // built (GENESIS_WITH_CUDA).
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 
+#include "kernels/cuda/check.h"
 #include "libgenesis/core/device.h"
 
 namespace genesis::cuda {
@@ -31,6 +32,7 @@ class StreamGuard {
   int device_;
   cudaStream_t previous_;  // the thread's override before (nullptr: none)
 };
+
 // Waits for all work on the current stream (then raises a pending kernel fault, see below).
 void synchronize();
 // Copies nbytes between any two of host/device memory. Enqueued on the current stream;
@@ -39,17 +41,11 @@ void synchronize();
 // waiting for the work queued before it.
 void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 
-// Faults that kernels find without stopping the stream (an index out of range): the first one
-// is recorded in mapped host memory of its device, and the next host synchronization point
-// (synchronize(), a copy to the host, so item() and to(kCPU)) throws it as an IndexError. As
-// with PyTorch's device-side asserts the error surfaces after the op has returned; a kernel
-// that reports a fault skips the faulty element instead of reading out of bounds.
-struct KernelFault {
-  unsigned int set;  // 0 until a kernel reports
-  int op;            // fault_op_id() of the reporting op
-  long long value;   // the offending index
-  long long bound;   // the valid range was [0, bound)
-};
+// Faults that kernels find without stopping the stream (an index out of range, recorded in a
+// cuda::KernelFault, kernels/cuda/check.h): the next host synchronization point
+// (synchronize(), a copy to the host, so item() and to(kCPU)) throws the first one as an
+// IndexError. As with PyTorch's device-side asserts the error surfaces after the op has
+// returned.
 // The current device's fault record, readable and writable by kernels (created on first use).
 KernelFault* kernel_fault_slot();
 // A stable small id for an op name, stored by kernels in KernelFault::op.
@@ -58,13 +54,4 @@ int fault_op_id(const char* op);
 // stream that ran the reporting kernels has been synchronized.
 void raise_kernel_fault();
 
-[[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
-
 }  // namespace genesis::cuda
-
-#define GENESIS_CUDA_CHECK(expr)                                                  \
-  do {                                                                            \
-    cudaError_t genesis_err_ = (expr);                                            \
-    if (genesis_err_ != cudaSuccess) [[unlikely]]                                 \
-      ::genesis::cuda::throw_cuda_error(genesis_err_, #expr, __FILE__, __LINE__); \
-  } while (0)

@@ -27,16 +27,6 @@ set(rank_train 7)
 set(rank_top 8)       # libgenesis/genesis.h, the umbrella header
 # Headers of the base layer that still live in core/.
 set(base_headers libgenesis/core/dtype.h libgenesis/core/error.h libgenesis/core/half.h)
-# Known upward includes, to be removed (issue: structure): the kernels' use of the CUDA
-# runtime's error check and fault record (GENESIS_CUDA_CHECK, cuda::KernelFault), which belong
-# in base, and kernels/cuda/linalg.cpp's runtime state (cuBLAS handles, plan cache, workspace).
-set(known_upward
-    "kernels/cuda/common.cuh>libgenesis/cuda/runtime.h"
-    "kernels/cuda/index.h>libgenesis/cuda/runtime.h"
-    "kernels/cuda/linalg.cpp>libgenesis/cuda/runtime.h"
-    "kernels/cuda/loss.h>libgenesis/cuda/runtime.h"
-    "kernels/cuda/nn.h>libgenesis/cuda/runtime.h"
-    "kernels/cuda/sort_by_key.cuh>libgenesis/cuda/runtime.h")
 
 if(NOT ROOT)
   message(FATAL_ERROR "check_layers: pass -DROOT=<source dir>")
@@ -84,7 +74,7 @@ foreach(edge IN LISTS edges)
     list(APPEND unknown "${source}: includes ${header} (a layer this check does not know: add it to the table)")
     continue()
   endif()
-  if(rank_${to} GREATER rank_${from} AND NOT edge IN_LIST known_upward)
+  if(rank_${to} GREATER rank_${from})
     list(APPEND problems "${source}: includes ${header} (layer ${to} is above ${from})")
   endif()
 endforeach()
