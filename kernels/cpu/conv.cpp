@@ -31,18 +31,6 @@ void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
-// Sizes of one (sample, group) GEMM: weight [out_per_group, patch] x columns [patch, spatial].
-struct GroupSizes {
-  int64_t in_per_group, out_per_group, patch, spatial, image;
-  explicit GroupSizes(const Conv2dShape& s)
-      : in_per_group(s.in_channels / s.groups),
-        out_per_group(s.out_channels / s.groups),
-        patch(in_per_group * s.kernel_h * s.kernel_w),
-        spatial(s.out_h * s.out_w),
-        image(s.height * s.width) {}
-  // Column-matrix entries of one sample (all groups); a group's matrix starts every `patch * spatial`.
-  int64_t per_sample(const Conv2dShape& s) const { return s.groups * patch * spatial; }
-};
 
 // A 1x1 kernel with unit stride and no padding reads the input image itself as the column matrix.
 bool is_pointwise(const Conv2dShape& s) {
@@ -54,8 +42,8 @@ bool is_pointwise(const Conv2dShape& s) {
 // against each other) for every sample. The block's column buffer stays under this many entries.
 constexpr int64_t kColumnBudget = int64_t{1} << 22;
 
-int64_t samples_per_block(const Conv2dShape& s, const GroupSizes& g) {
-  return std::clamp<int64_t>(kColumnBudget / g.per_sample(s), 1, std::max<int64_t>(s.batch, 1));
+int64_t samples_per_block(const Conv2dShape& s, const ConvSizes& g) {
+  return std::clamp<int64_t>(kColumnBudget / g.per_sample(), 1, std::max<int64_t>(s.batch, 1));
 }
 
 // columns[(c, ki, kj), (oh, ow)] = image[c, oh*sh - ph + ki*dh, ow*sw - pw + kj*dw], zero outside the image,
@@ -115,10 +103,10 @@ void col2im(const Conv2dShape& s, int64_t planes, const T* columns, T* image) {
 
 template <class T>
 void conv2d_forward_typed(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
-  const GroupSizes g(s);
+  const ConvSizes g(s);
   const bool pointwise = is_pointwise(s);
   const int64_t block = samples_per_block(s, g);
-  std::vector<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample(s)));
+  std::vector<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample()));
   for (int64_t first = 0; first < s.batch; first += block) {
     const int64_t count = std::min(block, s.batch - first);
     const T* images = x + first * s.in_channels * g.image;
@@ -141,10 +129,10 @@ void conv2d_forward_typed(const Conv2dShape& s, const T* x, const T* w, const T*
 
 template <class T>
 void conv2d_backward_input_typed(const Conv2dShape& s, const T* grad_y, const T* w, T* grad_x) {
-  const GroupSizes g(s);
+  const ConvSizes g(s);
   const bool pointwise = is_pointwise(s);
   const int64_t block = samples_per_block(s, g);
-  std::vector<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample(s)));
+  std::vector<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample()));
   for (int64_t first = 0; first < s.batch; first += block) {
     const int64_t count = std::min(block, s.batch - first);
     T* images = grad_x + first * s.in_channels * g.image;
@@ -163,10 +151,10 @@ void conv2d_backward_input_typed(const Conv2dShape& s, const T* grad_y, const T*
 
 template <class T>
 void conv2d_backward_weight_typed(const Conv2dShape& s, const T* x, const T* grad_y, T* grad_w) {
-  const GroupSizes g(s);
+  const ConvSizes g(s);
   const bool pointwise = is_pointwise(s);
   const int64_t block = samples_per_block(s, g);
-  std::vector<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample(s)));
+  std::vector<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample()));
   std::fill(grad_w, grad_w + s.out_channels * g.patch, T(0));
   for (int64_t first = 0; first < s.batch; first += block) {
     const int64_t count = std::min(block, s.batch - first);

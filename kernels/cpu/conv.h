@@ -7,17 +7,13 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/common/conv_shape.h"
 #include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cpu {
 
-struct Conv2dShape {
-  int64_t batch = 0, in_channels = 0, height = 0, width = 0;
-  int64_t out_channels = 0, kernel_h = 0, kernel_w = 0;
-  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
-  int64_t groups = 1;
-  int64_t out_h = 0, out_w = 0;
-};
+using kernels::Conv2dShape;
+using kernels::Pool2dShape;
 
 // y [N, C_out, oH, oW] = x [N, C_in, H, W] (*) w [C_out, C_in / groups, kH, kW] (+ bias [C_out] when non-null).
 void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void* w, const void* bias, void* y);
@@ -35,11 +31,6 @@ bool conv_dnnl_backward_weight(const Conv2dShape& s, const float* x, const float
 // `genesis info` and the bench).
 std::string conv2d_implementation(const Conv2dShape& s);
 
-struct Pool2dShape {
-  int64_t planes = 0, height = 0, width = 0;  // planes = N * C
-  int64_t kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
-  int64_t out_h = 0, out_w = 0;
-};
 
 // y[p, oh, ow] = max over the window; argmax[p, oh, ow] = h * W + w of the first maximum
 // (a NaN counts as the maximum). Padding never wins.

@@ -33,25 +33,6 @@ struct InputStrides {
   explicit InputStrides(const int64_t* s) : n(s[0]), c(s[1]), h(s[2]), w(s[3]) {}
 };
 
-// Entry (sample, row, position) of a block's column matrix lives at sample * sample_stride +
-// row * row_stride + position. Sample-major ([sample][row][position]) gives one GEMM operand per
-// sample; row-major across samples ([row][sample][position]) gives one operand spanning the block.
-struct ColumnLayout {
-  int64_t sample_stride, row_stride;
-};
-
-struct ConvSizes {
-  int64_t in_per_group, out_per_group, patch, spatial, rows;
-  explicit ConvSizes(const Conv2dShape& s)
-      : in_per_group(s.in_channels / s.groups),
-        out_per_group(s.out_channels / s.groups),
-        patch(in_per_group * s.kernel_h * s.kernel_w),
-        spatial(s.out_h * s.out_w),
-        rows(s.in_channels * s.kernel_h * s.kernel_w) {}
-  ColumnLayout sample_major() const { return {rows * spatial, spatial}; }
-  ColumnLayout row_major(int64_t samples) const { return {spatial, samples * spatial}; }
-};
-
 int64_t samples_per_block(const Conv2dShape& s) {
   const ConvSizes z(s);
   return std::clamp<int64_t>(kColumnBudget / std::max<int64_t>(z.rows * z.spatial, 1), 1,

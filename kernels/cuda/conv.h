@@ -1,7 +1,8 @@
 #pragma once
 // CUDA 2-D convolution (im2col + cuBLAS GEMM batched over the samples of a block) and pooling
-// over NCHW buffers, with the contracts of kernels/cpu/conv.h. Inputs x are read through their
-// element strides [N, C, H, W]; every other buffer is contiguous. Convolution computes in f32
+// over NCHW buffers, with the contracts of kernels/cpu/conv.h and its shapes
+// (kernels/common/conv_shape.h). Inputs x are read through their element strides [N, C, H, W];
+// every other buffer is contiguous. Convolution computes in f32
 // for f32/f16/bf16 and in f64 for f64 (the "compute type"): the column gather widens half
 // inputs. Every sum runs in a fixed order (no atomics), so results are deterministic; the
 // pooling kernels reproduce the CPU's arithmetic step for step and match it bit for bit.
@@ -9,12 +10,10 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/conv.h"
+#include "kernels/common/conv_shape.h"
+#include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cuda {
-
-using cpu::Conv2dShape;
-using cpu::Pool2dShape;
 
 // Compute-type elements of the column buffer the convolution kernels need for shape `s`.
 int64_t conv2d_column_elements(const Conv2dShape& s);
