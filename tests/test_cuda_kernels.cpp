@@ -279,7 +279,7 @@ TEST_CASE("CUDA row sums write every row", "[cuda]") {
 namespace {
 
 // Row-major C[i] = alpha op(A[i]) op(B[i]) + beta C[i] in double on the host.
-std::vector<double> reference_gemm(const kcpu::GemmArgs& g, const std::vector<double>& a, const std::vector<double>& b,
+std::vector<double> reference_gemm(const genesis::kernels::GemmArgs& g, const std::vector<double>& a, const std::vector<double>& b,
                                    const std::vector<double>& c) {
   std::vector<double> out = c;
   for (int64_t batch = 0; batch < g.batch; ++batch) {
@@ -317,7 +317,7 @@ TEST_CASE("cuBLAS GEMM matches a double-precision reference", "[cuda]") {
     for (const Case& c : kCases) {
       INFO(dtype_name(dtype) << ": trans " << c.trans_a << c.trans_b << ", m n k " << c.m << " " << c.n << " " << c.k
                              << ", batch " << c.batch << ", beta " << c.beta);
-      kcpu::GemmArgs g;
+      genesis::kernels::GemmArgs g;
       g.trans_a = c.trans_a, g.trans_b = c.trans_b, g.m = c.m, g.n = c.n, g.k = c.k, g.batch = c.batch;
       g.alpha = c.alpha, g.beta = c.beta;
       g.lda = c.trans_a ? c.m : c.k, g.stride_a = c.m * c.k;
@@ -350,7 +350,7 @@ TEST_CASE("cuBLAS GEMM matches a double-precision reference", "[cuda]") {
   CHECK(kc::allow_tf32());
   Tensor a = random_input({64, 64}, DType::f32), b = random_input({64, 64}, DType::f32);
   Tensor a_gpu = a.to(kCuda0), b_gpu = b.to(kCuda0), c_gpu = poisoned({64, 64}, DType::f32);
-  kcpu::GemmArgs g;
+  genesis::kernels::GemmArgs g;
   g.m = g.n = g.k = 64, g.lda = g.ldb = g.ldc = 64;
   g.a = a_gpu.data_ptr(), g.b = b_gpu.data_ptr(), g.c = c_gpu.data_ptr();
   kc::gemm(DType::f32, g, cuda::current_stream());

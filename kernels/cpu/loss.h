@@ -5,15 +5,13 @@
 // Per-row losses come out in the accumulator type (f64 for f64, f32 otherwise).
 #include <cstdint>
 
+#include "kernels/common/class_rows.h"
 #include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cpu {
 
-struct ClassRows {
-  int64_t outer = 1;
-  int64_t classes = 1;
-  int64_t inner = 1;
-};
+using kernels::ClassRows;
+
 
 // loss[r] = (1 - s) * (lse - x[t]) + s * (lse - mean_c x[c]) with s = label_smoothing and
 // lse = log sum_c exp(x[c]); rows whose target is ignore_index get loss 0. lse[r] is kept

@@ -3,11 +3,8 @@
 // (normals: pairs of lanes through Box-Muller), so results are independent of threading.
 #include <cstdint>
 
+#include "kernels/common/random_kind.h"
 #include "libgenesis/core/dtype.h"
-
-namespace genesis::kernels {
-enum class RandomKind : uint8_t { uniform, normal, randint, bernoulli };
-}  // namespace genesis::kernels
 
 namespace genesis::kernels::cpu {
 

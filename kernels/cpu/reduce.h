@@ -5,9 +5,12 @@
 // results do not depend on the number of threads.
 #include <cstdint>
 
+#include "kernels/common/extreme.h"
 #include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cpu {
+
+using kernels::Extreme;
 
 // out[r] = sum_c in[r, c]. Integers and bool accumulate in i64 (out is i64).
 void sum_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out);
@@ -20,7 +23,6 @@ void prod_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* ou
 // that zeros in the row give exact results. Floating only.
 void prod_rows_backward(DType dtype, int64_t rows, int64_t cols, const void* in, const void* grad_out, void* grad_in);
 
-enum class Extreme { max, min };
 // values[r] = the max (min) of row r in the input dtype, indices[r] = the first column that
 // holds it. A NaN beats every number (the first NaN is taken). Requires cols > 0.
 void extreme_rows(Extreme which, DType dtype, int64_t rows, int64_t cols, const void* in, void* values,

@@ -3,9 +3,12 @@
 // attention. All buffers are contiguous; f16/bf16 compute in f32, f64 in f64.
 #include <cstdint>
 
+#include "kernels/common/attention_shape.h"
 #include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cpu {
+
+using kernels::AttentionShape;
 
 // Rotary embedding in the rotate-half convention over x seen as [outer, seq, dim]: with
 // c = cos[t, i], s = sin[t, i] (tables [seq, dim / 2], x's dtype), pairs (x[i], x[i + dim/2])
@@ -19,14 +22,6 @@ void swiglu(DType dtype, int64_t n, const void* gate, const void* up, void* y);
 void swiglu_backward(DType dtype, int64_t n, const void* gate, const void* up, const void* grad_y, void* grad_gate,
                      void* grad_up);
 
-// Geometry of one attention call: q [batch, q_heads, q_len, head_dim], k and v
-// [batch, kv_heads, kv_len, head_dim]; query head h reads kv head h / (q_heads / kv_heads).
-// With `causal`, query i sits at position kv_len - q_len + i and sees keys up to it.
-struct AttentionShape {
-  int64_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
-  bool causal;
-  double scale;
-};
 
 // out [batch, q_heads, q_len, head_dim]; probs [batch, q_heads, q_len, kv_len] receives the
 // attention weights in the accumulator type (f64 for f64, f32 otherwise), zero where masked.

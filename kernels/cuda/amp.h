@@ -5,7 +5,8 @@
 
 #include <span>
 
-#include "kernels/cpu/amp.h"
+#include "kernels/common/loss_scale.h"
+#include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cuda {
 

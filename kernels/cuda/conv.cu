@@ -171,7 +171,7 @@ void conv2d_forward_typed(const Conv2dShape& s, const T* x, InputStrides xs, con
     im2col(s, count, x + first * xs.n, xs, layout, columns, stream);
     for (int64_t g = 0; g < s.groups; ++g) {
       // y_g[n] [out_per_group, spatial] = W_g [out_per_group, patch] x columns_g[n] [patch, spatial]
-      cpu::GemmArgs args;
+      GemmArgs args;
       args.m = z.out_per_group;
       args.n = z.spatial;
       args.k = z.patch;
@@ -212,7 +212,7 @@ void conv2d_backward_input_typed(const Conv2dShape& s, const A* grad_y, const A*
     const int64_t count = std::min(block, s.batch - first);
     for (int64_t g = 0; g < s.groups; ++g) {
       // columns_g[n] [patch, spatial] = W_g^T [patch, out_per_group] x grad_y_g[n] [out_per_group, spatial]
-      cpu::GemmArgs args;
+      GemmArgs args;
       args.trans_a = true;
       args.m = z.patch;
       args.n = z.spatial;
@@ -248,7 +248,7 @@ void conv2d_backward_weight_typed(const Conv2dShape& s, const T* x, InputStrides
     im2col(s, count, x + first * xs.n, xs, layout, columns, stream);
     for (int64_t g = 0; g < s.groups; ++g) {
       // grad_w_g [out_per_group, patch] (+)= grad_y_t_g [out_per_group, count * spatial] x columns_g^T
-      cpu::GemmArgs args;
+      GemmArgs args;
       args.trans_b = true;
       args.m = z.out_per_group;
       args.n = z.patch;

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "kernels/common/elementwise_ops.h"
-#include "kernels/cpu/random.h"
+#include "kernels/common/random_kind.h"
 #include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cuda {

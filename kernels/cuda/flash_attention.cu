@@ -505,7 +505,7 @@ bool wgmma_ready() {
 }
 
 template <class T, int D>
-void forward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
+void forward_for(const AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
 #if GENESIS_WITH_SM90A
   if constexpr (D == 64 || D == 128) {
     if (wgmma_ready()) return forward_wgmma<T, D>(p, s.batch, stream);
@@ -518,7 +518,7 @@ void forward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_
 }
 
 template <class T, int D>
-void backward_for(const cpu::AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
+void backward_for(const AttentionShape& s, const FlashParams& p, cudaStream_t stream) {
   constexpr int kTile = kBackwardTile<D>;
   const bool wgmma = D == 64 && wgmma_ready();
   if (wgmma) {  // the dQ kernel works out delta, then the dK/dV kernel reads it
@@ -571,7 +571,7 @@ void dispatch(DType dtype, int64_t head_dim, F&& f) {
   throw_unsupported_dtype("flash attention", dtype);
 }
 
-FlashParams make_params(const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
+FlashParams make_params(const AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
                         const FlashOperand& v, const FlashDropout& dropout) {
   FlashParams p{};
   p.dropout = dropout.keep_prob < 1.0;
@@ -605,17 +605,17 @@ bool aligned(const void* data, const HeadsLayout& l) {
 
 }  // namespace
 
-int64_t flash_dropout_keep_words(const cpu::AttentionShape& s) {
+int64_t flash_dropout_keep_words(const AttentionShape& s) {
   return s.batch * s.q_heads * s.q_len * ((s.kv_len + 31) / 32);
 }
 
-int64_t flash_attention_backward_scratch(const cpu::AttentionShape& s) {
+int64_t flash_attention_backward_scratch(const AttentionShape& s) {
   const int64_t delta = (s.batch * s.q_heads * s.q_len + 3) / 4 * 4;  // the shares start 16-byte aligned
   const int64_t shares = s.q_heads == s.kv_heads ? 0 : 2 * s.batch * s.q_heads * s.kv_len * s.head_dim;
   return delta + shares;
 }
 
-bool flash_attention_supported(DType dtype, const cpu::AttentionShape& s,
+bool flash_attention_supported(DType dtype, const AttentionShape& s,
                                std::initializer_list<FlashOperand> operands) {
   if (dtype != DType::bf16 && dtype != DType::f16) return false;
   if (s.head_dim != 32 && s.head_dim != 64 && s.head_dim != 96 && s.head_dim != 128) return false;
@@ -627,7 +627,7 @@ bool flash_attention_supported(DType dtype, const cpu::AttentionShape& s,
   return true;
 }
 
-void flash_attention_forward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
+void flash_attention_forward(DType dtype, const AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
                              const FlashOperand& v, const FlashOutput& out, float* lse, const FlashDropout& dropout,
                              cudaStream_t stream) {
   FlashParams p = make_params(s, q, k, v, dropout);
@@ -637,7 +637,7 @@ void flash_attention_forward(DType dtype, const cpu::AttentionShape& s, const Fl
   dispatch(dtype, s.head_dim, [&]<class T, int D>() { forward_for<T, D>(s, p, stream); });
 }
 
-void flash_attention_backward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
+void flash_attention_backward(DType dtype, const AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
                               const FlashOperand& v, const FlashOperand& out, const float* lse,
                               const FlashOperand& grad_out, const FlashOutput& grad_q, const FlashOutput& grad_k,
                               const FlashOutput& grad_v, float* scratch, const FlashDropout& dropout,

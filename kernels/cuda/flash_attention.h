@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/transformer.h"
+#include "kernels/common/attention_shape.h"
 #include "kernels/cuda/transformer.h"
 #include "libgenesis/core/dtype.h"
 
@@ -42,25 +42,25 @@ struct FlashDropout {
   uint64_t offset = 0;
   uint32_t* keep_bits = nullptr;
 };
-int64_t flash_dropout_keep_words(const cpu::AttentionShape& s);
+int64_t flash_dropout_keep_words(const AttentionShape& s);
 
 // Whether the flash kernels take this case: f16 or bf16, head_dim 32, 64, 96 or 128, and every
 // operand 16-byte aligned with strides that are multiples of 8 elements. Otherwise the caller
 // takes the GEMM path (kernels/cuda/transformer.h).
-bool flash_attention_supported(DType dtype, const cpu::AttentionShape& s, std::initializer_list<FlashOperand> operands);
+bool flash_attention_supported(DType dtype, const AttentionShape& s, std::initializer_list<FlashOperand> operands);
 
 // out [batch, q_heads, q_len, head_dim] through its layout; lse (f32, contiguous
 // [batch, q_heads, q_len]) receives each row's logsumexp of the scaled scores in base 2.
-void flash_attention_forward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
+void flash_attention_forward(DType dtype, const AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
                              const FlashOperand& v, const FlashOutput& out, float* lse, const FlashDropout& dropout,
                              cudaStream_t stream);
 
 // f32 scratch the backward needs: each query row's sum of grad_out * out, and with grouped
 // heads each query head's share of dK and dV (the group's shares are then added in order).
-int64_t flash_attention_backward_scratch(const cpu::AttentionShape& s);
+int64_t flash_attention_backward_scratch(const AttentionShape& s);
 
 // Gradients of q, k and v (through their layouts) from the forward's out and lse and grad_out.
-void flash_attention_backward(DType dtype, const cpu::AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
+void flash_attention_backward(DType dtype, const AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
                               const FlashOperand& v, const FlashOperand& out, const float* lse,
                               const FlashOperand& grad_out, const FlashOutput& grad_q, const FlashOutput& grad_k,
                               const FlashOutput& grad_v, float* scratch, const FlashDropout& dropout,

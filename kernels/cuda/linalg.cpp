@@ -129,7 +129,7 @@ int checked_int(int64_t v, const char* what) {
 }
 
 // cuBLASLt takes 64-bit extents, but the cuBLAS fallback does not: both paths keep its limits.
-void check_extents(const cpu::GemmArgs& args) {
+void check_extents(const GemmArgs& args) {
   using Extent = std::pair<int64_t, const char*>;
   for (const auto& [value, what] :
        {Extent{args.m, "m"}, Extent{args.n, "n"}, Extent{args.k, "k"}, Extent{args.batch, "batch"},
@@ -297,7 +297,7 @@ cublasLtEpilogue_t lt_epilogue(const GemmEpilogue* e) {
 }
 
 // One GEMM through cuBLASLt; false when it has no algorithm for the case (nothing enqueued).
-bool run_lt(DType dtype, const cpu::GemmArgs& args, const GemmEpilogue* epilogue, cudaStream_t stream) {
+bool run_lt(DType dtype, const GemmArgs& args, const GemmEpilogue* epilogue, cudaStream_t stream) {
   const size_t element = dtype_size(dtype);
   LtKey key{.device = current_device(),
             .dtype = dtype,
@@ -347,7 +347,7 @@ bool run_lt(DType dtype, const cpu::GemmArgs& args, const GemmEpilogue* epilogue
 
 // The cuBLAS path: f64, k = 0, broadcast batches, GEMMs cuBLASLt has no algorithm for, and
 // 16-bit operands with an f32 C (c_dtype).
-void run_cublas(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream, DType c_dtype) {
+void run_cublas(DType dtype, const GemmArgs& args, cudaStream_t stream, DType c_dtype) {
   const int m = checked_int(args.m, "m"), n = checked_int(args.n, "n"), k = checked_int(args.k, "k");
   const int batch = checked_int(args.batch, "batch");
   // cuBLAS requires leading dimensions >= 1 even where a k = 0 operand is never read.
@@ -386,7 +386,7 @@ bool allow_tf32() {
   return tf32_allowed.load();
 }
 
-void gemm(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream) {
+void gemm(DType dtype, const GemmArgs& args, cudaStream_t stream) {
   if (args.m == 0 || args.n == 0 || args.batch == 0) return;
   if (dtype != DType::f64 && !lt_dtype(dtype)) throw_unsupported_dtype("gemm", dtype);
   check_extents(args);
@@ -395,7 +395,7 @@ void gemm(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream) {
   run_cublas(dtype, args, stream, dtype);
 }
 
-void gemm_f32_out(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream) {
+void gemm_f32_out(DType dtype, const GemmArgs& args, cudaStream_t stream) {
   if (dtype == DType::f32 || dtype == DType::f64) return gemm(dtype, args, stream);
   if (args.m == 0 || args.n == 0 || args.batch == 0) return;
   if (!lt_dtype(dtype)) throw_unsupported_dtype("gemm_f32_out", dtype);
@@ -414,7 +414,7 @@ GemmPlanStats gemm_plan_stats() {
   return stats;
 }
 
-bool gemm_with_epilogue(DType dtype, const cpu::GemmArgs& args, const GemmEpilogue& epilogue, cudaStream_t stream) {
+bool gemm_with_epilogue(DType dtype, const GemmArgs& args, const GemmEpilogue& epilogue, cudaStream_t stream) {
   GENESIS_CHECK(args.batch == 1 && args.m > 0 && args.n > 0 && args.k > 0 && args.alpha == 1.0 && args.beta == 0.0,
                 ValueError, "gemm_with_epilogue: needs one GEMM (batch ", args.batch, ") with m, n, k > 0 (got ",
                 args.m, ", ", args.n, ", ", args.k, "), alpha = 1 and beta = 0");

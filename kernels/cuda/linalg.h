@@ -10,14 +10,15 @@
 // keeps the first choice.
 #include <cuda_runtime_api.h>
 
-#include "kernels/cpu/linalg.h"
+#include "kernels/common/gemm_args.h"
+#include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cuda {
 
-void gemm(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream);
+void gemm(DType dtype, const GemmArgs& args, cudaStream_t stream);
 // The same product with f16/bf16 operands A and B written to an f32 C (f32 accumulation, no
 // rounding of the result); f32 and f64 run as gemm().
-void gemm_f32_out(DType dtype, const cpu::GemmArgs& args, cudaStream_t stream);
+void gemm_f32_out(DType dtype, const GemmArgs& args, cudaStream_t stream);
 
 // Process-wide: lets f32 GEMMs use TF32 tensor cores (10-bit mantissa inputs). Off by default.
 void set_allow_tf32(bool allow);
@@ -43,7 +44,7 @@ struct GemmEpilogue {
 // C = epilogue(op(A) op(B)) for one f32/f16/bf16 GEMM (batch 1, alpha 1, beta 0, k > 0).
 // Returns false, having written nothing, when cuBLASLt has no algorithm for the case; the
 // caller then composes the result from separate kernels.
-bool gemm_with_epilogue(DType dtype, const cpu::GemmArgs& args, const GemmEpilogue& epilogue, cudaStream_t stream);
+bool gemm_with_epilogue(DType dtype, const GemmArgs& args, const GemmEpilogue& epilogue, cudaStream_t stream);
 
 // The cuBLASLt plan cache: plans made so far, and how many found no algorithm (their GEMMs
 // take the cuBLAS or unfused fallback). Lets tests see that epilogues really run fused.

@@ -11,13 +11,12 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/loss.h"
+#include "kernels/common/class_rows.h"
 #include "libgenesis/core/dtype.h"
 #include "kernels/cuda/check.h"
 
 namespace genesis::kernels::cuda {
 
-using cpu::ClassRows;
 
 void cross_entropy(DType dtype, DType target_dtype, ClassRows shape, const void* logits, const void* target,
                    int64_t ignore_index, double label_smoothing, void* loss, void* lse,

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/nn.h"  // NormDTypes: the norms' dtypes, the same on both devices
+#include "kernels/common/norm_dtypes.h"
 #include "libgenesis/core/dtype.h"
 #include "kernels/cuda/check.h"
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/nn.h"  // NormDTypes, with_norm_types
+#include "kernels/common/norm_dtypes.h"
 #include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cuda {

@@ -8,7 +8,8 @@
 #include <cstdint>
 #include <span>
 
-#include "kernels/cpu/optim.h"
+#include "kernels/common/optim_steps.h"
+#include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cuda {
 

@@ -8,12 +8,11 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/reduce.h"
+#include "kernels/common/extreme.h"
 #include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cuda {
 
-using cpu::Extreme;
 
 struct ReduceShape {
   int64_t outer = 1;

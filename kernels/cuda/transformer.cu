@@ -236,29 +236,29 @@ struct Operand {
 };
 
 // The (batch, kv head) pairs as one strided batch when an operand's two strides allow it.
-bool collapses(const cpu::AttentionShape& s, const Operand& o) {
+bool collapses(const AttentionShape& s, const Operand& o) {
   return s.batch == 1 || s.kv_heads == 1 || o.batch_stride == s.kv_heads * o.group_stride;
 }
 
-int64_t collapsed_stride(const cpu::AttentionShape& s, const Operand& o) {
+int64_t collapsed_stride(const AttentionShape& s, const Operand& o) {
   return s.kv_heads == 1 ? o.batch_stride : o.group_stride;
 }
 
 // C[b, h] = alpha * op(A[b, h]) op(B[b, h]) for every batch b and kv head h: one strided-batched
 // GEMM, or one per batch when an operand's batch stride is not kv_heads times its head stride.
 // With f32_out, C is f32 whatever the operands' dtype.
-void grouped_gemm(DType dtype, const cpu::AttentionShape& s, bool trans_a, bool trans_b, int64_t m, int64_t n,
+void grouped_gemm(DType dtype, const AttentionShape& s, bool trans_a, bool trans_b, int64_t m, int64_t n,
                   int64_t k, const Operand& a, const Operand& b, const Operand& c, double alpha, cudaStream_t stream,
                   bool f32_out = false) {
   const auto element = static_cast<int64_t>(dtype_size(dtype));
   const auto c_element = f32_out ? int64_t{4} : element;
-  auto run = [&](const cpu::GemmArgs& args) { f32_out ? gemm_f32_out(dtype, args, stream) : gemm(dtype, args, stream); };
+  auto run = [&](const GemmArgs& args) { f32_out ? gemm_f32_out(dtype, args, stream) : gemm(dtype, args, stream); };
   if (k == 0) {  // an empty sum (no keys): zeros, which cuBLAS is not asked to produce
     GENESIS_CUDA_CHECK(cudaMemsetAsync(const_cast<void*>(c.data), 0,
                                        static_cast<size_t>(s.batch * s.kv_heads * m * n * c_element), stream));
     return;
   }
-  cpu::GemmArgs args{.trans_a = trans_a,
+  GemmArgs args{.trans_a = trans_a,
                      .trans_b = trans_b,
                      .m = m,
                      .n = n,
@@ -290,7 +290,7 @@ void grouped_gemm(DType dtype, const cpu::AttentionShape& s, bool trans_a, bool 
   }
 }
 
-int64_t group_of(const cpu::AttentionShape& s) {
+int64_t group_of(const AttentionShape& s) {
   return s.q_heads / s.kv_heads;
 }
 
@@ -300,23 +300,23 @@ int64_t leading(int64_t rows, int64_t cols, int64_t row_stride) {
 }
 
 // The group's query rows (group * q_len of them) of q as one matrix per (batch, kv head).
-Operand stacked_queries(const cpu::AttentionShape& s, const void* data, const HeadsLayout& q) {
+Operand stacked_queries(const AttentionShape& s, const void* data, const HeadsLayout& q) {
   const int64_t group = group_of(s), rows = group * s.q_len;
   const int64_t row_stride = group > 1 && s.q_len == 1 ? q.head : q.row;
   return {data, q.batch, group * q.head, leading(rows, s.head_dim, row_stride)};
 }
 
-Operand kv_operand(const cpu::AttentionShape& s, const void* data, const HeadsLayout& layout) {
+Operand kv_operand(const AttentionShape& s, const void* data, const HeadsLayout& layout) {
   return {data, layout.batch, layout.head, leading(s.kv_len, s.head_dim, layout.row)};
 }
 
 // Contiguous [batch, kv_heads, rows, cols] buffers (scores, outputs, gradients).
-Operand dense(const cpu::AttentionShape& s, const void* data, int64_t rows, int64_t cols) {
+Operand dense(const AttentionShape& s, const void* data, int64_t rows, int64_t cols) {
   return {data, s.kv_heads * rows * cols, rows * cols, cols};
 }
 
 template <class S, class T>
-void launch_softmax(const cpu::AttentionShape& s, const S* scores, T* probs, cudaStream_t stream) {
+void launch_softmax(const AttentionShape& s, const S* scores, T* probs, cudaStream_t stream) {
   const int64_t rows = s.batch * s.q_heads * s.q_len;
   if (rows == 0 || s.kv_len == 0) return;
   softmax_scores_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(rows, s.q_len, s.kv_len, s.causal, scores,
@@ -325,7 +325,7 @@ void launch_softmax(const cpu::AttentionShape& s, const S* scores, T* probs, cud
 }
 
 template <class T, class G>
-void launch_softmax_backward(const cpu::AttentionShape& s, const T* probs, const G* grad_probs, T* grad_scores,
+void launch_softmax_backward(const AttentionShape& s, const T* probs, const G* grad_probs, T* grad_scores,
                              cudaStream_t stream) {
   const int64_t rows = s.batch * s.q_heads * s.q_len;
   if (rows == 0 || s.kv_len == 0) return;
@@ -397,14 +397,14 @@ bool gemm_rows_ok(int64_t rows, int64_t cols, int64_t row_stride) {
   return rows <= 1 || row_stride >= cols;
 }
 
-bool attention_query_stackable(const cpu::AttentionShape& s, const HeadsLayout& q) {
+bool attention_query_stackable(const AttentionShape& s, const HeadsLayout& q) {
   const int64_t group = group_of(s);
   if (group == 1) return gemm_rows_ok(s.q_len, s.head_dim, q.row);
   if (s.q_len == 1) return gemm_rows_ok(group, s.head_dim, q.head);
   return q.head == s.q_len * q.row && gemm_rows_ok(group * s.q_len, s.head_dim, q.row);
 }
 
-void attention(DType dtype, const cpu::AttentionShape& s, const void* q, const HeadsLayout& q_layout, const void* k,
+void attention(DType dtype, const AttentionShape& s, const void* q, const HeadsLayout& q_layout, const void* k,
                const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout, void* out, void* probs,
                void* scores, cudaStream_t stream) {
   const int64_t rows = group_of(s) * s.q_len;
@@ -419,7 +419,7 @@ void attention(DType dtype, const cpu::AttentionShape& s, const void* q, const H
                dense(s, out, rows, s.head_dim), 1.0, stream);
 }
 
-void attention_backward(DType dtype, const cpu::AttentionShape& s, const void* q, const HeadsLayout& q_layout,
+void attention_backward(DType dtype, const AttentionShape& s, const void* q, const HeadsLayout& q_layout,
                         const void* k, const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout,
                         const void* probs, const void* grad_out, void* grad_q, void* grad_k, void* grad_v,
                         void* grad_probs, void* grad_scores, cudaStream_t stream) {

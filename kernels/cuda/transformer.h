@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/transformer.h"
+#include "kernels/common/attention_shape.h"
 #include "libgenesis/core/dtype.h"
 
 namespace genesis::kernels::cuda {
@@ -40,7 +40,7 @@ struct HeadsLayout {
 bool gemm_rows_ok(int64_t rows, int64_t cols, int64_t row_stride);
 // True when q's layout lets the query rows of each kv head's group (q_heads / kv_heads heads of
 // q_len rows) form one evenly strided matrix: contiguous q, one head per group, or q_len 1.
-bool attention_query_stackable(const cpu::AttentionShape& s, const HeadsLayout& q);
+bool attention_query_stackable(const AttentionShape& s, const HeadsLayout& q);
 
 // Any floating dtype. out is contiguous [batch, q_heads, q_len, head_dim]; probs contiguous
 // [batch, q_heads, q_len, kv_len] in dtype, zero where masked. 16-bit inputs need `scores`, an
@@ -48,14 +48,14 @@ bool attention_query_stackable(const cpu::AttentionShape& s, const HeadsLayout& 
 // probabilities are stored in 16 bits, as flash attention feeds them to its second product);
 // f32 and f64 compute in place in probs (scores may be null). q must be attention_query_stackable;
 // k and v rows gemm_rows_ok.
-void attention(DType dtype, const cpu::AttentionShape& s, const void* q, const HeadsLayout& q_layout, const void* k,
+void attention(DType dtype, const AttentionShape& s, const void* q, const HeadsLayout& q_layout, const void* k,
                const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout, void* out, void* probs,
                void* scores, cudaStream_t stream);
 // Gradients (contiguous) from grad_out (contiguous) and the forward's probs. grad_probs holds
 // batch * q_heads * q_len * kv_len elements of f32 for 16-bit inputs (else of dtype), and 16-bit
 // inputs also need grad_scores, as many elements of dtype (f32/f64: null, dS overwrites dP).
 // Each kv head sums its group's query rows inside one GEMM (deterministic).
-void attention_backward(DType dtype, const cpu::AttentionShape& s, const void* q, const HeadsLayout& q_layout,
+void attention_backward(DType dtype, const AttentionShape& s, const void* q, const HeadsLayout& q_layout,
                         const void* k, const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout,
                         const void* probs, const void* grad_out, void* grad_q, void* grad_k, void* grad_v,
                         void* grad_probs, void* grad_scores, cudaStream_t stream);

@@ -2,29 +2,33 @@
 # at the file's own layer or one below it (docs/architecture.md, "Layers").
 #   cmake -DROOT=<source dir> -P tests/layering/check_layers.cmake
 #   cmake -DROOT=<source dir> -DSELF_TEST=ON -P ...   plants an upward include (core -> train)
-#                                                       and succeeds only when it is reported
+#                                                       and a sibling one (cuda -> cpu kernels)
+#                                                       and succeeds only when both are reported
 # Exits non-zero listing each upward include as "file: includes header (layer A above layer B)".
 
 cmake_minimum_required(VERSION 3.20)
 
 # Rank of each layer, lowest first; layers of one rank may include each other.
-set(rank_base 0)      # dtype, half types and errors (today's files in core/, listed below)
-set(rank_kernels 1)   # kernels/: CPU and CUDA kernels
-set(rank_core 2)      # libgenesis/core: tensor, storage, allocator, threads, generator
-set(rank_cuda 2)      # libgenesis/cuda: the CUDA runtime (streams, caching allocator)
-set(rank_autograd 3)  # autograd and ops are one layer: ops record their backward
-set(rank_ops 3)
-set(rank_amp 4)
-set(rank_nn 4)
-set(rank_optim 4)
-set(rank_models 5)
-set(rank_data 5)
-set(rank_io 5)
-set(rank_recipe 6)
-set(rank_convert 7)
-set(rank_dist 7)
-set(rank_train 7)
-set(rank_top 8)       # libgenesis/genesis.h, the umbrella header
+set(rank_base 0)            # dtype, half types and errors (today's files in core/, listed below)
+set(rank_kernels_common 1)  # kernels/common: formulas, op codes and argument structs of both devices
+set(rank_kernels_cpu 2)     # kernels/cpu and kernels/cuda: siblings, neither includes the other
+set(rank_kernels_cuda 2)
+set(rank_core 3)            # libgenesis/core: tensor, storage, allocator, threads, generator
+set(rank_cuda 3)            # libgenesis/cuda: the CUDA runtime (streams, caching allocator)
+set(rank_autograd 4)        # autograd and ops are one layer: ops record their backward
+set(rank_ops 4)
+set(rank_amp 5)
+set(rank_nn 5)
+set(rank_optim 5)
+set(rank_models 6)
+set(rank_data 6)
+set(rank_io 6)
+set(rank_recipe 7)
+set(rank_convert 8)
+set(rank_dist 8)
+set(rank_train 8)
+set(rank_top 9)             # libgenesis/genesis.h, the umbrella header
+set(siblings kernels_cpu kernels_cuda)
 # Headers of the base layer that still live in core/.
 set(base_headers libgenesis/core/dtype.h libgenesis/core/error.h libgenesis/core/half.h)
 
@@ -36,8 +40,8 @@ endif()
 function(layer_of path out)
   if(path IN_LIST base_headers)
     set(${out} base PARENT_SCOPE)
-  elseif(path MATCHES "^kernels/")
-    set(${out} kernels PARENT_SCOPE)
+  elseif(path MATCHES "^kernels/(common|cpu|cuda)/")
+    set(${out} kernels_${CMAKE_MATCH_1} PARENT_SCOPE)
   elseif(path MATCHES "^libgenesis/([a-z_]+)/")
     set(${out} ${CMAKE_MATCH_1} PARENT_SCOPE)
   elseif(path MATCHES "^libgenesis/[^/]+$")
@@ -59,7 +63,8 @@ foreach(source IN LISTS sources)
   endforeach()
 endforeach()
 if(SELF_TEST)
-  list(APPEND edges "libgenesis/core/planted_by_the_self_test.cpp>libgenesis/train/trainer.h")
+  list(APPEND edges "libgenesis/core/planted_by_the_self_test.cpp>libgenesis/train/trainer.h"
+       "kernels/cuda/planted_by_the_self_test.cu>kernels/cpu/conv.h")
 endif()
 
 set(problems "")
@@ -76,18 +81,20 @@ foreach(edge IN LISTS edges)
   endif()
   if(rank_${to} GREATER rank_${from})
     list(APPEND problems "${source}: includes ${header} (layer ${to} is above ${from})")
+  elseif(NOT from STREQUAL to AND from IN_LIST siblings AND to IN_LIST siblings)
+    list(APPEND problems "${source}: includes ${header} (${from} and ${to} share only kernels/common)")
   endif()
 endforeach()
 list(APPEND problems ${unknown})
 
 if(SELF_TEST)
   list(LENGTH problems count)
-  if(count EQUAL 1 AND problems MATCHES "planted_by_the_self_test")
-    message(STATUS "check_layers self-test: the planted core -> train include was reported")
+  if(count EQUAL 2 AND problems MATCHES "core/planted_by_the_self_test" AND problems MATCHES "cuda/planted_by_the_self_test")
+    message(STATUS "check_layers self-test: the planted core -> train and cuda -> cpu includes were reported")
     return()
   endif()
   list(JOIN problems "\n  " text)
-  message(FATAL_ERROR "check_layers self-test: expected exactly the planted include, got:\n  ${text}")
+  message(FATAL_ERROR "check_layers self-test: expected exactly the two planted includes, got:\n  ${text}")
 endif()
 if(problems)
   list(JOIN problems "\n  " text)
