@@ -120,6 +120,9 @@ TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(co
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, &mask);
     const int status = std::system(fetch.c_str());
     pthread_sigmask(SIG_SETMASK, &mask, nullptr);
+    // system() ignores SIGINT in this process while it waits: a Ctrl-C shows as the fetch's death.
+    if (status != -1 && WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM))
+      request_interrupt();
     check_interrupt("fetching the data (run again to resume the preparation)");
     const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     GENESIS_CHECK(code == 0 && !missing(), UsageError, "data for ", spec.run.name, " could not be fetched (",

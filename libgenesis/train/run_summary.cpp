@@ -35,6 +35,7 @@ void TrainingRun::write_summary(int64_t first_step, double train_s, double wall_
   if (data_parallel_) {
     summary["dist_backend"] = group_->gradients().backend();
     summary["zero"] = spec_.dist.zero;
+    summary["reduce_dtype"] = spec_.dist.reduce_dtype;
     summary["gradient_buckets"] = data_parallel_->bucket_count();
     summary["peak_memory_bytes_per_rank"] = peaks;
     summary["optimizer_state_bytes_per_rank"] = optimizer_bytes;

@@ -4,14 +4,17 @@
 // and data preparation and evaluation to stop (core/interrupt.h); a second one terminates at
 // once.
 //
-// The signals are taken by one waiting thread of StopSignal's own and blocked in every other
-// thread (the constructing thread, the OpenMP pool, and the threads started while it lives,
+// The signals are taken by one waiting thread of StopSignal's own (sigtimedwait) and blocked in
+// every other thread (the constructing thread, the OpenMP pool, and the threads started while it lives,
 // which inherit the mask): a handler never runs on a compute thread. It must not: oneDNN's
 // JIT sgemm kernels (kernels/cpu/linalg.h) point rsp into a heap workspace while they run
 // (oneDNN <= 3.11, uxlfoundation/oneDNN#4845), so a signal frame pushed on such a thread
 // overwrites the heap ("corrupted size vs. prev_size" aborts after a SIGTERM).
+// Stop signals are for the process (kill, a terminal's Ctrl-C, timeout, Slurm): one sent to a
+// single other thread (pthread_kill) stays pending until the StopSignal ends, then counts.
 #include <signal.h>
 
+#include <atomic>
 #include <thread>
 
 namespace genesis::train {
@@ -19,7 +22,8 @@ namespace genesis::train {
 class StopSignal {
  public:
   StopSignal();   // blocks SIGINT/SIGTERM here and in the OpenMP pool, starts the waiting thread
-  ~StopSignal();  // stops it, restores the previous handlers and this thread's signal mask
+  ~StopSignal();  // stops it (a signal still pending counts as a request), restores the previous
+                  // handlers and this thread's signal mask
   StopSignal(const StopSignal&) = delete;
   StopSignal& operator=(const StopSignal&) = delete;
   bool requested() const;
@@ -27,8 +31,9 @@ class StopSignal {
   static void simulate();
 
  private:
+  void restore();
   sigset_t previous_mask_;
-  int wake_fd_ = -1;  // eventfd: written by the destructor to end the waiting thread
+  std::atomic<bool> stopping_{false};  // set by the destructor to end the waiting thread
   std::thread waiter_;
 };
 
