@@ -265,7 +265,19 @@ class NcclCommunicator final : public Communicator {
     // The buffers are in use on our stream too: the caching allocator must not hand them out
     // again before it is done with them.
     for (const Tensor* t : used) cuda::record_stream(t->storage()->data(), device_, stream_);
-    {
+    // Once watched, the entry is marked recorded however this ends, so that the poller can retire
+    // it (an exception here leaves no collective behind that the watchdog must wait for).
+    auto mark_recorded = [&] {
+      cudaEventRecord(watched, stream_);
+      {
+        std::lock_guard lock(mutex_);
+        for (Running& r : running_)
+          if (r.event == watched) r.recorded = true;
+      }
+      cv_.notify_all();
+    };
+    bool watching = false;
+    try {
       cuda::StreamGuard ours(stream_);
       NoGradGuard no_grad;
       if (before) before();
@@ -274,18 +286,18 @@ class NcclCommunicator final : public Communicator {
       {
         std::lock_guard lock(mutex_);
         running_.push_back({watched, Clock::now(), std::string(what) + " of " + std::to_string(bytes) + " bytes"});
+        watching = true;
       }
       call();
       if (after) after();
+    } catch (...) {
+      if (watching) mark_recorded();
+      else cudaEventDestroy(watched);
+      cudaEventDestroy(done);
+      throw;
     }
     GENESIS_CUDA_CHECK(cudaEventRecord(done, stream_));
-    GENESIS_CUDA_CHECK(cudaEventRecord(watched, stream_));
-    {
-      std::lock_guard lock(mutex_);
-      for (Running& r : running_)
-        if (r.event == watched) r.recorded = true;
-    }
-    cv_.notify_all();
+    mark_recorded();
     return std::make_shared<NcclWork>(done, device_);
   }
 
