@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/common/norm_kind.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/row_reduce.h"
@@ -165,17 +166,6 @@ void prod_typed(int64_t rows, int64_t cols, const T* x, SumOut<T>* y) {
         return acc;
       },
       multiply, [&](int64_t r, Acc total) { y[r] = static_cast<SumOut<T>>(static_cast<acc_t<T>>(total)); });
-}
-
-enum class NormKind { max_abs, min_abs, count_nonzero, l1, l2, general };
-
-NormKind norm_kind(double p) {
-  if (p == kInf) return NormKind::max_abs;
-  if (p == -kInf) return NormKind::min_abs;
-  if (p == 0.0) return NormKind::count_nonzero;
-  if (p == 1.0) return NormKind::l1;
-  if (p == 2.0) return NormKind::l2;
-  return NormKind::general;
 }
 
 template <class T>

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/common/norm_kind.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/nn_rows.cuh"
 #include "kernels/cuda/reduce.h"
@@ -82,18 +83,6 @@ struct LogSumExpOp {
     out[i] = from_acc<T>(isfinite(acc.max) ? acc.max + log(acc.sum) : acc.max);
   }
 };
-
-enum class NormKind { max_abs, min_abs, count_nonzero, l1, l2, general };
-
-NormKind norm_kind(double p) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  if (p == kInf) return NormKind::max_abs;
-  if (p == -kInf) return NormKind::min_abs;
-  if (p == 0.0) return NormKind::count_nonzero;
-  if (p == 1.0) return NormKind::l1;
-  if (p == 2.0) return NormKind::l2;
-  return NormKind::general;
-}
 
 // The larger (smaller) of a and b where a NaN wins, as the CPU's nan_max / nan_min.
 template <class A>
