@@ -31,7 +31,6 @@ void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
-
 // A 1x1 kernel with unit stride and no padding reads the input image itself as the column matrix.
 bool is_pointwise(const Conv2dShape& s) {
   return s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0;

@@ -178,7 +178,7 @@ class NcclCommunicator final : public Communicator {
     check_wire_dtype(t, wire, "nccl all_reduce");
     Tensor narrow;
     return launch(
-        "all_reduce", bytes_of(t) / static_cast<int64_t>(t.element_size()) * dtype_size(wire), {&t},
+        "all_reduce", t.numel() * static_cast<int64_t>(dtype_size(wire)), {&t},
         [&] {
           GENESIS_NCCL_CHECK(ncclAllReduce(narrow.data_ptr(), narrow.data_ptr(), static_cast<size_t>(narrow.numel()),
                                            nccl_type(wire), nccl_op(op), comm_, stream_));

@@ -96,7 +96,7 @@ void TrainingRun::load_data_and_model() {
         dist::DataParallelOptions{
             .bucket_mb = spec_.dist.bucket_mb,
             .zero = static_cast<int>(spec_.dist.zero),
-            .reduce_dtype = spec_.dist.reduce_dtype == "bf16" ? std::optional<DType>(DType::bf16) : std::nullopt});
+            .reduce_dtype = parse_dtype(spec_.dist.reduce_dtype)});
   zero_ = data_parallel_ && data_parallel_->sharded();
   std::vector<ParamGroup> groups = recipe::optimizer_groups(spec_, *model_);
   if (zero_) groups = data_parallel_->shard_groups(groups);
