@@ -23,8 +23,8 @@ Tensor rand_values(const Shape& shape, DType dtype, double lo, double hi) {
 }
 
 void gradcheck(const Fn& f, const TensorList& inputs, GradcheckOptions options) {
-  for (const Tensor& in : inputs) {
-    REQUIRE(in.dtype() == DType::f64);
+  for (const Tensor& in : inputs) {  // integer inputs (indices) and masks pass through
+    REQUIRE((in.dtype() == DType::f64 || !in.requires_grad()));
     REQUIRE(in.is_leaf());
     REQUIRE(in.is_contiguous());
   }
@@ -35,7 +35,8 @@ void gradcheck(const Fn& f, const TensorList& inputs, GradcheckOptions options) 
     NoGradGuard no_grad;
     return sum(mul(f(inputs), w)).item();
   };
-  for (Tensor in : inputs) in.set_grad(Tensor());
+  for (Tensor in : inputs)
+    if (in.requires_grad()) in.set_grad(Tensor());
   Tensor loss = sum(mul(y0, w));
   loss.backward();
   for (size_t k = 0; k < inputs.size(); ++k) {

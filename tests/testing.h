@@ -21,8 +21,8 @@ struct GradcheckOptions {
 };
 
 // Checks every input's analytic gradient of sum(f(inputs) * w), for a fixed random w,
-// against central finite differences. Inputs must be f64 leaves with requires_grad;
-// f may make them non-contiguous (transpose, slice, expand) before calling the op.
+// against central finite differences. Inputs are contiguous leaves; those that require grad
+// are f64 (indices and masks pass through). f may make them non-contiguous (transpose, slice, expand) before calling the op.
 void gradcheck(const Fn& f, const TensorList& inputs, GradcheckOptions options = {});
 
 // Random f64 leaf in [lo, hi) that requires grad.

@@ -93,7 +93,7 @@ std::string shape_column(const BenchCase& c) {
 }
 
 struct OpsFlags {
-  std::string device = "auto", dtype, suite = "recipes/bench/ops.toml", filter, json_path, ceilings_path;
+  std::string device = "auto", dtype, suite = "recipes/bench/ops.toml", filter, json_path, ceilings_path, emit_path;
   int reps = 100;
   double budget_ms = 300;
   int64_t flush_mib = -1;
@@ -186,8 +186,27 @@ void print_row(const json& r, const BenchCase& c) {
   std::fflush(stdout);
 }
 
+// The selected cases, resolved, for scripts/bench/torch_ops.py: nothing is run.
+int emit_cases(const OpsFlags& flags, const std::vector<std::pair<const BenchCase*, DType>>& selected) {
+  json cases = json::array();
+  for (size_t i = 0; i < selected.size(); ++i) {
+    if (i > 0 && selected[i].first == selected[i - 1].first) continue;
+    BenchCase c = *selected[i].first;
+    c.dtypes.clear();
+    for (size_t j = i; j < selected.size() && selected[j].first == selected[i].first; ++j)
+      c.dtypes.push_back(selected[j].second);
+    cases.push_back(describe_case(c));
+  }
+  json out{{"schema", "genesis.bench.cases/1"}, {"suite", flags.suite}, {"filter", flags.filter}, {"cases", cases}};
+  write_json(flags.emit_path, out);
+  if (!flags.quiet) std::cerr << "genesis bench: " << cases.size() << " cases written to " << flags.emit_path << "\n";
+  return 0;
+}
+
 int run_ops(const OpsFlags& flags) {
-  std::vector<BenchCase> cases = load_suite(flags.suite, bench_op_names());
+  std::vector<BenchCase> cases = flags.suite == "all"        ? registry_suite(false)
+                                 : flags.suite == "all-test" ? registry_suite(true)
+                                                             : load_suite(flags.suite, bench_op_names());
   for (const BenchCase& c : cases) validate_case(c);
   std::optional<DType> only;
   if (!flags.dtype.empty()) {
@@ -209,6 +228,7 @@ int run_ops(const OpsFlags& flags) {
   }
   GENESIS_CHECK(!selected.empty(), UsageError, "genesis bench ops: no case of ", flags.suite, " matches --filter '",
                 flags.filter, "'", only ? " and --dtype " + flags.dtype : "");
+  if (!flags.emit_path.empty()) return emit_cases(flags, selected);
 
   DeviceTimer timer(bench_device(flags.device, flags.quiet), flags.flush_mib,
                     flags.flush_mode == "write" ? FlushMode::write : FlushMode::read);
@@ -270,7 +290,12 @@ void add_bench_command(CLI::App& app) {
       bench->add_subcommand("ops", "Time the suite's ops after checking each against the CPU in float64");
   ops_cmd->add_option("--device", ops->device, "cuda, cuda:N, cpu or auto (cuda when present)")->check(device_validator());
   ops_cmd->add_option("--dtype", ops->dtype, "Run only this dtype of each case (f32, bf16, f16, f64)");
-  ops_cmd->add_option("--suite", ops->suite, "Suite TOML (default recipes/bench/ops.toml)");
+  ops_cmd->add_option("--suite", ops->suite,
+                      "Suite TOML (default recipes/bench/ops.toml), or 'all': every op case of the registry at its "
+                      "benchmark size ('all-test': at the tests' small sizes)");
+  ops_cmd->add_option("--emit-cases", ops->emit_path,
+                      "Write the selected cases, resolved (inputs, PyTorch call, cost), as JSON for "
+                      "scripts/bench/torch_ops.py, and run nothing");
   ops_cmd->add_option("--filter", ops->filter, "Regular expression on case names and op names");
   ops_cmd->add_option("--json", ops->json_path, "Write the results as JSON (schema in docs/benchmarks.md)");
   ops_cmd->add_option("--reps", ops->reps, "Most timed repetitions per case (fewer when a case is slow)")

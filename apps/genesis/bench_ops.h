@@ -1,20 +1,21 @@
 #pragma once
-// The ops `genesis bench ops` knows: for each case, the inputs to draw, the call to time,
-// a CPU float64 reference to check it against, and the fewest bytes / flops it needs.
+// `genesis bench ops` over the op-case registry: for each case, the inputs to draw, the call to
+// time, a CPU float64 reference to check it against, and the fewest bytes / flops it needs.
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "apps/genesis/bench_suite.h"
 #include "libgenesis/core/device.h"
 #include "libgenesis/core/tensor.h"
+#include "libgenesis/ops/op_cases.h"
 
 namespace genesis::cli::bench {
 
-struct Cost {
-  double bytes = 0;  // fewest bytes through memory: each input read once, each output written once
-  double flops = 0;  // 0 unless the op is arithmetic-bound (matrix products)
-};
+// Fewest bytes through memory and flops of a case (libgenesis/ops/op_cases.h).
+using Cost = OpCost;
 
 class Workload {
  public:
@@ -26,7 +27,14 @@ class Workload {
   virtual void run(int rep) = 0;
 };
 
+// The registry's case names and "adamw" (an optimizer step, not a table op).
 std::vector<std::string> bench_op_names();
+// `--suite all`: every registry case at its benchmark size (`all-test`: at the small size of the
+// tests), forward and, where the op has one, forward + backward, in f32 and bf16.
+std::vector<BenchCase> registry_suite(bool test_sizes);
+// A case resolved for scripts/bench/torch_ops.py: its inputs (shape, kind, bound, grad), the
+// PyTorch expression, the cost per dtype (`genesis bench ops --emit-cases`).
+nlohmann::json describe_case(const BenchCase& c);
 // Throws UsageError naming the case when its shapes do not fit the op.
 void validate_case(const BenchCase& c);
 Cost case_cost(const BenchCase& c, DType dtype);

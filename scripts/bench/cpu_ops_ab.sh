@@ -13,9 +13,11 @@ genesis=${GENESIS:-build/bin/genesis}
 python=${PYTHON:-python3}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# The PyTorch side reads the suite's cases resolved by genesis (inputs, call, cost).
+"$genesis" bench ops --suite "$suite" --emit-cases "$out/cases.json" -q
 for r in $(seq 1 "$rounds"); do
   run_genesis() { "$genesis" bench ops --device cpu --suite "$suite" --json "$out/g$r.json" -q > /dev/null; }
-  run_torch() { "$python" scripts/bench/torch_ops.py "$suite" --device cpu --json "$out/t$r.json" > /dev/null; }
+  run_torch() { "$python" scripts/bench/torch_ops.py "$out/cases.json" --device cpu --json "$out/t$r.json" > /dev/null; }
   if (( r % 2 )); then run_genesis; run_torch; else run_torch; run_genesis; fi
   echo "round $r of $rounds done" >&2
 done

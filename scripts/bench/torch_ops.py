@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""PyTorch side of `genesis bench`: the same suite, timing method and JSON schema.
+"""PyTorch side of `genesis bench`: the same cases, timing method and JSON schema.
 
-    scripts/bench/torch_ops.py recipes/bench/ops.toml --device cuda --dtype bf16 --json torch_bf16.json
+    genesis bench ops --suite recipes/bench/ops.toml --emit-cases cases.json
+    scripts/bench/torch_ops.py cases.json --device cuda --dtype bf16 --json torch_bf16.json
     scripts/bench/torch_ops.py --alloc --device cuda --json torch_alloc.json
     genesis bench compare genesis_bf16.json torch_bf16.json
+
+The cases come resolved from genesis's op-case registry (libgenesis/ops/op_cases.h): each names
+its inputs (shape, kind, index bound, whether it takes a gradient), the PyTorch expression of
+the call (over x, the inputs, and a, the case's arguments) and its cost per dtype, so nothing
+about an op is written twice.
 
 Each case is checked against a float64 CPU reference first (a failing case is reported,
 never timed), then timed with torch.cuda.Event after a warm-up, with a buffer twice the
@@ -18,7 +24,6 @@ import os
 import re
 import sys
 import time
-import tomllib
 import zlib
 
 import torch
@@ -26,11 +31,10 @@ import torch.nn.functional as F
 
 from torch_alloc import cpu_model_name, fmt, header, run_alloc, write_json
 
-CASE_KEYS = {"name", "op", "shapes", "dtypes", "backward", "axes", "dim", "scalar", "variant", "check_rows", "tolerance"}
 DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16}
 TOLERANCE = {"f64": 1e-9, "f32": 1e-3, "f16": 1e-2, "bf16": 2e-2}
-ROW_INPUTS = {"matmul": [0], "bmm": [0, 1], "linear": [0], "embedding": [1], "attention": [0, 1, 2], "conv2d": [0],
-              "max_pool2d": [0]}
+CASE_KEYS = {"name", "op", "table_op", "shapes", "dtypes", "backward", "axes", "dim", "scalar", "variant",
+             "check_rows", "tolerance", "where", "inputs", "torch", "cost", "row_inputs", "random"}
 
 
 def fail(message):
@@ -38,187 +42,43 @@ def fail(message):
     sys.exit(2)
 
 
-# --- the suite ------------------------------------------------------------------------
+# --- the cases --------------------------------------------------------------------------
 
-def load_suite(path):
+def load_cases(path):
+    if path.endswith(".toml"):
+        fail(f"{path} is a suite file: resolve it first with `genesis bench ops --suite {path} --emit-cases "
+             "cases.json` and pass cases.json")
     try:
-        with open(path, "rb") as f:
-            suite = tomllib.load(f)
+        with open(path) as f:
+            data = json.load(f)
     except OSError as e:
-        fail(f"cannot read suite {path}: {e}")
-    except tomllib.TOMLDecodeError as e:
-        fail(f"bench suite {path}: {e}")
-    cases, names = [], set()
-    for c in suite.get("case", []):
-        unknown = set(c) - CASE_KEYS
-        if unknown or "name" not in c or "op" not in c or "shapes" not in c:
-            fail(f"bench suite {path}: case {c.get('name', '?')!r} has unknown keys {sorted(unknown)} or lacks name/op/shapes")
-        if c["op"] not in OPS and c["op"] != "adamw":
-            fail(f"bench suite {path}: case {c['name']!r}: unknown op {c['op']!r}")
-        if c["name"] in names:
-            fail(f"bench suite {path}: duplicate case name {c['name']!r}")
-        names.add(c["name"])
-        c.setdefault("dtypes", ["f32", "bf16"])
-        c.setdefault("backward", False)
-        c.setdefault("axes", [])
-        c.setdefault("dim", -1)
-        c.setdefault("scalar", 2.0)
-        c.setdefault("variant", "")
-        c.setdefault("check_rows", 0)
-        c.setdefault("tolerance", 0.0)
-        cases.append(c)
+        fail(f"cannot read cases {path}: {e}")
+    except json.JSONDecodeError as e:
+        fail(f"cases {path}: not JSON ({e})")
+    if data.get("schema") != "genesis.bench.cases/1":
+        fail(f"cases {path}: schema {data.get('schema')!r}, expected 'genesis.bench.cases/1' (genesis bench ops --emit-cases)")
+    cases = data.get("cases", [])
+    for c in cases:
+        missing = CASE_KEYS - set(c)
+        if missing:
+            fail(f"cases {path}: case {c.get('name', '?')!r} lacks {sorted(missing)}")
+        c["compiled"] = None if c["torch"] is None else compile(c["torch"], f"<case {c['name']}>", "eval")
     if not cases:
-        fail(f"bench suite {path}: no [[case]] tables")
-    return cases
+        fail(f"cases {path}: no cases")
+    return data.get("suite", path), cases
 
 
 def numel(shape):
     return math.prod(shape)
 
 
-# --- ops: inputs (shape, index bound or 0, needs grad), forward, cost ----------------------
-
-def data_inputs(c):
-    return [(s, 0, c["backward"]) for s in c["shapes"]]
+def case_args(c):
+    return {k: c[k] for k in ("shapes", "axes", "dim", "scalar", "variant")}
 
 
-def norm_inputs(params):
-    def inputs(c):
-        n = c["shapes"][0][-1]
-        return [(c["shapes"][0], 0, c["backward"])] + [([n], 0, c["backward"])] * params
-    return inputs
-
-
-def streaming(c, es):
-    x = numel(c["shapes"][0]) * es
-    return (5 * x if c["backward"] else 2 * x), 0.0
-
-
-def reduction(c, es, axes):
-    s = c["shapes"][0]
-    reduced = numel(s) if not axes else math.prod(s[a] for a in axes)
-    inp = numel(s) * es
-    out = inp / reduced
-    return (2 * (inp + out) if c["backward"] else inp + out), 0.0
-
-
-def broadcast(a, b):
-    n = max(len(a), len(b))
-    a, b = [1] * (n - len(a)) + list(a), [1] * (n - len(b)) + list(b)
-    return [max(x, y) for x, y in zip(a, b)]
-
-
-def binary_cost(c, es):
-    a, b = c["shapes"]
-    fwd = (numel(a) + numel(b) + numel(broadcast(a, b))) * es
-    return (2 * fwd if c["backward"] else fwd), 0.0
-
-
-def matrix_product(c, es, a=None, b=None):
-    a = a or c["shapes"][0]
-    b = b or c["shapes"][1]
-    m, k, cols = a[-2], a[-1], b[-1]
-    batch = max(numel(a) / (m * k), numel(b) / (k * cols))
-    flops, nbytes = 2 * batch * m * k * cols, (numel(a) + numel(b) + batch * m * cols) * es
-    return (3 * nbytes, 3 * flops) if c["backward"] else (nbytes, flops)
-
-
-def norm_cost(params):
-    def cost(c, es):
-        b, _ = streaming(c, es)
-        return b + params * c["shapes"][0][-1] * es * (2 if c["backward"] else 1), 0.0
-    return cost
-
-
-def lse_axes(c):
-    return c["axes"] or [c["dim"]]
-
-
-OPS = {
-    "add": (data_inputs, lambda c, x: x[0] + x[1], binary_cost),
-    "mul": (data_inputs, lambda c, x: x[0] * x[1], binary_cost),
-    "mul_scalar": (data_inputs, lambda c, x: x[0] * c["scalar"], streaming),
-    "gelu": (data_inputs, lambda c, x: F.gelu(x[0], approximate="tanh" if c["variant"] == "tanh" else "none"), streaming),
-    "silu": (data_inputs, lambda c, x: F.silu(x[0]), streaming),
-    "exp": (data_inputs, lambda c, x: torch.exp(x[0]), streaming),
-    "sum": (data_inputs, lambda c, x: x[0].sum(dim=c["axes"]) if c["axes"] else x[0].sum(),
-            lambda c, es: reduction(c, es, c["axes"])),
-    "mean": (data_inputs, lambda c, x: x[0].mean(dim=c["axes"]) if c["axes"] else x[0].mean(),
-             lambda c, es: reduction(c, es, c["axes"])),
-    "softmax": (data_inputs, lambda c, x: torch.softmax(x[0], c["dim"]), streaming),
-    "log_softmax": (data_inputs, lambda c, x: torch.log_softmax(x[0], c["dim"]), streaming),
-    "logsumexp": (data_inputs, lambda c, x: torch.logsumexp(x[0], dim=lse_axes(c)),
-                  lambda c, es: reduction(c, es, lse_axes(c))),
-    "cat": (data_inputs, lambda c, x: torch.cat(x, c["dim"]),
-            lambda c, es: ((4 if c["backward"] else 2) * sum(numel(s) for s in c["shapes"]) * es, 0.0)),
-    "cast": (data_inputs, lambda c, x: x[0].to(DTYPES[c["variant"]]), streaming),
-    "transpose_copy": (data_inputs, lambda c, x: x[0].transpose(-2, -1).contiguous(), streaming),
-    "layer_norm": (norm_inputs(2), lambda c, x: F.layer_norm(x[0], (c["shapes"][0][-1],), x[1], x[2], 1e-5), norm_cost(2)),
-    "rms_norm": (norm_inputs(1), lambda c, x: F.rms_norm(x[0], (c["shapes"][0][-1],), x[1], 1e-6), norm_cost(1)),
-    "cross_entropy": (lambda c: [(c["shapes"][0], 0, c["backward"]), ([c["shapes"][0][0]], c["shapes"][0][1], False)],
-                      lambda c, x: F.cross_entropy(x[0], x[1]),
-                      lambda c, es: (numel(c["shapes"][0]) * es * (2 if c["backward"] else 1) + 8 * c["shapes"][0][0], 0.0)),
-    "embedding": (lambda c: [(c["shapes"][0], 0, c["backward"]), (c["shapes"][1], c["shapes"][0][0], False)],
-                  lambda c, x: F.embedding(x[1], x[0]),
-                  lambda c, es: embedding_cost(c, es)),
-    "matmul": (data_inputs, lambda c, x: x[0] @ x[1], matrix_product),
-    "bmm": (data_inputs, lambda c, x: torch.bmm(x[0], x[1]), matrix_product),
-    "linear": (data_inputs, lambda c, x: F.linear(x[0], x[1], x[2] if len(x) > 2 else None),
-               lambda c, es: matrix_product(c, es, [numel(c["shapes"][0]) // c["shapes"][0][-1], c["shapes"][0][-1]],
-                                            [c["shapes"][1][1], c["shapes"][1][0]])),
-    # q [B, Hq, T, D], k and v [B, Hkv, T, D] (grouped heads through enable_gqa); causal.
-    "attention": (data_inputs,
-                  lambda c, x: F.scaled_dot_product_attention(x[0], x[1], x[2], is_causal=True,
-                                                              enable_gqa=x[0].size(1) != x[1].size(1)),
-                  lambda c, es: attention_cost(c, es)),
-    # x [N, C, H, W], weight [O, C, kH, kW], bias [O]: stride 1, "same" padding (k // 2).
-    "conv2d": (data_inputs,
-               lambda c, x: F.conv2d(x[0], x[1], x[2] if len(x) > 2 else None,
-                                     padding=(c["shapes"][1][2] // 2, c["shapes"][1][3] // 2)),
-               lambda c, es: conv2d_cost(c, es)),
-    "max_pool2d": (data_inputs, lambda c, x: F.max_pool2d(x[0], 2),
-                   lambda c, es: ((2.5 if c["backward"] else 1.25) * numel(c["shapes"][0]) * es, 0.0)),
-    "relu": (data_inputs, lambda c, x: F.relu(x[0]), streaming),
-    # The head and loss of a language model as PyTorch eager computes it: bf16 logits, f32 loss.
-    "linear_cross_entropy": (lambda c: [(c["shapes"][0], 0, c["backward"]), (c["shapes"][1], 0, c["backward"]),
-                                        ([c["shapes"][0][0]], c["shapes"][1][0], False)],
-                             lambda c, x: F.cross_entropy(F.linear(x[0], x[1]).float(), x[2]),
-                             lambda c, es: linear_cross_entropy_cost(c, es)),
-}
-
-
-def attention_cost(c, es):
-    q = c["shapes"][0]
-    flops = 2.0 * numel(q) * q[2]
-    nbytes = (2 * numel(q) + numel(c["shapes"][1]) + numel(c["shapes"][2])) * es
-    return (2.5 * nbytes, 3.5 * flops) if c["backward"] else (nbytes, flops)
-
-
-def conv2d_cost(c, es):
-    x, w = c["shapes"][0], c["shapes"][1]
-    out = x[0] * w[0] * x[2] * x[3]
-    flops = 2.0 * out * w[1] * w[2] * w[3]
-    nbytes = (numel(x) + numel(w) + out) * es
-    return (3 * nbytes, 3 * flops) if c["backward"] else (nbytes, flops)
-
-
-def linear_cross_entropy_cost(c, es):
-    flops = 2.0 * numel(c["shapes"][0]) * c["shapes"][1][0]
-    nbytes = (numel(c["shapes"][0]) + numel(c["shapes"][1])) * es
-    return (3 * nbytes, 3 * flops) if c["backward"] else (nbytes, flops)
-
-
-def embedding_cost(c, es):
-    rows = numel(c["shapes"][1]) * c["shapes"][0][1] * es
-    fwd = 8 * numel(c["shapes"][1]) + 2 * rows
-    return (fwd + rows + numel(c["shapes"][0]) * es if c["backward"] else fwd), 0.0
-
-
-def case_cost(c, dtype):
-    es = torch.empty((), dtype=DTYPES[dtype]).element_size()
-    if c["op"] == "adamw":
-        return 7 * sum(numel(s) for s in c["shapes"]) * es, 0.0
-    return OPS[c["op"]][2](c, es)
+def forward(c, x, dtype, device):
+    return eval(c["compiled"], {"torch": torch, "F": F, "math": math},
+                {"x": x, "a": case_args(c), "dtype": dtype, "device": device})
 
 
 # --- workloads --------------------------------------------------------------------------
@@ -228,11 +88,18 @@ def seed_of(name):
 
 
 def draw(spec, dtype, device, gen):
-    shape, bound, grad = spec
-    if bound:
-        return torch.randint(0, bound, shape, device=device, generator=gen)
-    t = torch.randn(shape, device=device, generator=gen).to(dtype)
-    return t.requires_grad_(grad)
+    shape, kind = spec["shape"], spec["kind"]
+    if kind == "index":
+        return torch.randint(0, spec["bound"], shape, device=device, generator=gen)
+    if kind == "mask":
+        return torch.rand(shape, device=device, generator=gen) < 0.5
+    t = torch.rand(shape, device=device, generator=gen) if kind in ("positive", "probability") else \
+        torch.randn(shape, device=device, generator=gen)
+    if kind == "positive":
+        t = t * 1.5 + 0.5
+    elif kind == "probability":
+        t = t * 0.9 + 0.05
+    return t.to(dtype).requires_grad_(spec["grad"])
 
 
 def reference_copy(t, grad=False):
@@ -254,42 +121,49 @@ def relative_error(out, ref):
 class OpWorkload:
     def __init__(self, c, dtype, device, cache_bytes):
         self.c, self.device, self.dtype = c, device, DTYPES[dtype]
-        inputs, self.forward, _ = OPS[c["op"]]
-        self.specs = inputs(c)
+        self.specs = c["inputs"]
         self.gen = torch.Generator(device=device).manual_seed(seed_of(c["name"]))
-        nbytes = sum(numel(s[0]) for s in self.specs) * torch.empty((), dtype=self.dtype).element_size()
+        nbytes = sum(numel(s["shape"]) for s in self.specs) * torch.empty((), dtype=self.dtype).element_size()
         sets = 4 if nbytes * 4 < cache_bytes else 1
         self.sets = [[draw(s, self.dtype, device, self.gen) for s in self.specs] for _ in range(sets)]
         self.grad_out = None
 
-    def outputs(self, x, grad_out):
+    def forward(self, x, reference=False):
+        # Cases without inputs (factories) take the dtype and device: float64 on the CPU for the reference.
+        return forward(self.c, x, torch.float64 if reference else self.dtype, "cpu" if reference else self.device)
+
+    def outputs(self, x, grad_out, reference=False):
         if not self.c["backward"]:
             with torch.no_grad():
-                return [self.forward(self.c, x)]
+                return [self.forward(x, reference)]
         for t in x:
             t.grad = None
-        out = self.forward(self.c, x)
+        out = self.forward(x, reference)
         out.backward(grad_out)
         return [out.detach()] + [t.grad for t in x if t.requires_grad]
 
     def check(self):
         x = self.sets[0]
-        if self.c["check_rows"] > 0:
-            return self.check_rows()
-        if self.c["backward"]:
+        if self.c["backward"]:  # the output gradient of the timed backward
             with torch.no_grad():
-                probe = self.forward(self.c, x)
+                probe = self.forward(x)
             if probe.dim() > 0:
                 self.grad_out = torch.randn(probe.shape, device=self.device, generator=self.gen).to(self.dtype)
+        if self.c["random"]:  # random outputs (dropout, rand): the shape is the check
+            with torch.no_grad():
+                same = self.forward(x).shape == self.forward([reference_copy(t) for t in x], True).shape
+            return 0.0 if same else math.nan
+        if self.c["check_rows"] > 0 and self.c["row_inputs"]:  # the forward's rows only
+            return self.check_rows()
         got = self.outputs(x, self.grad_out)
-        ref_in = [reference_copy(t, spec[2]) for t, spec in zip(x, self.specs)]
-        ref = self.outputs(ref_in, None if self.grad_out is None else reference_copy(self.grad_out))
+        ref_in = [reference_copy(t, spec["grad"]) for t, spec in zip(x, self.specs)]
+        ref = self.outputs(ref_in, None if self.grad_out is None else reference_copy(self.grad_out), True)
         return max(relative_error(a, b) for a, b in zip(got, ref))
 
     def check_rows(self):
         x = self.sets[0]
         with torch.no_grad():
-            out = self.forward(self.c, x)
+            out = self.forward(x)
             rows, half = out.shape[0], max(1, self.c["check_rows"] // 2)
             blocks = [(0, min(rows, half))]
             if rows > 2 * half:
@@ -298,9 +172,9 @@ class OpWorkload:
                 blocks[0] = (0, rows)
             worst = 0.0
             for start, count in blocks:
-                ref_in = [reference_copy(t.narrow(0, start, count) if i in ROW_INPUTS[self.c["op"]] else t)
+                ref_in = [reference_copy(t.narrow(0, start, count) if i in self.c["row_inputs"] else t)
                           for i, t in enumerate(x)]
-                err = relative_error(out.narrow(0, start, count), self.forward(self.c, ref_in))
+                err = relative_error(out.narrow(0, start, count), self.forward(ref_in, True))
                 if math.isnan(err):
                     return err
                 worst = max(worst, err)
@@ -444,10 +318,10 @@ def measure_ceilings(timer):
 
 
 def run_case(c, dtype, timer, ceilings, args):
-    nbytes, flops = case_cost(c, dtype)
+    nbytes, flops = c["cost"][dtype]["bytes"], c["cost"][dtype]["flops"]
     tol = c["tolerance"] or TOLERANCE[dtype]
     row = {"name": c["name"], "op": c["op"], "shapes": c["shapes"], "dtype": dtype, "backward": c["backward"],
-           "where": args.suite, "bytes": nbytes, "flops": flops, "tolerance": tol, "status": "ok", "message": None,
+           "where": c["where"], "bytes": nbytes, "flops": flops, "tolerance": tol, "status": "ok", "message": None,
            "check_rel_err": None, "median_ms": None, "p10_ms": None, "p90_ms": None, "reps": None, "gbps": None,
            "tflops": None, "pct_of_ceiling": None, "host_us": None, "back_to_back_us": None}
     try:
@@ -476,18 +350,19 @@ def run_case(c, dtype, timer, ceilings, args):
         if timer.cuda and row["median_ms"] < 0.1:
             row["host_us"], row["back_to_back_us"] = timer.host_overhead_us(work.run, 200)
     except (RuntimeError, TypeError, ValueError, AttributeError) as e:
-        # NotImplementedError (a RuntimeError) and AttributeError (an op this torch lacks, e.g.
-        # F.rms_norm before 2.4) mean the op is not available here.
-        row["status"] = "unsupported" if isinstance(e, (NotImplementedError, AttributeError)) else "error"
+        # NotImplementedError (a RuntimeError), AttributeError (an op this torch lacks, e.g.
+        # F.rms_norm before 2.4) and "... not implemented for 'BFloat16'" mean the op is not available here.
+        unsupported = isinstance(e, (NotImplementedError, AttributeError)) or "not implemented for" in str(e)
+        row["status"] = "unsupported" if unsupported else "error"
         row["message"] = str(e).splitlines()[0] if str(e) else type(e).__name__
     timer.sync()
     return row
 
 
 def run_ops(args):
-    if not args.suite:
-        fail("a suite file is required (recipes/bench/ops.toml) unless --alloc is given")
-    cases = load_suite(args.suite)
+    if not args.cases:
+        fail("a cases file is required (genesis bench ops --emit-cases) unless --alloc is given")
+    suite, cases = load_cases(args.cases)
     try:
         pattern = re.compile(args.filter or ".")
     except re.error as e:
@@ -495,7 +370,7 @@ def run_ops(args):
     selected = [(c, d) for c in cases if pattern.search(c["name"]) or pattern.search(c["op"])
                 for d in c["dtypes"] if not args.dtype or d == args.dtype]
     if not selected:
-        fail(f"no case of {args.suite} matches --filter {args.filter!r} and --dtype {args.dtype}")
+        fail(f"no case of {args.cases} matches --filter {args.filter!r} and --dtype {args.dtype}")
     timer = Timer(args.device, args.flush_mib, args.flush_mode)
     if args.ceilings:
         with open(args.ceilings) as f:
@@ -518,7 +393,7 @@ def run_ops(args):
     counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "FAIL", "unsupported", "error")}
     print(f"# {len(rows)} cases: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     out = header("genesis.bench.ops/1", timer.name, args.device)
-    out.update(suite=args.suite, filter=args.filter or "", dtype=args.dtype,
+    out.update(suite=suite, filter=args.filter or "", dtype=args.dtype,
                timing={"method": "cuda_events" if timer.cuda else "perf_counter", "flush_bytes": timer.flush_bytes,
                        "flush_mode": timer.flush_mode,
                        "max_reps": args.reps, "budget_ms": args.budget_ms, "statistic": "median"},
@@ -529,7 +404,7 @@ def run_ops(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("suite", nargs="?", help="suite TOML (recipes/bench/ops.toml)")
+    p.add_argument("cases", nargs="?", help="cases JSON of `genesis bench ops --suite S --emit-cases FILE`")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=sorted(DTYPES), help="run only this dtype of each case")
     p.add_argument("--filter", default="", help="regular expression on case names and op names")

@@ -17,8 +17,8 @@ filter=${FILTER:-attention}
   echo "git $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%F)"
 } | tee "$report"
 "$genesis" bench ops --device cuda --dtype bf16 --filter "$filter" --json "$out/genesis.json" -q > "$out/genesis.txt" 2>&1
-python3 scripts/bench/torch_ops.py recipes/bench/ops.toml --device cuda --dtype bf16 --filter "$filter" \
-  --json "$out/torch.json" > "$out/torch.txt" 2>&1
+"$genesis" bench ops --dtype bf16 --filter "$filter" --emit-cases "$out/cases.json" -q
+python3 scripts/bench/torch_ops.py "$out/cases.json" --device cuda --dtype bf16 --json "$out/torch.json" > "$out/torch.txt" 2>&1
 "$genesis" bench compare "$out/genesis.json" "$out/torch.json" 2>&1 | tee -a "$report"
 [ "${NCU:-1}" = 1 ] || exit 0
 case="attention causal B16 H12 T1024 D64 fwd\\+bwd"
@@ -29,7 +29,7 @@ ncu "${sections[@]}" --kernel-name regex:flash_ --launch-skip 8 --launch-count 4
 echo "ncu genesis rc=$?" | tee -a "$report"
 ncu --metrics gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,launch__block_size \
   --kernel-name regex:'flash|fmha|attn|sdpa|cudnn' --launch-skip 6 --launch-count 6 \
-  python3 scripts/bench/torch_ops.py recipes/bench/ops.toml --device cuda --dtype bf16 --filter "$case" --reps 3 \
+  python3 scripts/bench/torch_ops.py "$out/cases.json" --device cuda --dtype bf16 --filter "$case" --reps 3 \
   > "$out/ncu_torch.txt" 2>&1
 echo "ncu torch rc=$?" | tee -a "$report"
 grep -E '^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Shared Memory Configuration Size|Dynamic Shared|L1/TEX Hit|Executed Ipc A|stall|Stall' \

@@ -94,7 +94,8 @@ if has bench; then
     "$genesis" bench ops --device "$dev" --suite "$suite" --dtype "$dt" --ceilings "$out/ceilings.json" "${filter[@]}" --flush-mode "${BENCH_FLUSH_MODE:-read}" \
       --json "$out/genesis_$dt.json" > "$out/genesis_$dt.txt" 2> "$out/genesis_$dt.err"
     note "genesis bench ops $dt rc=$?: $(tail -1 "$out/genesis_$dt.txt") $(tail -2 "$out/genesis_$dt.err")"
-    python3 scripts/bench/torch_ops.py "$suite" --device "$dev" --dtype "$dt" --ceilings "$out/ceilings.json" \
+    "$genesis" bench ops --suite "$suite" --dtype "$dt" "${filter[@]}" --emit-cases "$out/cases_$dt.json" -q
+    python3 scripts/bench/torch_ops.py "$out/cases_$dt.json" --device "$dev" --dtype "$dt" --ceilings "$out/ceilings.json" \
       --flush-mode "${BENCH_FLUSH_MODE:-read}" \
       "${filter[@]}" --json "$out/torch_$dt.json" > "$out/torch_$dt.txt" 2> "$out/torch_$dt.err"
     note "torch ops $dt rc=$?: $(tail -1 "$out/torch_$dt.txt") $(tail -2 "$out/torch_$dt.err")"

@@ -70,6 +70,43 @@ PY
     || fail "scripts/bench/torch_ops.py does not compile"
 fi
 
+# The op-case registry as a suite: every case at the tests' sizes, checked and timed; resolved
+# for the PyTorch side, and (where a python with torch is installed) every case's PyTorch
+# expression checked against the float64 reference the same way.
+"$genesis" bench ops "${fast[@]}" --suite all-test --ceilings "$work/ceilings.json" --json "$work/all.json" > "$work/all.txt"
+check "bench ops --suite all-test" 0 $?
+tail -1 "$work/all.txt" | grep -Eq " 0 FAIL, 0 unsupported, 0 error" || fail "--suite all-test: $(tail -1 "$work/all.txt")"
+"$genesis" bench ops --suite all-test --emit-cases "$work/cases.json" -q
+check "bench ops --emit-cases" 0 $?
+"$genesis" ops --json > "$work/ops.json"
+if command -v python3 >/dev/null; then
+  python3 - "$work/cases.json" "$work/ops.json" <<'PY' || fail "--emit-cases: the cases do not cover the op table or miss keys"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["schema"] == "genesis.bench.cases/1", d["schema"]
+keys = {"name", "op", "table_op", "shapes", "dtypes", "backward", "axes", "dim", "scalar", "variant", "check_rows",
+        "tolerance", "where", "inputs", "torch", "cost", "row_inputs", "random"}
+for c in d["cases"]:
+    assert set(c) == keys, set(c) ^ keys
+    assert c["torch"] and set(c["cost"]) == set(c["dtypes"]), c["name"]
+    for i in c["inputs"]:
+        assert i["kind"] in ("normal", "positive", "probability", "index", "mask"), i
+table = json.load(open(sys.argv[2]))
+ops = {op["name"] for op in (table["ops"] if isinstance(table, dict) else table)}
+covered = {c["table_op"] for c in d["cases"]}
+assert ops and ops <= covered, sorted(ops - covered)
+PY
+fi
+for py in "${PYTHON:-python3}" /usr/bin/python3; do
+  if "$py" -c "import torch" 2> /dev/null; then
+    "$py" "$src/scripts/bench/torch_ops.py" "$work/cases.json" "${fast[@]}" --json "$work/torch_all.json" \
+      > "$work/torch_all.txt" 2> "$work/torch_all.err"
+    check "torch_ops.py over the registry's cases" 0 $?
+    tail -1 "$work/torch_all.txt" | grep -q " 0 FAIL, .* 0 error" || fail "torch_ops.py: $(grep -v 'ok (err' "$work/torch_all.txt" | head -5)"
+    break
+  fi
+done
+
 "$genesis" bench compare "$work/a.json" "$work/b.json" > "$work/compare.txt"
 check "bench compare" 0 $?
 grep -q "^softmax 32x50 .*f32 .*x  " "$work/compare.txt" || fail "compare has no softmax ratio row"
