@@ -16,6 +16,7 @@
 #include "kernels/cuda/linalg.h"
 #include "kernels/cuda/reduce.h"
 #include "libgenesis/core/allocator.h"
+#include "libgenesis/cuda/blas.h"
 #include "libgenesis/cuda/runtime.h"
 #include "tests/cuda_testing.h"
 
@@ -346,15 +347,15 @@ TEST_CASE("cuBLAS GEMM matches a double-precision reference", "[cuda]") {
     }
   }
   // TF32 trades mantissa bits for speed; results stay close.
-  kc::set_allow_tf32(true);
-  CHECK(kc::allow_tf32());
+  cuda::set_allow_tf32(true);
+  CHECK(cuda::allow_tf32());
   Tensor a = random_input({64, 64}, DType::f32), b = random_input({64, 64}, DType::f32);
   Tensor a_gpu = a.to(kCuda0), b_gpu = b.to(kCuda0), c_gpu = poisoned({64, 64}, DType::f32);
   genesis::kernels::GemmArgs g;
   g.m = g.n = g.k = 64, g.lda = g.ldb = g.ldc = 64;
   g.a = a_gpu.data_ptr(), g.b = b_gpu.data_ptr(), g.c = c_gpu.data_ptr();
   kc::gemm(DType::f32, g, cuda::current_stream());
-  kc::set_allow_tf32(false);
+  cuda::set_allow_tf32(false);
   std::vector<double> want =
       reference_gemm(g, a.to_vector<double>(), b.to_vector<double>(), std::vector<double>(64 * 64, 0.0));
   std::vector<double> got = c_gpu.to_vector<double>();

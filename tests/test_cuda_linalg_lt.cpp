@@ -8,6 +8,7 @@
 #if GENESIS_WITH_CUDA
 #include "kernels/cpu/linalg.h"
 #include "kernels/cuda/linalg.h"
+#include "libgenesis/cuda/blas.h"
 #include "libgenesis/cuda/runtime.h"
 #endif
 
@@ -191,7 +192,7 @@ TEST_CASE("cuda linear: cuBLASLt has algorithms for the epilogues of transformer
   if (!cuda_ready()) return;
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
     INFO("dtype " << dtype_name(dtype));
-    const kernels::cuda::GemmPlanStats before = kernels::cuda::gemm_plan_stats();
+    const kernels::cuda::GemmPlanStats before = cuda::gemm_plan_stats();
     // Bias (forward), bias gradient (backward), GELU + bias keeping the pre-activation.
     for (auto fn : {linear3, linear_gelu3}) {
       Tensor x = random_input({2, 96, 256}, dtype).to(kCuda0).requires_grad_(true);
@@ -200,7 +201,7 @@ TEST_CASE("cuda linear: cuBLASLt has algorithms for the epilogues of transformer
       sum(fn({x, w, b})).backward();
       REQUIRE(b.grad().defined());
     }
-    const kernels::cuda::GemmPlanStats after = kernels::cuda::gemm_plan_stats();
+    const kernels::cuda::GemmPlanStats after = cuda::gemm_plan_stats();
     CHECK(after.without_algorithm == before.without_algorithm);
   }
 }

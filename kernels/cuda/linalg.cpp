@@ -13,35 +13,36 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
-#include <mutex>
+#include <type_traits>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "libgenesis/core/error.h"
 #include "kernels/cuda/check.h"
-
-#define GENESIS_CUBLAS_CHECK(expr)                                                                            \
-  do {                                                                                                        \
-    cublasStatus_t genesis_status_ = (expr);                                                                  \
-    if (genesis_status_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                                \
-      GENESIS_THROW(Error, "cuBLAS error ", cublasGetStatusName(genesis_status_), ": ",                       \
-                    cublasGetStatusString(genesis_status_), " at " #expr " (", __FILE__, ":", __LINE__, ")"); \
-  } while (0)
+#include "kernels/cuda/cublas_check.h"
+#include "libgenesis/core/error.h"
 
 namespace genesis::kernels::cuda {
 
 namespace {
 
-std::atomic<bool> tf32_allowed{false};
+std::atomic<GemmResourcesLender> resources_lender{nullptr};
 
-// cuBLAS' recommended workspace on Hopper.
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+// Runs body(resources) with what the runtime lends for `stream`.
+template <class Body>
+void with_resources(cudaStream_t stream, Body&& body) {
+  GemmResourcesLender lender = resources_lender.load(std::memory_order_acquire);
+  GENESIS_CHECK(lender != nullptr, Error, "gemm: the CUDA runtime has not registered its cuBLAS resources");
+  lender(stream, &body, [](void* context, const GemmResources& resources) {
+    (*static_cast<std::remove_reference_t<Body>*>(context))(resources);
+  });
+}
 
-// Everything cuBLASLt's algorithm choice depends on. Alignments are in bytes, capped at 16
-// (the widest vector access of any kernel).
+}  // namespace
+
+// Everything cuBLASLt's algorithm choice depends on (the cache is the device's). Alignments
+// are in bytes, capped at 16 (the widest vector access of any kernel).
 struct LtKey {
-  int device = 0;
   DType dtype = DType::f32;
   bool tf32 = false;
   bool trans_a = false, trans_b = false;
@@ -71,56 +72,18 @@ struct LtPlan {
   std::vector<cublasLtMatmulAlgo_t> candidates;
 };
 
+struct GemmPlanCache {
+  std::map<LtKey, LtPlan> plans;
+};
+
+namespace {
+
 bool autotune_enabled() {
   static const bool enabled = [] {
     const char* text = std::getenv("GENESIS_GEMM_AUTOTUNE");
     return !text || std::string_view(text) != "0";
   }();
   return enabled;
-}
-
-// Library handles per device, a workspace per (device, stream) (kernels that run concurrently
-// on different streams must not share scratch memory), and the cuBLASLt plan cache.
-struct BlasContext {
-  // Held from lookup until the GEMM is enqueued: handle streams and plan pointers are per-call state.
-  std::mutex mutex;
-  std::map<int, cublasHandle_t> handles;
-  std::map<int, cublasLtHandle_t> lt_handles;
-  std::map<std::pair<int, cudaStream_t>, void*> workspaces;
-  std::map<LtKey, LtPlan> plans;
-
-  void* workspace(int device, cudaStream_t stream) {
-    void*& workspace = workspaces[{device, stream}];
-    if (!workspace) GENESIS_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
-    return workspace;
-  }
-
-  // The cuBLAS handle of `device`, bound to `stream` and its workspace.
-  cublasHandle_t blas(int device, cudaStream_t stream) {
-    cublasHandle_t& handle = handles[device];
-    if (!handle) GENESIS_CUBLAS_CHECK(cublasCreate(&handle));
-    GENESIS_CUBLAS_CHECK(cublasSetStream(handle, stream));
-    GENESIS_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace(device, stream), kWorkspaceBytes));
-    return handle;
-  }
-
-  cublasLtHandle_t lt(int device) {
-    cublasLtHandle_t& handle = lt_handles[device];
-    if (!handle) GENESIS_CUBLAS_CHECK(cublasLtCreate(&handle));
-    return handle;
-  }
-};
-
-// Never destroyed: handles, workspaces and descriptors live as long as the CUDA context.
-BlasContext& blas_context() {
-  static auto* context = new BlasContext;
-  return *context;
-}
-
-int current_device() {
-  int device = 0;
-  GENESIS_CUDA_CHECK(cudaGetDevice(&device));
-  return device;
 }
 
 int checked_int(int64_t v, const char* what) {
@@ -207,7 +170,7 @@ void set_epilogue_pointers(const LtPlan& plan, const LtKey& key, const GemmEpilo
   }
 }
 
-LtPlan make_plan(cublasLtHandle_t handle, const LtKey& key, const GemmEpilogue* epilogue) {
+LtPlan make_plan(const GemmResources& r, const LtKey& key, const GemmEpilogue* epilogue) {
   const cudaDataType_t type = data_type(key.dtype);
   LtPlan plan;
   GENESIS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute_type(key.dtype, key.tf32), CUDA_R_32F));
@@ -225,14 +188,14 @@ LtPlan make_plan(cublasLtHandle_t handle, const LtKey& key, const GemmEpilogue* 
 
   cublasLtMatmulPreference_t pref = nullptr;
   GENESIS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  set_preference(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kWorkspaceBytes));
+  set_preference(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(r.workspace_bytes));
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
   cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int count = 0;
-  cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
+  cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(r.lt, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
                                                          autotune_enabled() ? kCandidates : 1, results, &count);
   GENESIS_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   if (status != CUBLAS_STATUS_SUCCESS) count = 0;
@@ -297,11 +260,11 @@ cublasLtEpilogue_t lt_epilogue(const GemmEpilogue* e) {
 }
 
 // One GEMM through cuBLASLt; false when it has no algorithm for the case (nothing enqueued).
-bool run_lt(DType dtype, const GemmArgs& args, const GemmEpilogue* epilogue, cudaStream_t stream) {
+bool run_lt(const GemmResources& r, DType dtype, const GemmArgs& args, const GemmEpilogue* epilogue,
+            cudaStream_t stream) {
   const size_t element = dtype_size(dtype);
-  LtKey key{.device = current_device(),
-            .dtype = dtype,
-            .tf32 = dtype == DType::f32 && tf32_allowed.load(),
+  LtKey key{.dtype = dtype,
+            .tf32 = dtype == DType::f32 && r.allow_tf32,
             .trans_a = args.trans_a,
             .trans_b = args.trans_b,
             .m = args.m,
@@ -325,19 +288,15 @@ bool run_lt(DType dtype, const GemmArgs& args, const GemmEpilogue* epilogue, cud
     key.ld_pre = epilogue->pre_activation ? epilogue->ld_pre : 0;
   }
 
-  BlasContext& context = blas_context();
-  std::lock_guard lock(context.mutex);
-  cublasLtHandle_t handle = context.lt(key.device);
-  auto [it, inserted] = context.plans.try_emplace(key);
-  if (inserted) it->second = make_plan(handle, key, epilogue);
+  auto [it, inserted] = r.plans->plans.try_emplace(key);
+  if (inserted) it->second = make_plan(r, key, epilogue);
   LtPlan& plan = it->second;
   if (!plan.found) return false;
   set_epilogue_pointers(plan, key, epilogue);
   const float alpha = static_cast<float>(args.alpha), beta = static_cast<float>(args.beta);
-  void* workspace = context.workspace(key.device, stream);
   auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
-    return cublasLtMatmul(handle, plan.desc, &alpha, args.b, plan.a, args.a, plan.b, &beta, args.c, plan.d, args.c,
-                          plan.d, &algo, workspace, kWorkspaceBytes, stream);
+    return cublasLtMatmul(r.lt, plan.desc, &alpha, args.b, plan.a, args.a, plan.b, &beta, args.c, plan.d, args.c,
+                          plan.d, &algo, r.workspace, r.workspace_bytes, stream);
   };
   // Tuning runs overwrite C, so only a GEMM that does not read it (beta = 0) tunes its plan.
   if (!plan.tuned && beta == 0.0f && !capturing(stream)) tune(plan, matmul, stream);
@@ -347,7 +306,7 @@ bool run_lt(DType dtype, const GemmArgs& args, const GemmEpilogue* epilogue, cud
 
 // The cuBLAS path: f64, k = 0, broadcast batches, GEMMs cuBLASLt has no algorithm for, and
 // 16-bit operands with an f32 C (c_dtype).
-void run_cublas(DType dtype, const GemmArgs& args, cudaStream_t stream, DType c_dtype) {
+void run_cublas(const GemmResources& r, DType dtype, const GemmArgs& args, DType c_dtype) {
   const int m = checked_int(args.m, "m"), n = checked_int(args.n, "n"), k = checked_int(args.k, "k");
   const int batch = checked_int(args.batch, "batch");
   // cuBLAS requires leading dimensions >= 1 even where a k = 0 operand is never read.
@@ -357,17 +316,14 @@ void run_cublas(DType dtype, const GemmArgs& args, cudaStream_t stream, DType c_
   const cublasOperation_t op_a = args.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = args.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cudaDataType_t type = data_type(dtype);
-  const cublasComputeType_t compute = compute_type(dtype, tf32_allowed.load());
+  const cublasComputeType_t compute = compute_type(dtype, r.allow_tf32);
   // alpha and beta have the compute type's precision: double for f64, float otherwise.
   const double alpha64 = args.alpha, beta64 = args.beta;
   const float alpha32 = static_cast<float>(args.alpha), beta32 = static_cast<float>(args.beta);
   const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = dtype == DType::f64 ? static_cast<const void*>(&beta64) : &beta32;
 
-  BlasContext& context = blas_context();
-  std::lock_guard lock(context.mutex);
-  cublasHandle_t handle = context.blas(current_device(), stream);
-  GENESIS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_b, op_a, n, m, k, alpha, args.b, type, ldb, args.stride_b,
+  GENESIS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(r.blas, op_b, op_a, n, m, k, alpha, args.b, type, ldb, args.stride_b,
                                                   args.a, type, lda, args.stride_a, beta, args.c, data_type(c_dtype), ldc,
                                                   args.stride_c, batch, compute, CUBLAS_GEMM_DEFAULT));
 }
@@ -378,12 +334,12 @@ bool lt_dtype(DType dtype) {
 
 }  // namespace
 
-void set_allow_tf32(bool allow) {
-  tf32_allowed.store(allow);
+GemmPlanCache* new_gemm_plan_cache() {
+  return new GemmPlanCache;  // never destroyed: descriptors live as long as the CUDA context
 }
 
-bool allow_tf32() {
-  return tf32_allowed.load();
+void set_gemm_resources_lender(GemmResourcesLender lender) {
+  resources_lender.store(lender, std::memory_order_release);
 }
 
 void gemm(DType dtype, const GemmArgs& args, cudaStream_t stream) {
@@ -391,8 +347,10 @@ void gemm(DType dtype, const GemmArgs& args, cudaStream_t stream) {
   if (dtype != DType::f64 && !lt_dtype(dtype)) throw_unsupported_dtype("gemm", dtype);
   check_extents(args);
   const bool broadcast_batch = args.batch > 1 && (args.stride_a == 0 || args.stride_b == 0);
-  if (lt_dtype(dtype) && args.k > 0 && !broadcast_batch && run_lt(dtype, args, nullptr, stream)) return;
-  run_cublas(dtype, args, stream, dtype);
+  with_resources(stream, [&](const GemmResources& r) {
+    if (lt_dtype(dtype) && args.k > 0 && !broadcast_batch && run_lt(r, dtype, args, nullptr, stream)) return;
+    run_cublas(r, dtype, args, dtype);
+  });
 }
 
 void gemm_f32_out(DType dtype, const GemmArgs& args, cudaStream_t stream) {
@@ -400,14 +358,12 @@ void gemm_f32_out(DType dtype, const GemmArgs& args, cudaStream_t stream) {
   if (args.m == 0 || args.n == 0 || args.batch == 0) return;
   if (!lt_dtype(dtype)) throw_unsupported_dtype("gemm_f32_out", dtype);
   check_extents(args);
-  run_cublas(dtype, args, stream, DType::f32);
+  with_resources(stream, [&](const GemmResources& r) { run_cublas(r, dtype, args, DType::f32); });
 }
 
-GemmPlanStats gemm_plan_stats() {
-  BlasContext& context = blas_context();
-  std::lock_guard lock(context.mutex);
+GemmPlanStats gemm_plan_stats(const GemmPlanCache& cache) {
   GemmPlanStats stats;
-  for (const auto& [key, plan] : context.plans) {
+  for (const auto& [key, plan] : cache.plans) {
     ++stats.plans;
     if (!plan.found) ++stats.without_algorithm;
   }
@@ -426,7 +382,9 @@ bool gemm_with_epilogue(DType dtype, const GemmArgs& args, const GemmEpilogue& e
                 epilogue.ld_pre, " for n = ", args.n, ")");
   check_extents(args);
   if (!lt_dtype(dtype)) return false;
-  return run_lt(dtype, args, &epilogue, stream);
+  bool ran = false;
+  with_resources(stream, [&](const GemmResources& r) { ran = run_lt(r, dtype, args, &epilogue, stream); });
+  return ran;
 }
 
 }  // namespace genesis::kernels::cuda

@@ -1,5 +1,6 @@
 #include "libgenesis/core/allocator.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -9,8 +10,6 @@
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/storage.h"
 #if GENESIS_WITH_CUDA
-#include "libgenesis/cuda/caching_allocator.h"
-#include "libgenesis/cuda/runtime.h"
 #endif
 
 namespace genesis {
@@ -96,22 +95,26 @@ CpuAllocator& cpu_allocator() {
   return allocator;
 }
 
+// One lookup per device type other than the CPU; written once at start-up, read on every
+// allocation.
+std::atomic<DeviceAllocatorLookup>& lookup_slot(DeviceType type) {
+  static std::atomic<DeviceAllocatorLookup> slots[2]{};  // DeviceType::cpu, DeviceType::cuda
+  return slots[static_cast<size_t>(type)];
+}
+
 }  // namespace
 
+void register_device_allocators(DeviceType type, DeviceAllocatorLookup lookup) {
+  GENESIS_CHECK(type != DeviceType::cpu, ValueError, "the CPU allocator is built in");
+  lookup_slot(type).store(lookup, std::memory_order_release);
+}
+
 Allocator& allocator_for(Device device) {
-#if GENESIS_WITH_CUDA
-  // Looked up directly rather than registered: static registration is unreliable in a static library.
-  if (device.is_cuda()) {
-    int count = cuda::device_count();
-    GENESIS_CHECK(count > 0, DeviceError, "no CUDA device is available (", device.str(), " was requested)");
-    GENESIS_CHECK(device.index < count, DeviceError, "device ", device.str(), " does not exist: ", count,
-                  " CUDA device(s) visible");
-    return *cuda::device_allocator(device.index);
-  }
-#endif
-  GENESIS_CHECK(device.is_cpu(), DeviceError, "device ", device.str(),
+  if (device.is_cpu()) return cpu_allocator();
+  DeviceAllocatorLookup lookup = lookup_slot(device.type).load(std::memory_order_acquire);
+  GENESIS_CHECK(lookup != nullptr, DeviceError, "device ", device.str(),
                 " is not available: this build of genesis has no CUDA backend (rebuild with -DGENESIS_CUDA=ON)");
-  return cpu_allocator();
+  return lookup(device.index);
 }
 
 Storage::Storage(size_t nbytes, Device device)

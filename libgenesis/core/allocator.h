@@ -1,8 +1,8 @@
 #pragma once
 // Storage memory comes from an Allocator chosen by device. The CPU allocator hands out
-// 64-byte aligned blocks (caching large ones); CUDA devices are served by their caching
-// allocator (libgenesis/cuda/caching_allocator.h), looked up directly when the CUDA
-// backend is built.
+// 64-byte aligned blocks (caching large ones). Other device types are served by the
+// allocators their backend registers (the CUDA runtime registers its caching allocators,
+// libgenesis/cuda/caching_allocator.cpp), so the core depends on no backend.
 #include <cstddef>
 #include <memory>
 
@@ -21,5 +21,12 @@ class Allocator {
 // The allocator that serves `device`; throws DeviceError when that backend is not built
 // or the device does not exist.
 Allocator& allocator_for(Device device);
+
+// A backend's allocator of device `index`; throws DeviceError naming the device when it
+// does not exist.
+using DeviceAllocatorLookup = Allocator& (*)(int index);
+// Called by a backend once, before its first device tensor (the CUDA runtime does it when
+// the program starts; the link keeps its object file, see libgenesis/CMakeLists.txt).
+void register_device_allocators(DeviceType type, DeviceAllocatorLookup lookup);
 
 }  // namespace genesis

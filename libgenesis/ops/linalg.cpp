@@ -16,6 +16,7 @@
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/linalg.h"
+#include "libgenesis/cuda/blas.h"
 #endif
 
 namespace genesis {
@@ -415,7 +416,7 @@ Tensor linear_gelu(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& 
 
 void set_allow_tf32(bool allow) {
 #if GENESIS_WITH_CUDA
-  kernels::cuda::set_allow_tf32(allow);
+  cuda::set_allow_tf32(allow);
 #else
   (void)allow;  // no CUDA GEMMs in this build
 #endif

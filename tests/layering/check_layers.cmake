@@ -13,21 +13,21 @@ set(rank_base 0)            # dtype, half types and errors (today's files in cor
 set(rank_kernels_common 1)  # kernels/common: formulas, op codes and argument structs of both devices
 set(rank_kernels_cpu 2)     # kernels/cpu and kernels/cuda: siblings, neither includes the other
 set(rank_kernels_cuda 2)
-set(rank_core 3)            # libgenesis/core: tensor, storage, allocator, threads, generator
-set(rank_cuda 3)            # libgenesis/cuda: the CUDA runtime (streams, caching allocator)
-set(rank_autograd 4)        # autograd and ops are one layer: ops record their backward
-set(rank_ops 4)
-set(rank_amp 5)
-set(rank_nn 5)
-set(rank_optim 5)
-set(rank_models 6)
-set(rank_data 6)
-set(rank_io 6)
-set(rank_recipe 7)
-set(rank_convert 8)
-set(rank_dist 8)
-set(rank_train 8)
-set(rank_top 9)             # libgenesis/genesis.h, the umbrella header
+set(rank_core 3)            # libgenesis/core: tensor, storage, the allocator registry, threads, generator
+set(rank_cuda 4)            # libgenesis/cuda: the CUDA runtime (streams, caching allocators it registers with core)
+set(rank_autograd 5)        # autograd and ops are one layer: ops record their backward
+set(rank_ops 5)
+set(rank_amp 6)
+set(rank_nn 6)
+set(rank_optim 6)
+set(rank_models 7)
+set(rank_data 7)
+set(rank_io 7)
+set(rank_recipe 8)
+set(rank_convert 9)
+set(rank_dist 9)
+set(rank_train 9)
+set(rank_top 10)            # libgenesis/genesis.h, the umbrella header
 set(siblings kernels_cpu kernels_cuda)
 # Headers of the base layer that still live in core/.
 set(base_headers libgenesis/core/dtype.h libgenesis/core/error.h libgenesis/core/half.h)
