@@ -50,32 +50,6 @@ void Tensor::set_data(const Tensor& src) {
   self.offset = src.offset();
 }
 
-double Tensor::item() const {
-  GENESIS_CHECK(numel() == 1, ValueError, "item(): the tensor has ", numel(), " elements (shape ", shape(),
-                "); item() needs exactly one");
-  Tensor host = to(kCPU).to(DType::f64).contiguous();
-  return *host.data<double>();
-}
-
-template <class T> std::vector<T> Tensor::to_vector() const {
-  Tensor host = to(kCPU).to(dtype_of<T>()).contiguous();
-  const T* p = host.data<T>();
-  return std::vector<T>(p, p + host.numel());
-}
-#define GENESIS_INSTANTIATE_TO_VECTOR(name, type, str) template std::vector<type> Tensor::to_vector<type>() const;
-GENESIS_FORALL_DTYPES(GENESIS_INSTANTIATE_TO_VECTOR)
-#undef GENESIS_INSTANTIATE_TO_VECTOR
-
-Tensor empty(const Shape& shape, TensorOptions options) {
-  for (int64_t d : shape)
-    GENESIS_CHECK(d >= 0, ShapeError, "empty: negative dimension in shape ", shape);
-  size_t nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(options.dtype);
-  auto storage = std::make_shared<Storage>(nbytes, options.device);
-  Tensor t(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0, options.dtype));
-  if (options.requires_grad) t.requires_grad_(true);
-  return t;
-}
-
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset) {
   return Tensor(std::make_shared<TensorImpl>(base.storage(), std::move(shape), std::move(strides), offset, base.dtype()));
 }

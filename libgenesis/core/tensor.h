@@ -76,7 +76,7 @@ class Tensor {
   // True when both tensors view the same storage.
   bool shares_storage(const Tensor& other) const { return storage() == other.storage(); }
 
-  // --- host reads (synchronize with the device) ----------------------------
+  // --- host reads (synchronize with the device; libgenesis/ops/copy.cpp) ---
   double item() const;
   template <class T> T item() const { return static_cast<T>(item()); }
   // All elements in logical (row-major) order, converted to T.
@@ -129,7 +129,7 @@ class Tensor {
   void register_hook(GradHook hook);
   void register_post_accumulate_grad_hook(PostAccumulateHook hook);
 
-  std::string str() const;  // readable print (libgenesis/core/print.cpp)
+  std::string str() const;  // readable print (libgenesis/ops/print.cpp)
 
  private:
   TensorImpl& impl() const;
@@ -149,9 +149,9 @@ struct AutogradMeta {
   std::vector<PostAccumulateHook> post_accumulate_hooks;
 };
 
-std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::ostream& operator<<(std::ostream& os, const Tensor& t);  // libgenesis/ops/print.cpp
 
-// A new, uninitialized contiguous tensor.
+// A new, uninitialized contiguous tensor (libgenesis/ops/factory.cpp: requires_grad is autograd's).
 Tensor empty(const Shape& shape, TensorOptions options = {});
 // A tensor viewing `storage` with the given geometry (no copy).
 Tensor make_view(const Tensor& base, Shape shape, Strides strides, int64_t offset);

@@ -137,4 +137,21 @@ Tensor& Tensor::fill_(double value) {
   return *this;
 }
 
+// Tensor's host reads (declared in core/tensor.h): a copy to the host in the asked dtype.
+double Tensor::item() const {
+  GENESIS_CHECK(numel() == 1, ValueError, "item(): the tensor has ", numel(), " elements (shape ", shape(),
+                "); item() needs exactly one");
+  Tensor host = to(kCPU).to(DType::f64).contiguous();
+  return *host.data<double>();
+}
+
+template <class T> std::vector<T> Tensor::to_vector() const {
+  Tensor host = to(kCPU).to(dtype_of<T>()).contiguous();
+  const T* p = host.data<T>();
+  return std::vector<T>(p, p + host.numel());
+}
+#define GENESIS_INSTANTIATE_TO_VECTOR(name, type, str) template std::vector<type> Tensor::to_vector<type>() const;
+GENESIS_FORALL_DTYPES(GENESIS_INSTANTIATE_TO_VECTOR)
+#undef GENESIS_INSTANTIATE_TO_VECTOR
+
 }  // namespace genesis

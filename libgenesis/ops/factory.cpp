@@ -135,4 +135,15 @@ Tensor uniform_like(const Tensor& like, double low, double high, Generator* gen)
                        gen, low, high);
 }
 
+// Declared in core/tensor.h; defined here because requires_grad is autograd's.
+Tensor empty(const Shape& shape, TensorOptions options) {
+  for (int64_t d : shape)
+    GENESIS_CHECK(d >= 0, ShapeError, "empty: negative dimension in shape ", shape);
+  size_t nbytes = static_cast<size_t>(numel_of(shape)) * dtype_size(options.dtype);
+  auto storage = std::make_shared<Storage>(nbytes, options.device);
+  Tensor t(std::make_shared<TensorImpl>(std::move(storage), shape, contiguous_strides(shape), 0, options.dtype));
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
 }  // namespace genesis
