@@ -290,7 +290,7 @@ TEST_CASE("language models: config errors name the key and what is supported", "
     "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2})");
   CHECK(qwen3.head_dim == 128);
   CHECK(qwen3.num_key_value_heads == 2);
-  CHECK(qwen3.qk_norm);
+  CHECK(qwen3.qk_norm());
 }
 
 TEST_CASE("Hugging Face directories: single file, shards, dtype casts and strict names", "[cpu][models]") {

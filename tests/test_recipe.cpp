@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "libgenesis/recipe/recipe.h"
 #include "libgenesis/recipe/schema.h"
 #include "tests/testing.h"
@@ -57,6 +59,15 @@ std::string set_error(const std::vector<std::string>& overrides) {
   return text_error(kMinimal, overrides);
 }
 
+const models::MlpConfig& mlp_config(const RecipeSpec& r) {
+  return std::get<models::MlpConfig>(r.model.config);
+}
+
+// Whether `key` is a key of the recipe's model (false for the [model] keys of other models).
+bool has_key(const recipe::KeySpec& key, RecipeSpec r) {
+  return std::visit([](auto* field) { return field != nullptr; }, key.field(r));
+}
+
 }  // namespace
 
 TEST_CASE("recipe: a valid recipe loads typed values and schema defaults", "[cpu][recipe]") {
@@ -67,12 +78,10 @@ TEST_CASE("recipe: a valid recipe loads typed values and schema defaults", "[cpu
   CHECK(r.run.out_dir == "runs");
   CHECK(r.run.threads == 0);
   CHECK(r.model.name == "mlp");
-  CHECK(r.model.hidden == std::vector<int64_t>{512, 256, 128});
-  CHECK(r.model.input_shape == std::vector<int64_t>{1, 28, 28});
-  CHECK(r.model.num_classes == 10);
-  CHECK(r.model.channels == std::vector<int64_t>{32, 64});
-  CHECK(r.model.fc == 128);
-  CHECK(r.model.activation == "gelu");
+  CHECK(mlp_config(r).hidden == std::vector<int64_t>{512, 256, 128});
+  CHECK(mlp_config(r).input_shape == std::vector<int64_t>{1, 28, 28});
+  CHECK(mlp_config(r).num_classes == 10);
+  CHECK(mlp_config(r).activation == "gelu");
   CHECK(r.model.dropout == 0.1);
   CHECK(r.data.name == "fashion_mnist");
   CHECK(r.data.path == "/usr/share/datasets/fashion-mnist");
@@ -126,7 +135,7 @@ TEST_CASE("recipe: includes merge key by key, later files win, the including fil
   CHECK(r.optimizer.momentum == 0.9);  // base: [optimizer] is merged, not replaced
   CHECK(r.data.val_fraction == 0.2);   // parts/../shared.toml: relative to the including file
   CHECK(r.eval.split == "val");
-  CHECK(r.model.hidden == std::vector<int64_t>{64});
+  CHECK(mlp_config(r).hidden == std::vector<int64_t>{64});
   CHECK(r.training.steps == 500);
   CHECK(r.training.epochs == 2);
   CHECK(r.training.steps_given());
@@ -166,7 +175,7 @@ TEST_CASE("recipe: --set overrides are read as the key's type", "[cpu][recipe]")
   CHECK(r.optimizer.weight_decay == 1.0);
   CHECK(r.training.batch_size == 256);
   CHECK_FALSE(r.data.shuffle);
-  CHECK(r.model.hidden == std::vector<int64_t>{1, 2});
+  CHECK(mlp_config(r).hidden == std::vector<int64_t>{1, 2});
   CHECK(r.optimizer.betas == std::vector<double>{0.8, 0.9});
   CHECK(r.optimizer.no_decay == std::vector<std::string>{"bias", "ln_f"});
   CHECK(r.run.out_dir == "/tmp/my runs");  // strings are taken as typed
@@ -175,7 +184,7 @@ TEST_CASE("recipe: --set overrides are read as the key's type", "[cpu][recipe]")
         std::vector<std::string>{"a", "b"});
   CHECK(parse_recipe(kMinimal, "inline.toml", {"optimizer.no_decay=[bias, \"ln\"]"}).optimizer.no_decay ==
         std::vector<std::string>{"bias", "ln"});
-  CHECK(parse_recipe(kMinimal, "inline.toml", {"model.hidden=[]"}).model.hidden.empty());
+  CHECK(mlp_config(parse_recipe(kMinimal, "inline.toml", {"model.hidden=[]"})).hidden.empty());
 
   CHECK(set_error({"optimizer.lrr=1"}) ==
         "--set optimizer.lrr=1: unknown key 'lrr' in [optimizer]; did you mean 'lr'?");
@@ -329,7 +338,7 @@ TEST_CASE("recipe: required keys and rules across keys", "[cpu][recipe]") {
   RecipeSpec r = parse_recipe(kMinimal, "inline.toml",
                               {"model.input_shape=[784]", "optimizer.momentum=0.9", "optimizer.nesterov=true",
                                "scheduler.name=multistep", "scheduler.milestones=[10, 20]"});
-  CHECK(r.model.input_shape == std::vector<int64_t>{784});
+  CHECK(mlp_config(r).input_shape == std::vector<int64_t>{784});
   CHECK(r.optimizer.nesterov);
   CHECK(r.scheduler.milestones == std::vector<int64_t>{10, 20});
 }
@@ -423,8 +432,9 @@ TEST_CASE("recipe: to_toml writes every key and reads back to the same spec", "[
   for (const auto& key : recipe::recipe_schema()) {
     const std::string name = key.key;
     INFO(key.full_name());
-    CHECK((text.find("\n" + name + " = ") != std::string::npos ||
-           text.find("\n# " + name + " is not set") != std::string::npos));
+    const bool written = text.find("\n" + name + " = ") != std::string::npos ||
+                         text.find("\n# " + name + " is not set") != std::string::npos;
+    CHECK(written == has_key(key, r));  // the [model] keys of other models are left out
   }
   RecipeSpec back = parse_recipe(text, "resolved.toml");
   CHECK(back == r);
@@ -435,6 +445,40 @@ TEST_CASE("recipe: to_toml writes every key and reads back to the same spec", "[
   RecipeSpec awkward =
       parse_recipe(kMinimal, "inline.toml", {"optimizer.lr=0.30000000000000004", "run.seed=9007199254740993"});
   CHECK(parse_recipe(awkward.to_toml(), "resolved.toml") == awkward);
+}
+
+TEST_CASE("recipe: [model] fills the config of model.name's family; other models' keys are ignored", "[cpu][recipe]") {
+  // The family's own defaults, whatever name the file started with.
+  const RecipeSpec cnn = parse_recipe(kMinimal, "inline.toml", {"model.hidden=[5]", "model.name=cnn"});
+  REQUIRE(std::holds_alternative<models::CnnConfig>(cnn.model.config));
+  CHECK(std::get<models::CnnConfig>(cnn.model.config) ==
+        models::CnnConfig{.input_shape = {1, 28, 28}, .channels = {32, 64}, .fc = 128, .num_classes = 10});
+  // Keys of other models are checked, then left out of the resolved recipe.
+  const RecipeSpec mlp = parse_recipe(kMinimal, "inline.toml", {"model.channels=[8]", "model.n_embd=4"});
+  CHECK(mlp_config(mlp) == models::MlpConfig{});
+  CHECK(mlp.to_toml().find("channels") == std::string::npos);
+  CHECK(mlp.to_toml().find("n_embd") == std::string::npos);
+  CHECK(parse_recipe(mlp.to_toml(), "resolved.toml") == mlp);
+  CHECK(set_error({"model.n_embd=0"}) == "--set model.n_embd=0: model.n_embd must be >= 1, got 0");
+  const std::vector<RecipeChange> changes = recipe_changes(mlp, cnn);
+  REQUIRE(changes.size() >= 2);
+  CHECK((changes[0].key == "model.name" && changes[0].before == "\"mlp\"" && changes[0].after == "\"cnn\""));
+  CHECK((changes[1].key == "model.hidden" && changes[1].after == "(not a key of this model)"));
+
+  // A language model's unset keys hold 0, whatever the config type's default.
+  const RecipeSpec qwen2 =
+      parse_recipe(kMinimal, "inline.toml",
+                   {"model.name=qwen2", "model.vocab_size=16", "model.hidden_size=8", "model.intermediate_size=12",
+                    "model.num_hidden_layers=1", "model.num_attention_heads=2"});
+  const auto& decoder = std::get<models::DecoderConfig>(qwen2.model.config);
+  CHECK(decoder.model_type == "qwen2");
+  CHECK(decoder.hidden_size == 8);
+  CHECK(decoder.max_position_embeddings == 0);
+  CHECK(decoder.rope_theta == 0.0);
+  CHECK(qwen2.to_toml().find("\n# max_position_embeddings is not set\n") != std::string::npos);
+  CHECK(recipe_json(qwen2)["model"]["head_dim"].is_null());
+  CHECK_FALSE(recipe_json(qwen2)["model"].contains("hidden"));
+  CHECK(parse_recipe(qwen2.to_toml(), "resolved.toml") == qwen2);
 }
 
 TEST_CASE("recipe: the schema is consistent with itself", "[cpu][recipe]") {

@@ -193,13 +193,13 @@ LanguageModelLayout language_model_layout(const json& config) {
     add(p + "self_attn.k_proj.weight", {kv, h});
     add(p + "self_attn.v_proj.weight", {kv, h});
     add(p + "self_attn.o_proj.weight", {h, q});
-    if (c.qkv_bias) {
+    if (c.qkv_bias()) {
       add(p + "self_attn.q_proj.bias", {q});
       add(p + "self_attn.k_proj.bias", {kv});
       add(p + "self_attn.v_proj.bias", {kv});
     }
-    if (c.o_bias) add(p + "self_attn.o_proj.bias", {h});
-    if (c.qk_norm) {
+    if (c.o_bias()) add(p + "self_attn.o_proj.bias", {h});
+    if (c.qk_norm()) {
       add(p + "self_attn.q_norm.weight", {c.head_dim});
       add(p + "self_attn.k_norm.weight", {c.head_dim});
     }
@@ -245,7 +245,7 @@ json hf_config_for(const json& source_config, std::optional<DType> dtype) {
     complete(config, "rms_norm_eps", c.rms_norm_eps);
     complete(config, "hidden_act", "silu");
     complete(config, "tie_word_embeddings", c.tie_word_embeddings);
-    if (type != "qwen2") complete(config, "attention_bias", c.o_bias);
+    if (type != "qwen2") complete(config, "attention_bias", c.attention_bias);
     // transformers 5 reads rope_parameters, earlier versions the flat rope_theta; a config that
     // already has rope_parameters (written by transformers 5) is left as its writer made it.
     if (!config.contains("rope_parameters") || config["rope_parameters"].is_null())

@@ -38,15 +38,20 @@ json read_json_object(const fs::path& path) {
 
 // The classifier part of a recipe's model section (what rebuilds the model).
 json classifier_config(const RecipeSpec::Model& model) {
-  json config = {{"genesis_classifier", model.name},
-                 {"input_shape", model.input_shape},
-                 {"num_classes", model.num_classes},
-                 {"activation", model.activation},
-                 {"dropout", model.dropout}};
-  if (model.name == "mlp") config["hidden"] = model.hidden;
-  if (model.name == "cnn") {
-    config["channels"] = model.channels;
-    config["fc"] = model.fc;
+  json config = {{"genesis_classifier", model.name}, {"dropout", model.dropout}};
+  auto common = [&config](const auto& c) {
+    config["input_shape"] = c.input_shape;
+    config["num_classes"] = c.num_classes;
+    config["activation"] = c.activation;
+  };
+  if (const auto* mlp = std::get_if<models::MlpConfig>(&model.config)) {
+    common(*mlp);
+    config["hidden"] = mlp->hidden;
+  }
+  if (const auto* cnn = std::get_if<models::CnnConfig>(&model.config)) {
+    common(*cnn);
+    config["channels"] = cnn->channels;
+    config["fc"] = cnn->fc;
   }
   return config;
 }

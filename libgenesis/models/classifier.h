@@ -15,6 +15,7 @@ struct MlpConfig {
   int64_t num_classes = 10;
   std::string activation = "relu";
   double dropout = 0.0;
+  bool operator==(const MlpConfig&) const = default;
 };
 
 struct CnnConfig {
@@ -24,6 +25,7 @@ struct CnnConfig {
   int64_t num_classes = 10;
   std::string activation = "relu";
   double dropout = 0.0;
+  bool operator==(const CnnConfig&) const = default;
 };
 
 // Flatten -> [Linear -> activation (-> Dropout)]* -> Linear.

@@ -170,8 +170,7 @@ KVCache Gpt2LM::make_cache(int64_t batch, int64_t capacity) const {
   return cache;
 }
 
-std::string Gpt2LM::hf_config_json() const {
-  const Gpt2Config& c = config_;
+std::string to_config_json(const Gpt2Config& c) {
   nlohmann::json config{{"architectures", {"GPT2LMHeadModel"}},
                         {"model_type", "gpt2"},
                         {"vocab_size", c.vocab_size},
@@ -188,6 +187,10 @@ std::string Gpt2LM::hf_config_json() const {
                         {"attn_pdrop", c.attn_pdrop}};
   if (c.n_inner > 0) config["n_inner"] = c.n_inner;
   return config.dump(2);
+}
+
+std::string Gpt2LM::hf_config_json() const {
+  return to_config_json(config_);
 }
 
 void Gpt2LM::set_dropout(double p) {

@@ -5,6 +5,7 @@
 // load and save without conversion. Dropout where transformers has it (attention
 // probabilities, the residual branches, the embeddings), while training.
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -13,7 +14,8 @@
 
 namespace genesis::models {
 
-// Hugging Face GPT2Config key names.
+// Hugging Face GPT2Config key names: read from a config.json (gpt2_config_from_json) or from a
+// recipe's [model] keys of the same names.
 struct Gpt2Config {
   int64_t vocab_size = 50257;
   int64_t n_positions = 1024;
@@ -25,12 +27,15 @@ struct Gpt2Config {
   double attn_pdrop = 0.0;   // attention probabilities
   double resid_pdrop = 0.0;  // each block's two residual branches
   double embd_pdrop = 0.0;   // the summed token and position embeddings
+  bool operator==(const Gpt2Config&) const = default;
 };
 
 // Reads a GPT-2 config.json object (JSON text). Unsupported settings (an activation other
 // than gelu_new, untied embeddings, cross-attention, unscaled or layer-scaled attention)
 // throw UsageError naming the key and what is supported.
 Gpt2Config gpt2_config_from_json(std::string_view json_text);
+// The config as config.json text, as transformers writes it; gpt2_config_from_json reads it back.
+std::string to_config_json(const Gpt2Config& config);
 
 class Gpt2Block;
 

@@ -36,9 +36,9 @@ double config_parameter_count(std::string_view config_json) {
   const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
   const double q = static_cast<double>(c.num_attention_heads) * d, kv = static_cast<double>(c.num_key_value_heads) * d;
   double layer = 2 * h + h * q + 2 * h * kv + q * h + 3 * h * static_cast<double>(c.intermediate_size);
-  if (c.qkv_bias) layer += q + 2 * kv;
-  if (c.o_bias) layer += h;
-  if (c.qk_norm) layer += 2 * d;
+  if (c.qkv_bias()) layer += q + 2 * kv;
+  if (c.o_bias()) layer += h;
+  if (c.qk_norm()) layer += 2 * d;
   const double vocab = static_cast<double>(c.vocab_size) * h;
   return vocab * (c.tie_word_embeddings ? 1 : 2) + static_cast<double>(c.num_hidden_layers) * layer + h;
 }

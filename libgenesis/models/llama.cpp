@@ -45,8 +45,7 @@ DecoderConfig decoder_config_from_json(std::string_view json_text) {
   c.num_key_value_heads = config.size("num_key_value_heads", c.num_attention_heads);
   GENESIS_CHECK(c.num_attention_heads % c.num_key_value_heads == 0, UsageError, type, " config: num_attention_heads (",
                 c.num_attention_heads, ") must be a multiple of num_key_value_heads (", c.num_key_value_heads, ")");
-  const bool qwen3 = type == "qwen3";
-  if (qwen3 || config.has("head_dim")) {
+  if (type == "qwen3" || config.has("head_dim")) {
     c.head_dim = config.size("head_dim", int64_t{128});
   } else {
     GENESIS_CHECK(c.hidden_size % c.num_attention_heads == 0, UsageError, type, " config: hidden_size (", c.hidden_size,
@@ -73,12 +72,9 @@ DecoderConfig decoder_config_from_json(std::string_view json_text) {
   if (type == "qwen2") {
     GENESIS_CHECK(config.boolean("attention_bias", true), UsageError,
                   "qwen2 config: attention_bias = false is not supported (Qwen2 always has q/k/v biases; use llama)");
-    c.qkv_bias = true;
-    c.o_bias = false;
   } else {
-    c.qkv_bias = c.o_bias = config.boolean("attention_bias", false);
+    c.attention_bias = config.boolean("attention_bias", false);
   }
-  c.qk_norm = qwen3;
   c.attention_dropout = config.number("attention_dropout", 0.0);
   GENESIS_CHECK(c.attention_dropout >= 0.0 && c.attention_dropout < 1.0, UsageError, type,
                 " config: attention_dropout must be in [0, 1), got ", c.attention_dropout);
@@ -91,13 +87,14 @@ class DecoderLayer final : public nn::Module {
       : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
     auto attn = register_module("self_attn", std::make_shared<detail::Container>("Attention"));
     q_proj_ =
-        attn->add_module("q_proj", std::make_shared<nn::Linear>(c.hidden_size, heads_ * head_dim_, c.qkv_bias, o));
+        attn->add_module("q_proj", std::make_shared<nn::Linear>(c.hidden_size, heads_ * head_dim_, c.qkv_bias(), o));
     k_proj_ =
-        attn->add_module("k_proj", std::make_shared<nn::Linear>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, o));
+        attn->add_module("k_proj", std::make_shared<nn::Linear>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias(), o));
     v_proj_ =
-        attn->add_module("v_proj", std::make_shared<nn::Linear>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias, o));
-    o_proj_ = attn->add_module("o_proj", std::make_shared<nn::Linear>(heads_ * head_dim_, c.hidden_size, c.o_bias, o));
-    if (c.qk_norm) {
+        attn->add_module("v_proj", std::make_shared<nn::Linear>(c.hidden_size, kv_heads_ * head_dim_, c.qkv_bias(), o));
+    o_proj_ =
+        attn->add_module("o_proj", std::make_shared<nn::Linear>(heads_ * head_dim_, c.hidden_size, c.o_bias(), o));
+    if (c.qk_norm()) {
       q_norm_ = attn->add_module("q_norm", std::make_shared<nn::RMSNorm>(Shape{head_dim_}, c.rms_norm_eps, o));
       k_norm_ = attn->add_module("k_norm", std::make_shared<nn::RMSNorm>(Shape{head_dim_}, c.rms_norm_eps, o));
     }
@@ -194,8 +191,7 @@ KVCache DecoderLM::make_cache(int64_t batch, int64_t capacity) const {
   return cache;
 }
 
-std::string DecoderLM::hf_config_json() const {
-  const DecoderConfig& c = config_;
+std::string to_config_json(const DecoderConfig& c) {
   const char* architecture = c.model_type == "llama"   ? "LlamaForCausalLM"
                              : c.model_type == "qwen2" ? "Qwen2ForCausalLM"
                                                        : "Qwen3ForCausalLM";
@@ -218,10 +214,14 @@ std::string DecoderLM::hf_config_json() const {
   if (c.model_type == "qwen2") {
     config["use_sliding_window"] = false;
   } else {
-    config["attention_bias"] = c.qkv_bias;
+    config["attention_bias"] = c.attention_bias;
   }
   if (c.model_type == "qwen3") config["use_sliding_window"] = false;
   return config.dump(2);
+}
+
+std::string DecoderLM::hf_config_json() const {
+  return to_config_json(config_);
 }
 
 void DecoderLM::set_dropout(double p) {

@@ -14,8 +14,9 @@
 
 namespace genesis::models {
 
-// Hugging Face LlamaConfig / Qwen2Config / Qwen3Config key names, plus what the model type
-// implies: Qwen2 has q/k/v biases, Qwen3 normalizes q and k per head.
+// Hugging Face LlamaConfig / Qwen2Config / Qwen3Config key names, read from a config.json
+// (decoder_config_from_json) or from a recipe's [model] keys of the same names; the model type
+// implies the rest: Qwen2 has q/k/v biases, Qwen3 normalizes q and k per head.
 struct DecoderConfig {
   std::string model_type = "llama";  // llama, qwen2 or qwen3
   int64_t vocab_size = 0;
@@ -29,10 +30,12 @@ struct DecoderConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;  // llama / qwen3: attention_bias; qwen2: always
-  bool o_bias = false;    // llama / qwen3: attention_bias; qwen2: never
-  bool qk_norm = false;   // qwen3
+  bool attention_bias = false;     // llama, qwen3: biases on q, k, v and o (qwen2 ignores it)
   double attention_dropout = 0.0;  // attention probabilities, while training
+  bool qkv_bias() const { return model_type == "qwen2" || attention_bias; }
+  bool o_bias() const { return model_type != "qwen2" && attention_bias; }
+  bool qk_norm() const { return model_type == "qwen3"; }
+  bool operator==(const DecoderConfig&) const = default;
 };
 
 // Reads a llama / qwen2 / qwen3 config.json object (JSON text) with Hugging Face's defaults
@@ -40,6 +43,8 @@ struct DecoderConfig {
 // than silu, mlp_bias, sliding-window attention) throw UsageError naming the key and what is
 // supported.
 DecoderConfig decoder_config_from_json(std::string_view json_text);
+// The config as config.json text, as transformers writes it; decoder_config_from_json reads it back.
+std::string to_config_json(const DecoderConfig& config);
 
 class DecoderLayer;
 

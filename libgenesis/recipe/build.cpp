@@ -23,33 +23,33 @@ namespace genesis::recipe {
 
 namespace {
 
-// The recipe's language-model keys as a Hugging Face config.json object (unset keys left
-// out, so the model type's defaults apply).
-std::string language_model_config(const RecipeSpec::Model& m) {
-  nlohmann::json config{{"model_type", m.name}};
-  auto put = [&](const char* key, auto value) {
-    if (value != 0) config[key] = value;
-  };
-  put("vocab_size", m.vocab_size);
-  if (m.name == "gpt2") {
-    put("n_positions", m.n_positions);
-    put("n_embd", m.n_embd);
-    put("n_layer", m.n_layer);
-    put("n_head", m.n_head);
-    return config.dump();
-  }
-  put("hidden_size", m.hidden_size);
-  put("intermediate_size", m.intermediate_size);
-  put("num_hidden_layers", m.num_hidden_layers);
-  put("num_attention_heads", m.num_attention_heads);
-  put("num_key_value_heads", m.num_key_value_heads);
-  put("head_dim", m.head_dim);
-  put("max_position_embeddings", m.max_position_embeddings);
-  put("rms_norm_eps", m.rms_norm_eps);
-  put("rope_theta", m.rope_theta);
-  config["tie_word_embeddings"] = m.tie_word_embeddings;
-  if (m.name != "qwen2") config["attention_bias"] = m.attention_bias;
-  return config.dump();
+// A language model's config.json from the recipe's config, the keys it leaves unset (0) dropped:
+// the model type's defaults fill them, and the config passes the checks of any config.json.
+template <class Config>
+std::string language_model_config(const Config& config) {
+  nlohmann::json json = nlohmann::json::parse(models::to_config_json(config));
+  for (auto it = json.begin(); it != json.end();) it = it->is_number() && *it == 0 ? json.erase(it) : std::next(it);
+  return json.dump();
+}
+
+// The model of the recipe's config: a classifier's config takes model.dropout, a language model
+// takes it over its config's (or its init_from config.json's) values.
+std::shared_ptr<nn::Module> make_model(models::MlpConfig config, const RecipeSpec::Model& m, nn::LayerOptions options) {
+  config.dropout = m.dropout;
+  return std::make_shared<models::Mlp>(config, options);
+}
+
+std::shared_ptr<nn::Module> make_model(models::CnnConfig config, const RecipeSpec::Model& m, nn::LayerOptions options) {
+  config.dropout = m.dropout;
+  return std::make_shared<models::Cnn>(config, options);
+}
+
+template <class Config>
+std::shared_ptr<nn::Module> make_model(const Config& config, const RecipeSpec::Model& m, nn::LayerOptions options) {
+  auto lm = m.init_from.empty() ? models::causal_lm_from_config(language_model_config(config), options)
+                                : models::load_hf_model(m.init_from, options);
+  lm->set_dropout(m.dropout);
+  return lm;
 }
 
 namespace fs = std::filesystem;
@@ -165,27 +165,9 @@ Device resolve_device(const std::string& requested) {
 }
 
 std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
-  const RecipeSpec::Model& m = spec.model;
-  nn::LayerOptions options{.dtype = DType::f32, .device = kCPU};
-  std::shared_ptr<nn::Module> model;
-  if (m.name == "mlp") {
-    model = std::make_shared<models::Mlp>(
-        models::MlpConfig{.input_shape = m.input_shape, .hidden = m.hidden, .num_classes = m.num_classes,
-                          .activation = m.activation, .dropout = m.dropout},
-        options);
-  } else if (m.name == "cnn") {
-    model = std::make_shared<models::Cnn>(
-        models::CnnConfig{.input_shape = m.input_shape, .channels = m.channels, .fc = m.fc,
-                          .num_classes = m.num_classes, .activation = m.activation, .dropout = m.dropout},
-        options);
-  } else if (m.is_language_model()) {
-    auto lm = m.init_from.empty() ? models::causal_lm_from_config(language_model_config(m), options)
-                                  : models::load_hf_model(m.init_from, options);
-    lm->set_dropout(m.dropout);  // the recipe's, also over a loaded config.json's values
-    model = lm;
-  } else {
-    GENESIS_THROW(RecipeError, "model.name: unknown model '", m.name, "' (valid: mlp, cnn, gpt2, llama, qwen2, qwen3)");
-  }
+  const nn::LayerOptions options{.dtype = DType::f32, .device = kCPU};
+  std::shared_ptr<nn::Module> model =
+      std::visit([&](const auto& config) { return make_model(config, spec.model, options); }, spec.model.config);
   if (!device.is_cpu()) model->to(device);
   keep_modules_f32(spec, *model);
   return model;

@@ -1,14 +1,18 @@
 // Text made from the schema: the resolved recipe (RecipeSpec::to_toml) and docs/recipes.md.
 #include "libgenesis/recipe/schema.h"
 
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 namespace genesis {
 namespace recipe {
 namespace {
 
-Value read_field(const KeySpec& key, RecipeSpec& spec) {
-  return std::visit([](auto* member) { return Value(*member); }, key.field(spec));
+// The key's value; nullopt for a key of another model family than the spec's.
+std::optional<Value> read_field(const KeySpec& key, RecipeSpec& spec) {
+  return std::visit([](auto* member) { return member ? std::optional<Value>(*member) : std::nullopt; },
+                    key.field(spec));
 }
 
 // An Optional key that the recipe leaves unset holds its type's zero value (0, "").
@@ -84,8 +88,9 @@ epochs = 3
   recipe, or the `--set` argument. An int is accepted where a float is expected, not the
   reverse. Recipe errors exit with code 2.
 - **Resolved recipe.** `RecipeSpec::to_toml()` writes every key in the order below, defaults
-  included (an unset optional key appears as a comment); reading it back gives the same
-  recipe.
+  included (an unset optional key appears as a comment), except the [model] keys of models
+  other than `model.name` (a recipe may set them; they are ignored); reading it back gives the
+  same recipe.
 )";
 
 }  // namespace
@@ -99,11 +104,12 @@ std::string RecipeSpec::to_toml() const {
     out += std::string("\n[") + section.name + "]\n";
     for (const KeySpec& key : recipe_schema()) {
       if (std::string_view(key.section) != section.name) continue;
-      Value value = read_field(key, copy);
-      if (key.presence == Presence::Optional && is_unset(value))
+      const std::optional<Value> value = read_field(key, copy);
+      if (!value) continue;
+      if (key.presence == Presence::Optional && is_unset(*value))
         out += std::string("# ") + key.key + " is not set\n";
       else
-        out += std::string(key.key) + " = " + toml_text(key, value) + "\n";
+        out += std::string(key.key) + " = " + toml_text(key, *value) + "\n";
     }
   }
   return out;
@@ -115,10 +121,11 @@ nlohmann::json recipe_json(const RecipeSpec& spec) {
   nlohmann::json out = nlohmann::json::object();
   for (const SectionSpec& section : recipe_sections()) out[section.name] = nlohmann::json::object();
   for (const KeySpec& key : recipe_schema()) {
-    const Value value = read_field(key, copy);
+    const std::optional<Value> value = read_field(key, copy);
+    if (!value) continue;
     nlohmann::json& slot = out[key.section][key.key];
-    if (key.presence == Presence::Optional && is_unset(value)) slot = nullptr;
-    else std::visit([&slot](const auto& v) { slot = v; }, value);
+    if (key.presence == Presence::Optional && is_unset(*value)) slot = nullptr;
+    else std::visit([&slot](const auto& v) { slot = v; }, *value);
   }
   return out;
 }
@@ -128,10 +135,11 @@ std::vector<RecipeChange> recipe_changes(const RecipeSpec& before, const RecipeS
   RecipeSpec a = before, b = after;  // KeySpec::field takes a mutable spec
   std::vector<RecipeChange> changes;
   for (const KeySpec& key : recipe_schema()) {
-    const Value va = read_field(key, a), vb = read_field(key, b);
+    const std::optional<Value> va = read_field(key, a), vb = read_field(key, b);
     if (va == vb) continue;
-    auto text = [&key](const Value& v) {
-      return key.presence == Presence::Optional && is_unset(v) ? std::string("(not set)") : toml_text(key, v);
+    auto text = [&key](const std::optional<Value>& v) {
+      if (!v) return std::string("(not a key of this model)");
+      return key.presence == Presence::Optional && is_unset(*v) ? std::string("(not set)") : toml_text(key, *v);
     };
     changes.push_back({key.full_name(), text(va), text(vb)});
   }

@@ -331,13 +331,24 @@ RecipeSpec build(const std::map<std::string, Entry>& entries, const std::string&
   std::vector<std::string> missing;
   for (const KeySpec& key : recipe_schema()) {
     auto it = entries.find(key.full_name());
-    if (it == entries.end() && key.presence != Presence::Defaulted) {
-      if (key.presence == Presence::Required) missing.push_back(key.full_name());
+    const bool given = it != entries.end();
+    if (!given && key.presence == Presence::Required) {
+      missing.push_back(key.full_name());
       continue;
     }
-    const Value& value = it != entries.end() ? it->second.value : key.fallback;
-    std::visit([&](auto* member) { *member = std::get<std::remove_pointer_t<decltype(member)>>(value); },
-               key.field(spec));
+    std::visit(
+        [&](auto* member) {
+          using T = std::remove_pointer_t<decltype(member)>;
+          if (member == nullptr) return;  // a key of another model family
+          if (given)
+            *member = std::get<T>(it->second.value);
+          else if (key.presence == Presence::Optional)
+            *member = T{};  // not set, whatever the default of the config type that holds it
+          else
+            *member = std::get<T>(key.fallback);
+        },
+        key.field(spec));
+    if (key.after_set) key.after_set(spec);
   }
   if (!missing.empty())
     fail(top_file,

@@ -7,11 +7,15 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/models/classifier.h"
+#include "libgenesis/models/gpt2.h"
+#include "libgenesis/models/llama.h"
 
 namespace genesis {
 
@@ -23,7 +27,8 @@ class RecipeError : public UsageError {
 };
 
 // The fully resolved recipe. Members are filled by load_recipe/parse_recipe, defaults
-// included; a default-constructed RecipeSpec holds zeros, not the schema defaults.
+// included; a default-constructed RecipeSpec holds zeros (and a default MlpConfig), not the
+// schema defaults.
 struct RecipeSpec {
   struct Run {
     std::string name;
@@ -37,33 +42,22 @@ struct RecipeSpec {
     bool operator==(const Run&) const = default;
   };
   struct Model {
+    // One config type per model family, the family's own (libgenesis/models): the classifiers',
+    // GPT-2's and the Llama/Qwen decoders' (Hugging Face config.json names; llama, qwen2 and qwen3
+    // share DecoderConfig, its model_type = name).
+    using Config = std::variant<models::MlpConfig, models::CnnConfig, models::Gpt2Config, models::DecoderConfig>;
     std::string name;  // "mlp", "cnn", or a language model: "gpt2", "llama", "qwen2", "qwen3"
-    std::vector<int64_t> input_shape;
-    int64_t num_classes = 0;
-    std::vector<int64_t> hidden;    // mlp
-    std::vector<int64_t> channels;  // cnn
-    int64_t fc = 0;                 // cnn
-    std::string activation;
-    double dropout = 0;
-    // Language models (gpt2, llama, qwen2, qwen3): Hugging Face config.json names, 0 = not set.
-    int64_t vocab_size = 0;
-    int64_t n_positions = 0;  // gpt2
-    int64_t n_embd = 0;       // gpt2
-    int64_t n_layer = 0;      // gpt2
-    int64_t n_head = 0;       // gpt2
-    int64_t hidden_size = 0;
-    int64_t intermediate_size = 0;
-    int64_t num_hidden_layers = 0;
-    int64_t num_attention_heads = 0;
-    int64_t num_key_value_heads = 0;
-    int64_t head_dim = 0;
-    int64_t max_position_embeddings = 0;
-    double rms_norm_eps = 0;  // 0 = the model type's default
-    double rope_theta = 0;    // 0 = the model type's default
-    bool tie_word_embeddings = false;
-    bool attention_bias = false;
-    std::string init_from;  // a Hugging Face model directory to start from
+    // The config of name's family, filled from that family's [model] keys (those of other
+    // families are read and ignored). A language model's numbers that the recipe leaves unset
+    // hold 0 (its sizes, and by default rms_norm_eps and rope_theta): the model type's defaults
+    // decide them, or init_from's config.json. The config's dropout fields are not keys.
+    Config config;
+    double dropout = 0;     // every family's: build_model sets the model's dropout from it
+    std::string init_from;  // language models: a Hugging Face model directory to start from
     bool is_language_model() const { return name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3"; }
+    // The config of `name`'s family with that family's defaults: what the loader fills once it
+    // has read model.name.
+    static Config default_config(const std::string& name);
     bool operator==(const Model&) const = default;
   };
   struct Data {

@@ -17,6 +17,21 @@ namespace {
 // Where a key's value lives in RecipeSpec (a captureless lambda, stored as a function pointer).
 #define GENESIS_RECIPE_FIELD(member) [](RecipeSpec& r) -> FieldRef { return &r.member; }
 
+// A key of model families' configs: the member, among `members`, of the config the spec holds;
+// null when that family has no such key.
+template <class T, class... Family>
+T* family_member(RecipeSpec::Model::Config& config, T Family::*... members) {
+  T* found = nullptr;
+  auto take = [&]<class C>(T C::*member) {
+    if (C* held = std::get_if<C>(&config)) found = &(held->*member);
+  };
+  (take(members), ...);
+  return found;
+}
+
+#define GENESIS_RECIPE_FAMILY_FIELD(...) \
+  [](RecipeSpec& r) -> FieldRef { return family_member(r.model.config, __VA_ARGS__); }
+
 constexpr Bound at_least(double v) {
   return {v, true};
 }
@@ -66,18 +81,21 @@ std::string check_loss_scale(const Value& v) {
 }
 
 // The size keys a language model needs (or, with init_from, must leave to its config.json).
+std::vector<std::pair<const char*, int64_t>> language_model_sizes(const RecipeSpec::Model& m) {
+  if (const auto* c = std::get_if<models::Gpt2Config>(&m.config))
+    return {{"vocab_size", c->vocab_size}, {"n_embd", c->n_embd}, {"n_layer", c->n_layer}, {"n_head", c->n_head}};
+  if (const auto* c = std::get_if<models::DecoderConfig>(&m.config))
+    return {{"vocab_size", c->vocab_size},
+            {"hidden_size", c->hidden_size},
+            {"intermediate_size", c->intermediate_size},
+            {"num_hidden_layers", c->num_hidden_layers},
+            {"num_attention_heads", c->num_attention_heads}};
+  return {};
+}
+
 std::string language_model_size_problem(const RecipeSpec::Model& m) {
-  if (!m.is_language_model()) return "";
-  const std::vector<std::pair<const char*, int64_t>> sizes =
-      m.name == "gpt2" ? std::vector<std::pair<const char*, int64_t>>{{"vocab_size", m.vocab_size},
-                                                                      {"n_embd", m.n_embd},
-                                                                      {"n_layer", m.n_layer},
-                                                                      {"n_head", m.n_head}}
-                       : std::vector<std::pair<const char*, int64_t>>{{"vocab_size", m.vocab_size},
-                                                                      {"hidden_size", m.hidden_size},
-                                                                      {"intermediate_size", m.intermediate_size},
-                                                                      {"num_hidden_layers", m.num_hidden_layers},
-                                                                      {"num_attention_heads", m.num_attention_heads}};
+  const std::vector<std::pair<const char*, int64_t>> sizes = language_model_sizes(m);
+  if (sizes.empty()) return "";
   std::string listed;
   if (m.init_from.empty()) {
     for (const auto& [key, value] : sizes)
@@ -105,6 +123,13 @@ std::string language_model_size_problem(const RecipeSpec::Model& m) {
                               "/config.json, which disagrees with " + listed + "; remove those keys or make them agree";
 }
 
+// The context a language model's recipe gives (n_positions or max_position_embeddings); 0 when unset.
+int64_t language_model_context(const RecipeSpec::Model& m) {
+  if (const auto* c = std::get_if<models::Gpt2Config>(&m.config)) return c->n_positions;
+  if (const auto* c = std::get_if<models::DecoderConfig>(&m.config)) return c->max_position_embeddings;
+  return 0;
+}
+
 std::string token_data_problem(const RecipeSpec& r) {
   if (r.data.name != "tokens") return "";
   if (!r.model.is_language_model())
@@ -121,7 +146,8 @@ const std::vector<SectionSpec>& recipe_sections() {
       {"run", "Identity of the run and where it executes."},
       {"model",
        "The network. Keys marked mlp or cnn are used by that model only; keys marked lm by the language models "
-       "(gpt2, llama, qwen2, qwen3), with the names and meaning of Hugging Face's config.json."},
+       "(gpt2, llama, qwen2, qwen3), with the names and meaning of Hugging Face's config.json. Keys of "
+       "models other than `name` are accepted and ignored."},
       {"data", "The dataset and its loading."},
       {"optimizer", "The optimizer. Keys marked with optimizer names are used by those only."},
       {"scheduler", "Learning-rate schedule, as a factor of optimizer.lr; step counts are optimizer steps."},
@@ -206,43 +232,44 @@ const std::vector<KeySpec>& recipe_schema() {
        .choices = {"mlp", "cnn", "gpt2", "llama", "qwen2", "qwen3"},
        .doc = "Architecture: mlp (fully connected), cnn (convolutional), or a causal language model: gpt2, "
               "llama, qwen2, qwen3 (configured with Hugging Face config.json names, below).",
-       .field = GENESIS_RECIPE_FIELD(model.name)},
+       .field = GENESIS_RECIPE_FIELD(model.name),
+       .after_set = [](RecipeSpec& r) { r.model.config = RecipeSpec::Model::default_config(r.model.name); }},
       {.section = "model",
        .key = "input_shape",
        .fallback = Ints{1, 28, 28},
        .min = at_least(1),
-       .doc = "Shape of one input sample; cnn needs [channels, height, width].",
-       .field = GENESIS_RECIPE_FIELD(model.input_shape)},
+       .doc = "mlp, cnn: shape of one input sample; cnn needs [channels, height, width].",
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::MlpConfig::input_shape, &models::CnnConfig::input_shape)},
       {.section = "model",
        .key = "num_classes",
        .fallback = int64_t{10},
        .min = at_least(2),
-       .doc = "Number of output classes.",
-       .field = GENESIS_RECIPE_FIELD(model.num_classes)},
+       .doc = "mlp, cnn: number of output classes.",
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::MlpConfig::num_classes, &models::CnnConfig::num_classes)},
       {.section = "model",
        .key = "hidden",
        .fallback = Ints{256, 128},
        .min = at_least(1),
        .doc = "mlp: width of each hidden layer (empty = a linear classifier).",
-       .field = GENESIS_RECIPE_FIELD(model.hidden)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::MlpConfig::hidden)},
       {.section = "model",
        .key = "channels",
        .fallback = Ints{32, 64},
        .min = at_least(1),
        .doc = "cnn: output channels of each convolution block.",
-       .field = GENESIS_RECIPE_FIELD(model.channels)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::CnnConfig::channels)},
       {.section = "model",
        .key = "fc",
        .fallback = int64_t{128},
        .min = at_least(1),
        .doc = "cnn: width of the fully connected layer before the classifier.",
-       .field = GENESIS_RECIPE_FIELD(model.fc)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::CnnConfig::fc)},
       {.section = "model",
        .key = "activation",
        .fallback = S{"relu"},
        .choices = {"relu", "gelu", "silu", "tanh"},
-       .doc = "Activation after each hidden layer.",
-       .field = GENESIS_RECIPE_FIELD(model.activation)},
+       .doc = "mlp, cnn: activation after each hidden layer.",
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::MlpConfig::activation, &models::CnnConfig::activation)},
       {.section = "model",
        .key = "dropout",
        .fallback = 0.0,
@@ -259,95 +286,95 @@ const std::vector<KeySpec>& recipe_schema() {
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "lm: vocabulary size.",
-       .field = GENESIS_RECIPE_FIELD(model.vocab_size)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::Gpt2Config::vocab_size, &models::DecoderConfig::vocab_size)},
       {.section = "model",
        .key = "n_positions",
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "gpt2: context length (learned positions); default 1024.",
-       .field = GENESIS_RECIPE_FIELD(model.n_positions)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::Gpt2Config::n_positions)},
       {.section = "model",
        .key = "n_embd",
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "gpt2: model width.",
-       .field = GENESIS_RECIPE_FIELD(model.n_embd)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::Gpt2Config::n_embd)},
       {.section = "model",
        .key = "n_layer",
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "gpt2: number of blocks.",
-       .field = GENESIS_RECIPE_FIELD(model.n_layer)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::Gpt2Config::n_layer)},
       {.section = "model",
        .key = "n_head",
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "gpt2: attention heads.",
-       .field = GENESIS_RECIPE_FIELD(model.n_head)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::Gpt2Config::n_head)},
       {.section = "model",
        .key = "hidden_size",
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "llama, qwen2, qwen3: model width.",
-       .field = GENESIS_RECIPE_FIELD(model.hidden_size)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::DecoderConfig::hidden_size)},
       {.section = "model",
        .key = "intermediate_size",
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "llama, qwen2, qwen3: SwiGLU MLP width.",
-       .field = GENESIS_RECIPE_FIELD(model.intermediate_size)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::DecoderConfig::intermediate_size)},
       {.section = "model",
        .key = "num_hidden_layers",
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "llama, qwen2, qwen3: number of decoder layers.",
-       .field = GENESIS_RECIPE_FIELD(model.num_hidden_layers)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::DecoderConfig::num_hidden_layers)},
       {.section = "model",
        .key = "num_attention_heads",
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "llama, qwen2, qwen3: query heads.",
-       .field = GENESIS_RECIPE_FIELD(model.num_attention_heads)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::DecoderConfig::num_attention_heads)},
       {.section = "model",
        .key = "num_key_value_heads",
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "llama, qwen2, qwen3: key/value heads (grouped-query attention); default num_attention_heads.",
-       .field = GENESIS_RECIPE_FIELD(model.num_key_value_heads)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::DecoderConfig::num_key_value_heads)},
       {.section = "model",
        .key = "head_dim",
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "llama, qwen2, qwen3: width of one head; default hidden_size / num_attention_heads (qwen3: 128).",
-       .field = GENESIS_RECIPE_FIELD(model.head_dim)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::DecoderConfig::head_dim)},
       {.section = "model",
        .key = "max_position_embeddings",
        .presence = Presence::Optional,
        .min = at_least(1),
        .doc = "llama, qwen2, qwen3: context length; default 2048 (llama) or 32768 (qwen2, qwen3).",
-       .field = GENESIS_RECIPE_FIELD(model.max_position_embeddings)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::DecoderConfig::max_position_embeddings)},
       {.section = "model",
        .key = "rms_norm_eps",
        .fallback = 0.0,
        .min = at_least(0),
        .doc = "llama, qwen2, qwen3: RMSNorm epsilon; 0 = 1e-6.",
-       .field = GENESIS_RECIPE_FIELD(model.rms_norm_eps)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::DecoderConfig::rms_norm_eps)},
       {.section = "model",
        .key = "rope_theta",
        .fallback = 0.0,
        .min = at_least(0),
        .doc = "llama, qwen2, qwen3: RoPE base; 0 = 10000.",
-       .field = GENESIS_RECIPE_FIELD(model.rope_theta)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::DecoderConfig::rope_theta)},
       {.section = "model",
        .key = "tie_word_embeddings",
        .fallback = false,
        .doc = "llama, qwen2, qwen3: the output head shares the token embedding (gpt2 always does).",
-       .field = GENESIS_RECIPE_FIELD(model.tie_word_embeddings)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::DecoderConfig::tie_word_embeddings)},
       {.section = "model",
        .key = "attention_bias",
        .fallback = false,
        .doc = "llama, qwen3: biases on the q, k, v and o projections (qwen2 always has q, k, v biases).",
-       .field = GENESIS_RECIPE_FIELD(model.attention_bias)},
+       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::DecoderConfig::attention_bias)},
       {.section = "model",
        .key = "init_from",
        .fallback = S{""},
@@ -750,6 +777,7 @@ const std::vector<KeySpec>& recipe_schema() {
   return schema;
 }
 
+#undef GENESIS_RECIPE_FAMILY_FIELD
 #undef GENESIS_RECIPE_FIELD
 
 const std::vector<RecipeRule>& recipe_rules() {
@@ -803,10 +831,10 @@ const std::vector<RecipeRule>& recipe_rules() {
       {{"model.input_shape", "model.name"},
        "model cnn needs input_shape = [channels, height, width].",
        [](const RecipeSpec& r) -> std::string {
-         return r.model.name == "cnn" && r.model.input_shape.size() != 3
-                    ? "model cnn needs input_shape = [channels, height, width], got " +
-                          std::to_string(r.model.input_shape.size()) + " entries"
-                    : "";
+         const auto* cnn = std::get_if<models::CnnConfig>(&r.model.config);
+         return cnn && cnn->input_shape.size() != 3 ? "model cnn needs input_shape = [channels, height, width], got " +
+                                                          std::to_string(cnn->input_shape.size()) + " entries"
+                                                    : "";
        }},
       {{"model.name", "model.init_from"},
        "A language model without init_from needs its size keys (gpt2: vocab_size, n_embd, n_layer, n_head; llama, "
@@ -820,8 +848,7 @@ const std::vector<RecipeRule>& recipe_rules() {
       {{"data.seq_len", "model.n_positions", "model.max_position_embeddings"},
        "data.seq_len is at most the model's context (n_positions or max_position_embeddings, when given).",
        [](const RecipeSpec& r) -> std::string {
-         const auto& m = r.model;
-         const int64_t context = m.name == "gpt2" ? m.n_positions : m.max_position_embeddings;
+         const int64_t context = language_model_context(r.model);
          return r.data.name == "tokens" && context > 0 && r.data.seq_len > context
                     ? "data.seq_len (" + std::to_string(r.data.seq_len) + ") exceeds the model's context of " +
                           std::to_string(context) + " positions"
@@ -838,15 +865,15 @@ const std::vector<RecipeRule>& recipe_rules() {
       {{"model.channels", "model.name"},
        "model cnn needs at least one entry in channels.",
        [](const RecipeSpec& r) -> std::string {
-         return r.model.name == "cnn" && r.model.channels.empty() ? "model cnn needs at least one entry in channels"
-                                                                  : "";
+         const auto* cnn = std::get_if<models::CnnConfig>(&r.model.config);
+         return cnn && cnn->channels.empty() ? "model cnn needs at least one entry in channels" : "";
        }},
   };
   return rules;
 }
 
 ValueType KeySpec::type() const {
-  static RecipeSpec probe;  // only its member addresses are taken
+  static RecipeSpec probe;  // only the type of the field is read (null for another model family's key)
   return static_cast<ValueType>(field(probe).index());
 }
 
@@ -857,3 +884,16 @@ const KeySpec* find_key(std::string_view section, std::string_view key) {
 }
 
 }  // namespace genesis::recipe
+
+namespace genesis {
+
+RecipeSpec::Model::Config RecipeSpec::Model::default_config(const std::string& name) {
+  if (name == "mlp") return models::MlpConfig{};
+  if (name == "cnn") return models::CnnConfig{};
+  if (name == "gpt2") return models::Gpt2Config{};
+  GENESIS_CHECK(name == "llama" || name == "qwen2" || name == "qwen3", RecipeError, "model.name: unknown model '", name,
+                "' (valid: mlp, cnn, gpt2, llama, qwen2, qwen3)");
+  return models::DecoderConfig{.model_type = name};
+}
+
+}  // namespace genesis

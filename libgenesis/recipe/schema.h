@@ -50,7 +50,12 @@ struct KeySpec {
   // shortest TOML text ("1024" -> "1024.0") and written back unquoted.
   bool number_as_text = false;
   const char* doc = "";
+  // Where the key's value lives; a null pointer when the spec's model family has no such key
+  // (a key of another family: read, checked and ignored, and left out of the resolved recipe).
   FieldRef (*field)(RecipeSpec&) = nullptr;
+  // Runs after the loader sets the key (model.name: makes model.config that family's, which the
+  // keys after it fill).
+  void (*after_set)(RecipeSpec&) = nullptr;
 
   ValueType type() const;
   std::string full_name() const { return std::string(section) + "." + key; }

@@ -93,7 +93,10 @@ RecipeSpec hf_evaluation_recipe(const RecipeSpec& given, const fs::path& dir) {
                 " is a Hugging Face language model; give a recipe with data.name = \"tokens\" (data.shards, "
                 "data.seq_len) to evaluate it on (this one has data.name = \"", given.data.name, "\")");
   RecipeSpec s = given;
-  if (!s.model.is_language_model()) s.model.name = "gpt2";  // any language model: init_from decides
+  if (!s.model.is_language_model()) {  // any language model: init_from decides
+    s.model.name = "gpt2";
+    s.model.config = RecipeSpec::Model::default_config(s.model.name);
+  }
   s.model.init_from = dir.string();
   return s;
 }
