@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/loops.h"
 
 namespace genesis::kernels::cpu {
@@ -34,6 +35,30 @@ void blas_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
 // A 1x1 kernel with unit stride and no padding reads the input image itself as the column matrix.
 bool is_pointwise(const Conv2dShape& s) {
   return s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0;
+}
+
+// f32 convolutions go through oneDNN's primitives unless GENESIS_CPU_CONV=im2col (read once) or
+// genesis was built without it -- except, when the GEMM is oneDNN's sgemm (linalg.h), where
+// im2col + that GEMM measured faster on the build host: 1x1 kernels, a GEMM as they stand
+// (32x64x28x28 * 128x64x1x1 fwd+bwd 6.35 -> 3.20 ms), and fewer than 8 input channels a group,
+// which the primitives' blocked layouts pad to 8 or 16 (the first layer of the CNN recipe,
+// 128x1x28x28 * 32x1x3x3 fwd+bwd 5.89 -> 3.84 ms); with OpenBLAS's sgemm those stay on the
+// primitives (6.24 vs 5.50 and 9.41 vs 5.56 ms). GENESIS_CPU_CONV=dnnl sends everything there.
+bool use_dnnl(const Conv2dShape& s) {
+#if GENESIS_WITH_DNNL
+  static const std::string_view choice = [] {
+    const char* value = std::getenv("GENESIS_CPU_CONV");
+    return std::string_view(value ? value : "");
+  }();
+  if (choice == "im2col") return false;
+  if (choice == "dnnl") return true;
+  if (cpu_gemm() != CpuGemm::onednn) return true;
+  const bool pointwise = s.kernel_h == 1 && s.kernel_w == 1;
+  return !pointwise && s.in_channels / s.groups >= 8;
+#else
+  (void)s;
+  return false;
+#endif
 }
 
 // Samples are processed in blocks: im2col / col2im of a whole block run in one OpenMP region, then
@@ -127,76 +152,76 @@ class ColumnScratch {
   T* data_ = nullptr;
 };
 
-template <class T>
-void conv2d_forward_typed(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
-  const ConvSizes g(s);
+// Which way a block's column matrices go: built from the images (im2col) before the GEMMs, or
+// folded back into the images (col2im) after them.
+enum class Columns { from_images, to_images };
+
+// Runs gemm(n, grp, columns) for every sample n and group grp, where `columns` is the [patch,
+// spatial] column matrix of (n, grp): the images themselves for a pointwise kernel, else the
+// scratch of the sample's block, filled from or folded into `images` [N, C_in, H, W] as `flow` says.
+template <Columns flow, class Image, class Gemm>
+void gemm_per_sample_group(const Conv2dShape& s, const ConvSizes& g, Image* images, Gemm&& gemm) {
+  using T = std::remove_const_t<Image>;
   const bool pointwise = is_pointwise(s);
   const int64_t block = samples_per_block(s, g);
   const ColumnScratch<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample()));
   for (int64_t first = 0; first < s.batch; first += block) {
     const int64_t count = std::min(block, s.batch - first);
-    const T* images = x + first * s.in_channels * g.image;
-    if (!pointwise) im2col(s, count * s.in_channels, images, columns.data());
-    const T* cols = pointwise ? images : columns.data();
-    for (int64_t n = first; n < first + count; ++n) {
-      for (int64_t grp = 0; grp < s.groups; ++grp) {
-        T* out = y + (n * s.out_channels + grp * g.out_per_group) * g.spatial;
-        blas_gemm(false, false, g.out_per_group, g.spatial, g.patch, w + grp * g.out_per_group * g.patch, g.patch,
-                  cols + ((n - first) * s.groups + grp) * g.patch * g.spatial, g.spatial, T(0), out, g.spatial);
-        if (!bias) continue;
-        for (int64_t co = 0; co < g.out_per_group; ++co) {
-          const T b = bias[grp * g.out_per_group + co];
-          for (int64_t i = 0; i < g.spatial; ++i) out[co * g.spatial + i] += b;
-        }
-      }
-    }
+    Image* block_images = images + first * s.in_channels * g.image;
+    Image* cols = pointwise ? block_images : columns.data();
+    if constexpr (flow == Columns::from_images)
+      if (!pointwise) im2col(s, count * s.in_channels, block_images, columns.data());
+    for (int64_t n = first; n < first + count; ++n)
+      for (int64_t grp = 0; grp < s.groups; ++grp)
+        gemm(n, grp, cols + ((n - first) * s.groups + grp) * g.patch * g.spatial);
+    if constexpr (flow == Columns::to_images)
+      if (!pointwise) col2im(s, count * s.in_channels, cols, block_images);
   }
+}
+
+template <class T>
+void conv2d_forward_typed(const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
+  if constexpr (std::is_same_v<T, float>)
+    if (use_dnnl(s) && conv_dnnl_forward(s, x, w, bias, y)) return;
+  const ConvSizes g(s);
+  gemm_per_sample_group<Columns::from_images>(s, g, x, [&](int64_t n, int64_t grp, const T* cols) {
+    // y_g [out_per_group, spatial] = W_g [out_per_group, patch] x columns [patch, spatial] (+ bias)
+    T* out = y + (n * s.out_channels + grp * g.out_per_group) * g.spatial;
+    blas_gemm(false, false, g.out_per_group, g.spatial, g.patch, w + grp * g.out_per_group * g.patch, g.patch, cols,
+              g.spatial, T(0), out, g.spatial);
+    if (!bias) return;
+    for (int64_t co = 0; co < g.out_per_group; ++co) {
+      const T b = bias[grp * g.out_per_group + co];
+      for (int64_t i = 0; i < g.spatial; ++i) out[co * g.spatial + i] += b;
+    }
+  });
 }
 
 template <class T>
 void conv2d_backward_input_typed(const Conv2dShape& s, const T* grad_y, const T* w, T* grad_x) {
+  if constexpr (std::is_same_v<T, float>)
+    if (use_dnnl(s) && conv_dnnl_backward_input(s, grad_y, w, grad_x)) return;
   const ConvSizes g(s);
-  const bool pointwise = is_pointwise(s);
-  const int64_t block = samples_per_block(s, g);
-  const ColumnScratch<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample()));
-  for (int64_t first = 0; first < s.batch; first += block) {
-    const int64_t count = std::min(block, s.batch - first);
-    T* images = grad_x + first * s.in_channels * g.image;
-    T* cols = pointwise ? images : columns.data();
-    for (int64_t n = first; n < first + count; ++n) {
-      for (int64_t grp = 0; grp < s.groups; ++grp) {
-        // columns [patch, spatial] = W_g^T [patch, out_per_group] x grad_y_g [out_per_group, spatial]
-        const T* gy = grad_y + (n * s.out_channels + grp * g.out_per_group) * g.spatial;
-        blas_gemm(true, false, g.patch, g.spatial, g.out_per_group, w + grp * g.out_per_group * g.patch, g.patch, gy,
-                  g.spatial, T(0), cols + ((n - first) * s.groups + grp) * g.patch * g.spatial, g.spatial);
-      }
-    }
-    if (!pointwise) col2im(s, count * s.in_channels, cols, images);
-  }
+  gemm_per_sample_group<Columns::to_images>(s, g, grad_x, [&](int64_t n, int64_t grp, T* cols) {
+    // columns [patch, spatial] = W_g^T [patch, out_per_group] x grad_y_g [out_per_group, spatial]
+    const T* gy = grad_y + (n * s.out_channels + grp * g.out_per_group) * g.spatial;
+    blas_gemm(true, false, g.patch, g.spatial, g.out_per_group, w + grp * g.out_per_group * g.patch, g.patch, gy,
+              g.spatial, T(0), cols, g.spatial);
+  });
 }
 
 template <class T>
 void conv2d_backward_weight_typed(const Conv2dShape& s, const T* x, const T* grad_y, T* grad_w) {
+  if constexpr (std::is_same_v<T, float>)
+    if (use_dnnl(s) && conv_dnnl_backward_weight(s, x, grad_y, grad_w)) return;
   const ConvSizes g(s);
-  const bool pointwise = is_pointwise(s);
-  const int64_t block = samples_per_block(s, g);
-  const ColumnScratch<T> columns(pointwise ? 0 : static_cast<size_t>(block * g.per_sample()));
   std::fill(grad_w, grad_w + s.out_channels * g.patch, T(0));
-  for (int64_t first = 0; first < s.batch; first += block) {
-    const int64_t count = std::min(block, s.batch - first);
-    const T* images = x + first * s.in_channels * g.image;
-    if (!pointwise) im2col(s, count * s.in_channels, images, columns.data());
-    const T* cols = pointwise ? images : columns.data();
-    for (int64_t n = first; n < first + count; ++n) {
-      for (int64_t grp = 0; grp < s.groups; ++grp) {
-        // grad_w_g [out_per_group, patch] += grad_y_g [out_per_group, spatial] x columns^T [spatial, patch]
-        const T* gy = grad_y + (n * s.out_channels + grp * g.out_per_group) * g.spatial;
-        blas_gemm(false, true, g.out_per_group, g.patch, g.spatial, gy, g.spatial,
-                  cols + ((n - first) * s.groups + grp) * g.patch * g.spatial, g.spatial, T(1),
-                  grad_w + grp * g.out_per_group * g.patch, g.patch);
-      }
-    }
-  }
+  gemm_per_sample_group<Columns::from_images>(s, g, x, [&](int64_t n, int64_t grp, const T* cols) {
+    // grad_w_g [out_per_group, patch] += grad_y_g [out_per_group, spatial] x columns^T [spatial, patch]
+    const T* gy = grad_y + (n * s.out_channels + grp * g.out_per_group) * g.spatial;
+    blas_gemm(false, true, g.out_per_group, g.patch, g.spatial, gy, g.spatial, cols, g.spatial, T(1),
+              grad_w + grp * g.out_per_group * g.patch, g.patch);
+  });
 }
 
 // Window bounds of output position `o` along one dimension, clipped to the input [0, size).
@@ -256,34 +281,44 @@ void max_pool2d_forward_inside(const Pool2dShape& s, const T* x, T* y, int64_t* 
   });
 }
 
-// One output row (plane, oh) per work item; its windows read kernel_h rows of one plane.
+// Calls pool(plane, wh, ww, out) for every output position of x: `plane` the input plane it
+// reads, wh and ww its window's rows and columns clipped to the plane, `out` its index in the
+// output. One output row (plane, oh) per work item; its windows read kernel_h rows of one plane.
+// A pool reads s.width into a local first: through the reference the compiler reloads it for
+// every window row (bf16 avg_pool2d 2x2 measured 11% slower).
+template <class T, class Pool>
+void for_each_window(const Pool2dShape& s, const T* x, Pool&& pool) {
+  parallel_for(s.planes * s.out_h, s.out_w * s.kernel_h * s.kernel_w, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const T* plane = x + (row / s.out_h) * s.height * s.width;
+      const Window wh(row % s.out_h, s.stride_h, s.pad_h, s.kernel_h, s.height);
+      for (int64_t ow = 0; ow < s.out_w; ++ow)
+        pool(plane, wh, Window(ow, s.stride_w, s.pad_w, s.kernel_w, s.width), row * s.out_w + ow);
+    }
+  });
+}
+
 template <class T>
 void max_pool2d_forward_typed(const Pool2dShape& s, const T* x, T* y, int64_t* argmax) {
   using A = acc_t<T>;
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     if (pool_windows_inside(s) && s.kernel_h > 0 && s.kernel_w > 0) return max_pool2d_forward_inside(s, x, y, argmax);
   }
-  parallel_for(s.planes * s.out_h, s.out_w * s.kernel_h * s.kernel_w, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const T* plane = x + (row / s.out_h) * s.height * s.width;
-      const Window wh(row % s.out_h, s.stride_h, s.pad_h, s.kernel_h, s.height);
-      for (int64_t ow = 0; ow < s.out_w; ++ow) {
-        const Window ww(ow, s.stride_w, s.pad_w, s.kernel_w, s.width);
-        A best = -std::numeric_limits<A>::infinity();
-        int64_t best_at = -1;
-        for (int64_t h = wh.begin; h < wh.end; ++h) {
-          for (int64_t w = ww.begin; w < ww.end; ++w) {
-            const A v = static_cast<A>(plane[h * s.width + w]);
-            if (best_at < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
-              best = v;
-              best_at = h * s.width + w;
-            }
-          }
+  for_each_window(s, x, [&](const T* plane, const Window& wh, const Window& ww, int64_t out) {
+    const int64_t width = s.width;
+    A best = -std::numeric_limits<A>::infinity();
+    int64_t best_at = -1;
+    for (int64_t h = wh.begin; h < wh.end; ++h) {
+      for (int64_t w = ww.begin; w < ww.end; ++w) {
+        const A v = static_cast<A>(plane[h * width + w]);
+        if (best_at < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+          best = v;
+          best_at = h * width + w;
         }
-        y[row * s.out_w + ow] = static_cast<T>(best);
-        argmax[row * s.out_w + ow] = best_at;
       }
     }
+    y[out] = static_cast<T>(best);
+    argmax[out] = best_at;
   });
 }
 
@@ -307,18 +342,12 @@ template <class T>
 void avg_pool2d_forward_typed(const Pool2dShape& s, const T* x, T* y) {
   using A = acc_t<T>;
   const A divisor = static_cast<A>(s.kernel_h * s.kernel_w);
-  parallel_for(s.planes * s.out_h, s.out_w * s.kernel_h * s.kernel_w, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const T* plane = x + (row / s.out_h) * s.height * s.width;
-      const Window wh(row % s.out_h, s.stride_h, s.pad_h, s.kernel_h, s.height);
-      for (int64_t ow = 0; ow < s.out_w; ++ow) {
-        const Window ww(ow, s.stride_w, s.pad_w, s.kernel_w, s.width);
-        A total = 0;
-        for (int64_t h = wh.begin; h < wh.end; ++h)
-          for (int64_t w = ww.begin; w < ww.end; ++w) total += static_cast<A>(plane[h * s.width + w]);
-        y[row * s.out_w + ow] = static_cast<T>(total / divisor);
-      }
-    }
+  for_each_window(s, x, [&](const T* plane, const Window& wh, const Window& ww, int64_t out) {
+    const int64_t width = s.width;
+    A total = 0;
+    for (int64_t h = wh.begin; h < wh.end; ++h)
+      for (int64_t w = ww.begin; w < ww.end; ++w) total += static_cast<A>(plane[h * width + w]);
+    y[out] = static_cast<T>(total / divisor);
   });
 }
 
@@ -348,40 +377,6 @@ void avg_pool2d_backward_typed(const Pool2dShape& s, const T* grad_y, T* grad_x)
 
 }  // namespace
 
-// Convolution runs in f32 or f64 only: the op layer widens half types before calling.
-#define GENESIS_DISPATCH_BLAS(DTYPE, WHAT, ...)        \
-  switch (DTYPE) {                                     \
-    GENESIS_DTYPE_CASE(f32, float, __VA_ARGS__)        \
-    GENESIS_DTYPE_CASE(f64, double, __VA_ARGS__)       \
-    default:                                           \
-      ::genesis::throw_unsupported_dtype(WHAT, DTYPE); \
-  }
-
-// f32 through oneDNN's convolution primitives unless GENESIS_CPU_CONV=im2col (read once) or
-// genesis was built without it -- except, when the GEMM is oneDNN's sgemm (linalg.h), where
-// im2col + that GEMM measured faster on the build host: 1x1 kernels, a GEMM as they stand
-// (32x64x28x28 * 128x64x1x1 fwd+bwd 6.35 -> 3.20 ms), and fewer than 8 input channels a group,
-// which the primitives' blocked layouts pad to 8 or 16 (the first layer of the CNN recipe,
-// 128x1x28x28 * 32x1x3x3 fwd+bwd 5.89 -> 3.84 ms); with OpenBLAS's sgemm those stay on the
-// primitives (6.24 vs 5.50 and 9.41 vs 5.56 ms). GENESIS_CPU_CONV=dnnl sends everything there.
-bool use_dnnl(DType dtype, const Conv2dShape& s) {
-#if GENESIS_WITH_DNNL
-  static const std::string_view choice = [] {
-    const char* value = std::getenv("GENESIS_CPU_CONV");
-    return std::string_view(value ? value : "");
-  }();
-  if (dtype != DType::f32 || choice == "im2col") return false;
-  if (choice == "dnnl") return true;
-  if (cpu_gemm() != CpuGemm::onednn) return true;
-  const bool pointwise = s.kernel_h == 1 && s.kernel_w == 1;
-  return !pointwise && s.in_channels / s.groups >= 8;
-#else
-  (void)dtype;
-  (void)s;
-  return false;
-#endif
-}
-
 #if !GENESIS_WITH_DNNL
 bool conv_dnnl_forward(const Conv2dShape&, const float*, const float*, const float*, float*) { return false; }
 bool conv_dnnl_backward_input(const Conv2dShape&, const float*, const float*, float*) { return false; }
@@ -392,44 +387,34 @@ std::string conv_dnnl_implementation(const Conv2dShape& s);  // conv_dnnl.cpp
 
 std::string conv2d_implementation(const Conv2dShape& s) {
 #if GENESIS_WITH_DNNL
-  if (use_dnnl(DType::f32, s))
+  if (use_dnnl(s))
     if (std::string dnnl = conv_dnnl_implementation(s); !dnnl.empty()) return dnnl;
 #endif
   (void)s;
   return std::string("im2col + ") + cpu_gemm_name(cpu_gemm()) + " sgemm";
 }
 
+// Convolution runs in f32 or f64 only: the op layer widens half types before calling.
 void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void* w, const void* bias, void* y) {
-  if (use_dnnl(dtype, s) && conv_dnnl_forward(s, static_cast<const float*>(x), static_cast<const float*>(w),
-                                           static_cast<const float*>(bias), static_cast<float*>(y)))
-    return;
-  GENESIS_DISPATCH_BLAS(dtype, "conv2d", {
+  GENESIS_DISPATCH_F32_F64(dtype, "conv2d", {
     conv2d_forward_typed<scalar_t>(s, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(w),
                                    static_cast<const scalar_t*>(bias), static_cast<scalar_t*>(y));
   });
 }
 
 void conv2d_backward_input(DType dtype, const Conv2dShape& s, const void* grad_y, const void* w, void* grad_x) {
-  if (use_dnnl(dtype, s) && conv_dnnl_backward_input(s, static_cast<const float*>(grad_y), static_cast<const float*>(w),
-                                                  static_cast<float*>(grad_x)))
-    return;
-  GENESIS_DISPATCH_BLAS(dtype, "conv2d backward", {
+  GENESIS_DISPATCH_F32_F64(dtype, "conv2d backward", {
     conv2d_backward_input_typed<scalar_t>(s, static_cast<const scalar_t*>(grad_y), static_cast<const scalar_t*>(w),
                                           static_cast<scalar_t*>(grad_x));
   });
 }
 
 void conv2d_backward_weight(DType dtype, const Conv2dShape& s, const void* x, const void* grad_y, void* grad_w) {
-  if (use_dnnl(dtype, s) && conv_dnnl_backward_weight(s, static_cast<const float*>(x), static_cast<const float*>(grad_y),
-                                                   static_cast<float*>(grad_w)))
-    return;
-  GENESIS_DISPATCH_BLAS(dtype, "conv2d backward", {
+  GENESIS_DISPATCH_F32_F64(dtype, "conv2d backward", {
     conv2d_backward_weight_typed<scalar_t>(s, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(grad_y),
                                            static_cast<scalar_t*>(grad_w));
   });
 }
-
-#undef GENESIS_DISPATCH_BLAS
 
 void max_pool2d_forward(DType dtype, const Pool2dShape& s, const void* x, void* y, int64_t* argmax) {
   GENESIS_DISPATCH_FLOAT(dtype, "max_pool2d", {

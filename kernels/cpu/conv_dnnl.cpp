@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,9 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 using Dt = memory::data_type;
+using Forward = dnnl::convolution_forward;
+using BackwardData = dnnl::convolution_backward_data;
+using BackwardWeights = dnnl::convolution_backward_weights;
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -52,19 +56,22 @@ struct Operand {
   }
 };
 
+// A primitive of one direction, with its three operands: the image side (src or diff_src), the
+// weights (or diff_weights) and the output side (dst or diff_dst).
+template <class Primitive>
+struct Pass {
+  typename Primitive::primitive_desc pd;
+  Primitive primitive;
+  Operand src, weights, dst;
+};
+
 struct Plan {
   std::mutex mutex;  // the buffers are per plan: one call at a time
-  dnnl::convolution_forward::primitive_desc fwd_pd;
-  dnnl::convolution_forward fwd;
-  Operand src, weights, dst;
+  Pass<Forward> forward;
   // Backward, made on first use.
   bool has_backward = false;
-  dnnl::convolution_backward_data::primitive_desc data_pd;
-  dnnl::convolution_backward_data data;
-  dnnl::convolution_backward_weights::primitive_desc weights_pd;
-  dnnl::convolution_backward_weights weights_prim;
-  Operand diff_src, data_weights, data_diff_dst;  // backward data
-  Operand bw_src, diff_weights, bw_diff_dst;      // backward weights
+  Pass<BackwardData> backward_data;
+  Pass<BackwardWeights> backward_weights;
   bool with_bias = false;
 };
 
@@ -107,44 +114,45 @@ struct Geometry {
     w_user = memory::desc(w, Dt::f32, s.groups == 1 ? Tag::oihw : Tag::goihw);
     dst_user = memory::desc(dst, Dt::f32, Tag::nchw);
   }
+
+  // The primitive of descriptor `pd` with its operands: the layouts it wants against genesis's.
+  template <class Primitive>
+  Pass<Primitive> pass(const typename Primitive::primitive_desc& pd, const memory::desc& src_wanted,
+                       const memory::desc& weights_wanted, const memory::desc& dst_wanted) const {
+    return {pd, Primitive(pd), Operand(src_user, src_wanted), Operand(w_user, weights_wanted),
+            Operand(dst_user, dst_wanted)};
+  }
 };
 
 std::unique_ptr<Plan> make_plan(const Conv2dShape& s, bool bias) {
   const Geometry g(s);
   const memory::desc bias_md = bias ? memory::desc({s.out_channels}, Dt::f32, Tag::x) : memory::desc();
+  const Forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, g.src_any, g.w_any,
+                           bias_md, g.dst_any, g.strides, g.dilates, g.pad_l, g.pad_r);
+  const Forward::primitive_desc pd(desc, cpu_engine());
   auto plan = std::make_unique<Plan>();
   plan->with_bias = bias;
-  plan->fwd_pd = dnnl::convolution_forward::primitive_desc(
-      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                      g.src_any, g.w_any, bias_md, g.dst_any, g.strides, g.dilates, g.pad_l, g.pad_r),
-      cpu_engine());
-  plan->fwd = dnnl::convolution_forward(plan->fwd_pd);
-  plan->src = Operand(g.src_user, plan->fwd_pd.src_desc());
-  plan->weights = Operand(g.w_user, plan->fwd_pd.weights_desc());
-  plan->dst = Operand(g.dst_user, plan->fwd_pd.dst_desc());
+  plan->forward = g.pass<Forward>(pd, pd.src_desc(), pd.weights_desc(), pd.dst_desc());
   return plan;
+}
+
+// The descriptor of a backward primitive (data or weights), with the forward's as the hint
+// oneDNN wants.
+template <class Backward>
+typename Backward::primitive_desc backward_pd(const Geometry& g, const Forward::primitive_desc& forward) {
+  const typename Backward::desc desc(dnnl::algorithm::convolution_direct, g.src_any, g.w_any, g.dst_any, g.strides,
+                                     g.dilates, g.pad_l, g.pad_r);
+  return typename Backward::primitive_desc(desc, cpu_engine(), forward);
 }
 
 void add_backward(Plan& plan, const Conv2dShape& s) {
   if (plan.has_backward) return;
   const Geometry g(s);
-  plan.data_pd = dnnl::convolution_backward_data::primitive_desc(
-      dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, g.src_any, g.w_any, g.dst_any,
-                                            g.strides, g.dilates, g.pad_l, g.pad_r),
-      cpu_engine(), plan.fwd_pd);
-  plan.data = dnnl::convolution_backward_data(plan.data_pd);
-  plan.diff_src = Operand(g.src_user, plan.data_pd.diff_src_desc());
-  plan.data_weights = Operand(g.w_user, plan.data_pd.weights_desc());
-  plan.data_diff_dst = Operand(g.dst_user, plan.data_pd.diff_dst_desc());
-
-  plan.weights_pd = dnnl::convolution_backward_weights::primitive_desc(
-      dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, g.src_any, g.w_any, g.dst_any,
-                                               g.strides, g.dilates, g.pad_l, g.pad_r),
-      cpu_engine(), plan.fwd_pd);
-  plan.weights_prim = dnnl::convolution_backward_weights(plan.weights_pd);
-  plan.bw_src = Operand(g.src_user, plan.weights_pd.src_desc());
-  plan.diff_weights = Operand(g.w_user, plan.weights_pd.diff_weights_desc());
-  plan.bw_diff_dst = Operand(g.dst_user, plan.weights_pd.diff_dst_desc());
+  const auto data = backward_pd<BackwardData>(g, plan.forward.pd);
+  plan.backward_data = g.pass<BackwardData>(data, data.diff_src_desc(), data.weights_desc(), data.diff_dst_desc());
+  const auto weights = backward_pd<BackwardWeights>(g, plan.forward.pd);
+  plan.backward_weights =
+      g.pass<BackwardWeights>(weights, weights.src_desc(), weights.diff_weights_desc(), weights.diff_dst_desc());
   plan.has_backward = true;
 }
 
@@ -168,30 +176,40 @@ Plan* plan_for(const Conv2dShape& s, bool bias) {
   return (plans[key] = std::move(plan)).get();
 }
 
+// An argument of a primitive (DNNL_ARG_*): its operand in the plan and the caller's buffer.
+struct Input {
+  int arg;
+  Operand* operand;
+  const float* data;
+};
+struct Output {
+  int arg;
+  Operand* operand;
+  float* data;
+};
+
 // Runs `prim` with its operands moved into the wanted layouts: inputs reordered in before,
 // outputs reordered out after.
-void run(dnnl::primitive& prim, std::vector<std::pair<int, std::pair<Operand*, void*>>> inputs,
-         std::vector<std::pair<int, std::pair<Operand*, void*>>> outputs,
+void run(dnnl::primitive& prim, std::initializer_list<Input> inputs, std::initializer_list<Output> outputs,
          std::vector<std::pair<int, memory>> extra = {}) {
   dnnl::stream stream(cpu_engine());
   std::unordered_map<int, memory> args;
-  for (auto& [arg, operand] : inputs) {
-    auto [op, data] = operand;
-    memory wanted = op->wanted_memory(data);
-    if (op->reordered()) {
-      memory user(op->user, cpu_engine(), data);
+  for (const Input& in : inputs) {
+    void* data = const_cast<float*>(in.data);  // oneDNN's memory takes a mutable handle; a source is only read
+    memory wanted = in.operand->wanted_memory(data);
+    if (in.operand->reordered()) {
+      memory user(in.operand->user, cpu_engine(), data);
       dnnl::reorder(user, wanted).execute(stream, user, wanted);
     }
-    args.insert({arg, wanted});
+    args.insert({in.arg, wanted});
   }
-  for (auto& [arg, operand] : outputs) args.insert({arg, operand.first->wanted_memory(operand.second)});
+  for (const Output& out : outputs) args.insert({out.arg, out.operand->wanted_memory(out.data)});
   for (auto& [arg, mem] : extra) args.insert({arg, mem});
   prim.execute(stream, args);
-  for (auto& [arg, operand] : outputs) {
-    auto [op, data] = operand;
-    if (!op->reordered()) continue;
-    memory user(op->user, cpu_engine(), data);
-    dnnl::reorder(args.at(arg), user).execute(stream, args.at(arg), user);
+  for (const Output& out : outputs) {
+    if (!out.operand->reordered()) continue;
+    memory user(out.operand->user, cpu_engine(), out.data);
+    dnnl::reorder(args.at(out.arg), user).execute(stream, args.at(out.arg), user);
   }
   stream.wait();
 }
@@ -219,30 +237,27 @@ bool conv_dnnl_forward(const Conv2dShape& s, const float* x, const float* w, con
   Plan* plan = plan_for(s, bias != nullptr);
   if (!plan) return false;
   std::lock_guard lock(plan->mutex);
+  Pass<Forward>& pass = plan->forward;
   std::vector<std::pair<int, memory>> extra;
-  if (bias)
-    extra.push_back({DNNL_ARG_BIAS, memory(plan->fwd_pd.bias_desc(), cpu_engine(), const_cast<float*>(bias))});
-  run(plan->fwd,
-      {{DNNL_ARG_SRC, {&plan->src, const_cast<float*>(x)}}, {DNNL_ARG_WEIGHTS, {&plan->weights, const_cast<float*>(w)}}},
-      {{DNNL_ARG_DST, {&plan->dst, y}}}, extra);
+  if (bias) extra.push_back({DNNL_ARG_BIAS, memory(pass.pd.bias_desc(), cpu_engine(), const_cast<float*>(bias))});
+  run(pass.primitive, {{DNNL_ARG_SRC, &pass.src, x}, {DNNL_ARG_WEIGHTS, &pass.weights, w}},
+      {{DNNL_ARG_DST, &pass.dst, y}}, extra);
   return true;
 }
 
 bool conv_dnnl_backward_input(const Conv2dShape& s, const float* grad_y, const float* w, float* grad_x) {
   return with_backward(s, [&](Plan& plan) {
-    run(plan.data,
-        {{DNNL_ARG_DIFF_DST, {&plan.data_diff_dst, const_cast<float*>(grad_y)}},
-         {DNNL_ARG_WEIGHTS, {&plan.data_weights, const_cast<float*>(w)}}},
-        {{DNNL_ARG_DIFF_SRC, {&plan.diff_src, grad_x}}});
+    Pass<BackwardData>& pass = plan.backward_data;
+    run(pass.primitive, {{DNNL_ARG_DIFF_DST, &pass.dst, grad_y}, {DNNL_ARG_WEIGHTS, &pass.weights, w}},
+        {{DNNL_ARG_DIFF_SRC, &pass.src, grad_x}});
   });
 }
 
 bool conv_dnnl_backward_weight(const Conv2dShape& s, const float* x, const float* grad_y, float* grad_w) {
   return with_backward(s, [&](Plan& plan) {
-    run(plan.weights_prim,
-        {{DNNL_ARG_SRC, {&plan.bw_src, const_cast<float*>(x)}},
-         {DNNL_ARG_DIFF_DST, {&plan.bw_diff_dst, const_cast<float*>(grad_y)}}},
-        {{DNNL_ARG_DIFF_WEIGHTS, {&plan.diff_weights, grad_w}}});
+    Pass<BackwardWeights>& pass = plan.backward_weights;
+    run(pass.primitive, {{DNNL_ARG_SRC, &pass.src, x}, {DNNL_ARG_DIFF_DST, &pass.dst, grad_y}},
+        {{DNNL_ARG_DIFF_WEIGHTS, &pass.weights, grad_w}});
   });
 }
 
@@ -251,7 +266,7 @@ std::string conv_dnnl_implementation(const Conv2dShape& s) {
   if (!plan) return "";
   const dnnl_version_t* v = dnnl_version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " " +
-         plan->fwd_pd.impl_info_str();
+         plan->forward.pd.impl_info_str();
 }
 
 }  // namespace genesis::kernels::cpu

@@ -30,29 +30,29 @@ struct IsaChoice {
   const char* source;
 };
 
-IsaChoice choose_isa() {
-  const CpuFeatures f = cpu_features();
-  CpuIsa best = f.avx512 ? CpuIsa::avx512 : f.avx2 ? CpuIsa::avx2 : CpuIsa::baseline;
-  if (!GENESIS_CPU_MULTI_ISA) return {CpuIsa::baseline, "this build has one instruction set (x86-64 baseline)"};
-  const char* asked = std::getenv("GENESIS_CPU_ISA");
-  if (asked != nullptr && *asked != '\0') {
-    const std::string_view name(asked);
-    const CpuIsa wanted = name == "avx512" ? CpuIsa::avx512 : name == "avx2" ? CpuIsa::avx2 : CpuIsa::baseline;
-    if (wanted <= best) return {wanted, "GENESIS_CPU_ISA"};
-    return {best, "GENESIS_CPU_ISA asks for more than the CPU supports; using the best it has"};
-  }
-  return {best, "the best the CPU and operating system support (CPUID, XGETBV)"};
-}
-
-const IsaChoice& choice() {
-  static const IsaChoice c = choose_isa();
-  return c;
+// Chosen on first use and kept: the kernels' results must not change within a process.
+const IsaChoice& isa_choice() {
+  static const IsaChoice chosen = [] {
+    const CpuFeatures f = cpu_features();
+    CpuIsa best = f.avx512 ? CpuIsa::avx512 : f.avx2 ? CpuIsa::avx2 : CpuIsa::baseline;
+    if (!GENESIS_CPU_MULTI_ISA)
+      return IsaChoice{CpuIsa::baseline, "this build has one instruction set (x86-64 baseline)"};
+    const char* asked = std::getenv("GENESIS_CPU_ISA");
+    if (asked != nullptr && *asked != '\0') {
+      const std::string_view name(asked);
+      const CpuIsa wanted = name == "avx512" ? CpuIsa::avx512 : name == "avx2" ? CpuIsa::avx2 : CpuIsa::baseline;
+      if (wanted <= best) return IsaChoice{wanted, "GENESIS_CPU_ISA"};
+      return IsaChoice{best, "GENESIS_CPU_ISA asks for more than the CPU supports; using the best it has"};
+    }
+    return IsaChoice{best, "the best the CPU and operating system support (CPUID, XGETBV)"};
+  }();
+  return chosen;
 }
 
 }  // namespace
 
-CpuIsa cpu_isa() { return choice().isa; }
-const char* cpu_isa_source() { return choice().source; }
+CpuIsa cpu_isa() { return isa_choice().isa; }
+const char* cpu_isa_source() { return isa_choice().source; }
 
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {

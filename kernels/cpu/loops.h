@@ -10,6 +10,7 @@
 
 #include <omp.h>
 
+#include "kernels/common/collapsed_dims.h"
 #include "kernels/common/elementwise_ops.h"
 
 namespace genesis::kernels::cpu {
@@ -19,48 +20,32 @@ namespace genesis::kernels::cpu {
 // which made a relu gradient of 32768 elements 5x slower split in two than on one thread.
 inline constexpr int64_t kParallelGrain = 262144;
 
-template <int N>
-struct StridedGeometry {
-  int ndim = 0;
-  int64_t shape[kMaxDims + 1];
-  int64_t strides[N][kMaxDims + 1];  // bytes
-
-  StridedGeometry(int in_ndim, const int64_t* in_shape, const std::array<const int64_t*, N>& elem_strides,
-                  const std::array<int64_t, N>& elem_sizes) {
-    // Drop size-1 dimensions, then merge dimension i into i+1 when contiguous for all operands.
-    for (int d = 0; d < in_ndim; ++d) {
-      if (in_shape[d] == 1) continue;
-      shape[ndim] = in_shape[d];
-      for (int k = 0; k < N; ++k) strides[k][ndim] = elem_strides[k][d] * elem_sizes[k];
-      ++ndim;
-    }
-    int out = 0;
-    for (int d = 0; d < ndim; ++d) {
-      if (out > 0) {
-        bool mergeable = true;
-        for (int k = 0; k < N; ++k) mergeable &= strides[k][out - 1] == strides[k][d] * shape[d];
-        if (mergeable) {
-          shape[out - 1] *= shape[d];
-          for (int k = 0; k < N; ++k) strides[k][out - 1] = strides[k][d];
-          continue;
-        }
-      }
-      shape[out] = shape[d];
-      for (int k = 0; k < N; ++k) strides[k][out] = strides[k][d];
-      ++out;
-    }
-    ndim = out;
-    if (ndim == 0) {  // a single element
-      shape[0] = 1;
-      for (int k = 0; k < N; ++k) strides[k][0] = 0;
-      ndim = 1;
-    }
+// Splits [0, n) across threads when n * cost_per_item is large enough to pay for it.
+template <class F>
+void parallel_for(int64_t n, int64_t cost_per_item, F&& f) {
+  if (n <= 0) return;
+  if (n * cost_per_item < kParallelGrain || n == 1 || omp_get_max_threads() == 1 || omp_in_parallel()) {
+    f(int64_t{0}, n);
+    return;
   }
+#pragma omp parallel
+  {
+    int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int64_t chunk = (n + nt - 1) / nt;
+    int64_t b = std::min<int64_t>(n, t * chunk), e = std::min<int64_t>(n, b + chunk);
+    if (b < e) f(b, e);
+  }
+}
 
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int d = 0; d < ndim; ++d) n *= shape[d];
-    return n;
+// The collapsed dimensions (kernels/common/collapsed_dims.h) with strides in bytes, as the
+// loops below walk them.
+template <int N>
+struct StridedGeometry : CollapsedDims<N> {
+  StridedGeometry(int ndim, const int64_t* shape, const std::array<const int64_t*, N>& elem_strides,
+                  const std::array<int64_t, N>& elem_sizes)
+      : CollapsedDims<N>(ndim, shape, elem_strides) {
+    for (int k = 0; k < N; ++k)
+      for (int d = 0; d < this->ndim; ++d) this->strides[k][d] *= elem_sizes[k];
   }
 };
 
@@ -78,7 +63,7 @@ void strided_for_each(int ndim, const int64_t* shape, std::array<char*, N> base,
   for (int k = 0; k < N; ++k) inner_strides[k] = g.strides[k][last];
 
   auto run_range = [&](int64_t begin, int64_t end) {
-    int64_t coord[kMaxDims + 1];
+    int64_t coord[kMaxDims];
     int64_t rem = begin;
     std::array<char*, N> ptrs = base;
     for (int d = last; d >= 0; --d) {
@@ -105,34 +90,7 @@ void strided_for_each(int ndim, const int64_t* shape, std::array<char*, N> base,
     }
   };
 
-  if (total < kParallelGrain || omp_get_max_threads() == 1 || omp_in_parallel()) {
-    run_range(0, total);
-    return;
-  }
-#pragma omp parallel
-  {
-    int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    int64_t chunk = (total + nt - 1) / nt;
-    int64_t b = std::min<int64_t>(total, t * chunk), e = std::min<int64_t>(total, b + chunk);
-    if (b < e) run_range(b, e);
-  }
-}
-
-// Splits [0, n) across threads when n * cost_per_item is large enough to pay for it.
-template <class F>
-void parallel_for(int64_t n, int64_t cost_per_item, F&& f) {
-  if (n <= 0) return;
-  if (n * cost_per_item < kParallelGrain || n == 1 || omp_get_max_threads() == 1 || omp_in_parallel()) {
-    f(int64_t{0}, n);
-    return;
-  }
-#pragma omp parallel
-  {
-    int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    int64_t chunk = (n + nt - 1) / nt;
-    int64_t b = std::min<int64_t>(n, t * chunk), e = std::min<int64_t>(n, b + chunk);
-    if (b < e) f(b, e);
-  }
+  parallel_for(total, 1, run_range);  // kParallelGrain counts elements
 }
 
 }  // namespace genesis::kernels::cpu

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/loops.h"
 
@@ -124,16 +125,9 @@ void advance(const StepGate& gate) {
 
 void lion_step(DType dtype, int64_t n, void* p, const void* g, void* m, const LionStep& s, const StepGate& gate) {
   if (skipped(gate)) return;
-  switch (dtype) {
-    case DType::f32:
-      lion_typed(n, static_cast<float*>(p), static_cast<const float*>(g), static_cast<float*>(m), s);
-      break;
-    case DType::f64:
-      lion_typed(n, static_cast<double*>(p), static_cast<const double*>(g), static_cast<double*>(m), s);
-      break;
-    default:
-      throw_unsupported_dtype("lion_step (parameters must be f32 or f64)", dtype);
-  }
+  GENESIS_DISPATCH_F32_F64(dtype, "lion_step (parameters must be f32 or f64)", {
+    lion_typed(n, static_cast<scalar_t*>(p), static_cast<const scalar_t*>(g), static_cast<scalar_t*>(m), s);
+  });
   advance(gate);
 }
 
@@ -145,18 +139,10 @@ void adam_step(DType dtype, int64_t n, void* p, const void* g, void* m, void* v,
     at.bias_correction1 = bias_correction(s.beta1, *gate.step + 1);
     at.bias_correction2 = bias_correction(s.beta2, *gate.step + 1);
   }
-  switch (dtype) {
-    case DType::f32:
-      adam_typed(n, static_cast<float*>(p), static_cast<const float*>(g), static_cast<float*>(m),
-                 static_cast<float*>(v), static_cast<float*>(v_max), at);
-      break;
-    case DType::f64:
-      adam_typed(n, static_cast<double*>(p), static_cast<const double*>(g), static_cast<double*>(m),
-                 static_cast<double*>(v), static_cast<double*>(v_max), at);
-      break;
-    default:
-      throw_unsupported_dtype("adam_step (parameters must be f32 or f64)", dtype);
-  }
+  GENESIS_DISPATCH_F32_F64(dtype, "adam_step (parameters must be f32 or f64)", {
+    adam_typed(n, static_cast<scalar_t*>(p), static_cast<const scalar_t*>(g), static_cast<scalar_t*>(m),
+               static_cast<scalar_t*>(v), static_cast<scalar_t*>(v_max), at);
+  });
   advance(gate);
 }
 
@@ -165,16 +151,10 @@ void sgd_step(DType dtype, int64_t n, void* p, const void* g, void* momentum_buf
   if (skipped(gate)) return;
   SgdStep at = s;
   if (gate.step) at.first_step = *gate.step == 0;
-  switch (dtype) {
-    case DType::f32:
-      sgd_typed(n, static_cast<float*>(p), static_cast<const float*>(g), static_cast<float*>(momentum_buffer), at);
-      break;
-    case DType::f64:
-      sgd_typed(n, static_cast<double*>(p), static_cast<const double*>(g), static_cast<double*>(momentum_buffer), at);
-      break;
-    default:
-      throw_unsupported_dtype("sgd_step (parameters must be f32 or f64)", dtype);
-  }
+  GENESIS_DISPATCH_F32_F64(dtype, "sgd_step (parameters must be f32 or f64)", {
+    sgd_typed(n, static_cast<scalar_t*>(p), static_cast<const scalar_t*>(g), static_cast<scalar_t*>(momentum_buffer),
+              at);
+  });
   advance(gate);
 }
 

@@ -60,29 +60,33 @@ void swiglu_backward_typed(int64_t n, const T* gate, const T* up, const T* grad_
   });
 }
 
-// Last key position query row t may see (kv_len - 1 without the causal mask).
-int64_t last_key(const AttentionShape& s, int64_t t) {
-  return s.causal ? s.kv_len - s.q_len + t : s.kv_len - 1;
-}
+// What query row `row` of q [batch, q_heads, q_len] attends to: the keys and values of its kv
+// head, which start at kv_offset, and of those the first `visible` (all without the causal mask).
+struct QueryRow {
+  int64_t kv_offset, visible;
+  QueryRow(const AttentionShape& s, int64_t row) {
+    const int64_t t = row % s.q_len, bh = row / s.q_len;
+    const int64_t b = bh / s.q_heads, h = bh % s.q_heads;
+    kv_offset = (b * s.kv_heads + h / (s.q_heads / s.kv_heads)) * s.kv_len * s.head_dim;
+    visible = s.causal ? s.kv_len - s.q_len + t + 1 : s.kv_len;
+  }
+};
 
 // One task per query row (batch, head, t): scores against the visible keys, a softmax, and
 // the weighted sum of values. Compute bound by the q.k and p.v dot products.
 template <class T>
 void attention_typed(const AttentionShape& s, const T* q, const T* k, const T* v, T* out, acc_t<T>* probs) {
   using A = acc_t<T>;
-  const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads;
+  const int64_t d = s.head_dim;
   const int64_t rows = s.batch * s.q_heads * s.q_len;
   parallel_for(rows, s.kv_len * d * 2, [&](int64_t begin, int64_t end) {
     std::vector<A> acc(static_cast<size_t>(d));
     for (int64_t row = begin; row < end; ++row) {
-      const int64_t t = row % s.q_len, bh = row / s.q_len;
-      const int64_t b = bh / s.q_heads, h = bh % s.q_heads;
-      const int64_t kv_offset = (b * s.kv_heads + h / group) * s.kv_len * d;
+      const auto [kv_offset, visible] = QueryRow(s, row);
       const T* qr = q + row * d;
       const T* kb = k + kv_offset;
       const T* vb = v + kv_offset;
       A* p = probs + row * s.kv_len;
-      const int64_t visible = last_key(s, t) + 1;
       A m = -std::numeric_limits<A>::infinity();
       for (int64_t j = 0; j < visible; ++j) {
         A dot = 0;
@@ -114,13 +118,10 @@ void attention_backward_typed(const AttentionShape& s, const T* q, const T* k, c
   parallel_for(s.batch * s.q_heads * s.q_len, s.kv_len * d * 3, [&](int64_t begin, int64_t end) {
     std::vector<A> acc(static_cast<size_t>(d));
     for (int64_t row = begin; row < end; ++row) {
-      const int64_t t = row % s.q_len, bh = row / s.q_len;
-      const int64_t b = bh / s.q_heads, h = bh % s.q_heads;
-      const int64_t kv_offset = (b * s.kv_heads + h / group) * s.kv_len * d;
+      const auto [kv_offset, visible] = QueryRow(s, row);
       const T* gor = grad_out + row * d;
       const A* p = probs + row * s.kv_len;
       A* gs = grad_scores + row * s.kv_len;
-      const int64_t visible = last_key(s, t) + 1;
       A weighted = 0;
       for (int64_t j = 0; j < visible; ++j) {
         A dot = 0;
