@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kUnscaleBlock) unscale_kernel(GradTable table,
   const int64_t chunks = table.chunk_start[table.count];
   bool found = false;
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const GradChunk c = grad_chunk(table, chunk);
+    const TableChunk c = table_chunk<kGradChunk>(table, chunk);
     void* data = table.data[c.tensor];
     switch (table.dtype[c.tensor]) {
       case DType::f64:

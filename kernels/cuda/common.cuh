@@ -1,7 +1,7 @@
 #pragma once
 // Helpers shared by the CUDA kernels: the device type of each dtype, conversions to and from
-// the compute type, dtype dispatch, launch sizing, and the collapsed strided geometry that
-// the general elementwise path walks.
+// the compute type, dtype and index-type dispatch, launch sizing, and the collapsed strided
+// geometry that the general elementwise path walks.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/collapsed_dims.h"
 #include "kernels/common/elementwise_ops.h"
 #include "libgenesis/core/dtype.h"
 #include "kernels/cuda/check.h"
@@ -51,6 +52,10 @@ inline constexpr bool kIsFloat = std::is_floating_point_v<T> || kIsHalf<T>;
 // Floating compute type: double for f64, float for f32/f16/bf16 (as acc_t on the CPU).
 template <class T>
 using float_acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+// Sums and products: the CPU's acc_t with the device's half types (float for f32/f16/bf16,
+// double, int64 for integers and bool).
+template <class T>
+using sum_acc_t = std::conditional_t<kIsFloat<T>, float_acc_t<T>, int64_t>;
 
 __device__ __forceinline__ float half_to_float(__half v) {
   return __half2float(v);
@@ -155,35 +160,13 @@ inline unsigned grid_size(int64_t items, int threads = kBlockSize) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min(wanted, resident)));
 }
 
-// N operands sharing one logical shape, each with its own element strides (0 = broadcast).
-// Size-1 dimensions are dropped and neighbours laid out contiguously for every operand are
-// merged (as kernels/cpu/loops.h does), so contiguous tensors collapse to one dimension.
+// N operands sharing one logical shape, each with its own element strides (0 = broadcast),
+// collapsed as the CPU's loops collapse them (kernels/common/collapsed_dims.h): a contiguous
+// tensor is one dimension.
 template <int N>
-struct Geometry {
-  int ndim = 0;
-  int64_t shape[kMaxDims];
-  int64_t strides[N][kMaxDims];
-
-  Geometry(int in_ndim, const int64_t* in_shape, const std::array<const int64_t*, N>& in_strides) {
-    for (int d = 0; d < in_ndim; ++d) {
-      if (in_shape[d] == 1) continue;
-      bool merge = ndim > 0;
-      for (int k = 0; k < N && merge; ++k) merge = strides[k][ndim - 1] == in_strides[k][d] * in_shape[d];
-      if (merge) {
-        shape[ndim - 1] *= in_shape[d];
-        for (int k = 0; k < N; ++k) strides[k][ndim - 1] = in_strides[k][d];
-        continue;
-      }
-      shape[ndim] = in_shape[d];
-      for (int k = 0; k < N; ++k) strides[k][ndim] = in_strides[k][d];
-      ++ndim;
-    }
-    if (ndim == 0) {  // a single element
-      shape[0] = 1;
-      for (int k = 0; k < N; ++k) strides[k][0] = 0;
-      ndim = 1;
-    }
-  }
+struct Geometry : CollapsedDims<N> {
+  using CollapsedDims<N>::CollapsedDims;
+  using CollapsedDims<N>::ndim, CollapsedDims<N>::shape, CollapsedDims<N>::strides;
 
   bool contiguous() const {
     if (ndim != 1) return false;
@@ -217,6 +200,17 @@ __device__ __forceinline__ void offsets_of(const Geometry<N>& g, Index i, Index 
     i /= extent;
 #pragma unroll
     for (int k = 0; k < N; ++k) off[k] += coord * static_cast<Index>(g.strides[k][d]);
+  }
+}
+
+// Calls f.template operator()<Index>() with Index = int32_t when `narrow` (every index and offset
+// of the launch fits 32-bit arithmetic, whose divisions are cheaper) and int64_t otherwise.
+template <class F>
+void with_index_type(bool narrow, F&& f) {
+  if (narrow) {
+    f.template operator()<int32_t>();
+  } else {
+    f.template operator()<int64_t>();
   }
 }
 

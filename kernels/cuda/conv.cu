@@ -39,12 +39,14 @@ int64_t samples_per_block(const Conv2dShape& s) {
                              std::max<int64_t>(s.batch, 1));
 }
 
+// The sizes of a sliding window over `channels` image planes, in the kernels' index type: what
+// convolution and pooling share (Conv2dShape and Pool2dShape name these fields alike).
 template <class Index>
-struct ConvDims {
-  Index channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, out_h,
-      out_w;
-  explicit ConvDims(const Conv2dShape& s)
-      : channels(static_cast<Index>(s.in_channels)),
+struct WindowDims {
+  Index channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, out_h, out_w;
+  template <class Shape>
+  WindowDims(const Shape& s, int64_t channel_count)
+      : channels(static_cast<Index>(channel_count)),
         height(static_cast<Index>(s.height)),
         width(static_cast<Index>(s.width)),
         kernel_h(static_cast<Index>(s.kernel_h)),
@@ -53,11 +55,22 @@ struct ConvDims {
         stride_w(static_cast<Index>(s.stride_w)),
         pad_h(static_cast<Index>(s.pad_h)),
         pad_w(static_cast<Index>(s.pad_w)),
-        dilation_h(static_cast<Index>(s.dilation_h)),
-        dilation_w(static_cast<Index>(s.dilation_w)),
         out_h(static_cast<Index>(s.out_h)),
         out_w(static_cast<Index>(s.out_w)) {}
 };
+
+template <class Index>
+struct ConvDims : WindowDims<Index> {
+  Index dilation_h, dilation_w;
+  explicit ConvDims(const Conv2dShape& s)
+      : WindowDims<Index>(s, s.in_channels),
+        dilation_h(static_cast<Index>(s.dilation_h)),
+        dilation_w(static_cast<Index>(s.dilation_w)) {}
+};
+
+// Pooling's planes are N * C; `channels` is C, which locates a plane in the strided input.
+template <class Index>
+using PoolDims = WindowDims<Index>;
 
 bool conv_fits_int32(const Conv2dShape& s, int64_t items) {
   return fits_int32(
@@ -129,13 +142,10 @@ void im2col(const Conv2dShape& s, int64_t samples, const T* x, InputStrides xs, 
   const ConvSizes z(s);
   const int64_t total = samples * z.rows * z.spatial;
   if (total == 0) return;
-  if (conv_fits_int32(s, total)) {
-    im2col_kernel<int32_t><<<grid_size(total), kBlockSize, 0, stream>>>(
-        ConvDims<int32_t>(s), static_cast<int32_t>(samples), x, xs, layout, columns);
-  } else {
-    im2col_kernel<int64_t>
-        <<<grid_size(total), kBlockSize, 0, stream>>>(ConvDims<int64_t>(s), samples, x, xs, layout, columns);
-  }
+  with_index_type(conv_fits_int32(s, total), [&]<class Index>() {
+    im2col_kernel<Index><<<grid_size(total), kBlockSize, 0, stream>>>(ConvDims<Index>(s), static_cast<Index>(samples),
+                                                                      x, xs, layout, columns);
+  });
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 
@@ -145,13 +155,10 @@ void col2im(const Conv2dShape& s, int64_t samples, const A* columns, ColumnLayou
   const ConvSizes z(s);
   const int64_t total = samples * s.in_channels * s.height * s.width;
   if (total == 0) return;
-  if (conv_fits_int32(s, std::max(total, samples * z.rows * z.spatial))) {
-    col2im_kernel<int32_t><<<grid_size(total), kBlockSize, 0, stream>>>(
-        ConvDims<int32_t>(s), static_cast<int32_t>(samples), columns, layout, image);
-  } else {
-    col2im_kernel<int64_t>
-        <<<grid_size(total), kBlockSize, 0, stream>>>(ConvDims<int64_t>(s), samples, columns, layout, image);
-  }
+  with_index_type(conv_fits_int32(s, std::max(total, samples * z.rows * z.spatial)), [&]<class Index>() {
+    col2im_kernel<Index><<<grid_size(total), kBlockSize, 0, stream>>>(ConvDims<Index>(s), static_cast<Index>(samples),
+                                                                      columns, layout, image);
+  });
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 
@@ -191,14 +198,10 @@ void conv2d_forward_typed(const Conv2dShape& s, const T* x, InputStrides xs, con
   const int64_t total = s.batch * s.out_channels * z.spatial;
   const bool in_place = static_cast<const void*>(y_acc) == static_cast<const void*>(y);
   if (total == 0 || (in_place && !bias)) return;
-  if (fits_int32({total})) {
-    conv_output_kernel<int32_t>
-        <<<grid_size(total), kBlockSize, 0, stream>>>(static_cast<int32_t>(total), static_cast<int32_t>(z.spatial),
-                                                      static_cast<int32_t>(s.out_channels), y_acc, bias, y);
-  } else {
-    conv_output_kernel<int64_t>
-        <<<grid_size(total), kBlockSize, 0, stream>>>(total, z.spatial, s.out_channels, y_acc, bias, y);
-  }
+  with_index_type(fits_int32({total}), [&]<class Index>() {
+    conv_output_kernel<Index><<<grid_size(total), kBlockSize, 0, stream>>>(
+        static_cast<Index>(total), static_cast<Index>(z.spatial), static_cast<Index>(s.out_channels), y_acc, bias, y);
+  });
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 
@@ -264,23 +267,6 @@ void conv2d_backward_weight_typed(const Conv2dShape& s, const T* x, InputStrides
     }
   }
 }
-
-template <class Index>
-struct PoolDims {
-  Index channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, out_h, out_w;
-  PoolDims(const Pool2dShape& s, int64_t c)
-      : channels(static_cast<Index>(c)),
-        height(static_cast<Index>(s.height)),
-        width(static_cast<Index>(s.width)),
-        kernel_h(static_cast<Index>(s.kernel_h)),
-        kernel_w(static_cast<Index>(s.kernel_w)),
-        stride_h(static_cast<Index>(s.stride_h)),
-        stride_w(static_cast<Index>(s.stride_w)),
-        pad_h(static_cast<Index>(s.pad_h)),
-        pad_w(static_cast<Index>(s.pad_w)),
-        out_h(static_cast<Index>(s.out_h)),
-        out_w(static_cast<Index>(s.out_w)) {}
-};
 
 bool pool_fits_int32(const Pool2dShape& s, int64_t items) {
   return fits_int32({items, s.planes * s.height * s.width, s.planes * s.out_h * s.out_w, s.height + 2 * s.pad_h,
@@ -372,13 +358,10 @@ void pool_forward(const Pool2dShape& s, int64_t channels, const T* x, InputStrid
                   cudaStream_t stream) {
   const int64_t total = s.planes * s.out_h * s.out_w;
   if (total == 0) return;
-  if (pool_fits_int32(s, total)) {
+  with_index_type(pool_fits_int32(s, total), [&]<class Index>() {
     pool_forward_kernel<kMax><<<grid_size(total), kBlockSize, 0, stream>>>(
-        PoolDims<int32_t>(s, channels), static_cast<int32_t>(s.planes), x, xs, y, argmax);
-  } else {
-    pool_forward_kernel<kMax>
-        <<<grid_size(total), kBlockSize, 0, stream>>>(PoolDims<int64_t>(s, channels), s.planes, x, xs, y, argmax);
-  }
+        PoolDims<Index>(s, channels), static_cast<Index>(s.planes), x, xs, y, argmax);
+  });
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 
@@ -387,13 +370,10 @@ void pool_backward(const Pool2dShape& s, const T* grad_y, const int64_t* argmax,
   const int64_t total = s.planes * s.height * s.width;
   if (total == 0) return;
   // Channels do not matter here: gradients are contiguous planes.
-  if (pool_fits_int32(s, total)) {
+  with_index_type(pool_fits_int32(s, total), [&]<class Index>() {
     pool_backward_kernel<kMax><<<grid_size(total), kBlockSize, 0, stream>>>(
-        PoolDims<int32_t>(s, 1), static_cast<int32_t>(s.planes), grad_y, argmax, grad_x);
-  } else {
-    pool_backward_kernel<kMax>
-        <<<grid_size(total), kBlockSize, 0, stream>>>(PoolDims<int64_t>(s, 1), s.planes, grad_y, argmax, grad_x);
-  }
+        PoolDims<Index>(s, 1), static_cast<Index>(s.planes), grad_y, argmax, grad_x);
+  });
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 

@@ -7,6 +7,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/elementwise_loops.cuh"
+#include "kernels/cuda/packs.cuh"
 
 namespace genesis::kernels::cuda {
 
@@ -28,6 +29,19 @@ struct TransposeGeometry {
   int64_t dst_batch, dst_row;
 };
 
+// Calls f(k, l) for the elements of a kSide x kSide tile that thread (x, y) of a 32 x
+// kTileRowsPerPass block moves: k = y, y + kTileRowsPerPass, ...; l = x, x + 32, ...
+template <int kSide, class F>
+__device__ __forceinline__ void for_each_tile_element(F f) {
+#pragma unroll
+  for (int pass = 0; pass < kSide / kTileRowsPerPass; ++pass) {
+#pragma unroll
+    for (int lane_pass = 0; lane_pass < kSide / 32; ++lane_pass) {
+      f(static_cast<int>(threadIdx.y) + pass * kTileRowsPerPass, static_cast<int>(threadIdx.x) + lane_pass * 32);
+    }
+  }
+}
+
 // Per tile: warps read consecutive source rows (coalesced) into shared memory, then write
 // consecutive destination columns (coalesced).
 // At least 8 blocks per multiprocessor for elements of up to 4 bytes (32 registers): with the
@@ -45,69 +59,18 @@ __global__ void __launch_bounds__(32 * kTileRowsPerPass, sizeof(T) <= 4 ? 8 : 4)
     for (int64_t rt = blockIdx.y; rt < row_tiles; rt += gridDim.y) {
       for (int64_t ct = blockIdx.x; ct < col_tiles; ct += gridDim.x) {
         const int64_t r0 = rt * kSide, c0 = ct * kSide;
-#pragma unroll
-        for (int pass = 0; pass < kSide / kTileRowsPerPass; ++pass) {
-#pragma unroll
-          for (int lane_pass = 0; lane_pass < kSide / 32; ++lane_pass) {
-            const int k = static_cast<int>(threadIdx.y) + pass * kTileRowsPerPass;
-            const int l = static_cast<int>(threadIdx.x) + lane_pass * 32;
-            const int64_t r = r0 + l, c = c0 + k;
-            if (r < t.rows && c < t.cols) tile[k][l] = src[b * t.src_batch + r + c * t.src_col];
-          }
-        }
+        for_each_tile_element<kSide>([&](int k, int l) {
+          const int64_t r = r0 + l, c = c0 + k;
+          if (r < t.rows && c < t.cols) tile[k][l] = src[b * t.src_batch + r + c * t.src_col];
+        });
         __syncthreads();
-#pragma unroll
-        for (int pass = 0; pass < kSide / kTileRowsPerPass; ++pass) {
-#pragma unroll
-          for (int lane_pass = 0; lane_pass < kSide / 32; ++lane_pass) {
-            const int k = static_cast<int>(threadIdx.y) + pass * kTileRowsPerPass;
-            const int l = static_cast<int>(threadIdx.x) + lane_pass * 32;
-            const int64_t r = r0 + k, c = c0 + l;
-            if (r < t.rows && c < t.cols) dst[b * t.dst_batch + r * t.dst_row + c] = tile[l][k];
-          }
-        }
+        for_each_tile_element<kSide>([&](int k, int l) {
+          const int64_t r = r0 + k, c = c0 + l;
+          if (r < t.rows && c < t.cols) dst[b * t.dst_batch + r * t.dst_row + c] = tile[l][k];
+        });
         __syncthreads();
       }
     }
-  }
-}
-
-template <int BYTES>
-struct RawElement;
-template <>
-struct RawElement<1> {
-  using type = uint8_t;
-};
-template <>
-struct RawElement<2> {
-  using type = uint16_t;
-};
-template <>
-struct RawElement<4> {
-  using type = uint32_t;
-};
-template <>
-struct RawElement<8> {
-  using type = uint2;
-};
-template <>
-struct RawElement<16> {
-  using type = uint4;
-};
-
-template <class F>
-void dispatch_width(int bytes, F&& f) {
-  switch (bytes) {
-    case 1:
-      return f(RawElement<1>{});
-    case 2:
-      return f(RawElement<2>{});
-    case 4:
-      return f(RawElement<4>{});
-    case 8:
-      return f(RawElement<8>{});
-    default:
-      return f(RawElement<16>{});
   }
 }
 
@@ -125,7 +88,7 @@ bool launch_transpose(const Geometry<2>& g, int element_bytes, const void* src, 
                             .src_col = g.strides[1][c],
                             .dst_batch = batched ? g.strides[0][0] : 0,
                             .dst_row = g.strides[0][r]};
-  dispatch_width(element_bytes, [&](auto raw) {
+  with_raw_width(element_bytes, [&](auto raw) {
     using T = typename decltype(raw)::type;
     const auto tiles = [](int64_t extent) { return (extent + kTile<T> - 1) / kTile<T>; };
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tiles(t.cols), INT32_MAX)),
@@ -164,7 +127,7 @@ void launch_raw_strided(const Geometry<2>& g, int element_bytes, const void* src
     dst_strides[d] = inner ? 1 : g.strides[0][d] / scale;
     src_strides[d] = inner ? 1 : g.strides[1][d] / scale;
   }
-  dispatch_width(width, [&](auto raw) {
+  with_raw_width(width, [&](auto raw) {
     using T = typename decltype(raw)::type;
     loops::launch(g.ndim, shape, {dst_strides, src_strides}, stream, Cast<T, T>{}, static_cast<T*>(dst),
                   static_cast<const T*>(src));

@@ -123,10 +123,10 @@ void launch_geometry(const Geometry<N>& g, int64_t n, cudaStream_t stream, F f, 
   constexpr int VEC = vector_width<Out, In...>();
   if (g.contiguous() && aligned<VEC>(out) && (aligned<VEC>(in) && ...)) {
     contiguous_kernel<VEC><<<contiguous_grid(n / VEC), kContiguousBlock, 0, stream>>>(n, f, out, in...);
-  } else if (g.fits_int32(n)) {
-    strided_kernel<int32_t><<<grid_size(n), kBlockSize, 0, stream>>>(static_cast<int32_t>(n), g, f, out, in...);
   } else {
-    strided_kernel<int64_t><<<grid_size(n), kBlockSize, 0, stream>>>(n, g, f, out, in...);
+    with_index_type(g.fits_int32(n), [&]<class Index>() {
+      strided_kernel<Index><<<grid_size(n), kBlockSize, 0, stream>>>(static_cast<Index>(n), g, f, out, in...);
+    });
   }
   GENESIS_CUDA_LAUNCH_CHECK();
 }

@@ -1,59 +1,12 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/index.h"
+#include "kernels/cuda/packs.cuh"
 #include "kernels/cuda/sort_by_key.cuh"
 #include "libgenesis/core/error.h"
 
 namespace genesis::kernels::cuda {
 
 namespace {
-
-// Pure data movement only needs the element width: one instantiation per size, not per dtype.
-template <size_t Bytes>
-struct BitsOf;
-template <>
-struct BitsOf<1> {
-  using type = uint8_t;
-};
-template <>
-struct BitsOf<2> {
-  using type = uint16_t;
-};
-template <>
-struct BitsOf<4> {
-  using type = uint32_t;
-};
-template <>
-struct BitsOf<8> {
-  using type = uint64_t;
-};
-template <>
-struct BitsOf<16> {
-  using type = uint4;
-};
-
-#define GENESIS_CUDA_DISPATCH_WIDTH(BYTES, ...) \
-  switch (BYTES) {                              \
-    case 1: {                                   \
-      using bits_t = BitsOf<1>::type;           \
-      __VA_ARGS__;                              \
-    } break;                                    \
-    case 2: {                                   \
-      using bits_t = BitsOf<2>::type;           \
-      __VA_ARGS__;                              \
-    } break;                                    \
-    case 4: {                                   \
-      using bits_t = BitsOf<4>::type;           \
-      __VA_ARGS__;                              \
-    } break;                                    \
-    case 8: {                                   \
-      using bits_t = BitsOf<8>::type;           \
-      __VA_ARGS__;                              \
-    } break;                                    \
-    default: {                                  \
-      using bits_t = BitsOf<16>::type;          \
-      __VA_ARGS__;                              \
-    }                                           \
-  }
 
 #define GENESIS_CUDA_DISPATCH_INDEX(DTYPE, ...) \
   if ((DTYPE) == DType::i32) {                  \
@@ -63,10 +16,6 @@ struct BitsOf<16> {
     using index_t = int64_t;                    \
     __VA_ARGS__;                                \
   }
-
-// The CPU's acc_t with the device's half types: float for f32/f16/bf16, double, int64 for integers.
-template <class T>
-using sum_acc_t = std::conditional_t<kIsFloat<T>, float_acc_t<T>, int64_t>;
 
 __device__ __forceinline__ int64_t thread_index() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -259,15 +208,14 @@ void cat(int64_t outer, int64_t out_row_bytes, const CatPiece* pieces, int64_t n
     const int64_t blocks_per_piece = std::clamp<int64_t>((largest + kBlockSize - 1) / kBlockSize, 1, INT32_MAX);
     const dim3 grid(static_cast<unsigned>(blocks_per_piece), static_cast<unsigned>(count));
     const int64_t out_row_units = out_row_bytes / width;
-    GENESIS_CUDA_DISPATCH_WIDTH(width, {
+    with_raw_width(width, [&](auto raw) {
+      using bits_t = typename decltype(raw)::type;
       auto* target = static_cast<bits_t*>(out);
       // 32-bit when every index plus the grid's stride stays in range.
-      if (outer * out_row_units + blocks_per_piece * kBlockSize <= INT32_MAX) {
-        cat_kernel<bits_t, int32_t><<<grid, kBlockSize, 0, stream>>>(batch, static_cast<int32_t>(outer),
-                                                                     static_cast<int32_t>(out_row_units), target);
-      } else {
-        cat_kernel<bits_t, int64_t><<<grid, kBlockSize, 0, stream>>>(batch, outer, out_row_units, target);
-      }
+      with_index_type(outer * out_row_units + blocks_per_piece * kBlockSize <= INT32_MAX, [&]<class Index>() {
+        cat_kernel<bits_t, Index><<<grid, kBlockSize, 0, stream>>>(batch, static_cast<Index>(outer),
+                                                                   static_cast<Index>(out_row_units), target);
+      });
       GENESIS_CUDA_LAUNCH_CHECK();
     });
   }
@@ -282,19 +230,16 @@ void gather(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int 
   std::copy(x_strides, x_strides + ndim, x_strides_off_axis);
   x_strides_off_axis[axis] = 0;
   const Geometry<3> g(ndim, shape, {out_strides, x_strides_off_axis, index_strides});
-  const bool narrow = g.fits_int32(n);
-  GENESIS_CUDA_DISPATCH_WIDTH(dtype_size(dtype), {
+  with_raw_width(dtype_size(dtype), [&](auto raw) {
+    using bits_t = typename decltype(raw)::type;
     GENESIS_CUDA_DISPATCH_INDEX(index_dtype, {
       const auto* source = static_cast<const bits_t*>(x);
       const auto* positions = static_cast<const index_t*>(index);
       auto* target = static_cast<bits_t*>(out);
-      if (narrow) {
-        gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, static_cast<int32_t>(n), bound, x_strides[axis],
+      with_index_type(g.fits_int32(n), [&]<class Index>() {
+        gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, static_cast<Index>(n), bound, x_strides[axis],
                                                                source, positions, target, fault, fault_op);
-      } else {
-        gather_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(g, n, bound, x_strides[axis], source, positions, target,
-                                                               fault, fault_op);
-      }
+      });
       GENESIS_CUDA_LAUNCH_CHECK();
     });
   });
@@ -380,7 +325,8 @@ void triangle(DType dtype, bool lower, int64_t batch, int64_t rows, int64_t cols
               void* out, cudaStream_t stream) {
   const int64_t n = batch * rows * cols;
   if (n == 0) return;
-  GENESIS_CUDA_DISPATCH_WIDTH(dtype_size(dtype), {
+  with_raw_width(dtype_size(dtype), [&](auto raw) {
+    using bits_t = typename decltype(raw)::type;
     triangle_kernel<<<grid_size(n), kBlockSize, 0, stream>>>(lower, n, rows, cols, diagonal,
                                                              static_cast<const bits_t*>(x), static_cast<bits_t*>(out));
     GENESIS_CUDA_LAUNCH_CHECK();

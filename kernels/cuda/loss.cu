@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/loss.h"
 #include "kernels/cuda/packs.cuh"
@@ -18,15 +19,10 @@ namespace genesis::kernels::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int64_t kWarpRowLimit = 1024;
 constexpr int kRowBlock = 256;
 // 16-byte packs each thread loads before using any of them.
 constexpr int kUnroll = 4;
-
-// A 16-byte pack of T (packs.cuh).
-template <class T>
-using Pack16 = Pack<T, kPack<T>>;
 
 // Bound of the running max: exp_sub(v, max) then never sees inf - inf, so rows holding +inf
 // or -inf give an infinite logsumexp instead of NaN, while NaN logits still make it NaN. The
@@ -49,14 +45,13 @@ __device__ __forceinline__ double exp_sub(double v, double max) {
 
 template <class A>
 struct RowStats {
-  A max;      // within [-kMaxBound, kMaxBound]
-  A sum_exp;  // of exp(x - max)
-  A sum;      // of the logits, for label smoothing
+  ExpSum<A> exps;  // max within [-kMaxBound, kMaxBound]
+  A sum;           // of the logits, for label smoothing
 };
 
 template <class A>
 __device__ __forceinline__ RowStats<A> empty_stats() {
-  return {-kMaxBound<A>, A(0), A(0)};
+  return {{-kMaxBound<A>, A(0)}, A(0)};
 }
 
 // Adds N values with one rescale of the running sum. A NaN value makes the sum NaN.
@@ -65,15 +60,14 @@ __device__ __forceinline__ void stats_add(RowStats<A>& s, const A (&v)[N]) {
   A chunk_max = v[0];
 #pragma unroll
   for (int j = 1; j < N; ++j) chunk_max = fmax(chunk_max, v[j]);
-  const A max = fmin(fmax(s.max, chunk_max), kMaxBound<A>);
-  A sum_exp = s.sum_exp * exp_sub(s.max, max);
+  const A max = fmin(fmax(s.exps.max, chunk_max), kMaxBound<A>);
+  A sum_exp = s.exps.sum * exp_sub(s.exps.max, max);
 #pragma unroll
   for (int j = 0; j < N; ++j) {
     sum_exp += exp_sub(v[j], max);
     s.sum += v[j];
   }
-  s.max = max;
-  s.sum_exp = sum_exp;
+  s.exps = {max, sum_exp};
 }
 
 template <class A>
@@ -82,50 +76,27 @@ __device__ __forceinline__ void stats_add_one(RowStats<A>& s, A v) {
   stats_add(s, one);
 }
 
-// Merges another running triple; an empty one (max -kMaxBound, sum 0) changes nothing.
-template <class A>
-__device__ __forceinline__ void stats_merge(RowStats<A>& s, A other_max, A other_sum_exp, A other_sum) {
-  const A max = fmax(s.max, other_max);
-  s.sum_exp = s.sum_exp * exp_sub(s.max, max) + other_sum_exp * exp_sub(other_max, max);
-  s.max = max;
-  s.sum += other_sum;
-}
-
-template <class A>
-__device__ __forceinline__ RowStats<A> warp_merge(RowStats<A> s) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
-    const A other_max = __shfl_down_sync(0xffffffffu, s.max, offset);
-    const A other_sum_exp = __shfl_down_sync(0xffffffffu, s.sum_exp, offset);
-    const A other_sum = __shfl_down_sync(0xffffffffu, s.sum, offset);
-    stats_merge(s, other_max, other_sum_exp, other_sum);
+// Merges two running triples; an empty one (max -kMaxBound, sum 0) changes nothing.
+struct MergeStats {
+  template <class A>
+  __device__ __forceinline__ RowStats<A> operator()(const RowStats<A>& a, const RowStats<A>& b) const {
+    const auto rescale = [](A sum, A from, A to) { return sum * exp_sub(from, to); };
+    return {merge_at(a.exps, b.exps, fmax(a.exps.max, b.exps.max), rescale), a.sum + b.sum};
   }
-  return s;
-}
+};
 
-// Row statistics of a group of kGroup threads, valid in the group's first thread. A block-wide
-// group (kGroup > 32) merges its warps' results through shared memory in warp order.
+// Row statistics of a group of kGroup threads (a warp, or the whole block), valid in the
+// group's first thread.
 template <int kGroup, class A>
 __device__ __forceinline__ RowStats<A> group_merge(RowStats<A> s) {
-  s = warp_merge(s);
-  if constexpr (kGroup > kWarp) {
-    constexpr int kWarps = kGroup / kWarp;
-    __shared__ A maxes[kWarps], sum_exps[kWarps], sums[kWarps];
-    const int lane = static_cast<int>(threadIdx.x) % kWarp;
-    const int warp = static_cast<int>(threadIdx.x) / kWarp;
-    if (lane == 0) {
-      maxes[warp] = s.max;
-      sum_exps[warp] = s.sum_exp;
-      sums[warp] = s.sum;
-    }
-    __syncthreads();
-    if (warp == 0) {
-      s = lane < kWarps ? RowStats<A>{maxes[lane], sum_exps[lane], sums[lane]} : empty_stats<A>();
-      s = warp_merge(s);
-    }
-    __syncthreads();  // the shared arrays are rewritten for the next row
+  if constexpr (kGroup == kWarp) {
+    return warp_reduce(s, MergeStats{});
+  } else {
+    __shared__ RowStats<A> warp_stats[kGroup / kWarp];
+    s = group_reduce_first(s, kGroup, empty_stats<A>(), warp_stats, MergeStats{});
+    __syncthreads();  // warp_stats is rewritten for the next row
+    return s;
   }
-  return s;
 }
 
 // Whether a row with target t takes part in the loss: not ignored and a valid class.
@@ -159,39 +130,44 @@ __device__ __forceinline__ int64_t unaligned_head(const T* row, int64_t classes)
   return to_boundary < classes ? to_boundary : classes;
 }
 
-// Statistics of a contiguous row: head and tail elementwise (both shorter than a pack, so at
-// most one element per thread), the body in 16-byte packs with kUnroll packs per thread in
-// flight; thread j takes packs j, j + kGroup, ...
+// The walk of a row's kGroup threads over its `classes` contiguous elements of T, cut at 16-byte
+// boundaries (`head` elements before the first, unaligned_head): element(c) for the head and for
+// the tail after the last whole pack (both shorter than a pack, so at most one element per thread
+// each), and packs(i, unroll) for the body of 16-byte packs from element `head`: thread j takes
+// packs j, j + kGroup, ..., unroll (kUnroll, or 1 at the end) of them at a time.
+template <int kGroup, class T, class Element, class Packs>
+__device__ __forceinline__ void walk_row(int64_t head, int64_t classes, int lane, Element element, Packs packs) {
+  if (lane < head) element(lane);
+  const int64_t count = (classes - head) / kPack<T>;
+  int64_t i = lane;
+  for (; i + (kUnroll - 1) * kGroup < count; i += kUnroll * kGroup) packs(i, std::integral_constant<int, kUnroll>{});
+  for (; i < count; i += kGroup) packs(i, std::integral_constant<int, 1>{});
+  const int64_t tail = head + count * kPack<T> + lane;
+  if (tail < classes) element(tail);
+}
+
+// Statistics of a contiguous row, its packs loaded kUnroll at a time before any is used.
 template <int kGroup, class T, class A>
 __device__ __forceinline__ RowStats<A> contiguous_row_stats(const T* __restrict__ xr, int64_t classes, int lane) {
   constexpr int V = kPack<T>;
   RowStats<A> st = empty_stats<A>();
   const int64_t head = unaligned_head(xr, classes);
-  if (lane < head) stats_add_one(st, to_acc<A>(xr[lane]));
-  const int64_t packs = (classes - head) / V;
   const auto* body = reinterpret_cast<const Pack16<T>*>(xr + head);
-  int64_t i = lane;
-  for (; i + (kUnroll - 1) * kGroup < packs; i += kUnroll * kGroup) {
-    Pack16<T> p[kUnroll];
+  walk_row<kGroup, T>(
+      head, classes, lane, [&](int64_t c) { stats_add_one(st, to_acc<A>(xr[c])); },
+      [&](int64_t i, auto unroll) {
+        constexpr int U = decltype(unroll)::value;
+        Pack16<T> p[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) p[u] = body[i + u * kGroup];
-    A v[kUnroll * V];
+        for (int u = 0; u < U; ++u) p[u] = body[i + u * kGroup];
+        A v[U * V];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[u * V + j] = to_acc<A>(p[u].v[j]);
-    }
-    stats_add(st, v);
-  }
-  for (; i < packs; i += kGroup) {
-    const Pack16<T> p = body[i];
-    A v[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = to_acc<A>(p.v[j]);
-    stats_add(st, v);
-  }
-  const int64_t tail = head + packs * V + lane;
-  if (tail < classes) stats_add_one(st, to_acc<A>(xr[tail]));
+          for (int j = 0; j < V; ++j) v[u * V + j] = to_acc<A>(p[u].v[j]);
+        }
+        stats_add(st, v);
+      });
   return st;
 }
 
@@ -206,9 +182,7 @@ __global__ void __launch_bounds__(kRowBlock)
   using std::log;
   const int64_t rows = s.outer * s.inner;
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
-  const int64_t groups_per_block = blockDim.x / kGroup;
-  const int64_t total_groups = static_cast<int64_t>(gridDim.x) * groups_per_block;
-  for (int64_t r = blockIdx.x * groups_per_block + threadIdx.x / kGroup; r < rows; r += total_groups) {
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kGroup, blockDim.x) {
     const auto t = static_cast<int64_t>(target[r]);
     if (!counted(t, ignore_index, s.classes)) {
       if (lane == 0) {
@@ -230,7 +204,7 @@ __global__ void __launch_bounds__(kRowBlock)
     }
     st = group_merge<kGroup>(st);
     if (lane == 0) {
-      const A lse = st.max + log(st.sum_exp);
+      const A lse = st.exps.max + log(st.exps.sum);
       const A nll = lse - target_logit;
       loss[r] =
           smoothing == A(0) ? nll : (A(1) - smoothing) * nll + smoothing * (lse - st.sum / static_cast<A>(s.classes));
@@ -241,41 +215,32 @@ __global__ void __launch_bounds__(kRowBlock)
 
 // out[c] = f(c, x[c]) over one contiguous row (x[c] read only when kReadX; f gets 0 otherwise).
 // x and out have the same 16-byte alignment: the body goes in 16-byte packs, kUnroll loads in
-// flight per thread before the stores; head and tail elementwise.
+// flight per thread before the stores.
 template <int kGroup, bool kReadX, class T, class F>
 __device__ __forceinline__ void map_row(const T* __restrict__ xr, T* __restrict__ out, int64_t classes, int lane, F f) {
   constexpr int V = kPack<T>;
   using A = float_acc_t<T>;
-  auto element = [&](int64_t c) { out[c] = from_acc<T>(f(c, kReadX ? to_acc<A>(xr[c]) : A(0))); };
   const int64_t head = unaligned_head(out, classes);
-  if (lane < head) element(lane);
-  const int64_t packs = (classes - head) / V;
-  const auto* in_body = kReadX ? reinterpret_cast<const Pack16<T>*>(xr + head) : nullptr;
+  [[maybe_unused]] const auto* in_body = kReadX ? reinterpret_cast<const Pack16<T>*>(xr + head) : nullptr;
   auto* out_body = reinterpret_cast<Pack16<T>*>(out + head);
-  auto store = [&](int64_t pack, const Pack16<T>& p) {
-    Pack16<T> o;
-    const int64_t first = head + pack * V;
+  walk_row<kGroup, T>(
+      head, classes, lane, [&](int64_t c) { out[c] = from_acc<T>(f(c, kReadX ? to_acc<A>(xr[c]) : A(0))); },
+      [&](int64_t i, auto unroll) {
+        constexpr int U = decltype(unroll)::value;
+        Pack16<T> p[U] = {};
+        if constexpr (kReadX) {
 #pragma unroll
-    for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>(f(first + j, kReadX ? to_acc<A>(p.v[j]) : A(0)));
-    out_body[pack] = o;
-  };
-  int64_t i = lane;
-  for (; i + (kUnroll - 1) * kGroup < packs; i += kUnroll * kGroup) {
-    Pack16<T> p[kUnroll] = {};
-    if constexpr (kReadX) {
+          for (int u = 0; u < U; ++u) p[u] = in_body[i + u * kGroup];
+        }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) p[u] = in_body[i + u * kGroup];
-    }
+        for (int u = 0; u < U; ++u) {
+          Pack16<T> o;
+          const int64_t first = head + (i + u * kGroup) * V;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) store(i + u * kGroup, p[u]);
-  }
-  for (; i < packs; i += kGroup) {
-    Pack16<T> p = {};
-    if constexpr (kReadX) p = in_body[i];
-    store(i, p);
-  }
-  const int64_t tail = head + packs * V + lane;
-  if (tail < classes) element(tail);
+          for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>(f(first + j, kReadX ? to_acc<A>(p[u].v[j]) : A(0)));
+          out_body[i + u * kGroup] = o;
+        }
+      });
 }
 
 // kGroup threads per contiguous row of the gradient; ignored rows are written as zeros.
@@ -288,9 +253,7 @@ __global__ void __launch_bounds__(kRowBlock)
   const A uniform = smoothing / static_cast<A>(classes);
   const A scale = mean_scale<A>(valid_count);
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
-  const int64_t groups_per_block = blockDim.x / kGroup;
-  const int64_t total_groups = static_cast<int64_t>(gridDim.x) * groups_per_block;
-  for (int64_t r = blockIdx.x * groups_per_block + threadIdx.x / kGroup; r < rows; r += total_groups) {
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kGroup, blockDim.x) {
     const auto t = static_cast<int64_t>(target[r]);
     const T* xr = x + r * classes;
     T* gr = gx + r * classes;
@@ -368,9 +331,7 @@ __global__ void __launch_bounds__(kRowBlock)
                                   const int64_t* __restrict__ valid_count, T* __restrict__ gx) {
   const A scale = mean_scale<A>(valid_count);
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
-  const int64_t groups_per_block = blockDim.x / kGroup;
-  const int64_t total_groups = static_cast<int64_t>(gridDim.x) * groups_per_block;
-  for (int64_t r = blockIdx.x * groups_per_block + threadIdx.x / kGroup; r < rows; r += total_groups) {
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kGroup, blockDim.x) {
     const auto t = static_cast<int64_t>(target[r]);
     const A g = counted(t, ignore_index, classes) ? -to_acc<A>(grad_loss[r * grad_stride]) * scale : A(0);
     map_row<kGroup, false>(static_cast<const T*>(nullptr), gx + r * classes, classes, lane,
@@ -401,24 +362,12 @@ template <class I>
 __global__ void __launch_bounds__(kCountBlock)
     count_valid_targets_kernel(int64_t n, const I* __restrict__ target, int64_t classes, int64_t ignore_index,
                                int64_t* __restrict__ count) {
+  __shared__ int64_t counts[kCountBlock / kWarp];
   int64_t mine = 0;
   for (int64_t i = threadIdx.x; i < n; i += kCountBlock)
     mine += counted(static_cast<int64_t>(target[i]), ignore_index, classes) ? 1 : 0;
-  auto warp_sum = [](int64_t v) {
-#pragma unroll
-    for (int offset = kWarp / 2; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
-    return v;
-  };
-  mine = warp_sum(mine);
-  constexpr int kWarps = kCountBlock / kWarp;
-  __shared__ int64_t counts[kWarps];
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  if (lane == 0) counts[warp] = mine;
-  __syncthreads();
-  if (warp != 0) return;
-  mine = warp_sum(counts[lane]);
-  if (lane == 0) *count = mine;
+  mine = group_reduce_first(mine, kCountBlock, int64_t{0}, counts, Sum{});
+  if (threadIdx.x == 0) *count = mine;
 }
 
 // Blocks for kGroup threads per row: one block per row (or per kRowBlock / 32 rows) so the
@@ -427,6 +376,27 @@ template <int kGroup>
 unsigned row_grid(int64_t rows) {
   constexpr int64_t rows_per_block = kRowBlock / kGroup;
   return static_cast<unsigned>(std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{1} << 30));
+}
+
+// Calls launch(group, grid) for `rows` rows of `classes` classes: a warp per row up to
+// kWarpRowLimit classes (group: std::integral_constant<int, kWarp>), a block per row beyond.
+template <class Launch>
+void with_row_group(int64_t rows, int64_t classes, Launch&& launch) {
+  if (classes <= kWarpRowLimit) {
+    launch(std::integral_constant<int, kWarp>{}, row_grid<kWarp>(rows));
+  } else {
+    launch(std::integral_constant<int, kRowBlock>{}, row_grid<kRowBlock>(rows));
+  }
+}
+
+// Calls f.template operator()<T, I, A>() for the logits' (or log-probabilities') type T, the
+// targets' index type I and the accumulator type A.
+template <class F>
+void with_loss_types(DType dtype, DType target_dtype, const char* what, F&& f) {
+  GENESIS_CUDA_DISPATCH_FLOAT(dtype, what, {
+    using T = scalar_t;
+    GENESIS_DISPATCH_INDEX(target_dtype, what, { f.template operator()<T, scalar_t, float_acc_t<T>>(); });
+  });
 }
 
 // Whether two buffers of T have the same offset from a 16-byte boundary (so that a row of one
@@ -464,7 +434,7 @@ __global__ void __launch_bounds__(kRowBlock)
   const float target_logit = lane == 0 ? to_acc<float>(xr[t]) : 0.0f;
   RowStats<float> st = group_merge<kRowBlock>(contiguous_row_stats<kRowBlock, T, float>(xr, classes, lane));
   if (lane == 0) {
-    const float lse = st.max + logf(st.sum_exp);
+    const float lse = st.exps.max + logf(st.exps.sum);
     const float nll = lse - target_logit;
     loss[r] =
         smoothing == 0.0f ? nll : (1.0f - smoothing) * nll + smoothing * (lse - st.sum / static_cast<float>(classes));
@@ -495,32 +465,19 @@ void cross_entropy(DType dtype, DType target_dtype, ClassRows shape, const void*
                    ::genesis::cuda::KernelFault* fault, int fault_op, cudaStream_t stream) {
   const int64_t rows = shape.outer * shape.inner;
   if (rows <= 0) return;
-  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "cross_entropy", {
-    using T = scalar_t;
-    using A = float_acc_t<T>;
-    GENESIS_DISPATCH_INDEX(target_dtype, "cross_entropy", {
-      using I = scalar_t;
-      const auto* x = static_cast<const T*>(logits);
-      const auto* t = static_cast<const I*>(target);
-      auto* out = static_cast<A*>(loss);
-      auto* lse_out = static_cast<A*>(lse);
-      const auto eps = static_cast<A>(label_smoothing);
-      const bool warp_rows = shape.classes <= kWarpRowLimit;
-      if (shape.inner == 1 && warp_rows) {
-        cross_entropy_kernel<kWarp, true, T, I, A><<<row_grid<kWarp>(rows), kRowBlock, 0, stream>>>(
-            shape, x, t, ignore_index, eps, out, lse_out, fault, fault_op);
-      } else if (shape.inner == 1) {
-        cross_entropy_kernel<kRowBlock, true, T, I, A><<<row_grid<kRowBlock>(rows), kRowBlock, 0, stream>>>(
-            shape, x, t, ignore_index, eps, out, lse_out, fault, fault_op);
-      } else if (warp_rows) {
-        cross_entropy_kernel<kWarp, false, T, I, A><<<row_grid<kWarp>(rows), kRowBlock, 0, stream>>>(
-            shape, x, t, ignore_index, eps, out, lse_out, fault, fault_op);
-      } else {
-        cross_entropy_kernel<kRowBlock, false, T, I, A><<<row_grid<kRowBlock>(rows), kRowBlock, 0, stream>>>(
-            shape, x, t, ignore_index, eps, out, lse_out, fault, fault_op);
-      }
-      GENESIS_CUDA_LAUNCH_CHECK();
+  with_loss_types(dtype, target_dtype, "cross_entropy", [&]<class T, class I, class A>() {
+    const auto* x = static_cast<const T*>(logits);
+    const auto* t = static_cast<const I*>(target);
+    auto* out = static_cast<A*>(loss);
+    auto* lse_out = static_cast<A*>(lse);
+    const auto eps = static_cast<A>(label_smoothing);
+    with_row_group(rows, shape.classes, [&](auto group, unsigned grid) {
+      constexpr int kGroup = decltype(group)::value;
+      const auto kernel =
+          shape.inner == 1 ? cross_entropy_kernel<kGroup, true, T, I, A> : cross_entropy_kernel<kGroup, false, T, I, A>;
+      kernel<<<grid, kRowBlock, 0, stream>>>(shape, x, t, ignore_index, eps, out, lse_out, fault, fault_op);
     });
+    GENESIS_CUDA_LAUNCH_CHECK();
   });
 }
 
@@ -554,32 +511,23 @@ void cross_entropy_backward(DType dtype, DType target_dtype, ClassRows shape, co
                             int64_t grad_stride, const int64_t* valid_count, void* grad_logits, cudaStream_t stream) {
   const int64_t n = shape.outer * shape.classes * shape.inner;
   if (n <= 0) return;
-  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "cross_entropy backward", {
-    using T = scalar_t;
-    using A = float_acc_t<T>;
-    GENESIS_DISPATCH_INDEX(target_dtype, "cross_entropy backward", {
-      using I = scalar_t;
-      const auto* x = static_cast<const T*>(logits);
-      const auto* t = static_cast<const I*>(target);
-      const auto* row_lse = static_cast<const A*>(lse);
-      const auto* g = static_cast<const T*>(grad_loss);
-      auto* gx = static_cast<T*>(grad_logits);
-      const auto eps = static_cast<A>(label_smoothing);
-      if (shape.inner == 1 && same_alignment(logits, grad_logits)) {
-        if (shape.classes <= kWarpRowLimit) {
-          cross_entropy_backward_rows_kernel<kWarp, T, I, A><<<row_grid<kWarp>(shape.outer), kRowBlock, 0, stream>>>(
-              shape.outer, shape.classes, x, t, row_lse, ignore_index, eps, g, grad_stride, valid_count, gx);
-        } else {
-          cross_entropy_backward_rows_kernel<kRowBlock, T, I, A>
-              <<<row_grid<kRowBlock>(shape.outer), kRowBlock, 0, stream>>>(
-                  shape.outer, shape.classes, x, t, row_lse, ignore_index, eps, g, grad_stride, valid_count, gx);
-        }
-      } else {
-        cross_entropy_backward_kernel<T, I, A><<<grid_size(n), kBlockSize, 0, stream>>>(
-            shape, x, t, row_lse, ignore_index, eps, g, grad_stride, valid_count, gx);
-      }
-      GENESIS_CUDA_LAUNCH_CHECK();
-    });
+  with_loss_types(dtype, target_dtype, "cross_entropy backward", [&]<class T, class I, class A>() {
+    const auto* x = static_cast<const T*>(logits);
+    const auto* t = static_cast<const I*>(target);
+    const auto* row_lse = static_cast<const A*>(lse);
+    const auto* g = static_cast<const T*>(grad_loss);
+    auto* gx = static_cast<T*>(grad_logits);
+    const auto eps = static_cast<A>(label_smoothing);
+    if (shape.inner == 1 && same_alignment(logits, grad_logits)) {
+      with_row_group(shape.outer, shape.classes, [&](auto group, unsigned grid) {
+        cross_entropy_backward_rows_kernel<decltype(group)::value, T, I, A><<<grid, kRowBlock, 0, stream>>>(
+            shape.outer, shape.classes, x, t, row_lse, ignore_index, eps, g, grad_stride, valid_count, gx);
+      });
+    } else {
+      cross_entropy_backward_kernel<T, I, A><<<grid_size(n), kBlockSize, 0, stream>>>(
+          shape, x, t, row_lse, ignore_index, eps, g, grad_stride, valid_count, gx);
+    }
+    GENESIS_CUDA_LAUNCH_CHECK();
   });
 }
 
@@ -597,15 +545,11 @@ void nll_loss(DType dtype, DType target_dtype, ClassRows shape, const void* log_
               cudaStream_t stream) {
   const int64_t rows = shape.outer * shape.inner;
   if (rows <= 0) return;
-  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "nll_loss", {
-    using T = scalar_t;
-    using A = float_acc_t<T>;
-    GENESIS_DISPATCH_INDEX(target_dtype, "nll_loss", {
-      nll_loss_kernel<T, scalar_t, A><<<grid_size(rows), kBlockSize, 0, stream>>>(
-          shape, static_cast<const T*>(log_probs), static_cast<const scalar_t*>(target), ignore_index,
-          static_cast<A*>(loss), fault, fault_op);
-      GENESIS_CUDA_LAUNCH_CHECK();
-    });
+  with_loss_types(dtype, target_dtype, "nll_loss", [&]<class T, class I, class A>() {
+    nll_loss_kernel<T, I, A><<<grid_size(rows), kBlockSize, 0, stream>>>(
+        shape, static_cast<const T*>(log_probs), static_cast<const I*>(target), ignore_index, static_cast<A*>(loss),
+        fault, fault_op);
+    GENESIS_CUDA_LAUNCH_CHECK();
   });
 }
 
@@ -614,26 +558,20 @@ void nll_loss_backward(DType dtype, DType target_dtype, ClassRows shape, const v
                        cudaStream_t stream) {
   const int64_t n = shape.outer * shape.classes * shape.inner;
   if (n <= 0) return;
-  GENESIS_CUDA_DISPATCH_FLOAT(dtype, "nll_loss backward", {
-    using T = scalar_t;
-    using A = float_acc_t<T>;
-    GENESIS_DISPATCH_INDEX(target_dtype, "nll_loss backward", {
-      using I = scalar_t;
-      const auto* t = static_cast<const I*>(target);
-      const auto* g = static_cast<const T*>(grad_loss);
-      auto* gx = static_cast<T*>(grad_log_probs);
-      if (shape.inner == 1 && shape.classes <= kWarpRowLimit) {
-        nll_loss_backward_rows_kernel<kWarp, T, I, A><<<row_grid<kWarp>(shape.outer), kRowBlock, 0, stream>>>(
+  with_loss_types(dtype, target_dtype, "nll_loss backward", [&]<class T, class I, class A>() {
+    const auto* t = static_cast<const I*>(target);
+    const auto* g = static_cast<const T*>(grad_loss);
+    auto* gx = static_cast<T*>(grad_log_probs);
+    if (shape.inner == 1) {
+      with_row_group(shape.outer, shape.classes, [&](auto group, unsigned grid) {
+        nll_loss_backward_rows_kernel<decltype(group)::value, T, I, A><<<grid, kRowBlock, 0, stream>>>(
             shape.outer, shape.classes, t, ignore_index, g, grad_stride, valid_count, gx);
-      } else if (shape.inner == 1) {
-        nll_loss_backward_rows_kernel<kRowBlock, T, I, A><<<row_grid<kRowBlock>(shape.outer), kRowBlock, 0, stream>>>(
-            shape.outer, shape.classes, t, ignore_index, g, grad_stride, valid_count, gx);
-      } else {
-        nll_loss_backward_kernel<T, I, A>
-            <<<grid_size(n), kBlockSize, 0, stream>>>(shape, t, ignore_index, g, grad_stride, valid_count, gx);
-      }
-      GENESIS_CUDA_LAUNCH_CHECK();
-    });
+      });
+    } else {
+      nll_loss_backward_kernel<T, I, A>
+          <<<grid_size(n), kBlockSize, 0, stream>>>(shape, t, ignore_index, g, grad_stride, valid_count, gx);
+    }
+    GENESIS_CUDA_LAUNCH_CHECK();
   });
 }
 

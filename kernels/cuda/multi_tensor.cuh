@@ -1,7 +1,8 @@
 #pragma once
-// Multi-tensor launches over gradients of mixed floating dtypes (global norm, norm clipping,
-// loss-scale unscaling): the pointers of up to kMaxTensorsPerLaunch buffers travel in the
-// kernel arguments, each cut into chunks of kGradChunk elements that blocks stride over.
+// Multi-tensor launches: the pointers of up to kMaxTensorsPerLaunch buffers travel in the kernel
+// arguments (a table), each cut into chunks that blocks stride over. The optimizer updates
+// (optim.cu) have their own table; the gradients of mixed floating dtypes (global norm, norm
+// clipping, loss-scale unscaling) share GradTable, in chunks of kGradChunk elements.
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -29,37 +30,51 @@ void check_grad_dtypes(const char* what, const Tensors& tensors) {
   }
 }
 
-// Calls visit(table) for consecutive groups of at most kMaxTensorsPerLaunch tensors with
-// elements; `tensors` holds anything with data, dtype and n.
-template <class Tensors, class Visit>
-void for_each_grad_table(const Tensors& tensors, Visit&& visit) {
-  GradTable table{};
+// Calls visit(table) for consecutive groups of at most kMaxTensorsPerLaunch tensors with elements,
+// each cut into chunks of kChunk elements. A Table has n, chunk_start and count;
+// add(table, i, t) fills in the rest of slot i from tensor t (anything with n).
+template <class Table, int64_t kChunk, class Tensors, class Add, class Visit>
+void for_each_table(const Tensors& tensors, Add&& add, Visit&& visit) {
+  Table table{};
   auto flush = [&] {
     if (table.count > 0) visit(table);
-    table = GradTable{};
+    table = Table{};
   };
   for (const auto& t : tensors) {
     if (t.n == 0) continue;
     const int i = table.count++;
-    table.data[i] = t.data;
     table.n[i] = t.n;
-    table.dtype[i] = t.dtype;
-    table.chunk_start[i + 1] = table.chunk_start[i] + (t.n + kGradChunk - 1) / kGradChunk;
+    add(table, i, t);
+    table.chunk_start[i + 1] = table.chunk_start[i] + (t.n + kChunk - 1) / kChunk;
     if (table.count == kMaxTensorsPerLaunch) flush();
   }
   flush();
 }
 
-// The tensor of chunk `chunk` (a short linear scan) and the elements [begin, end) it covers.
-struct GradChunk {
+// For gradients: `tensors` holds anything with data, dtype and n.
+template <class Tensors, class Visit>
+void for_each_grad_table(const Tensors& tensors, Visit&& visit) {
+  for_each_table<GradTable, kGradChunk>(
+      tensors,
+      [](GradTable& table, int i, const auto& t) {
+        table.data[i] = t.data;
+        table.dtype[i] = t.dtype;
+      },
+      visit);
+}
+
+// Chunk `chunk` of a table cut into chunks of kChunk elements: its tensor (a short linear scan)
+// and the elements [begin, end) of it that the chunk covers.
+struct TableChunk {
   int tensor;
   int64_t begin, end;
 };
-__device__ __forceinline__ GradChunk grad_chunk(const GradTable& table, int64_t chunk) {
+template <int64_t kChunk, class Table>
+__device__ __forceinline__ TableChunk table_chunk(const Table& table, int64_t chunk) {
   int t = 0;
   while (chunk >= table.chunk_start[t + 1]) ++t;
-  const int64_t begin = (chunk - table.chunk_start[t]) * kGradChunk;
-  return {t, begin, begin + kGradChunk < table.n[t] ? begin + kGradChunk : table.n[t]};
+  const int64_t begin = (chunk - table.chunk_start[t]) * kChunk;
+  return {t, begin, begin + kChunk < table.n[t] ? begin + kChunk : table.n[t]};
 }
 
 __device__ __forceinline__ float load_as_float(const void* data, DType dtype, int64_t i) {

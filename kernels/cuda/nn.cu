@@ -10,10 +10,11 @@
 #include <initializer_list>
 #include <limits>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/nn.h"
 #include "kernels/cuda/nn_rows.cuh"
-#include "kernels/cuda/row_reduce.cuh"
+#include "kernels/cuda/packs.cuh"
 #include "kernels/cuda/sort_by_key.cuh"
 #include "libgenesis/core/error.h"
 
@@ -21,11 +22,7 @@ namespace genesis::kernels::cuda {
 
 namespace {
 
-using rows::group_reduce;
 using rows::kThreads;
-using rows::kWarp;
-using rows::Max;
-using rows::Sum;
 
 // Rows up to this long take one warp each on the scalar path, longer rows one block each.
 constexpr int64_t kWarpRowLimit = 1024;
@@ -37,7 +34,7 @@ __global__ void __launch_bounds__(kThreads) softmax_rows(bool log, int64_t rows,
   using A = float_acc_t<T>;
   __shared__ A shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
-  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kGroup, kThreads) {
     const T* xr = x + r * dim;
     T* yr = y + r * dim;
     A m = -std::numeric_limits<A>::infinity();
@@ -62,7 +59,7 @@ __global__ void __launch_bounds__(kThreads)
   using A = float_acc_t<T>;
   __shared__ A shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
-  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kGroup, kThreads) {
     const T* yr = y + r * dim;
     const T* gr = gy + r * dim;
     T* out = gx + r * dim;
@@ -88,7 +85,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ A shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const A n = static_cast<A>(cols);
-  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kGroup, kThreads) {
     const X* xr = x + r * cols;
     Y* yr = y + r * cols;
     A mu = 0;
@@ -126,7 +123,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ A shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const A n = static_cast<A>(cols);
-  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kGroup, kThreads) {
     const X* xr = x + r * cols;
     const Y* gr = gy + r * cols;
     X* out = gx + r * cols;
@@ -212,8 +209,7 @@ __global__ void __launch_bounds__(kThreads)
                      U* __restrict__ out, ::genesis::cuda::KernelFault* fault, int fault_op) {
   constexpr int kUnroll = 4;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
-  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / kWarp; i < n; i += warps) {
+  GENESIS_FOR_EACH_GROUP_ROW(i, n, kWarp, kThreads) {
     const int64_t row = static_cast<int64_t>(index[i]);
     if (row < 0 || row >= num) {
       if (lane == 0) report_index_fault(fault, fault_op, row, num);
@@ -246,8 +242,7 @@ __global__ void __launch_bounds__(kThreads)
   const P* rows_in = reinterpret_cast<const P*>(grad_out);
   P* rows_out = reinterpret_cast<P*>(grad_weight);
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / kWarp);
-  for (int64_t v = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / kWarp; v < num; v += warps) {
+  GENESIS_FOR_EACH_GROUP_ROW(v, num, kWarp, kThreads) {
     const int64_t begin = start[v], end = v == padding_idx ? begin : start[v + 1];
     for (int64_t j = lane; j < packs; j += kWarp) {
       A acc[N] = {};

@@ -9,21 +9,16 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/nn_rows.cuh"
-#include "kernels/cuda/row_reduce.cuh"
+#include "kernels/cuda/packs.cuh"
 
 namespace genesis::kernels::cuda {
 
 namespace {
 
-using rows::group_reduce;
 using rows::kThreads;
-using rows::kWarp;
-using rows::Max;
-using rows::Sum;
-
-template <class T>
-using Packed = Pack<T, kPack<T>>;
 
 // Slots fill in order, so the first slot past the row ends it.
 #define GENESIS_FOR_EACH_SLOT(k, j) \
@@ -73,19 +68,14 @@ __device__ __forceinline__ void load_row(const T* row, int nvec, int lane, Pack<
 // row's log-sum-exp.
 enum class RowOutput { probs, log_probs, log_sum_exp };
 
-// The larger of a and b where a NaN wins, so a NaN anywhere in a row reaches every output.
-struct NanMax {
-  __device__ __forceinline__ float operator()(float a, float b) const { return a != a || b <= a ? a : b; }
-};
-
 template <RowOutput kOutput, int kGroup, int kSlots, class T>
 __global__ void __launch_bounds__(kThreads) softmax_kernel(int64_t rows, int nvec, const T* x, T* y) {
   constexpr int N = kPack<T>;
   __shared__ float shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int64_t cols = static_cast<int64_t>(nvec) * N;
-  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
-    Packed<T> data[kSlots];
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kGroup, kThreads) {
+    Pack16<T> data[kSlots];
     load_row<kGroup>(x + r * cols, nvec, lane, data);
     float m = -std::numeric_limits<float>::infinity();
     GENESIS_FOR_EACH_SLOT(k, j) {
@@ -102,9 +92,9 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(int64_t rows, int nve
       // An infinite (or NaN) max is the answer itself: a row of -inf, or one holding +inf.
       if (lane == 0) y[r] = from_acc<T>(std::isfinite(m) ? m + log_total : m);
     } else {
-      Packed<T>* out = reinterpret_cast<Packed<T>*>(y + r * cols);
+      Pack16<T>* out = reinterpret_cast<Pack16<T>*>(y + r * cols);
       GENESIS_FOR_EACH_SLOT(k, j) {
-        Packed<T> result;
+        Pack16<T> result;
         for (int i = 0; i < N; ++i) {
           const float shifted = to_acc<float>(data[k].v[i]) - m;
           result.v[i] = from_acc<T>(kOutput == RowOutput::log_probs ? shifted - log_total : exp_for<T>(shifted) * inv);
@@ -122,8 +112,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int64_t cols = static_cast<int64_t>(nvec) * N;
-  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
-    Packed<T> ys[kSlots], gs[kSlots];
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kGroup, kThreads) {
+    Pack16<T> ys[kSlots], gs[kSlots];
     load_row<kGroup>(y + r * cols, nvec, lane, ys);
     load_row<kGroup>(gy + r * cols, nvec, lane, gs);
     float dot = 0;
@@ -134,9 +124,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     dot = group_reduce<kGroup>(dot, shared, Sum{});
-    Packed<T>* out = reinterpret_cast<Packed<T>*>(gx + r * cols);
+    Pack16<T>* out = reinterpret_cast<Pack16<T>*>(gx + r * cols);
     GENESIS_FOR_EACH_SLOT(k, j) {
-      Packed<T> result;
+      Pack16<T> result;
       for (int i = 0; i < N; ++i) {
         const float g = to_acc<float>(gs[k].v[i]), v = to_acc<float>(ys[k].v[i]);
         result.v[i] = from_acc<T>(log ? g - exp_for<T>(v) * dot : v * (g - dot));
@@ -156,8 +146,8 @@ __global__ void __launch_bounds__(kThreads) norm_kernel(bool centered, int64_t r
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int64_t cols = static_cast<int64_t>(nvec) * N;
   const float n = static_cast<float>(cols);
-  GENESIS_FOR_EACH_GROUP_ROW(r, rows) {
-    Packed<X> data[kSlots];
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kGroup, kThreads) {
+    Pack16<X> data[kSlots];
     load_row<kGroup>(x + r * cols, nvec, lane, data);
     float mu = 0;
     if (centered) {
@@ -239,10 +229,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   const int64_t first = static_cast<int64_t>(blockIdx.x) * (kThreads / kGroup) + threadIdx.x / kGroup;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * (kThreads / kGroup);
-  Packed<X> next_xs[kSlots];
+  Pack16<X> next_xs[kSlots];
   Pack<Y, N> next_gs[kSlots];
   float next_mu = 0, next_rs = 0;
-  auto load = [&](int64_t r, Packed<X>(&xd)[kSlots], Pack<Y, N>(&gd)[kSlots], float& mu, float& rs) {
+  auto load = [&](int64_t r, Pack16<X>(&xd)[kSlots], Pack<Y, N>(&gd)[kSlots], float& mu, float& rs) {
     load_row<kGroup>(x + r * cols, nvec, lane, xd);
     load_row<kGroup>(gy + r * cols, nvec, lane, gd);
     mu = mean[r];
@@ -250,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   };
   if (kPrefetch && first < rows) load(first, next_xs, next_gs, next_mu, next_rs);
   for (int64_t r = first; r < rows; r += stride) {
-    Packed<X> xs[kSlots];
+    Pack16<X> xs[kSlots];
     Pack<Y, N> gs[kSlots];
     float mu, rs;
     if constexpr (kPrefetch) {
@@ -298,10 +288,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     sum_dxhat = group_reduce<kGroup>(sum_dxhat, shared, Sum{});
     sum_dxhat_xhat = group_reduce<kGroup>(sum_dxhat_xhat, shared, Sum{});
     const float mean_dxhat = centered ? sum_dxhat / n : 0.0f, mean_dxhat_xhat = sum_dxhat_xhat / n;
-    Packed<X>* out = reinterpret_cast<Packed<X>*>(gx + r * cols);
+    Pack16<X>* out = reinterpret_cast<Pack16<X>*>(gx + r * cols);
     GENESIS_FOR_EACH_SLOT(k, j) {
       Pack<W, N> wk;
-      Packed<X> result;
+      Pack16<X> result;
       if (w) wk = load_elements<N>(w + j * N);
       for (int i = 0; i < N; ++i) {
         const float xhat = (to_acc<float>(xs[k].v[i]) - mu) * rs, g = to_acc<float>(gs[k].v[i]);

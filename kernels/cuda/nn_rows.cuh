@@ -12,6 +12,11 @@
 
 namespace genesis::kernels::cuda {
 
+namespace rows {
+// Threads of a block of the row kernels (nn.cu, nn_rows.cu): a row takes a warp or the whole block.
+inline constexpr int kThreads = 256;
+}  // namespace rows
+
 bool softmax_in_registers(DType dtype, bool log, int64_t rows, int64_t dim, const void* x, void* y,
                           cudaStream_t stream);
 // out[r] = the log-sum-exp of row r (m + log sum exp(x - m), or m when the max m is infinite or NaN).

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/multi_tensor.cuh"
 #include "kernels/cuda/optim.h"
@@ -33,31 +34,16 @@ struct TensorTable {
 
 // Calls visit(table) for consecutive groups of at most kMaxTensorsPerLaunch tensors with elements.
 template <class Visit>
-void for_each_table(std::span<const OptimTensor> tensors, Visit&& visit) {
-  TensorTable table{};
-  auto flush = [&] {
-    if (table.count > 0) visit(table);
-    table = TensorTable{};
-  };
-  for (const OptimTensor& t : tensors) {
-    if (t.n == 0) continue;
-    const int i = table.count++;
-    table.param[i] = t.param;
-    table.grad[i] = t.grad;
-    for (int s = 0; s < 3; ++s) table.slots[s][i] = t.slots[s];
-    table.n[i] = t.n;
-    table.step[i] = t.step;
-    table.chunk_start[i + 1] = table.chunk_start[i] + (t.n + kUpdateChunk - 1) / kUpdateChunk;
-    if (table.count == kMaxTensorsPerLaunch) flush();
-  }
-  flush();
-}
-
-// The tensor that chunk `chunk` belongs to (a short linear scan: at most kMaxTensorsPerLaunch).
-__device__ __forceinline__ int tensor_of_chunk(const TensorTable& table, int64_t chunk) {
-  int t = 0;
-  while (chunk >= table.chunk_start[t + 1]) ++t;
-  return t;
+void for_each_update_table(std::span<const OptimTensor> tensors, Visit&& visit) {
+  for_each_table<TensorTable, kUpdateChunk>(
+      tensors,
+      [](TensorTable& table, int i, const OptimTensor& t) {
+        table.param[i] = t.param;
+        table.grad[i] = t.grad;
+        for (int s = 0; s < 3; ++s) table.slots[s][i] = t.slots[s];
+        table.step[i] = t.step;
+      },
+      visit);
 }
 
 __device__ __forceinline__ bool aligned_to(const void* p, size_t bytes) {
@@ -77,10 +63,8 @@ __global__ void __launch_bounds__(kOptimBlock)
   constexpr int kWidth = kPack<T>;  // elements of T in 16 bytes
   const int64_t chunks = table.chunk_start[table.count];
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const int t = tensor_of_chunk(table, chunk);
+    const auto [t, begin, end] = table_chunk<kUpdateChunk>(table, chunk);
     const Update update = table.step[t] ? step_update.at_step(*table.step[t] + 1) : step_update;
-    const int64_t begin = (chunk - table.chunk_start[t]) * kUpdateChunk;
-    const int64_t end = begin + kUpdateChunk < table.n[t] ? begin + kUpdateChunk : table.n[t];
     T* p = static_cast<T*>(table.param[t]);
     const G* g = static_cast<const G*>(table.grad[t]);
     T* slot[3] = {static_cast<T*>(table.slots[0][t]), static_cast<T*>(table.slots[1][t]),
@@ -225,7 +209,7 @@ struct LionUpdate {
 template <class T, class G, class Update>
 void launch_update(std::span<const OptimTensor> tensors, const Update& update, cudaStream_t stream,
                    const float* skip_if, GradClip clip) {
-  for_each_table(tensors, [&](const TensorTable& table) {
+  for_each_update_table(tensors, [&](const TensorTable& table) {
     const auto blocks = static_cast<unsigned>(std::min<int64_t>(table.chunk_start[table.count], INT_MAX));
     multi_tensor_update<T, G><<<blocks, kOptimBlock, 0, stream>>>(table, update, skip_if, clip);
     GENESIS_CUDA_LAUNCH_CHECK();
@@ -271,19 +255,12 @@ constexpr int kNormThreads = 512;
 
 // Sum of a block's values in a fixed tree order; the result is valid in thread 0.
 __device__ float block_sum(float value) {
-  __shared__ float warp_sums[kNormThreads / 32];
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = value;
-  __syncthreads();
-  value = threadIdx.x < kNormThreads / 32 ? warp_sums[threadIdx.x] : 0.0f;
-  if (warp == 0)
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
-  return value;
+  __shared__ float warp_sums[kNormThreads / kWarp];
+  return group_reduce_first(value, kNormThreads, 0.0f, warp_sums, Sum{});
 }
 
 // A whole chunk of an f32 tensor, 16-byte aligned, as float4s (else null: the scalar loops).
-__device__ __forceinline__ const float4* whole_f32_chunk(const GradTable& table, const GradChunk& c) {
+__device__ __forceinline__ const float4* whole_f32_chunk(const GradTable& table, const TableChunk& c) {
   if (table.dtype[c.tensor] != DType::f32 || c.end - c.begin != kGradChunk) return nullptr;
   const float* at = static_cast<const float*>(table.data[c.tensor]) + c.begin;
   return reinterpret_cast<uintptr_t>(at) % 16 == 0 ? reinterpret_cast<const float4*>(at) : nullptr;
@@ -295,7 +272,7 @@ __global__ void __launch_bounds__(kNormThreads) sum_squares_partials(GradTable t
   const int64_t chunks = table.chunk_start[table.count];
   float acc = 0.0f;
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const GradChunk c = grad_chunk(table, chunk);
+    const TableChunk c = table_chunk<kGradChunk>(table, chunk);
     if (const float4* v = whole_f32_chunk(table, c)) {
       // 16-byte loads, all issued before the sums (the scalar loop below keeps one load in flight).
       float4 x[kGradChunk / 4 / kNormThreads];
@@ -328,7 +305,7 @@ __global__ void __launch_bounds__(kOptimBlock) scale_by_norm(GradTable table, co
   if (coef == 1.0f) return;  // x * 1 == x: nothing to write
   const int64_t chunks = table.chunk_start[table.count];
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
-    const GradChunk c = grad_chunk(table, chunk);
+    const TableChunk c = table_chunk<kGradChunk>(table, chunk);
     if (const float4* v = whole_f32_chunk(table, c)) {
       auto* w = const_cast<float4*>(v);
 #pragma unroll

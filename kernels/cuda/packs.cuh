@@ -1,7 +1,8 @@
 #pragma once
 // Packs: N elements of T moved by one load or store instruction (up to 16 bytes). Loads and
 // stores go through a plain unsigned vector type of the same size, so a pack of 16-bit floats
-// compiles to one wide access rather than N scalar ones. Shared by every vectorized kernel.
+// compiles to one wide access rather than N scalar ones. Shared by every vectorized kernel, and
+// the raw types by width by the kernels that only move bytes (copies, gathers).
 #include <cstdint>
 #include <cstring>
 
@@ -15,7 +16,10 @@ struct alignas(sizeof(T) * N) Pack {
 // Elements of T in 16 bytes: the widest pack.
 template <class T>
 inline constexpr int kPack = static_cast<int>(16 / sizeof(T));
+template <class T>
+using Pack16 = Pack<T, kPack<T>>;
 
+// The unsigned type of BYTES bytes that moves them in one access.
 template <int BYTES>
 struct RawVector;
 template <>
@@ -38,6 +42,24 @@ template <>
 struct RawVector<1> {
   using type = uint8_t;
 };
+
+// Calls f(RawVector<BYTES>{}) for elements of `bytes` = 1, 2, 4, 8 or 16 bytes: moving data needs
+// only their width, one instantiation per size rather than per dtype.
+template <class F>
+void with_raw_width(int64_t bytes, F&& f) {
+  switch (bytes) {
+    case 1:
+      return f(RawVector<1>{});
+    case 2:
+      return f(RawVector<2>{});
+    case 4:
+      return f(RawVector<4>{});
+    case 8:
+      return f(RawVector<8>{});
+    default:
+      return f(RawVector<16>{});
+  }
+}
 
 // p is aligned to the pack's size.
 template <int N, class T>

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/reduce.h"
 #include "kernels/cuda/reduce_engine.cuh"
@@ -35,8 +36,6 @@ Scratch scratch(cudaStream_t stream) {
 
 namespace {
 
-template <class T>
-using sum_acc_t = std::conditional_t<kIsFloat<T>, float_acc_t<T>, int64_t>;
 template <class T>
 using sum_out_t = std::conditional_t<kIsFloat<T>, T, int64_t>;
 
@@ -133,9 +132,8 @@ struct ExtremeOp {
 // suffix * grad_out. Lane l owns column c = l (mod 32) in both walks, so no barrier is needed.
 template <class A>
 __global__ void prod_rows_backward_kernel(int64_t rows, int64_t cols, const A* in, const A* grad_out, A* grad_in) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; r < rows; r += warps) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kWarp, blockDim.x) {
     const A* x = in + r * cols;
     A* gx = grad_in + r * cols;
     A carry = 1;
@@ -214,7 +212,7 @@ void prod_rows_backward(DType dtype, int64_t rows, int64_t cols, const void* in,
   if (rows <= 0 || cols <= 0) return;
   auto launch = [&](auto tag) {
     using A = decltype(tag);
-    prod_rows_backward_kernel<A><<<grid_size(rows * 32), kBlockSize, 0, stream>>>(
+    prod_rows_backward_kernel<A><<<grid_size(rows * kWarp), kBlockSize, 0, stream>>>(
         rows, cols, static_cast<const A*>(in), static_cast<const A*>(grad_out), static_cast<A*>(grad_in));
     GENESIS_CUDA_LAUNCH_CHECK();
   };

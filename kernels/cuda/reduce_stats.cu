@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels/common/norm_kind.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/nn_rows.cuh"
 #include "kernels/cuda/reduce.h"
@@ -53,10 +54,7 @@ struct VarOp {
 template <class T>
 struct LogSumExpOp {
   using A = float_acc_t<T>;
-  struct Acc {
-    A max;  // NaN once a NaN was seen; +-inf ends the row at that value
-    A sum;  // sum of exp(x - max)
-  };
+  using Acc = ExpSum<A>;  // max: NaN once a NaN was seen; +-inf ends the row at that value
   T* out;
 
   __device__ Acc identity() const { return {-std::numeric_limits<A>::infinity(), A(0)}; }
@@ -77,22 +75,12 @@ struct LogSumExpOp {
     if (b.max != b.max) return b;
     const A max = a.max > b.max ? a.max : b.max;
     if (!isfinite(max)) return {max, A(0)};
-    return {max, a.sum * exp(a.max - max) + b.sum * exp(b.max - max)};
+    return merge_at(a, b, max, [](A sum, A from, A to) { return sum * exp(from - to); });
   }
   __device__ void store(int64_t i, Acc acc) const {
     out[i] = from_acc<T>(isfinite(acc.max) ? acc.max + log(acc.sum) : acc.max);
   }
 };
-
-// The larger (smaller) of a and b where a NaN wins, as the CPU's nan_max / nan_min.
-template <class A>
-__device__ __forceinline__ A nan_max(A a, A b) {
-  return a != a || b <= a ? a : b;
-}
-template <class A>
-__device__ __forceinline__ A nan_min(A a, A b) {
-  return a != a || b >= a ? a : b;
-}
 
 // The 2-norm has its own instantiation (it is the one on hot paths); the other kinds share one
 // whose uniform switch costs a few instructions per element of a memory-bound loop.
@@ -113,8 +101,8 @@ struct NormOp {
       return acc + v * v;
     } else {
       switch (kind) {
-        case NormKind::max_abs: return nan_max(acc, fabs(v));
-        case NormKind::min_abs: return nan_min(acc, fabs(v));
+        case NormKind::max_abs: return NanMax{}(acc, fabs(v));
+        case NormKind::min_abs: return NanMin{}(acc, fabs(v));
         case NormKind::count_nonzero: return acc + (v != A(0) ? A(1) : A(0));
         case NormKind::l1: return acc + fabs(v);
         default: return acc + pow(fabs(v), p);
@@ -122,8 +110,8 @@ struct NormOp {
     }
   }
   __device__ Acc combine(Acc a, Acc b) const {
-    if (!kL2 && kind == NormKind::max_abs) return nan_max(a, b);
-    if (!kL2 && kind == NormKind::min_abs) return nan_min(a, b);
+    if (!kL2 && kind == NormKind::max_abs) return NanMax{}(a, b);
+    if (!kL2 && kind == NormKind::min_abs) return NanMin{}(a, b);
     return a + b;
   }
   __device__ void store(int64_t i, Acc acc) const {

@@ -8,18 +8,17 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/common/math.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/packs.cuh"
 #include "kernels/cuda/linalg.h"
+#include "kernels/cuda/packs.cuh"
 #include "kernels/cuda/transformer.h"
 #include "libgenesis/core/error.h"
 
 namespace genesis::kernels::cuda {
 
 namespace {
-
-constexpr int kWarp = 32;
-
 
 inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
@@ -77,11 +76,7 @@ void launch_rope(bool inverse, const RopeInput& x, int64_t seq, int64_t dim, con
 
 template <class A>
 __device__ __forceinline__ A sigmoid_of(A v) {
-  if constexpr (std::is_same_v<A, double>) {
-    return 1.0 / (1.0 + exp(-v));
-  } else {
-    return 1.0f / (1.0f + expf(-v));
-  }
+  return unary_float(UnaryOp::sigmoid, v, A(0), A(0));
 }
 
 template <class T>
@@ -144,25 +139,11 @@ __device__ __forceinline__ int64_t visible_keys(bool causal, int64_t q_len, int6
   return causal ? kv_len - q_len + t + 1 : kv_len;
 }
 
-template <class A>
-__device__ __forceinline__ A exp_of(A v) {
-  if constexpr (std::is_same_v<A, double>) {
-    return exp(v);
-  } else {
-    return expf(v);
-  }
-}
-
 // Sum of exponentials l relative to max m, moved to max `to` (a lane that saw no key has l = 0).
 template <class A>
 __device__ __forceinline__ A rescaled(A l, A m, A to) {
-  return l == A(0) ? A(0) : l * exp_of(m - to);
+  return l == A(0) ? A(0) : l * exp(m - to);
 }
-
-// Rows of the grid-stride loop, one warp each.
-#define GENESIS_FOR_EACH_WARP_ROW(r, rows)                                                            \
-  for (int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; r < (rows); \
-       r += static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp)
 
 // Scores (already scaled) to probabilities in place, one warp per row of kv_len: lane l reads
 // columns l, l + 32, ... keeping a running max and rescaled sum (one read), the lanes merge
@@ -174,30 +155,26 @@ __global__ void softmax_scores_kernel(int64_t rows, int64_t q_len, int64_t kv_le
                                       T* probs) {
   using A = float_acc_t<T>;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  GENESIS_FOR_EACH_WARP_ROW(r, rows) {
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kWarp, kBlockSize) {
     const S* row = scores + r * kv_len;
     T* out = probs + r * kv_len;
     const int64_t visible = visible_keys(causal, q_len, kv_len, r % q_len);
-    A m = -std::numeric_limits<A>::infinity(), l = 0;
+    ExpSum<A> s{-std::numeric_limits<A>::infinity(), A(0)};
     for (int64_t c = lane; c < visible; c += kWarp) {
       const A x = to_acc<A>(row[c]);
-      if (x > m) {
-        l = rescaled(l, m, x) + A(1);
-        m = x;
+      if (x > s.max) {
+        s.sum = rescaled(s.sum, s.max, x) + A(1);
+        s.max = x;
       } else {
-        l += exp_of(x - m);
+        s.sum += exp(x - s.max);
       }
     }
-#pragma unroll
-    for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
-      const A other_m = __shfl_xor_sync(0xffffffffu, m, offset), other_l = __shfl_xor_sync(0xffffffffu, l, offset);
-      const A merged = other_m > m ? other_m : m;
-      l = rescaled(l, m, merged) + rescaled(other_l, other_m, merged);
-      m = merged;
-    }
-    const A inv = A(1) / l;
+    s = warp_reduce(s, [](const ExpSum<A>& a, const ExpSum<A>& b) {
+      return merge_at(a, b, Max{}(a.max, b.max), [](A l, A m, A to) { return rescaled(l, m, to); });
+    });
+    const A inv = A(1) / s.sum;
     for (int64_t c = lane; c < kv_len; c += kWarp)
-      out[c] = from_acc<T>(c < visible ? exp_of(to_acc<A>(row[c]) - m) * inv : A(0));
+      out[c] = from_acc<T>(c < visible ? exp(to_acc<A>(row[c]) - s.max) * inv : A(0));
   }
 }
 
@@ -210,15 +187,14 @@ __global__ void softmax_scores_backward_kernel(int64_t rows, int64_t q_len, int6
                                                T* grad_scores) {
   using A = float_acc_t<T>;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  GENESIS_FOR_EACH_WARP_ROW(r, rows) {
+  GENESIS_FOR_EACH_GROUP_ROW(r, rows, kWarp, kBlockSize) {
     const T* p = probs + r * kv_len;
     const G* g = grad_probs + r * kv_len;
     T* out = grad_scores + r * kv_len;
     const int64_t visible = visible_keys(causal, q_len, kv_len, r % q_len);
     A weighted = 0;
     for (int64_t c = lane; c < visible; c += kWarp) weighted += to_acc<A>(g[c]) * to_acc<A>(p[c]);
-#pragma unroll
-    for (int offset = kWarp / 2; offset > 0; offset >>= 1) weighted += __shfl_xor_sync(0xffffffffu, weighted, offset);
+    weighted = warp_reduce(weighted, Sum{});
     for (int64_t c = lane; c < kv_len; c += kWarp)
       out[c] = from_acc<T>(c < visible ? scale * to_acc<A>(p[c]) * (to_acc<A>(g[c]) - weighted) : A(0));
   }
