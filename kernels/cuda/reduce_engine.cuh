@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/packs.cuh"
 #include "kernels/cuda/reduce.h"
@@ -25,6 +24,7 @@
 
 namespace genesis::kernels::cuda::reduce_engine {
 
+constexpr int kWarp = 32;
 constexpr int kMaxRowGroup = 512;
 constexpr int kColumnBlock = 256;
 // Rows up to this long are folded by one thread each (a warp per row would idle most lanes).
@@ -44,14 +44,30 @@ struct Scratch {
 // ordered, so the passes of one reduction and the next reduction never overlap.
 Scratch scratch(cudaStream_t stream);
 
-// op.combine as the binary op of block_reduce.cuh's reductions.
-template <class Op>
-__device__ __forceinline__ auto combine_of(const Op& op) {
-  return [&op](const typename Op::Acc& earlier, const typename Op::Acc& later) { return op.combine(earlier, later); };
+// Any trivially copyable struct through a warp shuffle, one 32-bit word at a time.
+template <class S>
+__device__ __forceinline__ S shuffle_down(const S& value, int offset) {
+  static_assert(sizeof(S) % 4 == 0, "shuffled accumulators are made of 32-bit words");
+  constexpr int kWords = static_cast<int>(sizeof(S) / 4);
+  unsigned words[kWords];
+  memcpy(words, &value, sizeof(S));
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) words[w] = __shfl_down_sync(0xffffffffu, words[w], offset);
+  S out;
+  memcpy(&out, words, sizeof(S));
+  return out;
+}
+
+// Lane 0 ends with the combination of the 32 lanes (lower lanes on the left).
+template <class Op, class Acc>
+__device__ __forceinline__ Acc warp_combine(const Op& op, Acc acc) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset >>= 1) acc = op.combine(acc, shuffle_down(acc, offset));
+  return acc;
 }
 
 template <class T, bool kVector>
-inline constexpr int kLanes = kVector ? kPack<T> : 1;
+inline constexpr int kLanes = kVector ? static_cast<int>(16 / sizeof(T)) : 1;
 
 // N elements loaded at once (one 16-byte load when N > 1): packs.cuh's Pack.
 using cuda::Pack;
@@ -130,9 +146,22 @@ __global__ void __launch_bounds__(kMaxRowGroup) reduce_rows_kernel(RowTasks t, c
           if (c + u * stride < end) acc = op.step(acc, packs[u].v[k], c + u * stride + k);
     }
   }
+  acc = warp_combine(op, acc);
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  if (group == kWarp) {
+    if (lane == 0 && task < t.tasks) op.store(task, acc);
+    return;
+  }
   __shared__ Acc warp_results[kMaxRowGroup / kWarp];
-  acc = group_reduce_first(acc, group, op.identity(), warp_results, combine_of(op));
-  if (member == 0 && task < t.tasks) op.store(task, acc);
+  if (lane == 0) warp_results[threadIdx.x / kWarp] = acc;
+  __syncthreads();
+  if (member < kWarp) {
+    const int warps = group / kWarp;
+    const int first = static_cast<int>(threadIdx.x) / kWarp;
+    acc = member < warps ? warp_results[first + member] : op.identity();
+    acc = warp_combine(op, acc);
+    if (member == 0 && task < t.tasks) op.store(task, acc);
+  }
   if constexpr (kIsSlicedRows<Op>) {
     // The host launches one task per block here (group == blockDim.x).
     __shared__ bool last;
@@ -146,10 +175,17 @@ __global__ void __launch_bounds__(kMaxRowGroup) reduce_rows_kernel(RowTasks t, c
     Acc total = op.identity();
     for (int64_t s = threadIdx.x; s < t.slices; s += blockDim.x)
       total = op.combine(total, load_from_l2(op.partials + row * t.slices + s));
-    total = group_reduce_first(total, static_cast<int>(blockDim.x), op.identity(), warp_results, combine_of(op));
-    if (threadIdx.x == 0) {
-      op.store_result(row, total);
-      op.arrivals[row] = 0;  // ready for the next launch on this stream
+    total = warp_combine(op, total);
+    if (lane == 0) warp_results[threadIdx.x / kWarp] = total;
+    __syncthreads();
+    if (threadIdx.x < kWarp) {
+      const int warps = static_cast<int>(blockDim.x) / kWarp;
+      total = lane < warps ? warp_results[lane] : op.identity();
+      total = warp_combine(op, total);
+      if (lane == 0) {
+        op.store_result(row, total);
+        op.arrivals[row] = 0;  // ready for the next launch on this stream
+      }
     }
   }
 }

@@ -24,6 +24,10 @@ struct DeviceBlas {
   kernels::cuda::GemmPlanCache* plans = nullptr;
   // Kernels that run at the same time on different streams must not share scratch memory.
   std::map<cudaStream_t, void*> workspaces;
+  // The stream the cuBLAS handle is bound to (with its workspace): rebound only on a change,
+  // as binding costs host time on every GEMM otherwise.
+  cudaStream_t bound_stream = nullptr;
+  bool bound = false;
 };
 
 // Held from lookup until the GEMM is enqueued: a handle's stream and the plans are per-call state.
@@ -71,8 +75,12 @@ void lend_gemm_resources(cudaStream_t stream, void* context,
   std::lock_guard lock(blas_mutex);
   DeviceBlas& d = device_blas(device);
   void* ws = workspace(d, device, stream);
-  GENESIS_CUBLAS_CHECK(cublasSetStream(d.blas, stream));
-  GENESIS_CUBLAS_CHECK(cublasSetWorkspace(d.blas, ws, kWorkspaceBytes));
+  if (!d.bound || d.bound_stream != stream) {
+    GENESIS_CUBLAS_CHECK(cublasSetStream(d.blas, stream));
+    GENESIS_CUBLAS_CHECK(cublasSetWorkspace(d.blas, ws, kWorkspaceBytes));
+    d.bound_stream = stream;
+    d.bound = true;
+  }
   use(context, {.blas = d.blas,
                 .lt = d.lt,
                 .workspace = ws,
