@@ -233,8 +233,9 @@ void append_index_cases(std::vector<OpCase>& cases) {
                      .op = op,
                      .test = {.shapes = {{2, 3, 5}}, .scalar = diagonal},
                      .bench = {.shapes = {{2048, 2048}}, .scalar = 0},
-                     .forward = [fn](const OpArgs& a, const Inputs& x,
-                                     const TensorOptions&) { return fn(x[0], static_cast<int64_t>(a.scalar)); },
+                     // (the binding copied: clang does not capture structured bindings)
+                     .forward = [triangle = fn](const OpArgs& a, const Inputs& x,
+                                                const TensorOptions&) { return triangle(x[0], static_cast<int64_t>(a.scalar)); },
                      .cost = copy_cost,
                      .torch = std::string("torch.") + name + "(x[0], int(a['scalar']))",
                      .check_args =
