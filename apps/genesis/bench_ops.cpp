@@ -29,9 +29,9 @@ const OpCase& find_case(const BenchCase& c) {
   return *found;
 }
 
-// A floating input that the backward differentiates (indices and masks never are).
+// An input the timed backward differentiates.
 bool takes_grad(const CaseInput& in, bool backward) {
-  return backward && in.differentiable && in.kind != InputKind::index && in.kind != InputKind::mask;
+  return backward && takes_gradient(in);
 }
 
 // A host float64 copy (integers keep their dtype) that is a fresh leaf.
@@ -259,8 +259,7 @@ std::vector<BenchCase> registry_suite(bool test_sizes) {
   std::vector<BenchCase> suite;
   for (const OpCase& c : op_cases()) {
     const OpArgs& args = test_sizes ? c.test : c.bench;
-    bool differentiable = false;
-    for (const CaseInput& in : case_inputs(c, args)) differentiable = differentiable || takes_grad(in, true);
+    const bool differentiable = has_gradient_input(c, args);
     for (bool backward : {false, true}) {
       if (backward && !(op_info(c.op).backward && differentiable)) continue;
       BenchCase b{.name = detail::concat(c.name, " ", shape_text(args.shapes), backward ? " fwd+bwd" : ""),

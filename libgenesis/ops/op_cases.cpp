@@ -60,6 +60,16 @@ OpCost case_cost(const OpCase& c, const OpArgs& args, bool backward, double elem
   return c.cost ? c.cost(args, backward, element_bytes) : streaming_cost(args, backward, element_bytes);
 }
 
+bool takes_gradient(const CaseInput& input) {
+  return input.differentiable && input.kind != InputKind::index && input.kind != InputKind::mask;
+}
+
+bool has_gradient_input(const OpCase& c, const OpArgs& args) {
+  for (const CaseInput& in : case_inputs(c, args))
+    if (takes_gradient(in)) return true;
+  return false;
+}
+
 Tensor draw_case_input(const CaseInput& input, DType dtype, Device device, Generator& gen) {
   NoGradGuard no_grad;
   switch (input.kind) {

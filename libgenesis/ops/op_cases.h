@@ -85,6 +85,10 @@ const OpCase* find_op_case(std::string_view name);  // by OpCase::name
 std::vector<CaseInput> case_inputs(const OpCase& c, const OpArgs& args);
 std::string check_case_args(const OpCase& c, const OpArgs& args);
 OpCost case_cost(const OpCase& c, const OpArgs& args, bool backward, double element_bytes);
+// A floating input whose gradient is taken (indices and masks never are), and whether any of
+// the case's inputs at `args` is one.
+bool takes_gradient(const CaseInput& input);
+bool has_gradient_input(const OpCase& c, const OpArgs& args);
 
 // One input drawn from `gen`: floating kinds in `dtype`, indices i64, masks bool; on `device`.
 Tensor draw_case_input(const CaseInput& input, DType dtype, Device device, Generator& gen);
