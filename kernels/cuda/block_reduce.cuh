@@ -36,21 +36,36 @@ struct NanMin {
   }
 };
 
-// v of lane (this lane ^ mask): a number in one shuffle, a struct of 32-bit words word by word.
+// Where a lane's shuffle reads from: lane (this lane ^ arg), or lane (this lane + arg).
+enum class Shuffle { kXor, kDown };
+
+// Any trivially copyable struct through a warp shuffle, one 32-bit word at a time.
+template <Shuffle kShuffle, class V>
+__device__ __forceinline__ V shuffle_words(const V& v, int arg) {
+  static_assert(sizeof(V) % 4 == 0, "shuffled values are made of 32-bit words");
+  constexpr int kWords = static_cast<int>(sizeof(V) / 4);
+  unsigned words[kWords];
+  memcpy(words, &v, sizeof(V));
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) {
+    if constexpr (kShuffle == Shuffle::kXor) {
+      words[w] = __shfl_xor_sync(0xffffffffu, words[w], arg);
+    } else {
+      words[w] = __shfl_down_sync(0xffffffffu, words[w], arg);
+    }
+  }
+  V out;
+  memcpy(&out, words, sizeof(V));
+  return out;
+}
+
+// v of lane (this lane ^ mask): a number in one shuffle, a struct word by word.
 template <class V>
 __device__ __forceinline__ V shuffle_xor(const V& v, int mask) {
   if constexpr (std::is_arithmetic_v<V>) {
     return __shfl_xor_sync(0xffffffffu, v, mask);
   } else {
-    static_assert(sizeof(V) % 4 == 0, "shuffled values are made of 32-bit words");
-    constexpr int kWords = static_cast<int>(sizeof(V) / 4);
-    unsigned words[kWords];
-    memcpy(words, &v, sizeof(V));
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) words[w] = __shfl_xor_sync(0xffffffffu, words[w], mask);
-    V out;
-    memcpy(&out, words, sizeof(V));
-    return out;
+    return shuffle_words<Shuffle::kXor>(v, mask);
   }
 }
 

@@ -167,6 +167,30 @@ constexpr DType compute_dtype() {
   return std::is_same_v<A, double> ? DType::f64 : DType::f32;
 }
 
+// out_i = W_g in_i (W_g^T in_i when kTransposed) for the `count` samples i of a block, in one
+// batched gemm: the group's weight W_g [out_per_group, patch] serves every sample (batch stride 0);
+// in_i and out_i have `spatial` columns and lie in_stride and out_stride elements apart.
+template <bool kTransposed, class A>
+void weight_gemm(const ConvSizes& z, const A* w, int64_t g, const A* in, int64_t in_stride, A* out, int64_t out_stride,
+                 int64_t count, cudaStream_t stream) {
+  GemmArgs args;
+  args.trans_a = kTransposed;
+  args.m = kTransposed ? z.patch : z.out_per_group;
+  args.n = z.spatial;
+  args.k = kTransposed ? z.out_per_group : z.patch;
+  args.a = w + g * z.out_per_group * z.patch;
+  args.lda = z.patch;
+  args.stride_a = 0;
+  args.b = in;
+  args.ldb = z.spatial;
+  args.stride_b = in_stride;
+  args.c = out;
+  args.ldc = z.spatial;
+  args.stride_c = out_stride;
+  args.batch = count;
+  gemm(compute_dtype<A>(), args, stream);
+}
+
 template <class T, class A>
 void conv2d_forward_typed(const Conv2dShape& s, const T* x, InputStrides xs, const A* w, const A* bias, A* columns,
                           A* y_acc, T* y, cudaStream_t stream) {
@@ -178,21 +202,9 @@ void conv2d_forward_typed(const Conv2dShape& s, const T* x, InputStrides xs, con
     im2col(s, count, x + first * xs.n, xs, layout, columns, stream);
     for (int64_t g = 0; g < s.groups; ++g) {
       // y_g[n] [out_per_group, spatial] = W_g [out_per_group, patch] x columns_g[n] [patch, spatial]
-      GemmArgs args;
-      args.m = z.out_per_group;
-      args.n = z.spatial;
-      args.k = z.patch;
-      args.a = w + g * z.out_per_group * z.patch;
-      args.lda = z.patch;
-      args.stride_a = 0;
-      args.b = columns + g * z.patch * z.spatial;
-      args.ldb = z.spatial;
-      args.stride_b = layout.sample_stride;
-      args.c = y_acc + (first * s.out_channels + g * z.out_per_group) * z.spatial;
-      args.ldc = z.spatial;
-      args.stride_c = s.out_channels * z.spatial;
-      args.batch = count;
-      gemm(compute_dtype<A>(), args, stream);
+      weight_gemm<false>(z, w, g, columns + g * z.patch * z.spatial, layout.sample_stride,
+                         y_acc + (first * s.out_channels + g * z.out_per_group) * z.spatial, s.out_channels * z.spatial,
+                         count, stream);
     }
   }
   const int64_t total = s.batch * s.out_channels * z.spatial;
@@ -215,22 +227,9 @@ void conv2d_backward_input_typed(const Conv2dShape& s, const A* grad_y, const A*
     const int64_t count = std::min(block, s.batch - first);
     for (int64_t g = 0; g < s.groups; ++g) {
       // columns_g[n] [patch, spatial] = W_g^T [patch, out_per_group] x grad_y_g[n] [out_per_group, spatial]
-      GemmArgs args;
-      args.trans_a = true;
-      args.m = z.patch;
-      args.n = z.spatial;
-      args.k = z.out_per_group;
-      args.a = w + g * z.out_per_group * z.patch;
-      args.lda = z.patch;
-      args.stride_a = 0;
-      args.b = grad_y + (first * s.out_channels + g * z.out_per_group) * z.spatial;
-      args.ldb = z.spatial;
-      args.stride_b = s.out_channels * z.spatial;
-      args.c = columns + g * z.patch * z.spatial;
-      args.ldc = z.spatial;
-      args.stride_c = layout.sample_stride;
-      args.batch = count;
-      gemm(compute_dtype<A>(), args, stream);
+      weight_gemm<true>(z, w, g, grad_y + (first * s.out_channels + g * z.out_per_group) * z.spatial,
+                        s.out_channels * z.spatial, columns + g * z.patch * z.spatial, layout.sample_stride, count,
+                        stream);
     }
     col2im(s, count, columns, layout, grad_x + first * s.in_channels * s.height * s.width, stream);
   }

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/flash_tiles.cuh"
 #include "libgenesis/core/error.h"
 
 namespace genesis::kernels::cuda {
@@ -14,6 +14,40 @@ namespace genesis::kernels::cuda {
 namespace {
 
 using namespace flash;
+
+// The top of a double-buffered tile loop: starts the next tile's loads into the other buffer
+// when there is one, then waits for this tile's (every thread's, so that all of it has landed).
+template <class LoadNext>
+__device__ __forceinline__ void prefetch_and_wait(bool has_next, LoadNext&& load_next) {
+  if (has_next) {
+    load_next();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
+// Two products over the n-tiles of k slice k (16 wide): acc0 += a0 B0 and acc1 += a1 B1, with
+// B0 from tile0 and B1 from tile1, both fragments loaded before either product. B[k][n] is
+// tile[n][k] (load_b, Q K^T-like) or, kTrans, tile[k][n] (load_b_trans, P V-like).
+template <class T, int D, bool kTrans, int N>
+__device__ __forceinline__ void mma_two(float (&acc0)[N][4], float (&acc1)[N][4], const uint32_t (&a0)[4],
+                                        const uint32_t (&a1)[4], const T* tile0, const T* tile1, int k, int lane) {
+#pragma unroll
+  for (int n = 0; n < N; n += 2) {
+    uint32_t b0[4], b1[4];
+    if constexpr (kTrans) {
+      load_b_trans<D>(b0, tile0, k * 16, n * 8, lane);
+      load_b_trans<D>(b1, tile1, k * 16, n * 8, lane);
+    } else {
+      load_b<D>(b0, tile0, n * 8, k * 16, lane);
+      load_b<D>(b1, tile1, n * 8, k * 16, lane);
+    }
+    mma_pair<T>(acc0, n, a0, b0);
+    mma_pair<T>(acc1, n, a1, b1);
+  }
+}
 
 // --- forward -----------------------------------------------------------------------------------
 
@@ -41,14 +75,13 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
   const int64_t q0 = q_block * kM;
   const T* q = head_base<T>(p.q, p.q_layout, b, h);
-  const T* k = head_base<T>(p.k, p.k_layout, b, kvh);
-  const T* v = head_base<T>(p.v, p.v_layout, b, kvh);
+  const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
   const int64_t kv_end = kv_end_for(p, q0, kM);
   const int blocks = static_cast<int>((kv_end + kN - 1) / kN);
 
   load_tile<D, kM>(qs, q, p.q_layout.row, q0, p.q_len);
   cp_async_commit();
-  load_tile<D, kN>(ks, k, p.k_layout.row, 0, p.kv_len);
+  load_tile<D, kN>(ks, kv.k, p.k_layout.row, 0, p.kv_len);
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
@@ -73,7 +106,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
   }
   for (int j = 0; j < blocks; ++j) {
     const int64_t kv0 = static_cast<int64_t>(j) * kN;
-    load_tile<D, kN>(vs, v, p.v_layout.row, kv0, p.kv_len);
+    load_tile<D, kN>(vs, kv.v, p.v_layout.row, kv0, p.kv_len);
     cp_async_commit();
     cp_async_wait<1>();  // this tile's keys
     __syncthreads();
@@ -89,58 +122,17 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
       }
     }
     __syncthreads();  // every warp is done with the keys: the next tile may land
-    if (j + 1 < blocks) load_tile<D, kN>(ks, k, p.k_layout.row, kv0 + kN, p.kv_len);
+    if (j + 1 < blocks) load_tile<D, kN>(ks, kv.k, p.k_layout.row, kv0 + kN, p.kv_len);
     cp_async_commit();
 
     const bool masked = kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      if (masked) {
-        const int seen[2] = {keys_seen(p, row[mt][0], kv0, kN), keys_seen(p, row[mt][1], kv0, kN)};
-#pragma unroll
-        for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (nt * 8 + 2 * t + (e & 1) >= seen[e / 2]) s[mt][nt][e] = -INFINITY;
-        }
-      }
+      if (masked) mask_keys<kN>(p, s[mt], row[mt], kv0, t);
       float base[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = m[mt][r];
-#pragma unroll
-        for (int nt = 0; nt < kN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-        mx = quad_max(mx);
-        const float used = mx == -INFINITY ? 0.0f : mx;  // a row with nothing visible yet
-        const float correction = fast_exp2((m[mt][r] - used) * p.scale_log2);
-        m[mt][r] = mx;
-        l[mt][r] *= correction;
-        base[r] = used * p.scale_log2;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-          o[mt][dt][2 * r] *= correction;
-          o[mt][dt][2 * r + 1] *= correction;
-        }
-      }
+      rescale_rows<D, kN>(p, s[mt], o[mt], m[mt], l[mt], base);
       [[maybe_unused]] uint32_t kept_bits[2] = {0u, 0u};  // dropout: this lane's share of the mask's words
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float pe = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -base[e / 2]));
-          s[mt][nt][e] = pe;
-          l[mt][e / 2] += pe;
-        }
-        if constexpr (kDropout) {
-          bool keep[4];
-          dropout_keeps_query_rows(p, b * p.q_heads + h, row[mt][0], row[mt][1], kv0 + nt * 8 + 2 * t, t, keep);
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (!keep[e]) s[mt][nt][e] = 0.0f;
-          collect_keep_bits(kept_bits, keep, nt, t);
-          if (nt % 4 == 3) store_keep_bits(p, b * p.q_heads + h, row[mt][0], row[mt][1], kv0 + (nt - 3) * 8, kept_bits, t);
-        }
-      }
+      exponentiate_rows<kDropout, kN>(p, s[mt], l[mt], base, kept_bits, b * p.q_heads + h, row[mt], kv0, t);
     }
     cp_async_wait<1>();  // this tile's values
     __syncthreads();
@@ -209,38 +201,26 @@ template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_dkdv_kernel(FlashParams p) {
   constexpr int kM = kBackwardTile<D>;  // queries per tile
   extern __shared__ __align__(16) unsigned char smem[];
-  T* ks = reinterpret_cast<T*>(smem);
-  T* vs = ks + kRows * kStride<D>;
-  T* q_tiles = vs + kRows * kStride<D>;         // two buffers of kM rows
-  T* go_tiles = q_tiles + 2 * kM * kStride<D>;  // two buffers of kM rows
+  const auto [ks, vs, q_tiles, go_tiles] = backward_tiles<T, D, kM>(smem);
   auto* lse_tiles = reinterpret_cast<float*>(go_tiles + 2 * kM * kStride<D>);
   float* delta_tiles = lse_tiles + 2 * kM;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, t = lane % 4;
   const int64_t kv0 = static_cast<int64_t>(blockIdx.z) * kRows;  // key block 0, the longest, first
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
-  const T* q = head_base<T>(p.q, p.q_layout, b, h);
-  const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h);
-  const float* lse = p.lse + (b * p.q_heads + h) * p.q_len;
-  const float* delta = p.delta + (b * p.q_heads + h) * p.q_len;
+  const QueryRows<T> queries = query_rows<T>(p, b, h);
   // Tile i's loads into buffer i % 2: q and dO asynchronously, lse and delta through registers.
   auto load_queries = [&](int64_t q0, int buffer) {
-    load_tile<D, kM>(q_tiles + buffer * kM * kStride<D>, q, p.q_layout.row, q0, p.q_len);
-    load_tile<D, kM>(go_tiles + buffer * kM * kStride<D>, go, p.grad_out_layout.row, q0, p.q_len);
+    load_tile<D, kM>(q_tiles + buffer * kM * kStride<D>, queries.q, p.q_layout.row, q0, p.q_len);
+    load_tile<D, kM>(go_tiles + buffer * kM * kStride<D>, queries.go, p.grad_out_layout.row, q0, p.q_len);
     cp_async_commit();
     static_assert(2 * kM <= kThreads);
-    if (threadIdx.x < 2 * kM) {  // threads [0, kM) load lse, [kM, 2 kM) delta
-      const int r = static_cast<int>(threadIdx.x % kM);
-      const bool valid = q0 + r < p.q_len;
-      if (threadIdx.x < kM) {
-        lse_tiles[buffer * kM + r] = valid ? lse[q0 + r] : INFINITY;  // p = 0 for rows past the end
-      } else {
-        delta_tiles[buffer * kM + r] = valid ? delta[q0 + r] : 0.0f;
-      }
-    }
+    if (threadIdx.x < 2 * kM)  // threads [0, kM) load lse, [kM, 2 kM) delta
+      load_lse_delta<kM>(lse_tiles + buffer * kM, delta_tiles + buffer * kM, queries, q0, p.q_len);
   };
-  load_tile<D, kRows>(ks, head_base<T>(p.k, p.k_layout, b, kvh), p.k_layout.row, kv0, p.kv_len);
-  load_tile<D, kRows>(vs, head_base<T>(p.v, p.v_layout, b, kvh), p.v_layout.row, kv0, p.kv_len);
+  const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
+  load_tile<D, kRows>(ks, kv.k, p.k_layout.row, kv0, p.kv_len);
+  load_tile<D, kRows>(vs, kv.v, p.v_layout.row, kv0, p.kv_len);
   cp_async_commit();
 
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
@@ -250,13 +230,7 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
   if (first_q < p.q_len) load_queries(first_q, 0);
   int buffer = 0;
   for (int64_t q0 = first_q; q0 < p.q_len; q0 += kM, buffer ^= 1) {
-    if (q0 + kM < p.q_len) {
-      load_queries(q0 + kM, buffer ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    prefetch_and_wait(q0 + kM < p.q_len, [&] { load_queries(q0 + kM, buffer ^ 1); });
     const T* qs = q_tiles + buffer * kM * kStride<D>;
     const T* dos = go_tiles + buffer * kM * kStride<D>;
     const float* lse_s = lse_tiles + buffer * kM;
@@ -269,63 +243,33 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
       uint32_t ka[4], va[4];
       load_a<D>(ka, ks, warp * 16, kk * 16, lane);
       load_a<D>(va, vs, warp * 16, kk * 16, lane);
-#pragma unroll
-      for (int nt = 0; nt < kM / 8; nt += 2) {
-        uint32_t qb[4], gb[4];
-        load_b<D>(qb, qs, nt * 8, kk * 16, lane);
-        load_b<D>(gb, dos, nt * 8, kk * 16, lane);
-        mma_pair<T>(s, nt, ka, qb);
-        mma_pair<T>(dp, nt, va, gb);
-      }
+      mma_two<T, D, false>(s, dp, ka, va, qs, dos, kk, lane);
     }
     // P^T and dS^T = P^T (dP^T - delta) in place.
-    // Two copies of the loop, so that tiles off the diagonal and the edges test nothing.
     auto probabilities = [&](auto masked) {
-      SeenBy seen[2] = {};
-      if constexpr (decltype(masked)::value) {
-        seen[0] = queries_seeing(p, key[0], q0, kM);
-        seen[1] = queries_seeing(p, key[1], q0, kM);
-      }
+      const std::array<SeenBy, 2> seen = queries_seeing_rows<decltype(masked)::value>(p, key, q0, kM);
 #pragma unroll
       for (int nt = 0; nt < kM / 8; ++nt) {
-        [[maybe_unused]] bool keep[4];
+        bool keep[4] = {};
         if constexpr (kDropout) load_keep_key_rows(p, b * p.q_heads + h, kv0 + warp * 16, q0 + nt * 8 + 2 * t, g, keep);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qi = nt * 8 + 2 * t + (e & 1);
-          float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse_s[qi]));
-          if constexpr (decltype(masked)::value) {
-            if (qi < seen[e / 2].first || qi >= seen[e / 2].end) pe = 0.0f;
-          }
-          if constexpr (kDropout) {
-            s[nt][e] = keep[e] ? pe * p.keep_scale : 0.0f;
-            dp[nt][e] = pe * ((keep[e] ? dp[nt][e] * p.keep_scale : 0.0f) - delta_s[qi]);
-          } else {
-            s[nt][e] = pe;
-            dp[nt][e] = pe * (dp[nt][e] - delta_s[qi]);
-          }
+          const bool hidden = decltype(masked)::value && (qi < seen[e / 2].first || qi >= seen[e / 2].end);
+          const float pe = probability(p, s[nt][e], lse_s[qi], hidden);
+          s[nt][e] = apply_dropout<kDropout>(p, pe, keep[e]);
+          dp[nt][e] = pe * (apply_dropout<kDropout>(p, dp[nt][e], keep[e]) - delta_s[qi]);
         }
       }
     };
-    if (q0 + kM > p.q_len || (p.causal && kv0 + kRows - 1 > q0 + p.causal_offset)) {
-      probabilities(std::true_type{});
-    } else {
-      probabilities(std::false_type{});
-    }
+    with_mask(q0 + kM > p.q_len || (p.causal && kv0 + kRows - 1 > q0 + p.causal_offset), probabilities);
     // dV += P^T dO, dK += dS^T Q.
 #pragma unroll
     for (int ks16 = 0; ks16 < kM / 16; ++ks16) {
       uint32_t pa[4], dsa[4];
       c_to_a<T>(pa, s[2 * ks16], s[2 * ks16 + 1]);
       c_to_a<T>(dsa, dp[2 * ks16], dp[2 * ks16 + 1]);
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt += 2) {
-        uint32_t gb[4], qb[4];
-        load_b_trans<D>(gb, dos, ks16 * 16, dt * 8, lane);
-        load_b_trans<D>(qb, qs, ks16 * 16, dt * 8, lane);
-        mma_pair<T>(dv, dt, pa, gb);
-        mma_pair<T>(dk, dt, dsa, qb);
-      }
+      mma_two<T, D, true>(dv, dk, pa, dsa, dos, qs, ks16, lane);
     }
     __syncthreads();  // this buffer is refilled two tiles on
   }
@@ -367,20 +311,16 @@ template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams p) {
   constexpr int kN = kBackwardTile<D>;  // keys per tile
   extern __shared__ __align__(16) unsigned char smem[];
-  T* qs = reinterpret_cast<T*>(smem);
-  T* dos = qs + kRows * kStride<D>;
-  T* k_tiles = dos + kRows * kStride<D>;       // two buffers of kN rows
-  T* v_tiles = k_tiles + 2 * kN * kStride<D>;  // two buffers of kN rows
+  const auto [qs, dos, k_tiles, v_tiles] = backward_tiles<T, D, kN>(smem);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, t = lane % 4;
   const int64_t q_block = query_block_of(p.causal);
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
   const int64_t q0 = q_block * kRows;
-  const T* k = head_base<T>(p.k, p.k_layout, b, kvh);
-  const T* v = head_base<T>(p.v, p.v_layout, b, kvh);
+  const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
   auto load_keys = [&](int64_t kv0, int buffer) {
-    load_tile<D, kN>(k_tiles + buffer * kN * kStride<D>, k, p.k_layout.row, kv0, p.kv_len);
-    load_tile<D, kN>(v_tiles + buffer * kN * kStride<D>, v, p.v_layout.row, kv0, p.kv_len);
+    load_tile<D, kN>(k_tiles + buffer * kN * kStride<D>, kv.k, p.k_layout.row, kv0, p.kv_len);
+    load_tile<D, kN>(v_tiles + buffer * kN * kStride<D>, kv.v, p.v_layout.row, kv0, p.kv_len);
     cp_async_commit();
   };
   load_tile<D, kRows>(qs, head_base<T>(p.q, p.q_layout, b, h), p.q_layout.row, q0, p.q_len);
@@ -407,56 +347,27 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
   const int64_t kv_end = kv_end_for(p, q0, kRows);
   int buffer = 0;
   for (int64_t kv0 = 0; kv0 < kv_end; kv0 += kN, buffer ^= 1) {
-    if (kv0 + kN < kv_end) {
-      load_keys(kv0 + kN, buffer ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    prefetch_and_wait(kv0 + kN < kv_end, [&] { load_keys(kv0 + kN, buffer ^ 1); });
     const T* ks = k_tiles + buffer * kN * kStride<D>;
     const T* vs = v_tiles + buffer * kN * kStride<D>;
     float s[kN / 8][4] = {}, dp[kN / 8][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; nt += 2) {
-        uint32_t kb[4], vb[4];
-        load_b<D>(kb, ks, nt * 8, kk * 16, lane);
-        load_b<D>(vb, vs, nt * 8, kk * 16, lane);
-        mma_pair<T>(s, nt, qf[kk], kb);
-        mma_pair<T>(dp, nt, gf[kk], vb);
-      }
-    }
-    auto gradients = [&](auto masked) {  // two copies: tiles off the diagonal test nothing
-      int seen[2] = {};
-      if constexpr (decltype(masked)::value) {
-        seen[0] = keys_seen(p, row[0], kv0, kN);
-        seen[1] = keys_seen(p, row[1], kv0, kN);
-      }
+    for (int kk = 0; kk < D / 16; ++kk) mma_two<T, D, false>(s, dp, qf[kk], gf[kk], ks, vs, kk, lane);
+    auto gradients = [&](auto masked) {  // dS = P (dP - delta) in place of dP
+      const std::array<int, 2> seen = keys_seen_rows<decltype(masked)::value>(p, row, kv0, kN);
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
-        [[maybe_unused]] bool keep[4];
+        bool keep[4] = {};
         if constexpr (kDropout) load_keep_query_rows(p, b * p.q_heads + h, row[0], row[1], kv0 + nt * 8 + 2 * t, keep);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse[e / 2]));
-          if constexpr (decltype(masked)::value) {
-            if (nt * 8 + 2 * t + (e & 1) >= seen[e / 2]) pe = 0.0f;
-          }
-          if constexpr (kDropout) {
-            dp[nt][e] = pe * ((keep[e] ? dp[nt][e] * p.keep_scale : 0.0f) - delta[e / 2]);
-          } else {
-            dp[nt][e] = pe * (dp[nt][e] - delta[e / 2]);
-          }
+          const bool hidden = decltype(masked)::value && nt * 8 + 2 * t + (e & 1) >= seen[e / 2];
+          const float pe = probability(p, s[nt][e], lse[e / 2], hidden);
+          dp[nt][e] = pe * (apply_dropout<kDropout>(p, dp[nt][e], keep[e]) - delta[e / 2]);
         }
       }
     };
-    if (kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset)) {
-      gradients(std::true_type{});
-    } else {
-      gradients(std::false_type{});
-    }
+    with_mask(kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset), gradients);
 #pragma unroll
     for (int ks16 = 0; ks16 < kN / 16; ++ks16) {
       uint32_t dsa[4];
@@ -571,6 +482,13 @@ void dispatch(DType dtype, int64_t head_dim, F&& f) {
   throw_unsupported_dtype("flash attention", dtype);
 }
 
+// An operand's (or output's) data and layout into their two fields of FlashParams.
+template <class Data, class Operand>
+void set_operand(Data& data, HeadsLayout& layout, const Operand& operand) {
+  data = operand.data;
+  layout = operand.layout;
+}
+
 FlashParams make_params(const AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
                         const FlashOperand& v, const FlashDropout& dropout) {
   FlashParams p{};
@@ -590,12 +508,9 @@ FlashParams make_params(const AttentionShape& s, const FlashOperand& q, const Fl
   p.causal_offset = s.kv_len - s.q_len;
   p.scale = static_cast<float>(s.scale);
   p.scale_log2 = static_cast<float>(s.scale) * kLog2e;
-  p.q = q.data;
-  p.q_layout = q.layout;
-  p.k = k.data;
-  p.k_layout = k.layout;
-  p.v = v.data;
-  p.v_layout = v.layout;
+  set_operand(p.q, p.q_layout, q);
+  set_operand(p.k, p.k_layout, k);
+  set_operand(p.v, p.v_layout, v);
   return p;
 }
 
@@ -631,8 +546,7 @@ void flash_attention_forward(DType dtype, const AttentionShape& s, const FlashOp
                              const FlashOperand& v, const FlashOutput& out, float* lse, const FlashDropout& dropout,
                              cudaStream_t stream) {
   FlashParams p = make_params(s, q, k, v, dropout);
-  p.out_data = out.data;
-  p.out_data_layout = out.layout;
+  set_operand(p.out_data, p.out_data_layout, out);
   p.lse = lse;
   dispatch(dtype, s.head_dim, [&]<class T, int D>() { forward_for<T, D>(s, p, stream); });
 }
@@ -650,17 +564,12 @@ void flash_attention_backward(DType dtype, const AttentionShape& s, const FlashO
     p.grad_k_partial = scratch + (s.batch * s.q_heads * s.q_len + 3) / 4 * 4;
     p.grad_v_partial = p.grad_k_partial + s.batch * s.q_heads * s.kv_len * s.head_dim;
   }
-  p.out = out.data;
-  p.out_layout = out.layout;
-  p.grad_out = grad_out.data;
-  p.grad_out_layout = grad_out.layout;
+  set_operand(p.out, p.out_layout, out);
+  set_operand(p.grad_out, p.grad_out_layout, grad_out);
   p.lse = const_cast<float*>(lse);
-  p.grad_q = grad_q.data;
-  p.grad_q_layout = grad_q.layout;
-  p.grad_k = grad_k.data;
-  p.grad_k_layout = grad_k.layout;
-  p.grad_v = grad_v.data;
-  p.grad_v_layout = grad_v.layout;
+  set_operand(p.grad_q, p.grad_q_layout, grad_q);
+  set_operand(p.grad_k, p.grad_k_layout, grad_k);
+  set_operand(p.grad_v, p.grad_v_layout, grad_v);
   dispatch(dtype, s.head_dim, [&]<class T, int D>() { backward_for<T, D>(s, p, stream); });
 }
 

@@ -76,12 +76,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // One group per row: mean (when centered), sum of squared deviations, output. x of X, weight
-// and bias of W, y of Y, all math in the accumulator type of X.
-template <int kGroup, class X, class W, class Y>
+// and bias of W, y of Y, all math in A, the accumulator type of X.
+template <int kGroup, class X, class W, class Y, class A = float_acc_t<X>>
 __global__ void __launch_bounds__(kThreads)
     norm_rows_kernel(bool centered, int64_t rows, int64_t cols, const X* x, const W* w, const W* b, double eps, Y* y,
-                     float_acc_t<X>* mean, float_acc_t<X>* rstd) {
-  using A = float_acc_t<X>;
+                     A* mean, A* rstd) {
   __shared__ A shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const A n = static_cast<A>(cols);
@@ -115,11 +114,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // grad_x: one group per row, two row sums, then the output pass. grad_y is of the forward's
 // output type Y.
-template <int kGroup, class X, class W, class Y>
-__global__ void __launch_bounds__(kThreads)
-    norm_grad_x(bool centered, int64_t rows, int64_t cols, const X* x, const W* w, const float_acc_t<X>* mean,
-                const float_acc_t<X>* rstd, const Y* gy, X* gx) {
-  using A = float_acc_t<X>;
+template <int kGroup, class X, class W, class Y, class A = float_acc_t<X>>
+__global__ void __launch_bounds__(kThreads) norm_grad_x(bool centered, int64_t rows, int64_t cols, const X* x,
+                                                        const W* w, const A* mean, const A* rstd, const Y* gy, X* gx) {
   __shared__ A shared[kThreads / kWarp];
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const A n = static_cast<A>(cols);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <type_traits>
 
@@ -348,32 +349,30 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 #undef GENESIS_FOR_EACH_SLOT
 
-// Calls launch(group, slots) with the smallest register row (a warp, or a block of kThreads,
-// times slots packs per thread) that holds nvec packs; false when none does.
-template <class Launch>
+// The register rows, smallest first: threads per row and packs per thread.
+struct RegisterRow {
+  int group, slots;
+};
+constexpr RegisterRow kRegisterRows[] = {
+    {kWarp, 2},    {kWarp, 3},    {kWarp, 4},    {kWarp, 6}, {kWarp, 8},  // a warp per row
+    {kThreads, 2}, {kThreads, 4}, {kThreads, 8},                          // a block per row
+};
+
+// Calls launch(group, slots), as integral constants, with the smallest register row (from
+// kRegisterRows[kRow] on) that holds nvec packs; false when none does.
+template <size_t kRow = 0, class Launch>
 bool with_register_row(int64_t nvec, Launch&& launch) {
-  using std::integral_constant;
-  if (nvec <= 2 * kWarp) {
-    launch(integral_constant<int, kWarp>{}, integral_constant<int, 2>{});
-  } else if (nvec <= 3 * kWarp) {
-    launch(integral_constant<int, kWarp>{}, integral_constant<int, 3>{});
-  } else if (nvec <= 4 * kWarp) {
-    launch(integral_constant<int, kWarp>{}, integral_constant<int, 4>{});
-  } else if (nvec <= 6 * kWarp) {
-    launch(integral_constant<int, kWarp>{}, integral_constant<int, 6>{});
-  } else if (nvec <= 8 * kWarp) {
-    launch(integral_constant<int, kWarp>{}, integral_constant<int, 8>{});
-  } else if (nvec <= 2 * kThreads) {
-    launch(integral_constant<int, kThreads>{}, integral_constant<int, 2>{});
-  } else if (nvec <= 4 * kThreads) {
-    launch(integral_constant<int, kThreads>{}, integral_constant<int, 4>{});
-  } else if (nvec <= 8 * kThreads) {
-    launch(integral_constant<int, kThreads>{}, integral_constant<int, 8>{});
-  } else {
+  if constexpr (kRow == std::size(kRegisterRows)) {
     return false;
+  } else {
+    constexpr RegisterRow row = kRegisterRows[kRow];
+    if (nvec <= int64_t{row.group} * row.slots) {
+      launch(std::integral_constant<int, row.group>{}, std::integral_constant<int, row.slots>{});
+      GENESIS_CUDA_LAUNCH_CHECK();
+      return true;
+    }
+    return with_register_row<kRow + 1>(nvec, launch);
   }
-  GENESIS_CUDA_LAUNCH_CHECK();
-  return true;
 }
 
 // Rows of whole 16-byte packs at 16-byte aligned addresses (null pointers are absent operands).

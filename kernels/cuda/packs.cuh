@@ -3,8 +3,10 @@
 // stores go through a plain unsigned vector type of the same size, so a pack of 16-bit floats
 // compiles to one wide access rather than N scalar ones. Shared by every vectorized kernel, and
 // the raw types by width by the kernels that only move bytes (copies, gathers).
+#include <bit>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
 
 namespace genesis::kernels::cuda {
 
@@ -19,28 +21,13 @@ inline constexpr int kPack = static_cast<int>(16 / sizeof(T));
 template <class T>
 using Pack16 = Pack<T, kPack<T>>;
 
-// The unsigned type of BYTES bytes that moves them in one access.
+// The unsigned type of BYTES bytes (1, 2, 4, 8 or 16) that moves them in one access.
 template <int BYTES>
-struct RawVector;
-template <>
-struct RawVector<16> {
-  using type = uint4;
-};
-template <>
-struct RawVector<8> {
-  using type = uint2;
-};
-template <>
-struct RawVector<4> {
-  using type = uint32_t;
-};
-template <>
-struct RawVector<2> {
-  using type = uint16_t;
-};
-template <>
-struct RawVector<1> {
-  using type = uint8_t;
+struct RawVector {
+  static_assert(std::has_single_bit(unsigned{BYTES}) && BYTES <= 16, "1, 2, 4, 8 or 16 bytes");
+  // By log2 of the size.
+  using type =
+      std::tuple_element_t<std::bit_width(unsigned{BYTES}) - 1, std::tuple<uint8_t, uint16_t, uint32_t, uint2, uint4>>;
 };
 
 // Calls f(RawVector<BYTES>{}) for elements of `bytes` = 1, 2, 4, 8 or 16 bytes: moving data needs

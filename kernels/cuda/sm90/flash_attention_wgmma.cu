@@ -5,7 +5,7 @@
 // double-buffered, in the 128-byte swizzle wgmma reads (wgmma.cuh); the scores and
 // probabilities stay in registers, where a product's accumulator is the next one's A fragment.
 // Several blocks share an SM, so one block's softmax overlaps another's products.
-#include "kernels/cuda/flash_common.cuh"
+#include "kernels/cuda/flash_tiles.cuh"
 #include "kernels/cuda/sm90/wgmma.cuh"
 
 namespace genesis::kernels::cuda::flash {
@@ -50,6 +50,67 @@ constexpr uint32_t tile_bytes(int rows) {
   return static_cast<uint32_t>(rows * D * sizeof(T));
 }
 
+// The backward kernels' shared memory (addresses): the block's own two operands (kGroupRows rows
+// each; K and V for dK/dV, Q and dO for dQ), then the two it streams, two buffers of kTile rows
+// each, then f32 rows from the fifth address.
+template <class T, int D, int kTile>
+__device__ __forceinline__ std::array<uint32_t, 5> swizzled_backward_tiles(unsigned char* smem) {
+  const uint32_t own = aligned_smem(smem), streamed = own + 2 * tile_bytes<T, D>(kGroupRows);
+  return {own, own + tile_bytes<T, D>(kGroupRows), streamed, streamed + 2 * tile_bytes<T, D>(kTile),
+          streamed + 4 * tile_bytes<T, D>(kTile)};
+}
+
+// The top of a double-buffered tile loop: waits for this tile's loads (the only ones in flight)
+// and makes them visible to wgmma; once every warp is done with the other buffer (the previous
+// tile's), starts the next tile's loads into it when there is one.
+template <class LoadNext>
+__device__ __forceinline__ void wait_then_prefetch(bool has_next, LoadNext&& load_next) {
+  cp_async_wait<0>();
+  wgmma::fence_shared_for_async();
+  __syncthreads();
+  if (has_next) load_next();
+  cp_async_commit();
+}
+
+// acc = A B^T over the head dimension as one wgmma group, not waited for: A and B K-major tiles
+// of kRowsA and kRowsB rows.
+template <class T, int D, int kRowsA, int kRowsB>
+__device__ __forceinline__ void mma_ss_group(float (&acc)[kRowsB / 8][4], uint32_t a, uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    wgmma::mma_ss<T>(acc, wgmma::k_major(a, kRowsA, 0, kk), wgmma::k_major(b, kRowsB, 0, kk), kk > 0);
+  wgmma::commit();
+}
+
+// The backward's first products, S = A B^T then dP = A' B'^T, as two groups: returns once S has
+// landed, dP still in flight (wait<0> or the next group's wait<1>, then fence_accumulator).
+template <class T, int D, int kRowsA, int kRowsB>
+__device__ __forceinline__ void scores_then_grads(float (&s)[kRowsB / 8][4], float (&dp)[kRowsB / 8][4], uint32_t a,
+                                                  uint32_t b, uint32_t a_dp, uint32_t b_dp) {
+  wgmma::fence();
+  mma_ss_group<T, D, kRowsA, kRowsB>(s, a, b);
+  mma_ss_group<T, D, kRowsA, kRowsB>(dp, a_dp, b_dp);
+  wgmma::wait<1>();
+  wgmma::fence_accumulator(s);
+}
+
+// The A fragments of all 16-column blocks of C tiles (P or dS feeding the next product).
+template <class T, int N>
+__device__ __forceinline__ void c_to_a_all(uint32_t (&a)[N / 2][4], const float (&c)[N][4]) {
+#pragma unroll
+  for (int ks16 = 0; ks16 < N / 2; ++ks16) c_to_a<T>(a[ks16], c[2 * ks16], c[2 * ks16 + 1]);
+}
+
+// acc += A B over kRows as one wgmma group, not waited for (after the fence for A's registers):
+// A as register fragments, B an MN-major tile of kRows rows.
+template <class T, int kRows, int N>
+__device__ __forceinline__ void mma_rs_group(float (&acc)[N][4], const uint32_t (&a)[kRows / 16][4], uint32_t b) {
+  wgmma::fence();
+#pragma unroll
+  for (int ks16 = 0; ks16 < kRows / 16; ++ks16) wgmma::mma_rs<T>(acc, a[ks16], wgmma::mn_major(b, kRows, ks16));
+  wgmma::commit();
+}
+
 // --- forward -----------------------------------------------------------------------------------
 
 // Keys per tile: 64, so that five blocks fit on an SM at head_dim 64 (96 registers) and four at
@@ -74,12 +135,11 @@ __global__ void __launch_bounds__(kGroupThreads, kForwardBlocksPerSm<D>) flash_f
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
   const int64_t q0 = q_block * kM;
   const T* q = head_base<T>(p.q, p.q_layout, b, h);
-  const T* k = head_base<T>(p.k, p.k_layout, b, kvh);
-  const T* v = head_base<T>(p.v, p.v_layout, b, kvh);
+  const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
   const int blocks = static_cast<int>((kv_end_for(p, q0, kM) + kN - 1) / kN);
   auto load_keys = [&](int64_t kv0, int buffer) {
-    load_swizzled<D, kN>(k_tiles + buffer * tile_bytes<T, D>(kN), k, p.k_layout.row, kv0, p.kv_len);
-    load_swizzled<D, kN>(v_tiles + buffer * tile_bytes<T, D>(kN), v, p.v_layout.row, kv0, p.kv_len);
+    load_swizzled<D, kN>(k_tiles + buffer * tile_bytes<T, D>(kN), kv.k, p.k_layout.row, kv0, p.kv_len);
+    load_swizzled<D, kN>(v_tiles + buffer * tile_bytes<T, D>(kN), kv.v, p.v_layout.row, kv0, p.kv_len);
   };
   load_swizzled<D, kM>(qs, q, p.q_layout.row, q0, p.q_len);
   load_keys(0, 0);
@@ -91,77 +151,23 @@ __global__ void __launch_bounds__(kGroupThreads, kForwardBlocksPerSm<D>) flash_f
   for (int j = 0; j < blocks; ++j) {
     const int buffer = j & 1;
     const int64_t kv0 = static_cast<int64_t>(j) * kN;
-    cp_async_wait<0>();
-    wgmma::fence_shared_for_async();
-    __syncthreads();  // tile j has landed; every warp is done with tile j - 1's buffer
-    if (j + 1 < blocks) load_keys(kv0 + kN, buffer ^ 1);
-    cp_async_commit();
+    wait_then_prefetch(j + 1 < blocks, [&] { load_keys(kv0 + kN, buffer ^ 1); });
 
     const uint32_t ks = k_tiles + buffer * tile_bytes<T, D>(kN);
     float s[kN / 8][4] = {};
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<T>(s, wgmma::k_major(qs, kM, 0, kk), wgmma::k_major(ks, kN, 0, kk), kk > 0);
-    wgmma::commit();
+    mma_ss_group<T, D, kM, kN>(s, qs, ks);
     wgmma::wait<0>();
     wgmma::fence_accumulator(s);
 
-    if (kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset)) {
-      const int seen[2] = {keys_seen(p, row[0], kv0, kN), keys_seen(p, row[1], kv0, kN)};
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (nt * 8 + 2 * t + (e & 1) >= seen[e / 2]) s[nt][e] = -INFINITY;
-      }
-    }
+    if (kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset)) mask_keys<kN>(p, s, row, kv0, t);
     float base[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m[r];
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = quad_max(mx);
-      const float used = mx == -INFINITY ? 0.0f : mx;  // a row with nothing visible yet
-      const float correction = fast_exp2((m[r] - used) * p.scale_log2);
-      m[r] = mx;
-      l[r] *= correction;
-      base[r] = used * p.scale_log2;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        o[dt][2 * r] *= correction;
-        o[dt][2 * r + 1] *= correction;
-      }
-    }
-    uint32_t pa[kN / 16][4];
+    rescale_rows<D, kN>(p, s, o, m, l, base);
     [[maybe_unused]] uint32_t kept_bits[2] = {0u, 0u};  // dropout: this lane's share of the mask's words
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -base[e / 2]));
-        s[nt][e] = pe;
-        l[e / 2] += pe;
-      }
-      if constexpr (kDropout) {
-        bool keep[4];
-        dropout_keeps_query_rows(p, b * p.q_heads + h, row[0], row[1], kv0 + nt * 8 + 2 * t, t, keep);
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (!keep[e]) s[nt][e] = 0.0f;
-        collect_keep_bits(kept_bits, keep, nt, t);
-        if (nt % 4 == 3) store_keep_bits(p, b * p.q_heads + h, row[0], row[1], kv0 + (nt - 3) * 8, kept_bits, t);
-      }
-    }
-#pragma unroll
-    for (int ks16 = 0; ks16 < kN / 16; ++ks16) c_to_a<T>(pa[ks16], s[2 * ks16], s[2 * ks16 + 1]);
-
-    const uint32_t vs = v_tiles + buffer * tile_bytes<T, D>(kN);
-    wgmma::fence();
-#pragma unroll
-    for (int ks16 = 0; ks16 < kN / 16; ++ks16) wgmma::mma_rs<T>(o, pa[ks16], wgmma::mn_major(vs, kN, ks16));
-    wgmma::commit();
+    exponentiate_rows<kDropout, kN>(p, s, l, base, kept_bits, b * p.q_heads + h, row, kv0, t);
+    uint32_t pa[kN / 16][4];
+    c_to_a_all<T>(pa, s);
+    mma_rs_group<T, kN>(o, pa, v_tiles + buffer * tile_bytes<T, D>(kN));
     wgmma::wait<0>();
     wgmma::fence_accumulator(o);
   }
@@ -183,34 +189,23 @@ template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_kernel(FlashParams p) {
   constexpr int kK = kGroupRows, kM = kBackwardTile;
   extern __shared__ __align__(1024) unsigned char smem[];
-  const uint32_t ks = aligned_smem(smem);
-  const uint32_t vs = ks + tile_bytes<T, D>(kK);
-  const uint32_t q_tiles = vs + tile_bytes<T, D>(kK);            // two buffers of kM rows
-  const uint32_t go_tiles = q_tiles + 2 * tile_bytes<T, D>(kM);  // two buffers of kM rows
-  auto* lse_tiles = reinterpret_cast<float*>(smem + (go_tiles + 2 * tile_bytes<T, D>(kM) - smem_address(smem)));
+  const auto [ks, vs, q_tiles, go_tiles, rows] = swizzled_backward_tiles<T, D, kM>(smem);
+  auto* lse_tiles = reinterpret_cast<float*>(smem + (rows - smem_address(smem)));
   float* delta_tiles = lse_tiles + 2 * kM;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int t = lane % 4;
   const int64_t kv0 = static_cast<int64_t>(blockIdx.z) * kK;  // key block 0, the longest, first
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
-  const T* q = head_base<T>(p.q, p.q_layout, b, h);
-  const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h);
-  const float* lse = p.lse + (b * p.q_heads + h) * p.q_len;
-  const float* delta = p.delta + (b * p.q_heads + h) * p.q_len;
+  const QueryRows<T> queries = query_rows<T>(p, b, h);
   auto load_queries = [&](int64_t q0, int buffer) {
-    load_swizzled<D, kM>(q_tiles + buffer * tile_bytes<T, D>(kM), q, p.q_layout.row, q0, p.q_len);
-    load_swizzled<D, kM>(go_tiles + buffer * tile_bytes<T, D>(kM), go, p.grad_out_layout.row, q0, p.q_len);
-    const int r = static_cast<int>(threadIdx.x % kM);
-    const bool valid = q0 + r < p.q_len;
-    if (threadIdx.x < kM) {
-      lse_tiles[buffer * kM + r] = valid ? lse[q0 + r] : INFINITY;  // p = 0 for rows past the end
-    } else {
-      delta_tiles[buffer * kM + r] = valid ? delta[q0 + r] : 0.0f;
-    }
+    load_swizzled<D, kM>(q_tiles + buffer * tile_bytes<T, D>(kM), queries.q, p.q_layout.row, q0, p.q_len);
+    load_swizzled<D, kM>(go_tiles + buffer * tile_bytes<T, D>(kM), queries.go, p.grad_out_layout.row, q0, p.q_len);
+    load_lse_delta<kM>(lse_tiles + buffer * kM, delta_tiles + buffer * kM, queries, q0, p.q_len);
   };
   static_assert(2 * kM == kGroupThreads);
-  load_swizzled<D, kK>(ks, head_base<T>(p.k, p.k_layout, b, kvh), p.k_layout.row, kv0, p.kv_len);
-  load_swizzled<D, kK>(vs, head_base<T>(p.v, p.v_layout, b, kvh), p.v_layout.row, kv0, p.kv_len);
+  const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
+  load_swizzled<D, kK>(ks, kv.k, p.k_layout.row, kv0, p.kv_len);
+  load_swizzled<D, kK>(vs, kv.v, p.v_layout.row, kv0, p.kv_len);
   const int64_t first_q = (p.causal ? max(int64_t{0}, kv0 - p.causal_offset) : 0) / kM * kM;
   if (first_q < p.q_len) load_queries(first_q, 0);
   cp_async_commit();
@@ -219,11 +214,7 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   int buffer = 0;
   for (int64_t q0 = first_q; q0 < p.q_len; q0 += kM, buffer ^= 1) {
-    cp_async_wait<0>();
-    wgmma::fence_shared_for_async();
-    __syncthreads();  // tile q0 has landed; every warp is done with the previous tile's buffer
-    if (q0 + kM < p.q_len) load_queries(q0 + kM, buffer ^ 1);
-    cp_async_commit();
+    wait_then_prefetch(q0 + kM < p.q_len, [&] { load_queries(q0 + kM, buffer ^ 1); });
     const uint32_t qs = q_tiles + buffer * tile_bytes<T, D>(kM);
     const uint32_t dos = go_tiles + buffer * tile_bytes<T, D>(kM);
     const float* lse_s = lse_tiles + buffer * kM;
@@ -232,25 +223,11 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
     // S^T = K Q^T and dP^T = V dO^T as two groups: P^T is worked out while dP^T is computed,
     // and dV += P^T dO runs while dS^T is.
     float s[kM / 8][4] = {}, dp[kM / 8][4] = {};
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<T>(s, wgmma::k_major(ks, kK, 0, kk), wgmma::k_major(qs, kM, 0, kk), kk > 0);
-    wgmma::commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<T>(dp, wgmma::k_major(vs, kK, 0, kk), wgmma::k_major(dos, kM, 0, kk), kk > 0);
-    wgmma::commit();
-    wgmma::wait<1>();
-    wgmma::fence_accumulator(s);
+    scores_then_grads<T, D, kK, kM>(s, dp, ks, qs, vs, dos);
 
-    // Two copies of each step, so that tiles off the diagonal and the edges test nothing.
     const bool masked = q0 + kM > p.q_len || kv0 + kK > p.kv_len || (p.causal && kv0 + kK - 1 > q0 + p.causal_offset);
-    SeenBy seen[2] = {};
-    if (masked) {
-      seen[0] = queries_seeing(p, key[0], q0, kM);
-      seen[1] = queries_seeing(p, key[1], q0, kM);
-    }
+    std::array<SeenBy, 2> seen = {};
+    if (masked) seen = queries_seeing_rows<true>(p, key, q0, kM);
     static_assert(kM / 8 * 4 <= 32);
     [[maybe_unused]] uint32_t kept = 0;  // dropout: bit 4 nt + e keeps s[nt][e]
     auto probabilities = [&](auto mask) {  // P^T in place of S^T
@@ -260,11 +237,8 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qi = nt * 8 + 2 * t + (e & 1);
-          float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -((e & 1) ? lse2.y : lse2.x)));
-          if constexpr (decltype(mask)::value) {
-            if (qi < seen[e / 2].first || qi >= seen[e / 2].end) pe = 0.0f;
-          }
-          s[nt][e] = pe;
+          const bool hidden = decltype(mask)::value && (qi < seen[e / 2].first || qi >= seen[e / 2].end);
+          s[nt][e] = probability(p, s[nt][e], (e & 1) ? lse2.y : lse2.x, hidden);
         }
         if constexpr (kDropout) {
           bool keep[4];
@@ -274,11 +248,7 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
         }
       }
     };
-    if (masked) {
-      probabilities(std::true_type{});
-    } else {
-      probabilities(std::false_type{});
-    }
+    with_mask(masked, probabilities);
     uint32_t pa[kM / 16][4], dsa[kM / 16][4];
 #pragma unroll
     for (int ks16 = 0; ks16 < kM / 16; ++ks16) {
@@ -287,17 +257,14 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
           const int nt = 2 * ks16 + e / 4;
-          dropped[e / 4][e % 4] = (kept >> (4 * nt + e % 4)) & 1u ? s[nt][e % 4] * p.keep_scale : 0.0f;
+          dropped[e / 4][e % 4] = apply_dropout<true>(p, s[nt][e % 4], (kept >> (4 * nt + e % 4)) & 1u);
         }
         c_to_a<T>(pa[ks16], dropped[0], dropped[1]);
       } else {
         c_to_a<T>(pa[ks16], s[2 * ks16], s[2 * ks16 + 1]);
       }
     }
-    wgmma::fence();
-#pragma unroll
-    for (int ks16 = 0; ks16 < kM / 16; ++ks16) wgmma::mma_rs<T>(dv, pa[ks16], wgmma::mn_major(dos, kM, ks16));
-    wgmma::commit();
+    mma_rs_group<T, kM>(dv, pa, dos);
     wgmma::wait<1>();  // dP^T (the groups complete in order)
     wgmma::fence_accumulator(dp);
 #pragma unroll
@@ -305,17 +272,12 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
       const float2 delta2 = *reinterpret_cast<const float2*>(delta_s + nt * 8 + 2 * t);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float dpe = dp[nt][e];
-        if constexpr (kDropout) dpe = (kept >> (4 * nt + e)) & 1u ? dpe * p.keep_scale : 0.0f;
+        const float dpe = apply_dropout<kDropout>(p, dp[nt][e], (kept >> (4 * nt + e)) & 1u);
         dp[nt][e] = s[nt][e] * (dpe - ((e & 1) ? delta2.y : delta2.x));
       }
     }
-#pragma unroll
-    for (int ks16 = 0; ks16 < kM / 16; ++ks16) c_to_a<T>(dsa[ks16], dp[2 * ks16], dp[2 * ks16 + 1]);
-    wgmma::fence();
-#pragma unroll
-    for (int ks16 = 0; ks16 < kM / 16; ++ks16) wgmma::mma_rs<T>(dk, dsa[ks16], wgmma::mn_major(qs, kM, ks16));
-    wgmma::commit();
+    c_to_a_all<T>(dsa, dp);
+    mma_rs_group<T, kM>(dk, dsa, qs);
     wgmma::wait<0>();
     wgmma::fence_accumulator(dv);
     wgmma::fence_accumulator(dk);
@@ -331,20 +293,16 @@ template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kernel(FlashParams p) {
   constexpr int kM = kGroupRows, kN = kBackwardTile;
   extern __shared__ __align__(1024) unsigned char smem[];
-  const uint32_t qs = aligned_smem(smem);
-  const uint32_t dos = qs + tile_bytes<T, D>(kM);
-  const uint32_t k_tiles = dos + tile_bytes<T, D>(kM);          // two buffers of kN rows
-  const uint32_t v_tiles = k_tiles + 2 * tile_bytes<T, D>(kN);  // two buffers of kN rows
+  const auto [qs, dos, k_tiles, v_tiles, rows] = swizzled_backward_tiles<T, D, kN>(smem);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int t = lane % 4;
   const int64_t q_block = query_block_of(p.causal);
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
   const int64_t q0 = q_block * kM;
-  const T* k = head_base<T>(p.k, p.k_layout, b, kvh);
-  const T* v = head_base<T>(p.v, p.v_layout, b, kvh);
+  const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
   auto load_keys = [&](int64_t kv0, int buffer) {
-    load_swizzled<D, kN>(k_tiles + buffer * tile_bytes<T, D>(kN), k, p.k_layout.row, kv0, p.kv_len);
-    load_swizzled<D, kN>(v_tiles + buffer * tile_bytes<T, D>(kN), v, p.v_layout.row, kv0, p.kv_len);
+    load_swizzled<D, kN>(k_tiles + buffer * tile_bytes<T, D>(kN), kv.k, p.k_layout.row, kv0, p.kv_len);
+    load_swizzled<D, kN>(v_tiles + buffer * tile_bytes<T, D>(kN), kv.v, p.v_layout.row, kv0, p.kv_len);
   };
   load_swizzled<D, kM>(qs, head_base<T>(p.q, p.q_layout, b, h), p.q_layout.row, q0, p.q_len);
   load_swizzled<D, kM>(dos, head_base<T>(p.grad_out, p.grad_out_layout, b, h), p.grad_out_layout.row, q0, p.q_len);
@@ -352,7 +310,7 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
   cp_async_commit();
   // delta = rowsum(dO * O) of the block's rows, two threads a row, kept for the dK/dV kernel
   // (which runs after this one) and through shared memory for this one's threads.
-  float* delta_rows = reinterpret_cast<float*>(smem + (v_tiles + 2 * tile_bytes<T, D>(kN) - smem_address(smem)));
+  float* delta_rows = reinterpret_cast<float*>(smem + (rows - smem_address(smem)));
   {
     const int r = static_cast<int>(threadIdx.x / 2), half = static_cast<int>(threadIdx.x % 2);
     const int64_t i = q0 + r;
@@ -381,45 +339,24 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
   const int64_t kv_end = kv_end_for(p, q0, kM);
   int buffer = 0;
   for (int64_t kv0 = 0; kv0 < kv_end; kv0 += kN, buffer ^= 1) {
-    cp_async_wait<0>();
-    wgmma::fence_shared_for_async();
-    __syncthreads();  // tile kv0 has landed; every warp is done with the previous tile's buffer
-    if (kv0 + kN < kv_end) load_keys(kv0 + kN, buffer ^ 1);
-    cp_async_commit();
+    wait_then_prefetch(kv0 + kN < kv_end, [&] { load_keys(kv0 + kN, buffer ^ 1); });
     const uint32_t ks = k_tiles + buffer * tile_bytes<T, D>(kN);
     const uint32_t vs = v_tiles + buffer * tile_bytes<T, D>(kN);
 
     // S = Q K^T and dP = dO V^T as two groups: P is worked out while dP is computed.
     float s[kN / 8][4] = {}, dp[kN / 8][4] = {};
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<T>(s, wgmma::k_major(qs, kM, 0, kk), wgmma::k_major(ks, kN, 0, kk), kk > 0);
-    wgmma::commit();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<T>(dp, wgmma::k_major(dos, kM, 0, kk), wgmma::k_major(vs, kN, 0, kk), kk > 0);
-    wgmma::commit();
-    wgmma::wait<1>();
-    wgmma::fence_accumulator(s);
+    scores_then_grads<T, D, kM, kN>(s, dp, qs, ks, dos, vs);
 
     static_assert(kN / 8 * 4 <= 32);
     [[maybe_unused]] uint32_t kept = 0;  // dropout: bit 4 nt + e keeps dP[nt][e]
-    auto probabilities = [&](auto masked) {  // P in place of S; two copies: tiles off the diagonal test nothing
-      int seen[2] = {};
-      if constexpr (decltype(masked)::value) {
-        seen[0] = keys_seen(p, row[0], kv0, kN);
-        seen[1] = keys_seen(p, row[1], kv0, kN);
-      }
+    auto probabilities = [&](auto masked) {  // P in place of S
+      const std::array<int, 2> seen = keys_seen_rows<decltype(masked)::value>(p, row, kv0, kN);
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float pe = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse[e / 2]));
-          if constexpr (decltype(masked)::value) {
-            if (nt * 8 + 2 * t + (e & 1) >= seen[e / 2]) pe = 0.0f;
-          }
-          s[nt][e] = pe;
+          const bool hidden = decltype(masked)::value && nt * 8 + 2 * t + (e & 1) >= seen[e / 2];
+          s[nt][e] = probability(p, s[nt][e], lse[e / 2], hidden);
         }
         if constexpr (kDropout) {  // drawn while dP is computed
           bool keep[4];
@@ -429,29 +366,18 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
         }
       }
     };
-    if (kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset)) {
-      probabilities(std::true_type{});
-    } else {
-      probabilities(std::false_type{});
-    }
+    with_mask(kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset), probabilities);
     wgmma::wait<0>();
     wgmma::fence_accumulator(dp);
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float dpe = dp[nt][e];
-        if constexpr (kDropout) dpe = (kept >> (4 * nt + e)) & 1u ? dpe * p.keep_scale : 0.0f;
-        dp[nt][e] = s[nt][e] * (dpe - delta[e / 2]);
-      }
+      for (int e = 0; e < 4; ++e)
+        dp[nt][e] = s[nt][e] * (apply_dropout<kDropout>(p, dp[nt][e], (kept >> (4 * nt + e)) & 1u) - delta[e / 2]);
     }
     uint32_t dsa[kN / 16][4];
-#pragma unroll
-    for (int ks16 = 0; ks16 < kN / 16; ++ks16) c_to_a<T>(dsa[ks16], dp[2 * ks16], dp[2 * ks16 + 1]);
-    wgmma::fence();
-#pragma unroll
-    for (int ks16 = 0; ks16 < kN / 16; ++ks16) wgmma::mma_rs<T>(dq, dsa[ks16], wgmma::mn_major(ks, kN, ks16));
-    wgmma::commit();
+    c_to_a_all<T>(dsa, dp);
+    mma_rs_group<T, kN>(dq, dsa, ks);
     wgmma::wait<0>();
     wgmma::fence_accumulator(dq);
   }

@@ -74,52 +74,48 @@ __device__ __forceinline__ void fence_accumulator(float (&d)[N][4]) {
       ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 
-// d (+)= A B with A and B in shared memory, both K-major; accumulate = 0 overwrites d.
-#define GENESIS_WGMMA_SS(N, TYPE, REGS, ACC, A, B, P)                                                             \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k16.f32." TYPE \
-               "." TYPE " {" REGS "}, %" A ", %" B ", p, 1, 1, 0, 0;\n}\n"                                        \
-               : ACC                                                                                              \
+// d (+)= A B with A and B in shared memory, both K-major; accumulate = 0 overwrites d. FLAG is
+// accumulate's operand, OPERANDS those of A and B.
+#define GENESIS_WGMMA_SS(N, TYPE, REGS, ACC, FLAG, OPERANDS)                                                        \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k16.f32." TYPE \
+               "." TYPE " {" REGS "}, " OPERANDS ", p, 1, 1, 0, 0;\n}\n"                                            \
+               : ACC                                                                                                \
                : "l"(a), "l"(b), "r"(accumulate))
 // d += A B with A in registers (the fragment layout of mma.m16n8k16's A per warp) and B in
 // shared memory, MN-major.
-#define GENESIS_WGMMA_RS(N, TYPE, REGS, ACC, A0, B, P)                                                            \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k16.f32." TYPE \
-               "." TYPE " {" REGS "}, {%" A0 "}, %" B ", p, 1, 1, 1;\n}\n"                                        \
-               : ACC                                                                                              \
+#define GENESIS_WGMMA_RS(N, TYPE, REGS, ACC, FLAG, OPERANDS)                                                        \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k16.f32." TYPE \
+               "." TYPE " {" REGS "}, " OPERANDS ", p, 1, 1, 1;\n}\n"                                               \
+               : ACC                                                                                                \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+// FORM for d[64 x 8 NT] (NT = 8 or 16) and T (__half or bfloat16). The operands after d's 32 or 64
+// registers are FLAG32 and OPERANDS32, or FLAG64 and OPERANDS64.
+#define GENESIS_WGMMA_BY_SHAPE(FORM, FLAG32, OPERANDS32, FLAG64, OPERANDS64)         \
+  static_assert(NT == 8 || NT == 16, "N of 64 or 128");                              \
+  constexpr bool bf16 = !std::is_same_v<T, __half>;                                  \
+  if constexpr (NT == 8 && bf16) {                                                   \
+    FORM("64", "bf16", GENESIS_WGMMA_D32, GENESIS_WGMMA_ACC32, FLAG32, OPERANDS32);  \
+  } else if constexpr (NT == 8) {                                                    \
+    FORM("64", "f16", GENESIS_WGMMA_D32, GENESIS_WGMMA_ACC32, FLAG32, OPERANDS32);   \
+  } else if constexpr (bf16) {                                                       \
+    FORM("128", "bf16", GENESIS_WGMMA_D64, GENESIS_WGMMA_ACC64, FLAG64, OPERANDS64); \
+  } else {                                                                           \
+    FORM("128", "f16", GENESIS_WGMMA_D64, GENESIS_WGMMA_ACC64, FLAG64, OPERANDS64);  \
+  }
 
 // d[64 x N] (+)= A[64 x 16] B[16 x N], N = 8 * NT (64 or 128), A and B K-major descriptors.
 template <class T, int NT>
 __device__ __forceinline__ void mma_ss(float (&d)[NT][4], uint64_t a, uint64_t b, int accumulate) {
-  static_assert(NT == 8 || NT == 16, "N of 64 or 128");
-  constexpr bool bf16 = !std::is_same_v<T, __half>;
-  if constexpr (NT == 8 && bf16) {
-    GENESIS_WGMMA_SS("64", "bf16", GENESIS_WGMMA_D32, GENESIS_WGMMA_ACC32, "32", "33", "34");
-  } else if constexpr (NT == 8) {
-    GENESIS_WGMMA_SS("64", "f16", GENESIS_WGMMA_D32, GENESIS_WGMMA_ACC32, "32", "33", "34");
-  } else if constexpr (bf16) {
-    GENESIS_WGMMA_SS("128", "bf16", GENESIS_WGMMA_D64, GENESIS_WGMMA_ACC64, "64", "65", "66");
-  } else {
-    GENESIS_WGMMA_SS("128", "f16", GENESIS_WGMMA_D64, GENESIS_WGMMA_ACC64, "64", "65", "66");
-  }
+  GENESIS_WGMMA_BY_SHAPE(GENESIS_WGMMA_SS, "%34", "%32, %33", "%66", "%64, %65")
 }
 
 // d[64 x N] += A[64 x 16] B[16 x N], A a register fragment, B an MN-major descriptor.
 template <class T, int NT>
 __device__ __forceinline__ void mma_rs(float (&d)[NT][4], const uint32_t (&a)[4], uint64_t b) {
-  static_assert(NT == 8 || NT == 16, "N of 64 or 128");
-  constexpr bool bf16 = !std::is_same_v<T, __half>;
-  if constexpr (NT == 8 && bf16) {
-    GENESIS_WGMMA_RS("64", "bf16", GENESIS_WGMMA_D32, GENESIS_WGMMA_ACC32, "32, %33, %34, %35", "36", "37");
-  } else if constexpr (NT == 8) {
-    GENESIS_WGMMA_RS("64", "f16", GENESIS_WGMMA_D32, GENESIS_WGMMA_ACC32, "32, %33, %34, %35", "36", "37");
-  } else if constexpr (bf16) {
-    GENESIS_WGMMA_RS("128", "bf16", GENESIS_WGMMA_D64, GENESIS_WGMMA_ACC64, "64, %65, %66, %67", "68", "69");
-  } else {
-    GENESIS_WGMMA_RS("128", "f16", GENESIS_WGMMA_D64, GENESIS_WGMMA_ACC64, "64, %65, %66, %67", "68", "69");
-  }
+  GENESIS_WGMMA_BY_SHAPE(GENESIS_WGMMA_RS, "%37", "{%32, %33, %34, %35}, %36", "%69", "{%64, %65, %66, %67}, %68")
 }
 
+#undef GENESIS_WGMMA_BY_SHAPE
 #undef GENESIS_WGMMA_SS
 #undef GENESIS_WGMMA_RS
 #undef GENESIS_WGMMA_D64
