@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <string>
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/ops/factory.h"
@@ -34,6 +36,29 @@ std::string cpu_model_name() {
     }
   }
   return "cpu";
+}
+
+// The largest cache this CPU shares (bytes): the highest level under
+// /sys/devices/system/cpu/cpu0/cache, which is what one core's data can occupy. glibc's
+// sysconf(_SC_LEVEL3_CACHE_SIZE) reports the L3 of the whole package from CPUID instead (384 MiB
+// on a 2-core VM of a large EPYC, whose cores share 32 MiB), so it is only the fallback.
+size_t cpu_cache_bytes() {
+  int best_level = 0;
+  size_t best = 0;
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_in(dir + "level"), size_in(dir + "size");
+    int level = 0;
+    std::string size;
+    if (!(level_in >> level) || !(size_in >> size) || size.empty()) continue;
+    size_t bytes = std::strtoull(size.c_str(), nullptr, 10);
+    if (size.back() == 'K') bytes <<= 10;
+    if (size.back() == 'M') bytes <<= 20;
+    if (level > best_level && bytes > 0) best_level = level, best = bytes;
+  }
+  if (best > 0) return best;
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? static_cast<size_t>(l3) : size_t{32} << 20;
 }
 
 double percentile(const std::vector<double>& sorted, double q) {
@@ -71,10 +96,9 @@ DeviceTimer::DeviceTimer(Device device, int64_t flush_mib, FlushMode flush_mode)
 #endif
   } else {
     device_name_ = cpu_model_name();
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    cache_bytes_ = l3 > 0 ? static_cast<size_t>(l3) : size_t{32} << 20;
+    cache_bytes_ = cpu_cache_bytes();
   }
-  // sysconf reports the L3 of the whole package; one core sees a slice of it, so 128 MiB is plenty.
+  // Where only the package's total is known, one core sees a slice of it: 128 MiB is plenty.
   size_t cap = device.is_cuda() ? SIZE_MAX : size_t{128} << 20;
   flush_bytes_ = flush_mib >= 0 ? static_cast<size_t>(flush_mib) << 20 : std::min(2 * cache_bytes_, cap);
   if (flush_bytes_ > 0)

@@ -211,6 +211,23 @@ void sum_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out
   });
 }
 
+void sum_channels(DType dtype, int64_t outer, int64_t channels, int64_t inner, const void* in, void* out) {
+  GENESIS_DISPATCH_FLOAT(dtype, "sum_channels", {
+    const auto* x = static_cast<const scalar_t*>(in);
+    auto* y = static_cast<scalar_t*>(out);
+    parallel_for(channels, std::max<int64_t>(outer * inner, 1), [&](int64_t begin, int64_t end) {
+      with_cpu_isa([&] {
+        for (int64_t c = begin; c < end; ++c) {
+          double total = 0.0;
+          for (int64_t o = 0; o < outer; ++o)
+            total += lane_sum(x + (o * channels + c) * inner, 0, inner, [](double v) { return v; });
+          y[c] = narrow_to<scalar_t>(total);
+        }
+      });
+    });
+  });
+}
+
 void mean_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out) {
   GENESIS_DISPATCH_FLOAT(dtype, "mean", {
     auto* y = static_cast<scalar_t*>(out);

@@ -220,6 +220,22 @@ def make_adamw(params, device):
 
 # --- timing -----------------------------------------------------------------------------
 
+def cpu_cache_bytes():
+    """The largest cache this CPU shares, as genesis bench reads it (sysfs, else 32 MiB)."""
+    best_level, best = 0, 0
+    for index in range(8):
+        d = f"/sys/devices/system/cpu/cpu0/cache/index{index}/"
+        try:
+            level, size = int(open(d + "level").read()), open(d + "size").read().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+        digits = size.rstrip("KM")
+        if digits.isdigit() and level > best_level and int(digits) > 0:
+            best_level, best = level, int(digits) * scale
+    return best or 32 << 20
+
+
 class Timer:
     def __init__(self, device, flush_mib, flush_mode="read"):
         self.device = torch.device(device)
@@ -230,8 +246,7 @@ class Timer:
             self.cache_bytes = getattr(props, "L2_cache_size", 50 << 20)
         else:
             self.name = cpu_model_name()
-            self.cache_bytes = os.sysconf("SC_LEVEL3_CACHE_SIZE") if "SC_LEVEL3_CACHE_SIZE" in os.sysconf_names else 32 << 20
-            self.cache_bytes = self.cache_bytes if self.cache_bytes > 0 else 32 << 20
+            self.cache_bytes = cpu_cache_bytes()
         if flush_mib is not None and flush_mib >= 0:
             self.flush_bytes = flush_mib << 20
         else:
@@ -397,6 +412,7 @@ def run_ops(args):
     print(f"# {len(rows)} cases: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     out = header("genesis.bench.ops/1", timer.name, args.device)
     out.update(suite=suite, filter=args.filter or "", dtype=args.dtype,
+               cpu_threads=None if timer.cuda else torch.get_num_threads(),
                timing={"method": "cuda_events" if timer.cuda else "perf_counter", "flush_bytes": timer.flush_bytes,
                        "flush_mode": timer.flush_mode,
                        "max_reps": args.reps, "budget_ms": args.budget_ms, "statistic": "median"},
