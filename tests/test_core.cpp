@@ -1,6 +1,7 @@
 // Core: dtypes and half-precision rounding, shapes, views that alias, factories, RNG, print.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "tests/testing.h"
 
@@ -25,6 +26,29 @@ TEST_CASE("f16 and bf16 round to nearest even", "[cpu][core]") {
     float f = h;
     if (std::isnan(f)) continue;
     REQUIRE(float16(f).bits == h.bits);
+  }
+}
+
+TEST_CASE("dense f32 casts to f16 and bf16 give the scalar conversion's bits", "[cpu][core]") {
+  // The dense loops are vector code (F16C on AVX2 CPUs): ties, subnormals, overflow to inf,
+  // infinities and NaN payloads must come out as float16(float) / bfloat16(float) give them.
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00001u,
+                                0x7F800001u, 0x7FA00000u, 0x477FF000u, 0x477FEFFFu, 0x38800000u, 0x387FFFFFu,
+                                0x33000000u, 0x33000001u, 0x00000001u, 0x3F801000u, 0x3F803000u, 0x3F808000u};
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  while (bits.size() < 4099) {  // odd-sized: the vector loop and its scalar tail
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    bits.push_back(static_cast<uint32_t>(state >> 32));
+  }
+  std::vector<float> values(bits.size());
+  std::memcpy(values.data(), bits.data(), bits.size() * sizeof(float));
+  Tensor x = from_vector(values, {static_cast<int64_t>(values.size())});
+  std::vector<float16> h = x.to(DType::f16).to_vector<float16>();
+  std::vector<bfloat16> b = x.to(DType::bf16).to_vector<bfloat16>();
+  for (size_t i = 0; i < values.size(); ++i) {
+    INFO("f32 bits 0x" << std::hex << bits[i]);
+    REQUIRE(h[i].bits == float16(values[i]).bits);
+    REQUIRE(b[i].bits == bfloat16(values[i]).bits);
   }
 }
 

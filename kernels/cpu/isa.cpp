@@ -12,12 +12,13 @@ CpuFeatures cpu_features() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return f;  // no OSXSAVE: no XGETBV
   const bool fma = (ecx & (1u << 12)) != 0;
+  const bool f16c = (ecx & (1u << 29)) != 0;  // x86-64-v3, the AVX2 functions' target, includes it
   unsigned xcr0_lo = 0, xcr0_hi = 0;
   __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
   const bool os_ymm = (xcr0_lo & 0x6u) == 0x6u;    // SSE and AVX state
   const bool os_zmm = (xcr0_lo & 0xE6u) == 0xE6u;  // and opmask, ZMM upper halves, ZMM16-31
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
-  f.avx2 = os_ymm && fma && (ebx & (1u << 5)) != 0;
+  f.avx2 = os_ymm && fma && f16c && (ebx & (1u << 5)) != 0;
   const unsigned avx512 = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);  // F, DQ, BW, VL
   f.avx512 = f.avx2 && os_zmm && (ebx & avx512) == avx512;
   return f;

@@ -11,7 +11,7 @@ namespace genesis::kernels::cpu {
 
 // What CPUID and XGETBV report (the operating system must save the wider registers).
 struct CpuFeatures {
-  bool avx2 = false;    // AVX2 and FMA, enabled by the OS
+  bool avx2 = false;    // AVX2, FMA and F16C, enabled by the OS
   bool avx512 = false;  // AVX-512 F, DQ, BW and VL, enabled by the OS
 };
 CpuFeatures cpu_features();
