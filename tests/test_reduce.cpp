@@ -219,6 +219,23 @@ TEST_CASE("var and std forward", "[cpu][reduce]") {
   CHECK(var(shifted).item() == Approx(5.0 / 3.0).epsilon(1e-9));
 }
 
+TEST_CASE("sum over the dims around a kept block reads the tensor in place", "[cpu][reduce]") {
+  // {0, 2, 3} of N, C, H, W (a bias gradient) goes through sum_channels when H * W >= 16; the
+  // other sets through the row copy. Both against the float64 reference.
+  auto ref_sum = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); };
+  Tensor x = testing::rand_values({3, 5, 4, 7}, DType::f64, -1.0, 1.0);
+  for (const Axes& axes : {Axes{0, 2, 3}, Axes{0, 3}, Axes{0, 1, 3}, Axes{0, 2}}) {
+    for (bool keepdim : {false, true}) {
+      INFO("axes of size " << axes.size() << ", keepdim " << keepdim);
+      Tensor want = reference(x, axes, keepdim, ref_sum);
+      require_close(sum(x, axes, keepdim), want, 1e-12, 1e-12);
+      require_close(sum(x.to(DType::f32), axes, keepdim), want, 1e-5, 1e-6);
+      Tensor xb = x.to(DType::bf16);
+      require_close(sum(xb, axes, keepdim), reference(xb, axes, keepdim, ref_sum), 1e-2, 1e-2);
+    }
+  }
+}
+
 TEST_CASE("logsumexp forward", "[cpu][reduce]") {
   check_reduction([](const Tensor& x, const Axes& a, bool k) { return logsumexp(x, a, k); }, ref_logsumexp, -3, 3);
   // Stable for large inputs.

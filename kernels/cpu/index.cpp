@@ -93,17 +93,6 @@ void triangle_typed(bool lower, int64_t batch, int64_t rows, int64_t cols, int64
   });
 }
 
-// Calls typed(I{}) with I the element type of the index tensor, int32_t or int64_t (the only
-// index dtypes the op layer admits).
-template <class Typed>
-void with_index_type(DType index_dtype, Typed&& typed) {
-  if (index_dtype == DType::i32) {
-    typed(int32_t{});
-  } else {
-    typed(int64_t{});
-  }
-}
-
 }  // namespace
 
 int64_t first_out_of_range(DType index_dtype, int64_t n, const void* index, int64_t bound) {
@@ -117,8 +106,9 @@ void gather(DType dtype, DType index_dtype, int ndim, const int64_t* shape, int 
             const int64_t* x_strides, const void* index, const int64_t* index_strides, void* out,
             const int64_t* out_strides) {
   GENESIS_DISPATCH_ALL(dtype, "gather", {
-    with_index_type(index_dtype, [&](auto i) {
-      gather_typed<scalar_t, decltype(i)>(ndim, shape, axis, x, x_strides, index, index_strides, out, out_strides);
+    using T = scalar_t;
+    GENESIS_DISPATCH_INDEX(index_dtype, "gather", {
+      gather_typed<T, scalar_t>(ndim, shape, axis, x, x_strides, index, index_strides, out, out_strides);
     });
   });
 }
@@ -127,9 +117,9 @@ void scatter_add(DType dtype, DType index_dtype, int ndim, const int64_t* shape,
                  const int64_t* dst_strides, const void* index, const int64_t* index_strides, const void* src,
                  const int64_t* src_strides) {
   GENESIS_DISPATCH_NUMERIC(dtype, "scatter_add", {
-    with_index_type(index_dtype, [&](auto i) {
-      scatter_add_typed<scalar_t, decltype(i)>(ndim, shape, axis, dst, dst_strides, index, index_strides, src,
-                                               src_strides);
+    using T = scalar_t;
+    GENESIS_DISPATCH_INDEX(index_dtype, "scatter_add", {
+      scatter_add_typed<T, scalar_t>(ndim, shape, axis, dst, dst_strides, index, index_strides, src, src_strides);
     });
   });
 }

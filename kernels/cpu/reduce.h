@@ -17,8 +17,8 @@ void sum_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out
 // out[r] = sum_c in[r, c] / cols, rounded once from the double accumulator (a 0 / 0 NaN for
 // empty rows). Floating only.
 void mean_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out);
-// out[c] = sum over o, i of in[o, c, i] for a contiguous [outer, channels, inner] buffer (a
-// bias gradient: the sum over batch and pixels of each channel), read in place. Each channel
+// out[c] = sum over o, i of in[o, c, i] for a contiguous [outer, channels, inner] buffer (e.g.
+// a bias gradient: the sum over batch and pixels of each channel), read in place. Each channel
 // adds its outer rows in order, so results do not depend on the number of threads. Floating only.
 void sum_channels(DType dtype, int64_t outer, int64_t channels, int64_t inner, const void* in, void* out);
 // out[r] = prod_c in[r, c], with the types of sum_rows (integer products wrap around).

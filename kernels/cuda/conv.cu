@@ -68,10 +68,6 @@ struct ConvDims : WindowDims<Index> {
         dilation_w(static_cast<Index>(s.dilation_w)) {}
 };
 
-// Pooling's planes are N * C; `channels` is C, which locates a plane in the strided input.
-template <class Index>
-using PoolDims = WindowDims<Index>;
-
 bool conv_fits_int32(const Conv2dShape& s, int64_t items) {
   return fits_int32(
       {items, s.height + 2 * s.pad_h, s.width + 2 * s.pad_w, s.stride_h, s.stride_w, s.dilation_h, s.dilation_w});
@@ -274,7 +270,7 @@ bool pool_fits_int32(const Pool2dShape& s, int64_t items) {
 
 // One thread per output element; its window reads kernel_h rows of one (strided) plane.
 template <bool kMax, class Index, class T>
-__global__ void pool_forward_kernel(PoolDims<Index> d, Index planes, const T* x, InputStrides xs, T* y,
+__global__ void pool_forward_kernel(WindowDims<Index> d, Index planes, const T* x, InputStrides xs, T* y,
                                     int64_t* argmax) {
   using A = float_acc_t<T>;
   const Index outputs = d.out_h * d.out_w, total = planes * outputs;
@@ -325,7 +321,7 @@ __device__ __forceinline__ void covering_windows(Index at, Index pad, Index kern
 // order, adding (max: where its pixel is the argmax; avg: always grad / (kH * kW)) and rounding
 // to T after each addition, exactly the CPU's per-plane scatter.
 template <bool kMax, class Index, class T>
-__global__ void pool_backward_kernel(PoolDims<Index> d, Index planes, const T* grad_y, const int64_t* argmax,
+__global__ void pool_backward_kernel(WindowDims<Index> d, Index planes, const T* grad_y, const int64_t* argmax,
                                      T* grad_x) {
   using A = float_acc_t<T>;
   const Index plane_size = d.height * d.width, outputs = d.out_h * d.out_w, total = planes * plane_size;
@@ -359,7 +355,8 @@ void pool_forward(const Pool2dShape& s, int64_t channels, const T* x, InputStrid
   if (total == 0) return;
   with_index_type(pool_fits_int32(s, total), [&]<class Index>() {
     pool_forward_kernel<kMax><<<grid_size(total), kBlockSize, 0, stream>>>(
-        PoolDims<Index>(s, channels), static_cast<Index>(s.planes), x, xs, y, argmax);
+        // Pooling's planes are N * C; `channels` is C, which locates a plane in the strided input.
+        WindowDims<Index>(s, channels), static_cast<Index>(s.planes), x, xs, y, argmax);
   });
   GENESIS_CUDA_LAUNCH_CHECK();
 }
@@ -371,7 +368,7 @@ void pool_backward(const Pool2dShape& s, const T* grad_y, const int64_t* argmax,
   // Channels do not matter here: gradients are contiguous planes.
   with_index_type(pool_fits_int32(s, total), [&]<class Index>() {
     pool_backward_kernel<kMax><<<grid_size(total), kBlockSize, 0, stream>>>(
-        PoolDims<Index>(s, 1), static_cast<Index>(s.planes), grad_y, argmax, grad_x);
+        WindowDims<Index>(s, 1), static_cast<Index>(s.planes), grad_y, argmax, grad_x);
   });
   GENESIS_CUDA_LAUNCH_CHECK();
 }

@@ -318,13 +318,14 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
   const int64_t q0 = q_block * kRows;
   const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
+  const QueryRows<T> queries = query_rows<T>(p, b, h);
   auto load_keys = [&](int64_t kv0, int buffer) {
     load_tile<D, kN>(k_tiles + buffer * kN * kStride<D>, kv.k, p.k_layout.row, kv0, p.kv_len);
     load_tile<D, kN>(v_tiles + buffer * kN * kStride<D>, kv.v, p.v_layout.row, kv0, p.kv_len);
     cp_async_commit();
   };
-  load_tile<D, kRows>(qs, head_base<T>(p.q, p.q_layout, b, h), p.q_layout.row, q0, p.q_len);
-  load_tile<D, kRows>(dos, head_base<T>(p.grad_out, p.grad_out_layout, b, h), p.grad_out_layout.row, q0, p.q_len);
+  load_tile<D, kRows>(qs, queries.q, p.q_layout.row, q0, p.q_len);
+  load_tile<D, kRows>(dos, queries.go, p.grad_out_layout.row, q0, p.q_len);
   cp_async_commit();
   load_keys(0, 0);
   cp_async_wait<1>();
@@ -339,9 +340,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
   float lse[2], delta[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t at = (b * p.q_heads + h) * p.q_len + row[r];
-    lse[r] = row[r] < p.q_len ? p.lse[at] : INFINITY;
-    delta[r] = row[r] < p.q_len ? p.delta[at] : 0.0f;
+    lse[r] = row[r] < p.q_len ? queries.lse[row[r]] : INFINITY;
+    delta[r] = row[r] < p.q_len ? queries.delta[row[r]] : 0.0f;
   }
   float dq[D / 8][4] = {};
   const int64_t kv_end = kv_end_for(p, q0, kRows);

@@ -5,7 +5,6 @@
 // GEMM), around warp-per-row softmax and softmax-backward kernels.
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "kernels/common/math.h"

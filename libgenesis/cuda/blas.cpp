@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "kernels/cuda/cublas_check.h"
 #include "libgenesis/core/allocator.h"
@@ -26,8 +27,7 @@ struct DeviceBlas {
   std::map<cudaStream_t, void*> workspaces;
   // The stream the cuBLAS handle is bound to (with its workspace): rebound only on a change,
   // as binding costs host time on every GEMM otherwise.
-  cudaStream_t bound_stream = nullptr;
-  bool bound = false;
+  std::optional<cudaStream_t> bound_stream;
 };
 
 // Held from lookup until the GEMM is enqueued: a handle's stream and the plans are per-call state.
@@ -75,11 +75,10 @@ void lend_gemm_resources(cudaStream_t stream, void* context,
   std::lock_guard lock(blas_mutex);
   DeviceBlas& d = device_blas(device);
   void* ws = workspace(d, device, stream);
-  if (!d.bound || d.bound_stream != stream) {
+  if (d.bound_stream != stream) {
     GENESIS_CUBLAS_CHECK(cublasSetStream(d.blas, stream));
     GENESIS_CUBLAS_CHECK(cublasSetWorkspace(d.blas, ws, kWorkspaceBytes));
     d.bound_stream = stream;
-    d.bound = true;
   }
   use(context, {.blas = d.blas,
                 .lt = d.lt,

@@ -5,7 +5,6 @@
 #include <climits>
 
 #include "kernels/cpu/conv.h"
-#include "kernels/cpu/reduce.h"
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/prologue.h"
@@ -198,16 +197,6 @@ ConvGrads conv2d_backward_cuda(const Conv2dShape& s, const ConvSaved& in, const 
 }
 #endif
 
-// The sum of the contiguous output gradient over batch and pixels: on the CPU one pass over gy
-// in place (a general sum over axes {0, 2, 3} would first copy it channel-major).
-Tensor bias_grad(const Tensor& gy) {
-  if (!gy.device().is_cpu()) return sum(gy, {0, 2, 3});
-  Tensor gb = empty({gy.size(1)}, {.dtype = gy.dtype(), .device = gy.device()});
-  kernels::cpu::sum_channels(gy.dtype(), gy.size(0), gy.size(1), gy.size(2) * gy.size(3), gy.data_ptr(),
-                             gb.data_ptr());
-  return gb;
-}
-
 }  // namespace
 
 Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, Conv2dOptions options) {
@@ -244,7 +233,7 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
              } else {
                GENESIS_ON_CUDA(grads = conv2d_backward_cuda(s, in, gy, need_x, need_w));
              }
-             Tensor gb = need_b ? bias_grad(gy).to(in.x_dtype) : Tensor();
+             Tensor gb = need_b ? sum(gy, {0, 2, 3}).to(in.x_dtype) : Tensor();
              return TensorList{grads.x, grads.w, gb};
            });
   }

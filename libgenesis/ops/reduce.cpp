@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "kernels/cpu/reduce.h"
 #include "libgenesis/autograd/record.h"
@@ -176,7 +177,37 @@ Tensor to_floating(const Tensor& x) { return is_floating(x.dtype()) ? x : x.to(D
 
 DType sum_dtype(DType t) { return is_floating(t) ? t : DType::i64; }
 
+// A contiguous floating CPU tensor whose kept dims are one block with reduced dims on both
+// sides, the trailing ones at least kMinInner elements (a bias gradient: sum over {0, 2, 3} of
+// N, C, H, W): its [outer, kept, inner] extents, summed in place by sum_channels. as_rows would
+// first copy it kept-major.
+struct KeptBlock {
+  int64_t outer = 1, kept = 1, inner = 1;
+};
+std::optional<KeptBlock> kept_block(const Tensor& x, const Axes& axes) {
+  constexpr int64_t kMinInner = 16;  // shorter rows: the tiled copy and row sums are faster
+  if (!x.device().is_cpu() || !is_floating(x.dtype()) || !x.is_contiguous() || axes.empty()) return std::nullopt;
+  auto reduced = [&](int64_t d) { return std::binary_search(axes.begin(), axes.end(), d); };
+  int64_t first = 0, last = x.dim() - 1;  // the kept block [first, last]
+  while (first < x.dim() && reduced(first)) ++first;
+  while (last >= 0 && reduced(last)) --last;
+  if (first == 0 || last == x.dim() - 1 || first > last) return std::nullopt;  // not reduced on both sides
+  KeptBlock b;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d >= first && d <= last && reduced(d)) return std::nullopt;  // a reduced dim inside the block
+    (d < first ? b.outer : d <= last ? b.kept : b.inner) *= x.size(d);
+  }
+  if (b.inner < kMinInner) return std::nullopt;
+  return b;
+}
+
 Tensor sum_forward(const Tensor& x, const Axes& axes, bool keepdim) {
+  if (auto b = kept_block(x, axes)) {
+    NoGradGuard forward_only;
+    Tensor out = empty({b->kept}, {.dtype = x.dtype(), .device = x.device()});
+    kernels::cpu::sum_channels(x.dtype(), b->outer, b->kept, b->inner, x.data_ptr(), out.data_ptr());
+    return out.view(detail::reduced_shape(x.shape(), axes, keepdim));
+  }
   return reduce_into(
       x, axes, keepdim, sum_dtype(x.dtype()),
       [&](int64_t rows, int64_t cols, const void* in, void* out) {

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The CPU operator suite against PyTorch on a noisy host: `genesis bench ops` and
 # `scripts/bench/torch_ops.py` case by case, the two sides back to back on each case (which goes
-# first alternates), over N rounds; then per case the median of each side's medians and their
-# ratio of each side's median, then the ratio that counts: the median over rounds of the
-# paired ratio (PyTorch ms / genesis ms of the two runs made back to back, > 1: genesis faster),
-# the geometric mean and the lowest cases. Paired, case by case, because this shared 2-core VM's
+# first alternates), over N rounds; then per case each side's median time and the ratio that
+# counts: the median over rounds of the paired ratio (PyTorch ms / genesis ms of the two runs
+# made back to back, > 1: genesis faster), with the geometric mean and the lowest cases. Paired, case by case, because this shared 2-core VM's
 # memory bandwidth changes by up to 1.8x within seconds (mul_scalar 2048^2: 0.37 <-> 0.67 ms on
 # both sides): whole suites run one after the other put the two sides of a memory-bound case up
 # to a minute apart, and even the ratio of per-side medians mixes fast and slow spells.

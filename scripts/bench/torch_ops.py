@@ -221,7 +221,8 @@ def make_adamw(params, device):
 # --- timing -----------------------------------------------------------------------------
 
 def cpu_cache_bytes():
-    """The largest cache this CPU shares, as genesis bench reads it (sysfs, else 32 MiB)."""
+    """The largest cache this CPU shares, as genesis bench reads it (sysfs, else sysconf's L3,
+    else 32 MiB)."""
     best_level, best = 0, 0
     for index in range(8):
         d = f"/sys/devices/system/cpu/cpu0/cache/index{index}/"
@@ -233,7 +234,10 @@ def cpu_cache_bytes():
         digits = size.rstrip("KM")
         if digits.isdigit() and level > best_level and int(digits) > 0:
             best_level, best = level, int(digits) * scale
-    return best or 32 << 20
+    if best:
+        return best
+    l3 = os.sysconf("SC_LEVEL3_CACHE_SIZE") if "SC_LEVEL3_CACHE_SIZE" in os.sysconf_names else 0
+    return l3 if l3 > 0 else 32 << 20
 
 
 class Timer:

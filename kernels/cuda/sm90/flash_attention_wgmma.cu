@@ -300,12 +300,13 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
   const int64_t q0 = q_block * kM;
   const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
+  const QueryRows<T> queries = query_rows<T>(p, b, h);
   auto load_keys = [&](int64_t kv0, int buffer) {
     load_swizzled<D, kN>(k_tiles + buffer * tile_bytes<T, D>(kN), kv.k, p.k_layout.row, kv0, p.kv_len);
     load_swizzled<D, kN>(v_tiles + buffer * tile_bytes<T, D>(kN), kv.v, p.v_layout.row, kv0, p.kv_len);
   };
-  load_swizzled<D, kM>(qs, head_base<T>(p.q, p.q_layout, b, h), p.q_layout.row, q0, p.q_len);
-  load_swizzled<D, kM>(dos, head_base<T>(p.grad_out, p.grad_out_layout, b, h), p.grad_out_layout.row, q0, p.q_len);
+  load_swizzled<D, kM>(qs, queries.q, p.q_layout.row, q0, p.q_len);
+  load_swizzled<D, kM>(dos, queries.go, p.grad_out_layout.row, q0, p.q_len);
   load_keys(0, 0);
   cp_async_commit();
   // delta = rowsum(dO * O) of the block's rows, two threads a row, kept for the dK/dV kernel
@@ -317,7 +318,7 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
     float sum = 0.0f;
     if (i < p.q_len) {
       const T* o = head_base<T>(p.out, p.out_layout, b, h) + i * p.out_layout.row + half * (D / 2);
-      const T* go = head_base<T>(p.grad_out, p.grad_out_layout, b, h) + i * p.grad_out_layout.row + half * (D / 2);
+      const T* go = queries.go + i * p.grad_out_layout.row + half * (D / 2);
 #pragma unroll
       for (int d = 0; d < D / 2; d += 8) sum = fma_pack(o + d, go + d, sum);
     }
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
   float lse[2], delta[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    lse[r] = row[r] < p.q_len ? p.lse[(b * p.q_heads + h) * p.q_len + row[r]] : INFINITY;
+    lse[r] = row[r] < p.q_len ? queries.lse[row[r]] : INFINITY;
     delta[r] = row[r] < p.q_len ? delta_rows[row[r] - q0] : 0.0f;
   }
   float dq[D / 8][4] = {};
