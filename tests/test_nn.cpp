@@ -76,9 +76,10 @@ TEST_CASE("softmax and log_softmax match the float64 definition", "[cpu][nn]") {
     Shape shape;
     int64_t axis;
   };
-  // Last axis, first axis, a middle axis, a middle axis wider than one column block, size-1 axis.
-  for (const Case& c :
-       {Case{{3, 5}, 1}, Case{{3, 5}, 0}, Case{{2, 3, 4}, 1}, Case{{2, 7, 37}, -2}, Case{{4, 1, 3}, 1}, Case{{5}, 0}}) {
+  // Last axis (short, and long with a tail past the 16 lanes), first axis, a middle axis, a middle
+  // axis wider than one column block, size-1 axis.
+  for (const Case& c : {Case{{3, 5}, 1}, Case{{3, 1037}, -1}, Case{{3, 5}, 0}, Case{{2, 3, 4}, 1}, Case{{2, 7, 37}, -2},
+                        Case{{4, 1, 3}, 1}, Case{{5}, 0}}) {
     Tensor x = testing::rand_values(c.shape, DType::f64, -3, 3);
     const int64_t axis = c.axis < 0 ? c.axis + x.dim() : c.axis;
     for (bool log : {false, true}) {

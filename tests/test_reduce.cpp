@@ -236,6 +236,24 @@ TEST_CASE("sum over the dims around a kept block reads the tensor in place", "[c
   }
 }
 
+TEST_CASE("float row sums over lane chunks, blocks and tails match the float64 reference", "[cpu][reduce]") {
+  // f32 / bf16 rows are summed in 64 float lanes per block of 1024 elements, then in double:
+  // lengths around the lane width, the block and the column chunk (16384), with a non-zero mean
+  // so that the relative error means something. sum over {0, 2} reads the same path in place.
+  auto ref_sum = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); };
+  for (int64_t cols : {1, 63, 64, 65, 1023, 1024, 1025, 2085, 16389}) {
+    INFO("cols " << cols);
+    Tensor x = testing::rand_values({3, cols}, DType::f64, -1.0, 2.0);
+    Tensor want = reference(x, {1}, false, ref_sum);
+    require_close(sum(x.to(DType::f32), {1}), want, 2e-6, 1e-6);
+    require_close(mean(x.to(DType::f32), {1}), div(want, static_cast<double>(cols)), 2e-6, 1e-6);
+    Tensor xb = x.to(DType::bf16);
+    require_close(sum(xb, {1}).to(DType::f64), reference(xb, {1}, false, ref_sum), 8e-3, 1e-6);
+    Tensor x3 = x.reshape({3, 1, cols}).expand({3, 2, cols}).contiguous();
+    require_close(sum(x3.to(DType::f32), {0, 2}), reference(x3, {0, 2}, false, ref_sum), 2e-6, 1e-6);
+  }
+}
+
 TEST_CASE("logsumexp forward", "[cpu][reduce]") {
   check_reduction([](const Tensor& x, const Axes& a, bool k) { return logsumexp(x, a, k); }, ref_logsumexp, -3, 3);
   // Stable for large inputs.

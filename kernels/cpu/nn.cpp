@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/isa.h"
@@ -21,29 +22,37 @@ constexpr int64_t kSoftmaxBlock = 16;
 // Row chunks whose weight/bias partial sums are reduced in a fixed order.
 constexpr int64_t kNormChunks = 64;
 
-// One contiguous row per task (softmax over the last axis). The exp pass is kept apart
-// from the reductions so it runs without a loop-carried dependency.
+// One contiguous row per task (softmax over the last axis), in two passes over the row after its
+// max: e^(x - max) is written once with its sum taken in the same loop, then scaled in place.
+// The exponentials go straight to y when it holds the accumulator type (f32, f64), else to a
+// row of floats; log_softmax needs only their sum. (Copying the row first and summing in a
+// pass of its own made softmax 1.25x slower on a Xeon.)
 template <class T>
 void softmax_last_axis(bool log, int64_t rows, int64_t dim, const T* x, T* y) {
   using A = acc_t<T>;
+  constexpr bool kInPlace = std::is_same_v<T, A>;
   parallel_for(rows, dim * 4, [&](int64_t begin, int64_t end) {
-    std::vector<A> values(static_cast<size_t>(dim));
-    A* buf = values.data();
+    std::vector<A> row(kInPlace || log ? 0 : static_cast<size_t>(dim));
     with_cpu_isa([&] {
       for (int64_t r = begin; r < end; ++r) {
         const T* xr = x + r * dim;
         T* yr = y + r * dim;
-        for (int64_t d = 0; d < dim; ++d) buf[d] = static_cast<A>(xr[d]);
-        const A m = row_max(buf, dim);
-        for (int64_t d = 0; d < dim; ++d) buf[d] = vec::exp_acc(buf[d] - m);
-        const A total = row_sum(buf, dim);
+        const A m = lane_max<A>(dim, [xr](int64_t d) { return static_cast<A>(xr[d]); });
         if (log) {
+          const A total = lane_sum<A>(dim, [&](int64_t d) { return vec::exp_acc(static_cast<A>(xr[d]) - m); });
           const A log_total = std::log(total);
           for (int64_t d = 0; d < dim; ++d) yr[d] = static_cast<T>((static_cast<A>(xr[d]) - m) - log_total);
-        } else {
-          const A inv = A(1) / total;
-          for (int64_t d = 0; d < dim; ++d) yr[d] = static_cast<T>(buf[d] * inv);
+          continue;
         }
+        A* e = nullptr;
+        if constexpr (kInPlace) {
+          e = yr;
+        } else {
+          e = row.data();
+        }
+        const A total = lane_sum<A>(dim, [&](int64_t d) { return e[d] = vec::exp_acc(static_cast<A>(xr[d]) - m); });
+        const A inv = A(1) / total;
+        for (int64_t d = 0; d < dim; ++d) yr[d] = static_cast<T>(e[d] * inv);
       }
     });
   });

