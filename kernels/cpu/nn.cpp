@@ -39,7 +39,8 @@ void softmax_last_axis(bool log, int64_t rows, int64_t dim, const T* x, T* y) {
         T* yr = y + r * dim;
         const A m = lane_max<A>(dim, [xr](int64_t d) { return static_cast<A>(xr[d]); });
         if (log) {
-          const A total = lane_sum<A>(dim, [&](int64_t d) { return vec::exp_acc(static_cast<A>(xr[d]) - m); });
+          const A total =
+              lane_sum<A>(dim, [&](int64_t d) { return vec::exp_nonpositive_acc(static_cast<A>(xr[d]) - m); });
           const A log_total = std::log(total);
           for (int64_t d = 0; d < dim; ++d) yr[d] = static_cast<T>((static_cast<A>(xr[d]) - m) - log_total);
           continue;
@@ -50,7 +51,8 @@ void softmax_last_axis(bool log, int64_t rows, int64_t dim, const T* x, T* y) {
         } else {
           e = row.data();
         }
-        const A total = lane_sum<A>(dim, [&](int64_t d) { return e[d] = vec::exp_acc(static_cast<A>(xr[d]) - m); });
+        const A total =
+            lane_sum<A>(dim, [&](int64_t d) { return e[d] = vec::exp_nonpositive_acc(static_cast<A>(xr[d]) - m); });
         const A inv = A(1) / total;
         for (int64_t d = 0; d < dim; ++d) yr[d] = static_cast<T>(e[d] * inv);
       }
@@ -80,7 +82,7 @@ void softmax_typed(bool log, int64_t outer, int64_t dim, int64_t inner, const T*
       for (int64_t d = 0; d < dim; ++d) {
         for (int64_t j = 0; j < width; ++j) {
           const A v = static_cast<A>(xs[d * inner + j]) - block_max[j];
-          const A e = vec::exp_acc(v);
+          const A e = vec::exp_nonpositive_acc(v);
           buf[d * width + j] = log ? v : e;
           total[j] += e;
         }
@@ -110,7 +112,7 @@ void softmax_backward_last_axis(bool log, int64_t rows, int64_t dim, const T* y,
         });
         for (int64_t d = 0; d < dim; ++d) {
           const A g = static_cast<A>(gr[d]), v = static_cast<A>(yr[d]);
-          out[d] = static_cast<T>(log ? g - vec::exp_acc(v) * dot : v * (g - dot));
+          out[d] = static_cast<T>(log ? g - vec::exp_nonpositive_acc(v) * dot : v * (g - dot));
         }
       }
     });
@@ -139,7 +141,7 @@ void softmax_backward_typed(bool log, int64_t outer, int64_t dim, int64_t inner,
         for (int64_t j = 0; j < width; ++j) {
           const int64_t k = base + d * inner + j;
           const A g = static_cast<A>(gy[k]), out = static_cast<A>(y[k]);
-          gx[k] = static_cast<T>(log ? g - vec::exp_acc(out) * dot[j] : out * (g - dot[j]));
+          gx[k] = static_cast<T>(log ? g - vec::exp_nonpositive_acc(out) * dot[j] : out * (g - dot[j]));
         }
       }
     }
