@@ -2,18 +2,19 @@
 
 
 #include <alloca.h>
+#include <fcntl.h>
 #include <omp.h>
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -68,30 +69,53 @@ int cgroup_quota_cores() {
   return std::max(1, static_cast<int>(std::ceil(quota / period)));
 }
 
-// Busy and total clock ticks of the given CPUs since boot, from /proc/stat.
+// Busy and total clock ticks of the given CPUs since boot, from /proc/stat. Plain system calls
+// and loops only: the start-up hook (preinit_wait_policy) calls it before the C and C++
+// libraries are initialised.
 struct CpuTicks {
   unsigned long long busy = 0, total = 0;
   bool ok = false;
 };
 
-CpuTicks read_cpu_ticks(const std::vector<int>& cpus) {
+// Reads a decimal number at *p, skipping spaces first; moves *p past it.
+unsigned long long parse_ticks(const char*& p, const char* end) {
+  while (p < end && *p == ' ') ++p;
+  unsigned long long v = 0;
+  for (; p < end && *p >= '0' && *p <= '9'; ++p) v = v * 10 + static_cast<unsigned long long>(*p - '0');
+  return v;
+}
+
+CpuTicks read_cpu_ticks(const int* cpus, int count) {
   CpuTicks t;
-  std::ifstream f("/proc/stat");
-  std::string line;
+  // The cpuN lines come first; 64 KiB holds them for well over 512 CPUs.
+  char text[64 << 10];
+  const int fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return t;
+  ssize_t size = 0;
+  for (ssize_t got = 1; got > 0 && size < static_cast<ssize_t>(sizeof text);) {
+    got = read(fd, text + size, sizeof text - static_cast<size_t>(size));
+    if (got > 0) size += got;
+  }
+  close(fd);
   int found = 0;
-  while (std::getline(f, line)) {
-    if (line.rfind("cpu", 0) != 0 || line.size() < 4 || line[3] < '0' || line[3] > '9') continue;
-    int id = std::atoi(line.c_str() + 3);
-    if (!std::binary_search(cpus.begin(), cpus.end(), id)) continue;
-    std::istringstream in(line.substr(line.find(' ')));
-    // user nice system idle iowait irq softirq steal (guest time is already in user).
-    unsigned long long v[8] = {};
-    for (unsigned long long& x : v) in >> x;
-    const unsigned long long idle = v[3] + v[4];
-    const unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
-    t.busy += busy;
-    t.total += busy + idle;
-    ++found;
+  for (const char *line = text, *end = text + size; line < end;) {
+    const char* next = static_cast<const char*>(std::memchr(line, '\n', static_cast<size_t>(end - line)));
+    if (next == nullptr) next = end;
+    if (next - line > 4 && std::strncmp(line, "cpu", 3) == 0 && line[3] >= '0' && line[3] <= '9') {
+      const char* p = line + 3;
+      const auto id = static_cast<int>(parse_ticks(p, next));
+      if (std::find(cpus, cpus + count, id) != cpus + count) {
+        // user nice system idle iowait irq softirq steal (guest time is already in user).
+        unsigned long long v[8] = {};
+        for (unsigned long long& x : v) x = parse_ticks(p, next);
+        const unsigned long long idle = v[3] + v[4];
+        const unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+        t.busy += busy;
+        t.total += busy + idle;
+        ++found;
+      }
+    }
+    line = next + 1;
   }
   t.ok = found > 0;
   return t;
@@ -104,17 +128,20 @@ double process_cpu_seconds() {
 }
 
 // CPU time that other processes used on `cpus` over sample_s, in cores; -1 when unreadable.
-double sample_busy_cores(const std::vector<int>& cpus, double sample_s) {
+// System calls only, as read_cpu_ticks.
+double sample_busy_cores(const int* cpus, int count, double sample_s) {
   const double own0 = process_cpu_seconds();
-  const CpuTicks a = read_cpu_ticks(cpus);
-  std::this_thread::sleep_for(std::chrono::duration<double>(sample_s));
-  const CpuTicks b = read_cpu_ticks(cpus);
+  const CpuTicks a = read_cpu_ticks(cpus, count);
+  timespec pause{static_cast<time_t>(sample_s), static_cast<long>((sample_s - std::floor(sample_s)) * 1e9)};
+  while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+  }
+  const CpuTicks b = read_cpu_ticks(cpus, count);
   const double own = process_cpu_seconds() - own0;
   if (!a.ok || !b.ok || b.total <= a.total) return -1;
   const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
-  const double window_ticks = static_cast<double>(b.total - a.total) / static_cast<double>(cpus.size());
+  const double window_ticks = static_cast<double>(b.total - a.total) / static_cast<double>(count);
   const double others = static_cast<double>(b.busy - a.busy) - own * hz;
-  return std::clamp(others / window_ticks, 0.0, static_cast<double>(cpus.size()));
+  return std::clamp(others / window_ticks, 0.0, static_cast<double>(count));
 }
 
 bool starts_with(const char* s, const char* prefix) {
@@ -167,7 +194,8 @@ ThreadChoice configure_threads(int64_t run_threads, const ThreadOptions& options
   in.cores = static_cast<int>(cpus.size());
   in.ranks_per_host = options.ranks_per_host;
   if (int quota = cgroup_quota_cores(); quota > 0) in.cores = std::min(in.cores, quota);
-  if (options.measure_load) in.busy_cores = sample_busy_cores(cpus, options.sample_s);
+  if (options.measure_load)
+    in.busy_cores = sample_busy_cores(cpus.data(), static_cast<int>(cpus.size()), options.sample_s);
   ThreadChoice c = choose_threads(in);
   if (c.source != "OMP_NUM_THREADS") {
     omp_set_num_threads(static_cast<int>(c.threads));
@@ -195,15 +223,20 @@ WaitPolicy wait_policy() {
   const char* spin = std::getenv("GOMP_SPINCOUNT");
   w.omp_wait_policy = policy ? policy : "";
   w.gomp_spincount = spin ? spin : "";
-  const char* marker = std::getenv("GENESIS_WAIT_POLICY");
+  const std::string marker = std::getenv("GENESIS_WAIT_POLICY") ? std::getenv("GENESIS_WAIT_POLICY") : "";
   if (policy == nullptr && spin == nullptr)
     w.source = "libgomp default";
-  else if (marker != nullptr && std::strcmp(marker, "default") == 0 && policy == nullptr &&
-           w.gomp_spincount == kSpinCount)
-    w.source = "genesis default";
+  else if (policy == nullptr && marker == "free" && w.gomp_spincount == kSpinCountFree)
+    w.source = "genesis, free host";
+  else if (policy == nullptr && marker == "shared" && w.gomp_spincount == kSpinCountShared)
+    w.source = "genesis, shared host";
   else
     w.source = "user";
   return w;
+}
+
+const char* spin_count_for(double busy_cores) {
+  return busy_cores >= 0 && busy_cores < kFreeHostBusyCores ? kSpinCountFree : kSpinCountShared;
 }
 
 std::string blas_threading() {
@@ -274,13 +307,25 @@ void preinit_wait_policy(int argc, char** argv, char** envp) {
   if (len <= 0) return;
   exe[len] = '\0';
   if (std::strstr(exe, "/ld-linux") != nullptr || std::strstr(exe, "/ld.so") != nullptr) return;
+  // The load on this process's CPUs decides how long idle threads spin.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus[CPU_SETSIZE];
+  int count = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int i = 0; i < CPU_SETSIZE; ++i)
+      if (CPU_ISSET(i, &set)) cpus[count++] = i;
+  const double busy = count > 0 ? sample_busy_cores(cpus, count, kWaitPolicySampleSeconds) : -1;
+  const char* spin_count = spin_count_for(busy);
+  const bool free_host = std::strcmp(spin_count, kSpinCountFree) == 0;
   static char spin[32] = "GOMP_SPINCOUNT=";
-  std::strncat(spin, kSpinCount, sizeof spin - std::strlen(spin) - 1);
-  static char marker[] = "GENESIS_WAIT_POLICY=default";
+  std::strncat(spin, spin_count, sizeof spin - std::strlen(spin) - 1);
+  static char marker_free[] = "GENESIS_WAIT_POLICY=free";
+  static char marker_shared[] = "GENESIS_WAIT_POLICY=shared";
   auto** env = static_cast<char**>(alloca((n + 3) * sizeof(char*)));
   for (size_t i = 0; i < n; ++i) env[i] = envp[i];
   env[n] = spin;
-  env[n + 1] = marker;
+  env[n + 1] = free_host ? marker_free : marker_shared;
   env[n + 2] = nullptr;
   execve("/proc/self/exe", argv, env);
   // The exec failed: carry on with libgomp's defaults (genesis info reports them).

@@ -4,9 +4,12 @@
 // libgomp defaults collapse: threads that wait at a barrier spin for ~3 ms (300,000 polls)
 // while the thread they wait for is descheduled by another process, so a 2-core host with one
 // busy neighbour ran the MLP recipe 12x slower at 2 threads than at 1. Two remedies:
-//  - the wait policy: GOMP_SPINCOUNT is bounded (kSpinCount) before libgomp reads its
-//    environment (GENESIS_PREINIT in main.cpp): a waiting thread polls 1,000
-//    times (microseconds) instead of 300,000, then sleeps on a futex;
+//  - the wait policy: before libgomp reads its environment (GENESIS_PREINIT in main.cpp), the
+//    load on this process's CPUs is sampled and GOMP_SPINCOUNT set from it: 1,000 polls
+//    (microseconds, then a futex sleep) when other processes keep a core busy, 10,000 on a
+//    free host, where sleeping between ops cost more than the spinning (waking a thread takes
+//    tens of microseconds on a VM: MLP steps 16% slower at 1,000 on the 2-core build host);
+//    with a busy neighbour 10,000 made them 4.8x slower, 1,000 1.4x;
 //  - the thread count: run.threads when > 0, else OMP_NUM_THREADS when set, else the free
 //    cores (choose_threads), and a note when explicit settings ask for more than are free.
 // docs/architecture.md ("CPU threads") describes the rule and the measurements behind it.
@@ -67,15 +70,23 @@ std::string thread_note(const ThreadChoice& choice);
 struct WaitPolicy {
   std::string omp_wait_policy;  // OMP_WAIT_POLICY ("" = unset)
   std::string gomp_spincount;   // GOMP_SPINCOUNT ("" = unset)
-  std::string source;           // "genesis default", "user" or "libgomp default"
+  std::string source;  // "genesis, free host", "genesis, shared host", "user" or "libgomp default"
 };
 WaitPolicy wait_policy();
 
 // How the linked OpenBLAS runs in parallel: "openmp", "pthreads" or "sequential".
 std::string blas_threading();
 
-// The spin count set when the user sets neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT.
-inline constexpr const char* kSpinCount = "1000";
+// The spin counts set when the user sets neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, on a
+// host that other processes keep busy and on a free one; the start-up sample that decides.
+inline constexpr const char* kSpinCountShared = "1000";
+inline constexpr const char* kSpinCountFree = "10000";
+inline constexpr double kWaitPolicySampleSeconds = 0.05;
+// A host is free while other processes use less than this many cores of this process's CPUs
+// (choose_threads's rule: a core counts as busy when others use half of it or more).
+inline constexpr double kFreeHostBusyCores = 0.5;
+// kSpinCountFree below kFreeHostBusyCores, else (or when the load is unknown, < 0) kSpinCountShared.
+const char* spin_count_for(double busy_cores);
 
 // What the CPU offers that OpenBLAS's kernel choice depends on (kernels/cpu/isa.h).
 using kernels::cpu::CpuFeatures;
@@ -104,9 +115,10 @@ std::string blas_core_note();
 std::string blas_core_source();
 
 // Runs before any shared library's constructor (from .preinit_array, see GENESIS_PREINIT):
-// when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, re-executes the program
-// (/proc/self/exe, same pid and arguments) with GOMP_SPINCOUNT=kSpinCount and
-// GENESIS_WAIT_POLICY=default added. libgomp reads its environment once, in its own
+// when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, samples the load for
+// kWaitPolicySampleSeconds and re-executes the program (/proc/self/exe, same pid and
+// arguments) with GOMP_SPINCOUNT=spin_count_for(load) and GENESIS_WAIT_POLICY=free or shared
+// added. libgomp reads its environment once, in its own
 // constructor, before main() and before any constructor of the executable, so a setenv() in
 // main() would be too late, and at preinit time the C library's environment is not set up yet
 // for setenv(). Does nothing when the exec fails (the libgomp defaults then apply).
