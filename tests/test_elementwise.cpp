@@ -71,7 +71,8 @@ TEST_CASE("unary forward values", "[cpu][elementwise]") {
 
 TEST_CASE("f32 gelu keeps its relative accuracy in the lower tail", "[cpu][elementwise]") {
   // x Phi(x) for x << 0 is tiny: computing Phi as (1 + erf) / 2 would lose every digit there.
-  // The input's own rounding alone moves the result by about x^2 * 6e-8 relative (1e-5 at -12).
+  // Rounding x / sqrt 2 and its square in float moves the result by about x^2 * 6e-8 relative
+  // (1e-5 at -12).
   std::vector<double> xs, want;
   for (double v = -12.0; v <= -2.0; v += 0.0137) {
     xs.push_back(static_cast<double>(static_cast<float>(v)));

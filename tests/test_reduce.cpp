@@ -252,6 +252,12 @@ TEST_CASE("float row sums over lane chunks, blocks and tails match the float64 r
     Tensor x3 = x.reshape({3, 1, cols}).expand({3, 2, cols}).contiguous();
     require_close(sum(x3.to(DType::f32), {0, 2}), reference(x3, {0, 2}, false, ref_sum), 2e-6, 1e-6);
   }
+  // Terms near FLT_MAX overflow a float lane; such rows are summed in double again.
+  Tensor big = full({2, 100}, 3e38, {.dtype = DType::f32});
+  for (int64_t i = 0; i < 100; i += 2) big.data<float>()[100 + i] = -3e38f;
+  require_close(mean(big, {1}), from_vector(std::vector<double>{3e38, 0.0}, {2}), 1e-6, 0);
+  CHECK(std::isinf(sum(big, {1}).to_vector<double>()[0]));  // 3e40 is past f32's range
+  CHECK(sum(big, {1}).to_vector<double>()[1] == 0.0);
 }
 
 TEST_CASE("logsumexp forward", "[cpu][reduce]") {

@@ -30,9 +30,9 @@ constexpr int64_t kNormChunks = 64;
 template <class T>
 void softmax_last_axis(bool log, int64_t rows, int64_t dim, const T* x, T* y) {
   using A = acc_t<T>;
-  constexpr bool kInPlace = std::is_same_v<T, A>;
+  constexpr bool kExpsInY = std::is_same_v<T, A>;
   parallel_for(rows, dim * 4, [&](int64_t begin, int64_t end) {
-    std::vector<A> row(kInPlace || log ? 0 : static_cast<size_t>(dim));
+    std::vector<A> row(kExpsInY || log ? 0 : static_cast<size_t>(dim));
     with_cpu_isa([&] {
       for (int64_t r = begin; r < end; ++r) {
         const T* xr = x + r * dim;
@@ -46,7 +46,7 @@ void softmax_last_axis(bool log, int64_t rows, int64_t dim, const T* x, T* y) {
           continue;
         }
         A* e = nullptr;
-        if constexpr (kInPlace) {
+        if constexpr (kExpsInY) {
           e = yr;
         } else {
           e = row.data();

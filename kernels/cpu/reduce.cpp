@@ -18,7 +18,8 @@ namespace {
 template <class T>
 constexpr bool kIsFloat = std::is_floating_point_v<T> || std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
 
-// Sums and products accumulate in double for floating inputs and in i64 otherwise.
+// Sums and products accumulate in double for floating inputs (f32, f16 and bf16 sums add float
+// lanes per block first: row_total) and in i64 otherwise.
 template <class T>
 using SumAcc = std::conditional_t<kIsFloat<T>, double, int64_t>;
 template <class T>
@@ -87,14 +88,15 @@ double lane_sum(const T* row, int64_t begin, int64_t end, MapFn&& map) {
 }
 
 // The sum of row[begin, end) in double: row_reduce.h's float lanes for data exact in float,
-// double lanes for double.
+// double lanes for double. A float sum that overflowed (terms near FLT_MAX) or met an inf or a
+// NaN is redone in double lanes, so finite data never sums to inf or NaN.
 template <class T>
 double row_total(const T* row, int64_t begin, int64_t end) {
   if constexpr (std::is_same_v<acc_t<T>, float>) {
-    return float_sum(end - begin, [row, begin](int64_t i) { return static_cast<float>(row[begin + i]); });
-  } else {
-    return lane_sum(row, begin, end, [](double v) { return v; });
+    const double total = float_sum(end - begin, [row, begin](int64_t i) { return static_cast<float>(row[begin + i]); });
+    if (std::isfinite(total)) return total;
   }
+  return lane_sum(row, begin, end, [](double v) { return v; });
 }
 
 // finish(r, sum of row r) for every row of a contiguous floating [rows, cols] buffer.

@@ -35,9 +35,12 @@ A lane_sum(int64_t n, Term&& term) {
 // kFloatLanes float lanes add a block of kSumBlock terms (16 per lane), then the block's lanes
 // are added into kLanes double lanes. That is one add per element where double lanes alone
 // need a conversion too, and a row streamed from memory summed 1.5-2x faster on a Xeon.
-// Fixed order on every instruction set, as lane_sum.
+// Fixed order on every instruction set, as lane_sum. Each lane rounds in float over its 16
+// terms, about PyTorch's f32 accuracy; terms above FLT_MAX / 16 can overflow a lane (callers
+// redo such rows in double: reduce.cpp's row_total).
 inline constexpr int kFloatLanes = 64;
 inline constexpr int64_t kSumBlock = 1024;
+static_assert(kSumBlock % kFloatLanes == 0 && kFloatLanes % kLanes == 0);
 
 template <class Term>
 double float_sum(int64_t n, Term&& term) {

@@ -36,15 +36,22 @@ std::string plural(int64_t n, const char* word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
-// CPUs in this process's affinity mask (the ids index /proc/stat's cpuN lines).
-std::vector<int> allowed_cpus() {
-  std::vector<int> ids;
+// CPUs in this process's affinity mask (the ids index /proc/stat's cpuN lines), in ascending
+// order, into ids[CPU_SETSIZE]; returns how many (0 when the mask cannot be read). A system
+// call and a loop: the start-up hook uses it before the C library is initialised.
+int affinity_cpus(int* ids) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+  int count = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
     for (int i = 0; i < CPU_SETSIZE; ++i)
-      if (CPU_ISSET(i, &set)) ids.push_back(i);
-  }
+      if (CPU_ISSET(i, &set)) ids[count++] = i;
+  return count;
+}
+
+std::vector<int> allowed_cpus() {
+  std::vector<int> ids(CPU_SETSIZE);
+  ids.resize(static_cast<size_t>(affinity_cpus(ids.data())));
   if (ids.empty()) {
     unsigned n = std::max(1u, std::thread::hardware_concurrency());
     for (unsigned i = 0; i < n; ++i) ids.push_back(static_cast<int>(i));
@@ -74,10 +81,10 @@ int cgroup_quota_cores() {
 // libraries are initialised.
 struct CpuTicks {
   unsigned long long busy = 0, total = 0;
-  bool ok = false;
+  int cpus = 0;  // how many of the given CPUs had a line
 };
 
-// Reads a decimal number at *p, skipping spaces first; moves *p past it.
+// Reads a decimal number at p, skipping spaces first; moves p past it.
 unsigned long long parse_ticks(const char*& p, const char* end) {
   while (p < end && *p == ' ') ++p;
   unsigned long long v = 0;
@@ -87,21 +94,21 @@ unsigned long long parse_ticks(const char*& p, const char* end) {
 
 CpuTicks read_cpu_ticks(const int* cpus, int count) {
   CpuTicks t;
-  // The cpuN lines come first; 64 KiB holds them for well over 512 CPUs.
+  // The cpu lines come first; 64 KiB holds them for about 800 CPUs (complete lines only count).
   char text[64 << 10];
   const int fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return t;
-  ssize_t size = 0;
-  for (ssize_t got = 1; got > 0 && size < static_cast<ssize_t>(sizeof text);) {
-    got = read(fd, text + size, sizeof text - static_cast<size_t>(size));
-    if (got > 0) size += got;
+  size_t size = 0;
+  for (ssize_t got = 1; got > 0 && size < sizeof text;) {
+    got = read(fd, text + size, sizeof text - size);
+    if (got > 0) size += static_cast<size_t>(got);
   }
   close(fd);
-  int found = 0;
-  for (const char *line = text, *end = text + size; line < end;) {
+  const char* const end = text + size;
+  for (const char* line = text; line < end;) {
     const char* next = static_cast<const char*>(std::memchr(line, '\n', static_cast<size_t>(end - line)));
-    if (next == nullptr) next = end;
-    if (next - line > 4 && std::strncmp(line, "cpu", 3) == 0 && line[3] >= '0' && line[3] <= '9') {
+    if (next == nullptr || std::strncmp(line, "cpu", 3) != 0) break;  // a cut-off line, or past the cpu lines
+    if (line[3] >= '0' && line[3] <= '9') {
       const char* p = line + 3;
       const auto id = static_cast<int>(parse_ticks(p, next));
       if (std::find(cpus, cpus + count, id) != cpus + count) {
@@ -112,12 +119,11 @@ CpuTicks read_cpu_ticks(const int* cpus, int count) {
         const unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
         t.busy += busy;
         t.total += busy + idle;
-        ++found;
+        ++t.cpus;
       }
     }
     line = next + 1;
   }
-  t.ok = found > 0;
   return t;
 }
 
@@ -127,21 +133,21 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// CPU time that other processes used on `cpus` over sample_s, in cores; -1 when unreadable.
+// CPU time that other processes used on `cpus` over sample_ms, in cores; -1 when unreadable.
 // System calls only, as read_cpu_ticks.
-double sample_busy_cores(const int* cpus, int count, double sample_s) {
+double sample_busy_cores(const int* cpus, int count, long sample_ms) {
   const double own0 = process_cpu_seconds();
   const CpuTicks a = read_cpu_ticks(cpus, count);
-  timespec pause{static_cast<time_t>(sample_s), static_cast<long>((sample_s - std::floor(sample_s)) * 1e9)};
+  timespec pause{sample_ms / 1000, sample_ms % 1000 * 1000000};
   while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
   }
   const CpuTicks b = read_cpu_ticks(cpus, count);
   const double own = process_cpu_seconds() - own0;
-  if (!a.ok || !b.ok || b.total <= a.total) return -1;
+  if (a.cpus == 0 || b.cpus != a.cpus || b.total <= a.total || b.busy < a.busy) return -1;
   const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
-  const double window_ticks = static_cast<double>(b.total - a.total) / static_cast<double>(count);
+  const double window_ticks = static_cast<double>(b.total - a.total) / static_cast<double>(a.cpus);
   const double others = static_cast<double>(b.busy - a.busy) - own * hz;
-  return std::clamp(others / window_ticks, 0.0, static_cast<double>(count));
+  return std::clamp(others / window_ticks, 0.0, static_cast<double>(a.cpus));
 }
 
 bool starts_with(const char* s, const char* prefix) {
@@ -195,7 +201,8 @@ ThreadChoice configure_threads(int64_t run_threads, const ThreadOptions& options
   in.ranks_per_host = options.ranks_per_host;
   if (int quota = cgroup_quota_cores(); quota > 0) in.cores = std::min(in.cores, quota);
   if (options.measure_load)
-    in.busy_cores = sample_busy_cores(cpus.data(), static_cast<int>(cpus.size()), options.sample_s);
+    in.busy_cores =
+        sample_busy_cores(cpus.data(), static_cast<int>(cpus.size()), std::lround(options.sample_s * 1e3));
   ThreadChoice c = choose_threads(in);
   if (c.source != "OMP_NUM_THREADS") {
     omp_set_num_threads(static_cast<int>(c.threads));
@@ -223,7 +230,8 @@ WaitPolicy wait_policy() {
   const char* spin = std::getenv("GOMP_SPINCOUNT");
   w.omp_wait_policy = policy ? policy : "";
   w.gomp_spincount = spin ? spin : "";
-  const std::string marker = std::getenv("GENESIS_WAIT_POLICY") ? std::getenv("GENESIS_WAIT_POLICY") : "";
+  const char* marker_env = std::getenv("GENESIS_WAIT_POLICY");
+  const std::string marker = marker_env ? marker_env : "";
   if (policy == nullptr && spin == nullptr)
     w.source = "libgomp default";
   else if (policy == nullptr && marker == "free" && w.gomp_spincount == kSpinCountFree)
@@ -235,8 +243,10 @@ WaitPolicy wait_policy() {
   return w;
 }
 
+bool is_free_host(double busy_cores) { return busy_cores >= 0 && busy_cores < kFreeHostBusyCores; }
+
 const char* spin_count_for(double busy_cores) {
-  return busy_cores >= 0 && busy_cores < kFreeHostBusyCores ? kSpinCountFree : kSpinCountShared;
+  return is_free_host(busy_cores) ? kSpinCountFree : kSpinCountShared;
 }
 
 std::string blas_threading() {
@@ -308,18 +318,12 @@ void preinit_wait_policy(int argc, char** argv, char** envp) {
   exe[len] = '\0';
   if (std::strstr(exe, "/ld-linux") != nullptr || std::strstr(exe, "/ld.so") != nullptr) return;
   // The load on this process's CPUs decides how long idle threads spin.
-  cpu_set_t set;
-  CPU_ZERO(&set);
   int cpus[CPU_SETSIZE];
-  int count = 0;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int i = 0; i < CPU_SETSIZE; ++i)
-      if (CPU_ISSET(i, &set)) cpus[count++] = i;
-  const double busy = count > 0 ? sample_busy_cores(cpus, count, kWaitPolicySampleSeconds) : -1;
-  const char* spin_count = spin_count_for(busy);
-  const bool free_host = std::strcmp(spin_count, kSpinCountFree) == 0;
+  const int count = affinity_cpus(cpus);
+  const double busy = count > 0 ? sample_busy_cores(cpus, count, kWaitPolicySampleMs) : -1;
+  const bool free_host = is_free_host(busy);
   static char spin[32] = "GOMP_SPINCOUNT=";
-  std::strncat(spin, spin_count, sizeof spin - std::strlen(spin) - 1);
+  std::strncat(spin, spin_count_for(busy), sizeof spin - std::strlen(spin) - 1);
   static char marker_free[] = "GENESIS_WAIT_POLICY=free";
   static char marker_shared[] = "GENESIS_WAIT_POLICY=shared";
   auto** env = static_cast<char**>(alloca((n + 3) * sizeof(char*)));

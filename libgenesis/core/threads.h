@@ -6,8 +6,8 @@
 // busy neighbour ran the MLP recipe 12x slower at 2 threads than at 1. Two remedies:
 //  - the wait policy: before libgomp reads its environment (GENESIS_PREINIT in main.cpp), the
 //    load on this process's CPUs is sampled and GOMP_SPINCOUNT set from it: 1,000 polls
-//    (microseconds, then a futex sleep) when other processes keep a core busy, 10,000 on a
-//    free host, where sleeping between ops cost more than the spinning (waking a thread takes
+//    (microseconds, then a futex sleep) when other processes use half a core or more, 10,000
+//    on a free host, where sleeping between ops cost more than the spinning (waking a thread takes
 //    tens of microseconds on a VM: MLP steps 16% slower at 1,000 on the 2-core build host);
 //    with a busy neighbour 10,000 made them 4.8x slower, 1,000 1.4x;
 //  - the thread count: run.threads when > 0, else OMP_NUM_THREADS when set, else the free
@@ -81,11 +81,13 @@ std::string blas_threading();
 // host that other processes keep busy and on a free one; the start-up sample that decides.
 inline constexpr const char* kSpinCountShared = "1000";
 inline constexpr const char* kSpinCountFree = "10000";
-inline constexpr double kWaitPolicySampleSeconds = 0.05;
+inline constexpr long kWaitPolicySampleMs = 50;
 // A host is free while other processes use less than this many cores of this process's CPUs
 // (choose_threads's rule: a core counts as busy when others use half of it or more).
 inline constexpr double kFreeHostBusyCores = 0.5;
-// kSpinCountFree below kFreeHostBusyCores, else (or when the load is unknown, < 0) kSpinCountShared.
+// Free below kFreeHostBusyCores; a load that could not be measured (< 0) is not free.
+bool is_free_host(double busy_cores);
+// kSpinCountFree on a free host, else kSpinCountShared.
 const char* spin_count_for(double busy_cores);
 
 // What the CPU offers that OpenBLAS's kernel choice depends on (kernels/cpu/isa.h).
@@ -116,12 +118,13 @@ std::string blas_core_source();
 
 // Runs before any shared library's constructor (from .preinit_array, see GENESIS_PREINIT):
 // when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, samples the load for
-// kWaitPolicySampleSeconds and re-executes the program (/proc/self/exe, same pid and
-// arguments) with GOMP_SPINCOUNT=spin_count_for(load) and GENESIS_WAIT_POLICY=free or shared
-// added. libgomp reads its environment once, in its own
-// constructor, before main() and before any constructor of the executable, so a setenv() in
-// main() would be too late, and at preinit time the C library's environment is not set up yet
-// for setenv(). Does nothing when the exec fails (the libgomp defaults then apply).
+// kWaitPolicySampleMs and re-executes the program (/proc/self/exe, same pid and arguments)
+// with GOMP_SPINCOUNT=spin_count_for(load) and GENESIS_WAIT_POLICY=free or shared added.
+// libgomp reads its environment once, in its own constructor, before main() and before any
+// constructor of the executable, so a setenv() in main() would be too late, and at preinit
+// time the C library's environment is not set up yet for setenv(). Does nothing when the
+// exec fails (the libgomp defaults then apply). Ranks that dist/launcher.cpp starts beside
+// each other get the shared count when the launcher had the free one.
 void preinit_wait_policy(int argc, char** argv, char** envp);
 
 }  // namespace genesis

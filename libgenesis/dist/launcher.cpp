@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/core/threads.h"
 
 extern char** environ;
 
@@ -148,13 +149,19 @@ int pick_free_port(const std::string& addr) {
 
 // The parent's environment without the names the launcher sets, then those, as "NAME=value".
 std::vector<std::string> child_environment(const LaunchOptions& options, int port, int rank) {
-  const std::pair<std::string, std::string> own[] = {{"RANK", std::to_string(rank)},
-                                                     {"LOCAL_RANK", std::to_string(rank)},
-                                                     {"WORLD_SIZE", std::to_string(options.nproc)},
-                                                     {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
-                                                     {"MASTER_ADDR", options.master_addr},
-                                                     {"MASTER_PORT", std::to_string(port)},
-                                                     {"GENESIS_LAUNCHED", "1"}};
+  std::vector<std::pair<std::string, std::string>> own = {{"RANK", std::to_string(rank)},
+                                                          {"LOCAL_RANK", std::to_string(rank)},
+                                                          {"WORLD_SIZE", std::to_string(options.nproc)},
+                                                          {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
+                                                          {"MASTER_ADDR", options.master_addr},
+                                                          {"MASTER_PORT", std::to_string(port)},
+                                                          {"GENESIS_LAUNCHED", "1"}};
+  // The launcher sampled a free host before any rank existed; ranks that share it spin briefly
+  // (core/threads.h), unless the user chose the wait policy.
+  if (options.nproc > 1 && wait_policy().source == "genesis, free host") {
+    own.emplace_back("GOMP_SPINCOUNT", kSpinCountShared);
+    own.emplace_back("GENESIS_WAIT_POLICY", "shared");
+  }
   std::vector<std::string> env;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string_view text(*entry);
