@@ -1,9 +1,9 @@
 #pragma once
 // CPU reductions over the last dimension of a contiguous [rows, cols] buffer. Floating
 // inputs accumulate in double (f32, f16 and bf16 sums and means in float lanes per block of
-// 1,024 elements first: row_reduce.h's float_sum) and write their own dtype. Rows longer than a fixed column
-// chunk are split across threads; the chunk partials are combined in column order, so
-// results do not depend on the number of threads.
+// 1,024 elements first: row_reduce.h's float_sum) and write their own dtype. Rows longer than
+// a fixed column chunk are split across threads; the chunk partials are combined in column
+// order, so results do not depend on the number of threads.
 #include <cstdint>
 
 #include "kernels/common/extreme.h"

@@ -4,7 +4,7 @@
 // bits), so a loop over them becomes AVX-512 / AVX2 code inside with_cpu_isa
 // (kernels/cpu/isa.h). libm's scalar calls made gelu 9x and exp 4x slower than PyTorch's
 // vectorized kernels. Accuracy: exp within 2 ulp (Cephes's reduction and polynomial), tanh
-// within 3, the normal distribution's tail 1.8e-7 relative plus exp's; double keeps
+// within 3, the normal distribution's tail about 2e-7 relative plus exp's; double keeps
 // kernels/common/math.h's libm formulas.
 #include <bit>
 #include <cmath>

@@ -15,6 +15,15 @@ namespace {
 
 using namespace flash;
 
+// The backward kernels' shared memory: the block's own two operands (kRows rows each;
+// K and V for dK/dV, Q and dO for dQ), then the two it streams, two buffers of kTile rows each.
+template <class T, int D, int kTile>
+__device__ __forceinline__ std::array<T*, 4> backward_tiles(unsigned char* smem) {
+  T* own = reinterpret_cast<T*>(smem);
+  T* streamed = own + 2 * kRows * kStride<D>;
+  return {own, own + kRows * kStride<D>, streamed, streamed + 2 * kTile * kStride<D>};
+}
+
 // The top of a double-buffered tile loop: starts the next tile's loads into the other buffer
 // when there is one, then waits for this tile's (every thread's, so that all of it has landed).
 template <class LoadNext>

@@ -41,15 +41,6 @@ __device__ __forceinline__ QueryRows<T> query_rows(const FlashParams& p, int64_t
           p.lse + (b * p.q_heads + h) * p.q_len, p.delta + (b * p.q_heads + h) * p.q_len};
 }
 
-// The mma.sync backward kernels' shared memory: the block's own two operands (kRows rows each;
-// K and V for dK/dV, Q and dO for dQ), then the two it streams, two buffers of kTile rows each.
-template <class T, int D, int kTile>
-__device__ __forceinline__ std::array<T*, 4> backward_tiles(unsigned char* smem) {
-  T* own = reinterpret_cast<T*>(smem);
-  T* streamed = own + 2 * kRows * kStride<D>;
-  return {own, own + kRows * kStride<D>, streamed, streamed + 2 * kTile * kStride<D>};
-}
-
 // --- masks -------------------------------------------------------------------------------------
 
 // What a masked tile shows a lane's two rows, worked out once per tile so that each element costs

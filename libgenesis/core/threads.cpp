@@ -111,7 +111,7 @@ CpuTicks read_cpu_ticks(const int* cpus, int count) {
     if (line[3] >= '0' && line[3] <= '9') {
       const char* p = line + 3;
       const auto id = static_cast<int>(parse_ticks(p, next));
-      if (std::find(cpus, cpus + count, id) != cpus + count) {
+      if (std::binary_search(cpus, cpus + count, id)) {  // affinity_cpus lists them in ascending order
         // user nice system idle iowait irq softirq steal (guest time is already in user).
         unsigned long long v[8] = {};
         for (unsigned long long& x : v) x = parse_ticks(p, next);
@@ -133,7 +133,7 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// CPU time that other processes used on `cpus` over sample_ms, in cores; -1 when unreadable.
+// CPU time that other processes used on `cpus` (ascending) over sample_ms, in cores; -1 when unreadable.
 // System calls only, as read_cpu_ticks.
 double sample_busy_cores(const int* cpus, int count, long sample_ms) {
   const double own0 = process_cpu_seconds();
