@@ -159,6 +159,13 @@ GENESIS_CUDA_PARITY("relu") {
 }
 GENESIS_CUDA_PARITY("gelu") {
   check_unary([](const Tensor& x) { return gelu(x); }, -3, 3);
+  // The lower tail in relative terms: x Phi(x) reaches 1e-32 (f32) and 1e-88 (f64) here, where
+  // Phi computed as (1 + erf) / 2 is 0. Rounding x / sqrt 2 moves the result by about x^2 ulp.
+  const auto gelu_erf = [](const TensorList& in) { return gelu(in[0]); };
+  check_parity(gelu_erf, {random_input({1031}, DType::f32, -12, -2)}, {3e-5, 0.0});
+  check_backward_parity(gelu_erf, {random_input({37, 129}, DType::f32, -12, -2)}, {5e-5, 0.0});
+  check_parity(gelu_erf, {random_input({1031}, DType::f64, -20, -2)}, {1e-12, 0.0});
+  check_backward_parity(gelu_erf, {random_input({37, 129}, DType::f64, -20, -2)}, {1e-12, 0.0});
 }
 GENESIS_CUDA_PARITY("gelu_tanh") {
   check_unary([](const Tensor& x) { return gelu(x, GeluApproximation::tanh); }, -3, 3);

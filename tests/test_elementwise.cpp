@@ -94,6 +94,20 @@ TEST_CASE("f32 gelu keeps its relative accuracy in the lower tail", "[cpu][eleme
   }
 }
 
+TEST_CASE("f64 gelu keeps its relative accuracy in the lower tail", "[cpu][elementwise]") {
+  // Phi(-10) = 7.6198530241605260e-24 and Phi(-20) = 2.7536241186062336e-89 (tables of the
+  // normal integral); (1 + erf(x / sqrt 2)) / 2 gives 0 at both.
+  Tensor x = from_vector(std::vector<double>{-10.0, -20.0}, {2});
+  const std::vector<double> value = gelu(x).to_vector<double>();
+  CHECK(std::fabs(value[0] / (-10.0 * 7.6198530241605260e-24) - 1.0) < 1e-12);
+  CHECK(std::fabs(value[1] / (-20.0 * 2.7536241186062336e-89) - 1.0) < 1e-12);
+  x.requires_grad_(true);
+  sum(gelu(x)).backward();
+  const std::vector<double> grad = x.grad().to_vector<double>();
+  // d/dx x Phi(x) = Phi(x) + x phi(x); at x = -10 the density term dominates: phi(-10) = 7.6945986267064194e-23.
+  CHECK(std::fabs(grad[0] / (7.6198530241605260e-24 - 10.0 * 7.6945986267064194e-23) - 1.0) < 1e-12);
+}
+
 TEST_CASE("unary dtype rules", "[cpu][elementwise]") {
   Tensor i = from_vector(std::vector<int32_t>{-2, 0, 3}, {3});
   CHECK(neg(i).dtype() == DType::i32);

@@ -19,7 +19,7 @@ inline constexpr double kGeluTanhCubic = 0.044715;
 // Floating-point forward formulas, evaluated in the accumulator type T (float or double).
 template <class T>
 GENESIS_HD T unary_float(UnaryOp op, T x, T p, T q) {
-  using std::abs, std::exp, std::log, std::log1p, std::sqrt, std::sin, std::cos, std::tanh, std::erf, std::pow;
+  using std::abs, std::exp, std::log, std::log1p, std::sqrt, std::sin, std::cos, std::tanh, std::erfc, std::pow;
   switch (op) {
     case UnaryOp::neg: return -x;
     case UnaryOp::abs: return abs(x);
@@ -37,7 +37,9 @@ GENESIS_HD T unary_float(UnaryOp op, T x, T p, T q) {
       T inner = T(kGeluTanhScale) * (x + T(kGeluTanhCubic) * x * x * x);
       return T(0.5) * x * (T(1) + tanh(inner));
     }
-    case UnaryOp::gelu_erf: return T(0.5) * x * (T(1) + erf(x * T(0.7071067811865476)));
+    // Phi(x) = erfc(-x / sqrt 2) / 2 keeps its relative accuracy in the lower tail, where
+    // (1 + erf(x / sqrt 2)) / 2 cancels to nothing (x below about -8 in double).
+    case UnaryOp::gelu_erf: return T(0.5) * x * erfc(x * T(-0.7071067811865476));
     case UnaryOp::silu: return x / (T(1) + exp(-x));
     case UnaryOp::softplus: {  // p = beta, q = threshold: linear above threshold like PyTorch
       T bx = p * x;
@@ -89,7 +91,7 @@ GENESIS_HD bool binary_compare(BinaryOp op, T a, T b) {
 // d op(x) / dx, evaluated from the input x (recomputing the forward where needed).
 template <class T>
 GENESIS_HD T unary_float_derivative(UnaryOp op, T x, T p, T q) {
-  using std::exp, std::log1p, std::sqrt, std::sin, std::cos, std::tanh, std::erf, std::pow;
+  using std::exp, std::log1p, std::sqrt, std::sin, std::cos, std::tanh, std::erfc, std::pow;
   switch (op) {
     case UnaryOp::neg: return T(-1);
     case UnaryOp::abs: return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
@@ -117,7 +119,7 @@ GENESIS_HD T unary_float_derivative(UnaryOp op, T x, T p, T q) {
       return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
     }
     case UnaryOp::gelu_erf: {
-      T cdf = T(0.5) * (T(1) + erf(x * T(0.7071067811865476)));
+      T cdf = T(0.5) * erfc(x * T(-0.7071067811865476));
       T pdf = exp(T(-0.5) * x * x) * T(0.3989422804014327);
       return cdf + x * pdf;
     }
