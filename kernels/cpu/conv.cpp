@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/loops.h"
+#include "kernels/cpu/reduce.h"
 
 namespace genesis::kernels::cpu {
 
@@ -198,9 +199,7 @@ void conv2d_forward_typed(const Conv2dShape& s, const T* x, const T* w, const T*
 }
 
 template <class T>
-void conv2d_backward_input_typed(const Conv2dShape& s, const T* grad_y, const T* w, T* grad_x) {
-  if constexpr (std::is_same_v<T, float>)
-    if (use_dnnl(s) && conv_dnnl_backward_input(s, grad_y, w, grad_x)) return;
+void conv2d_backward_input_im2col(const Conv2dShape& s, const T* grad_y, const T* w, T* grad_x) {
   const ConvSizes g(s);
   gemm_per_sample_group<Columns::to_images>(s, g, grad_x, [&](int64_t n, int64_t grp, T* cols) {
     // columns [patch, spatial] = W_g^T [patch, out_per_group] x grad_y_g [out_per_group, spatial]
@@ -211,9 +210,7 @@ void conv2d_backward_input_typed(const Conv2dShape& s, const T* grad_y, const T*
 }
 
 template <class T>
-void conv2d_backward_weight_typed(const Conv2dShape& s, const T* x, const T* grad_y, T* grad_w) {
-  if constexpr (std::is_same_v<T, float>)
-    if (use_dnnl(s) && conv_dnnl_backward_weight(s, x, grad_y, grad_w)) return;
+void conv2d_backward_weight_im2col(const Conv2dShape& s, const T* x, const T* grad_y, T* grad_w) {
   const ConvSizes g(s);
   std::fill(grad_w, grad_w + s.out_channels * g.patch, T(0));
   gemm_per_sample_group<Columns::from_images>(s, g, x, [&](int64_t n, int64_t grp, const T* cols) {
@@ -222,6 +219,22 @@ void conv2d_backward_weight_typed(const Conv2dShape& s, const T* x, const T* gra
     blas_gemm(false, true, g.out_per_group, g.patch, g.spatial, gy, g.spatial, cols, g.spatial, T(1),
               grad_w + grp * g.out_per_group * g.patch, g.patch);
   });
+}
+
+template <class T>
+void conv2d_backward_typed(const Conv2dShape& s, const T* grad_y, const T* x, const T* w, T* grad_x, T* grad_w,
+                           T* grad_bias) {
+  bool bias_done = false;
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_dnnl(s) && conv_dnnl_backward(s, grad_y, x, w, grad_x, grad_w, grad_w ? grad_bias : nullptr)) {
+      bias_done = grad_w != nullptr;
+      grad_x = grad_w = nullptr;
+    }
+  }
+  if (grad_x) conv2d_backward_input_im2col(s, grad_y, w, grad_x);
+  if (grad_w) conv2d_backward_weight_im2col(s, x, grad_y, grad_w);
+  if (grad_bias && !bias_done)
+    sum_channels(dtype_of<T>(), s.batch, s.out_channels, s.out_h * s.out_w, grad_y, grad_bias);
 }
 
 // Window bounds of output position `o` along one dimension, clipped to the input [0, size).
@@ -379,8 +392,9 @@ void avg_pool2d_backward_typed(const Pool2dShape& s, const T* grad_y, T* grad_x)
 
 #if !GENESIS_WITH_DNNL
 bool conv_dnnl_forward(const Conv2dShape&, const float*, const float*, const float*, float*) { return false; }
-bool conv_dnnl_backward_input(const Conv2dShape&, const float*, const float*, float*) { return false; }
-bool conv_dnnl_backward_weight(const Conv2dShape&, const float*, const float*, float*) { return false; }
+bool conv_dnnl_backward(const Conv2dShape&, const float*, const float*, const float*, float*, float*, float*) {
+  return false;
+}
 #else
 std::string conv_dnnl_implementation(const Conv2dShape& s);  // conv_dnnl.cpp
 #endif
@@ -402,17 +416,12 @@ void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void
   });
 }
 
-void conv2d_backward_input(DType dtype, const Conv2dShape& s, const void* grad_y, const void* w, void* grad_x) {
+void conv2d_backward(DType dtype, const Conv2dShape& s, const void* grad_y, const void* x, const void* w,
+                     Conv2dGradients out) {
   GENESIS_DISPATCH_F32_F64(dtype, "conv2d backward", {
-    conv2d_backward_input_typed<scalar_t>(s, static_cast<const scalar_t*>(grad_y), static_cast<const scalar_t*>(w),
-                                          static_cast<scalar_t*>(grad_x));
-  });
-}
-
-void conv2d_backward_weight(DType dtype, const Conv2dShape& s, const void* x, const void* grad_y, void* grad_w) {
-  GENESIS_DISPATCH_F32_F64(dtype, "conv2d backward", {
-    conv2d_backward_weight_typed<scalar_t>(s, static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(grad_y),
-                                           static_cast<scalar_t*>(grad_w));
+    conv2d_backward_typed<scalar_t>(s, static_cast<const scalar_t*>(grad_y), static_cast<const scalar_t*>(x),
+                                    static_cast<const scalar_t*>(w), static_cast<scalar_t*>(out.x),
+                                    static_cast<scalar_t*>(out.w), static_cast<scalar_t*>(out.bias));
   });
 }
 

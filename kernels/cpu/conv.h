@@ -17,16 +17,26 @@ using kernels::Pool2dShape;
 
 // y [N, C_out, oH, oW] = x [N, C_in, H, W] (*) w [C_out, C_in / groups, kH, kW] (+ bias [C_out] when non-null).
 void conv2d_forward(DType dtype, const Conv2dShape& s, const void* x, const void* w, const void* bias, void* y);
-// grad_x [N, C_in, H, W] from grad_y and w (overwritten, not accumulated).
-void conv2d_backward_input(DType dtype, const Conv2dShape& s, const void* grad_y, const void* w, void* grad_x);
-// grad_w [C_out, C_in / groups, kH, kW] from x and grad_y, summed over the batch in order.
-void conv2d_backward_weight(DType dtype, const Conv2dShape& s, const void* x, const void* grad_y, void* grad_w);
+// The gradients conv2d's backward computes, each where its pointer is non-null (overwritten,
+// not accumulated):
+//   x     [N, C_in, H, W] from grad_y and w;
+//   w     [C_out, C_in / groups, kH, kW] from x and grad_y, summed over the batch;
+//   bias  [C_out], the sum of grad_y over the batch and pixels of each channel.
+struct Conv2dGradients {
+  void* x = nullptr;
+  void* w = nullptr;
+  void* bias = nullptr;
+};
+// x may be null when out.w is, w when out.x is.
+void conv2d_backward(DType dtype, const Conv2dShape& s, const void* grad_y, const void* x, const void* w,
+                     Conv2dGradients out);
 
 // The f32 path through oneDNN: false when it does not take the shape (or genesis was built
 // without oneDNN), and the caller computes it otherwise. Same contracts as above.
 bool conv_dnnl_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y);
-bool conv_dnnl_backward_input(const Conv2dShape& s, const float* grad_y, const float* w, float* grad_x);
-bool conv_dnnl_backward_weight(const Conv2dShape& s, const float* x, const float* grad_y, float* grad_w);
+// grad_bias only together with grad_w (the weights' primitive sums it while reading grad_y).
+bool conv_dnnl_backward(const Conv2dShape& s, const float* grad_y, const float* x, const float* w, float* grad_x,
+                        float* grad_w, float* grad_bias);
 // Which f32 convolution runs for a shape: "oneDNN 2.6.3 jit:avx2", "im2col + OpenBLAS" (for
 // `genesis info` and the bench).
 std::string conv2d_implementation(const Conv2dShape& s);

@@ -10,10 +10,10 @@
 
 #include <array>
 #include <cstdlib>
-#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -68,10 +68,12 @@ struct Pass {
 struct Plan {
   std::mutex mutex;  // the buffers are per plan: one call at a time
   Pass<Forward> forward;
-  // Backward, made on first use.
+  // Backward, made on first use. The weights' primitive always sums the bias gradient too
+  // (into bias_sink when the caller wants none): it reads grad_y anyway.
   bool has_backward = false;
   Pass<BackwardData> backward_data;
   Pass<BackwardWeights> backward_weights;
+  std::vector<float> bias_sink;
   bool with_bias = false;
 };
 
@@ -138,21 +140,20 @@ std::unique_ptr<Plan> make_plan(const Conv2dShape& s, bool bias) {
 
 // The descriptor of a backward primitive (data or weights), with the forward's as the hint
 // oneDNN wants.
-template <class Backward>
-typename Backward::primitive_desc backward_pd(const Geometry& g, const Forward::primitive_desc& forward) {
-  const typename Backward::desc desc(dnnl::algorithm::convolution_direct, g.src_any, g.w_any, g.dst_any, g.strides,
-                                     g.dilates, g.pad_l, g.pad_r);
-  return typename Backward::primitive_desc(desc, cpu_engine(), forward);
-}
-
 void add_backward(Plan& plan, const Conv2dShape& s) {
   if (plan.has_backward) return;
   const Geometry g(s);
-  const auto data = backward_pd<BackwardData>(g, plan.forward.pd);
+  const BackwardData::desc data_desc(dnnl::algorithm::convolution_direct, g.src_any, g.w_any, g.dst_any, g.strides,
+                                     g.dilates, g.pad_l, g.pad_r);
+  const BackwardData::primitive_desc data(data_desc, cpu_engine(), plan.forward.pd);
   plan.backward_data = g.pass<BackwardData>(data, data.diff_src_desc(), data.weights_desc(), data.diff_dst_desc());
-  const auto weights = backward_pd<BackwardWeights>(g, plan.forward.pd);
+  const memory::desc bias_md({s.out_channels}, Dt::f32, Tag::x);
+  const BackwardWeights::desc weights_desc(dnnl::algorithm::convolution_direct, g.src_any, g.w_any, bias_md,
+                                           g.dst_any, g.strides, g.dilates, g.pad_l, g.pad_r);
+  const BackwardWeights::primitive_desc weights(weights_desc, cpu_engine(), plan.forward.pd);
   plan.backward_weights =
       g.pass<BackwardWeights>(weights, weights.src_desc(), weights.diff_weights_desc(), weights.diff_dst_desc());
+  plan.bias_sink.resize(static_cast<size_t>(s.out_channels));
   plan.has_backward = true;
 }
 
@@ -176,59 +177,23 @@ Plan* plan_for(const Conv2dShape& s, bool bias) {
   return (plans[key] = std::move(plan)).get();
 }
 
-// An argument of a primitive (DNNL_ARG_*): its operand in the plan and the caller's buffer.
-struct Input {
-  int arg;
-  Operand* operand;
-  const float* data;
-};
-struct Output {
-  int arg;
-  Operand* operand;
-  float* data;
-};
-
-// Runs `prim` with its operands moved into the wanted layouts: inputs reordered in before,
-// outputs reordered out after.
-void run(dnnl::primitive& prim, std::initializer_list<Input> inputs, std::initializer_list<Output> outputs,
-         std::vector<std::pair<int, memory>> extra = {}) {
-  dnnl::stream stream(cpu_engine());
-  std::unordered_map<int, memory> args;
-  for (const Input& in : inputs) {
-    void* data = const_cast<float*>(in.data);  // oneDNN's memory takes a mutable handle; a source is only read
-    memory wanted = in.operand->wanted_memory(data);
-    if (in.operand->reordered()) {
-      memory user(in.operand->user, cpu_engine(), data);
-      dnnl::reorder(user, wanted).execute(stream, user, wanted);
-    }
-    args.insert({in.arg, wanted});
+// `data` in the layout `operand` wants: the user's buffer itself, or the plan's buffer filled by
+// a reorder.
+memory reordered_in(dnnl::stream& stream, Operand& operand, const float* data) {
+  void* handle = const_cast<float*>(data);  // oneDNN's memory takes a mutable handle; a source is only read
+  memory wanted = operand.wanted_memory(handle);
+  if (operand.reordered()) {
+    memory user(operand.user, cpu_engine(), handle);
+    dnnl::reorder(user, wanted).execute(stream, user, wanted);
   }
-  for (const Output& out : outputs) args.insert({out.arg, out.operand->wanted_memory(out.data)});
-  for (auto& [arg, mem] : extra) args.insert({arg, mem});
-  prim.execute(stream, args);
-  for (const Output& out : outputs) {
-    if (!out.operand->reordered()) continue;
-    memory user(out.operand->user, cpu_engine(), out.data);
-    dnnl::reorder(args.at(out.arg), user).execute(stream, args.at(out.arg), user);
-  }
-  stream.wait();
+  return wanted;
 }
 
-// Runs `body` on the shape's plan with its backward primitives made; false when oneDNN does not
-// take the shape. The backward primitives need the forward's plan as their hint; a forward
-// without bias serves (the data and weight gradients do not depend on the bias).
-template <class Body>
-bool with_backward(const Conv2dShape& s, Body&& body) {
-  Plan* plan = plan_for(s, false);
-  if (!plan) return false;
-  std::lock_guard lock(plan->mutex);
-  try {
-    add_backward(*plan, s);
-  } catch (const dnnl::error&) {
-    return false;
-  }
-  body(*plan);
-  return true;
+// Moves a result computed in `wanted` (operand.wanted_memory(data)) to the user's buffer `data`.
+void reordered_out(dnnl::stream& stream, Operand& operand, memory& wanted, float* data) {
+  if (!operand.reordered()) return;
+  memory user(operand.user, cpu_engine(), data);
+  dnnl::reorder(wanted, user).execute(stream, wanted, user);
 }
 
 }  // namespace
@@ -238,27 +203,55 @@ bool conv_dnnl_forward(const Conv2dShape& s, const float* x, const float* w, con
   if (!plan) return false;
   std::lock_guard lock(plan->mutex);
   Pass<Forward>& pass = plan->forward;
-  std::vector<std::pair<int, memory>> extra;
-  if (bias) extra.push_back({DNNL_ARG_BIAS, memory(pass.pd.bias_desc(), cpu_engine(), const_cast<float*>(bias))});
-  run(pass.primitive, {{DNNL_ARG_SRC, &pass.src, x}, {DNNL_ARG_WEIGHTS, &pass.weights, w}},
-      {{DNNL_ARG_DST, &pass.dst, y}}, extra);
+  dnnl::stream stream(cpu_engine());
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, reordered_in(stream, pass.src, x)},
+                                       {DNNL_ARG_WEIGHTS, reordered_in(stream, pass.weights, w)},
+                                       {DNNL_ARG_DST, pass.dst.wanted_memory(y)}};
+  if (bias) args.insert({DNNL_ARG_BIAS, memory(pass.pd.bias_desc(), cpu_engine(), const_cast<float*>(bias))});
+  pass.primitive.execute(stream, args);
+  reordered_out(stream, pass.dst, args.at(DNNL_ARG_DST), y);
+  stream.wait();
   return true;
 }
 
-bool conv_dnnl_backward_input(const Conv2dShape& s, const float* grad_y, const float* w, float* grad_x) {
-  return with_backward(s, [&](Plan& plan) {
-    Pass<BackwardData>& pass = plan.backward_data;
-    run(pass.primitive, {{DNNL_ARG_DIFF_DST, &pass.dst, grad_y}, {DNNL_ARG_WEIGHTS, &pass.weights, w}},
-        {{DNNL_ARG_DIFF_SRC, &pass.src, grad_x}});
-  });
-}
-
-bool conv_dnnl_backward_weight(const Conv2dShape& s, const float* x, const float* grad_y, float* grad_w) {
-  return with_backward(s, [&](Plan& plan) {
-    Pass<BackwardWeights>& pass = plan.backward_weights;
-    run(pass.primitive, {{DNNL_ARG_SRC, &pass.src, x}, {DNNL_ARG_DIFF_DST, &pass.dst, grad_y}},
-        {{DNNL_ARG_DIFF_WEIGHTS, &pass.weights, grad_w}});
-  });
+// The backward primitives need the forward's as their hint; a forward without bias serves (the
+// gradients do not depend on the bias). grad_y is reordered once when both primitives want the
+// same layout of it (they do on every ISA seen so far).
+bool conv_dnnl_backward(const Conv2dShape& s, const float* grad_y, const float* x, const float* w, float* grad_x,
+                        float* grad_w, float* grad_bias) {
+  Plan* plan = plan_for(s, false);
+  if (!plan) return false;
+  std::lock_guard lock(plan->mutex);
+  try {
+    add_backward(*plan, s);
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  Pass<BackwardData>& data = plan->backward_data;
+  Pass<BackwardWeights>& weights = plan->backward_weights;
+  dnnl::stream stream(cpu_engine());
+  std::optional<memory> grad_y_shared;
+  if (grad_x) {
+    memory gy = reordered_in(stream, data.dst, grad_y);
+    memory gx = data.src.wanted_memory(grad_x);
+    data.primitive.execute(stream, {{DNNL_ARG_DIFF_DST, gy},
+                                    {DNNL_ARG_WEIGHTS, reordered_in(stream, data.weights, w)},
+                                    {DNNL_ARG_DIFF_SRC, gx}});
+    reordered_out(stream, data.src, gx, grad_x);
+    if (data.dst.wanted == weights.dst.wanted) grad_y_shared = gy;
+  }
+  if (grad_w) {
+    memory gw = weights.weights.wanted_memory(grad_w);
+    float* bias = grad_bias ? grad_bias : plan->bias_sink.data();
+    weights.primitive.execute(
+        stream, {{DNNL_ARG_DIFF_DST, grad_y_shared ? *grad_y_shared : reordered_in(stream, weights.dst, grad_y)},
+                 {DNNL_ARG_SRC, reordered_in(stream, weights.src, x)},
+                 {DNNL_ARG_DIFF_WEIGHTS, gw},
+                 {DNNL_ARG_DIFF_BIAS, memory(weights.pd.diff_bias_desc(), cpu_engine(), bias)}});
+    reordered_out(stream, weights.weights, gw, grad_w);
+  }
+  stream.wait();
+  return true;
 }
 
 std::string conv_dnnl_implementation(const Conv2dShape& s) {

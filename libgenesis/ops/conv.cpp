@@ -127,7 +127,7 @@ Tensor conv2d_forward_cpu(const Conv2dShape& s, const Tensor& x, const Tensor& w
 }
 
 struct ConvGrads {
-  Tensor x, w;
+  Tensor x, w, b;
 };
 
 // What conv2d's backward keeps of its operands: the input only for the weight's gradient, the
@@ -139,22 +139,23 @@ struct ConvSaved {
   Device device;
 };
 
-// Gradients of the input and weight (where asked) from grad_y `gy`, contiguous in the compute type.
-ConvGrads conv2d_backward_cpu(const Conv2dShape& s, const ConvSaved& in, const Tensor& gy, bool need_x, bool need_w) {
+// Gradients of the input, weight and bias (where asked) from grad_y `gy`, contiguous in the
+// compute type: one kernel call, which reads grad_y once for the weight and bias.
+ConvGrads conv2d_backward_cpu(const Conv2dShape& s, const ConvSaved& in, const Tensor& gy, bool need_x, bool need_w,
+                              bool need_b) {
   const DType compute = gy.dtype();
   ConvGrads grads;
-  if (need_x) {
-    Tensor wc = in.weight.to(compute).contiguous();
-    grads.x = empty(in.x_shape, {.dtype = compute});
-    kernels::cpu::conv2d_backward_input(compute, s, gy.data_ptr(), wc.data_ptr(), grads.x.data_ptr());
-    grads.x = grads.x.to(in.x_dtype);
-  }
-  if (need_w) {
-    Tensor xc = in.x.to(compute).contiguous();
-    grads.w = empty(in.w_shape, {.dtype = compute});
-    kernels::cpu::conv2d_backward_weight(compute, s, xc.data_ptr(), gy.data_ptr(), grads.w.data_ptr());
-    grads.w = grads.w.to(in.w_dtype);
-  }
+  Tensor wc = need_x ? in.weight.to(compute).contiguous() : Tensor();
+  Tensor xc = need_w ? in.x.to(compute).contiguous() : Tensor();
+  kernels::cpu::Conv2dGradients out;
+  if (need_x) out.x = (grads.x = empty(in.x_shape, {.dtype = compute})).data_ptr();
+  if (need_w) out.w = (grads.w = empty(in.w_shape, {.dtype = compute})).data_ptr();
+  if (need_b) out.bias = (grads.b = empty({s.out_channels}, {.dtype = compute})).data_ptr();
+  kernels::cpu::conv2d_backward(compute, s, gy.data_ptr(), need_w ? xc.data_ptr() : nullptr,
+                                need_x ? wc.data_ptr() : nullptr, out);
+  if (need_x) grads.x = grads.x.to(in.x_dtype);
+  if (need_w) grads.w = grads.w.to(in.w_dtype);
+  if (need_b) grads.b = grads.b.to(in.x_dtype);
   return grads;
 }
 
@@ -174,9 +175,11 @@ Tensor conv2d_forward_cuda(const Conv2dShape& s, const Tensor& x, const Tensor& 
   return y;
 }
 
-ConvGrads conv2d_backward_cuda(const Conv2dShape& s, const ConvSaved& in, const Tensor& gy, bool need_x, bool need_w) {
+ConvGrads conv2d_backward_cuda(const Conv2dShape& s, const ConvSaved& in, const Tensor& gy, bool need_x, bool need_w,
+                               bool need_b) {
   const DType compute = gy.dtype();
   ConvGrads grads;
+  if (need_b) grads.b = sum(gy, {0, 2, 3}).to(in.x_dtype);
   if (!need_x && !need_w) return grads;
   Tensor columns = empty({kernels::cuda::conv2d_column_elements(s)}, {.dtype = compute, .device = in.device});
   if (need_x) {
@@ -229,12 +232,11 @@ Tensor conv2d(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_
              Tensor gy = g[0].to(compute).contiguous();
              ConvGrads grads;
              if (in.device.is_cpu()) {
-               grads = conv2d_backward_cpu(s, in, gy, need_x, need_w);
+               grads = conv2d_backward_cpu(s, in, gy, need_x, need_w, need_b);
              } else {
-               GENESIS_ON_CUDA(grads = conv2d_backward_cuda(s, in, gy, need_x, need_w));
+               GENESIS_ON_CUDA(grads = conv2d_backward_cuda(s, in, gy, need_x, need_w, need_b));
              }
-             Tensor gb = need_b ? sum(gy, {0, 2, 3}).to(in.x_dtype) : Tensor();
-             return TensorList{grads.x, grads.w, gb};
+             return TensorList{grads.x, grads.w, grads.b};
            });
   }
   return y;
