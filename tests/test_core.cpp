@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "libgenesis/core/allocator.h"
 #include "tests/testing.h"
 
 using namespace genesis;
@@ -49,6 +50,27 @@ TEST_CASE("dense f32 casts to f16 and bf16 give the scalar conversion's bits", "
     INFO("f32 bits 0x" << std::hex << bits[i]);
     REQUIRE(h[i].bits == float16(values[i]).bits);
     REQUIRE(b[i].bits == bfloat16(values[i]).bits);
+  }
+}
+
+TEST_CASE("host blocks: 64-byte aligned, 2 MiB aligned from 2 MiB on, large ones reused", "[cpu][core]") {
+  Allocator& host = allocator_for(Device{});
+  for (size_t bytes : {size_t{1}, size_t{100}, size_t{1} << 20, (size_t{2} << 20) - 64, size_t{2} << 20,
+                       (size_t{5} << 20) + 12345}) {
+    INFO("bytes " << bytes);
+    auto* p = static_cast<unsigned char*>(host.allocate(bytes));
+    REQUIRE(p != nullptr);
+    const auto address = reinterpret_cast<uintptr_t>(p);
+    CHECK(address % 64 == 0);
+    if (bytes >= (size_t{2} << 20)) CHECK(address % (size_t{2} << 20) == 0);
+    std::memset(p, 0xA5, bytes);  // every byte is writable
+    CHECK(p[bytes - 1] == 0xA5);
+    host.deallocate(p, bytes);
+    if (bytes >= (size_t{1} << 20)) {
+      void* again = host.allocate(bytes);  // the cached block of that size class
+      CHECK(again == p);
+      host.deallocate(again, bytes);
+    }
   }
 }
 
