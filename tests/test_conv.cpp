@@ -315,30 +315,34 @@ TEST_CASE("conv2d in f32 (oneDNN where built with it) matches f64 forward and ba
 TEST_CASE("conv2d backward computes exactly the gradients asked for, in f32 and f64", "[cpu][conv]") {
   // Every subset of {input, weight, bias} requiring grad, with and without a bias: the f32 path
   // (oneDNN's primitives where built with them, which sum the bias gradient with the weight's or
-  // into a sink) against f64 (im2col, the bias summed apart).
-  const ConvCase c{{3, 8, 9, 11}, {16, 8, 3, 3}, {.padding = {1, 1}}};
-  Tensor x = testing::rand_values(c.x, DType::f64), w = testing::rand_values(c.w, DType::f64);
-  Tensor b = testing::rand_values({c.w[0]}, DType::f64);
-  Tensor gy = testing::rand_values({3, 16, 9, 11}, DType::f64);
-  for (int mask = 1; mask < 8; ++mask) {
-    for (bool with_bias : {true, false}) {
-      const bool gx = mask & 1, gw = mask & 2, gb = (mask & 4) && with_bias;
-      if (!gx && !gw && !gb) continue;
-      INFO("grads: x " << gx << ", w " << gw << ", bias " << gb << "; bias given " << with_bias);
-      Tensor want[3], got[3];
-      for (DType dtype : {DType::f64, DType::f32}) {
-        Tensor xs = x.to(dtype).clone().requires_grad_(gx), ws = w.to(dtype).clone().requires_grad_(gw);
-        Tensor bs = with_bias ? b.to(dtype).clone().requires_grad_(gb) : Tensor();
-        sum(mul(conv2d(xs, ws, bs, c.options), gy.to(dtype))).backward();
-        Tensor* out = dtype == DType::f64 ? want : got;
-        out[0] = gx ? xs.grad() : Tensor();
-        out[1] = gw ? ws.grad() : Tensor();
-        out[2] = gb ? bs.grad() : Tensor();
-        if (!gx) CHECK_FALSE(xs.grad().defined());
-        if (!gw) CHECK_FALSE(ws.grad().defined());
+  // into a sink) against f64 (im2col, the bias summed apart). A plain and a grouped, strided case.
+  const std::vector<ConvCase> cases = {
+      {{3, 8, 9, 11}, {16, 8, 3, 3}, {.padding = {1, 1}}},
+      {{2, 16, 9, 7}, {12, 4, 3, 3}, {.stride = {2, 1}, .padding = {1, 1}, .groups = 4}},
+  };
+  for (const ConvCase& c : cases) {
+    INFO("input " << shape_str(c.x) << ", weight " << shape_str(c.w));
+    Tensor x = testing::rand_values(c.x, DType::f64), w = testing::rand_values(c.w, DType::f64);
+    Tensor b = testing::rand_values({c.w[0]}, DType::f64);
+    Tensor gy = testing::rand_values(conv2d(x, w, b, c.options).shape(), DType::f64);
+    for (int mask = 1; mask < 8; ++mask) {
+      for (bool with_bias : {true, false}) {
+        const bool gx = mask & 1, gw = mask & 2, gb = (mask & 4) && with_bias;
+        if (!gx && !gw && !gb) continue;
+        INFO("grads: x " << gx << ", w " << gw << ", bias " << gb << "; bias given " << with_bias);
+        Tensor want[3], got[3];
+        for (DType dtype : {DType::f64, DType::f32}) {
+          Tensor xs = x.to(dtype).clone().requires_grad_(gx), ws = w.to(dtype).clone().requires_grad_(gw);
+          Tensor bs = with_bias ? b.to(dtype).clone().requires_grad_(gb) : Tensor();
+          sum(mul(conv2d(xs, ws, bs, c.options), gy.to(dtype))).backward();
+          Tensor* out = dtype == DType::f64 ? want : got;
+          out[0] = gx ? xs.grad() : Tensor();
+          out[1] = gw ? ws.grad() : Tensor();
+          out[2] = gb ? bs.grad() : Tensor();
+        }
+        for (int k = 0; k < 3; ++k)
+          if (want[k].defined()) testing::require_close(got[k], want[k], 1e-4, 1e-5);
       }
-      for (int k = 0; k < 3; ++k)
-        if (want[k].defined()) testing::require_close(got[k], want[k], 1e-4, 1e-5);
     }
   }
 }

@@ -226,7 +226,8 @@ void conv2d_backward_typed(const Conv2dShape& s, const T* grad_y, const T* x, co
                            T* grad_bias) {
   bool bias_done = false;
   if constexpr (std::is_same_v<T, float>) {
-    if (use_dnnl(s) && conv_dnnl_backward(s, grad_y, x, w, grad_x, grad_w, grad_w ? grad_bias : nullptr)) {
+    if (use_dnnl(s) && (grad_x || grad_w) &&
+        conv_dnnl_backward(s, grad_y, x, w, grad_x, grad_w, grad_w ? grad_bias : nullptr)) {
       bias_done = grad_w != nullptr;
       grad_x = grad_w = nullptr;
     }

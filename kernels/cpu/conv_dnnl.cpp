@@ -68,9 +68,10 @@ struct Pass {
 struct Plan {
   std::mutex mutex;  // the buffers are per plan: one call at a time
   Pass<Forward> forward;
-  // Backward, made on first use. The weights' primitive always sums the bias gradient too
-  // (into bias_sink when the caller wants none): it reads grad_y anyway.
-  bool has_backward = false;
+  // Backward, made on first use (or found missing once: the caller then takes im2col). The
+  // weights' primitive always sums the bias gradient too (into bias_sink when the caller wants
+  // none): it reads grad_y anyway.
+  enum class Backward { unmade, made, missing } backward = Backward::unmade;
   Pass<BackwardData> backward_data;
   Pass<BackwardWeights> backward_weights;
   std::vector<float> bias_sink;
@@ -138,10 +139,9 @@ std::unique_ptr<Plan> make_plan(const Conv2dShape& s, bool bias) {
   return plan;
 }
 
-// The descriptor of a backward primitive (data or weights), with the forward's as the hint
-// oneDNN wants.
+// Makes the plan's backward-data and backward-weights (with diff_bias) primitives, with the
+// forward's as the hint oneDNN wants; throws dnnl::error when oneDNN has no implementation.
 void add_backward(Plan& plan, const Conv2dShape& s) {
-  if (plan.has_backward) return;
   const Geometry g(s);
   const BackwardData::desc data_desc(dnnl::algorithm::convolution_direct, g.src_any, g.w_any, g.dst_any, g.strides,
                                      g.dilates, g.pad_l, g.pad_r);
@@ -154,7 +154,6 @@ void add_backward(Plan& plan, const Conv2dShape& s) {
   plan.backward_weights =
       g.pass<BackwardWeights>(weights, weights.src_desc(), weights.diff_weights_desc(), weights.diff_dst_desc());
   plan.bias_sink.resize(static_cast<size_t>(s.out_channels));
-  plan.has_backward = true;
 }
 
 // The plan of a shape; null when oneDNN does not take it (the caller falls back to im2col).
@@ -222,11 +221,15 @@ bool conv_dnnl_backward(const Conv2dShape& s, const float* grad_y, const float* 
   Plan* plan = plan_for(s, false);
   if (!plan) return false;
   std::lock_guard lock(plan->mutex);
-  try {
-    add_backward(*plan, s);
-  } catch (const dnnl::error&) {
-    return false;
+  if (plan->backward == Plan::Backward::unmade) {
+    try {
+      add_backward(*plan, s);
+      plan->backward = Plan::Backward::made;
+    } catch (const dnnl::error&) {
+      plan->backward = Plan::Backward::missing;
+    }
   }
+  if (plan->backward == Plan::Backward::missing) return false;
   Pass<BackwardData>& data = plan->backward_data;
   Pass<BackwardWeights>& weights = plan->backward_weights;
   dnnl::stream stream(cpu_engine());

@@ -6,6 +6,7 @@
 #include <vector>
 #include <cstdlib>
 #include <new>
+#include <string_view>
 
 #include <sys/mman.h>
 
@@ -24,9 +25,11 @@ namespace {
 // touch fresh pages again. Small blocks go straight to malloc, which is fast for them.
 // Blocks of 2 MiB and more start on a 2 MiB boundary and ask for transparent huge pages
 // (MADV_HUGEPAGE; hosts set to "madvise" give them only on request): a kernel streaming a
-// tensor then walks one TLB entry per 2 MiB instead of per 4 KiB, which matters most in VMs,
-// where each TLB miss walks two page tables. The Fashion-MNIST CNN epoch ran 2-3% faster on
-// the build host. Where the kernel has no huge page to give, the advice is a no-op.
+// tensor then needs one TLB entry per 2 MiB instead of per 4 KiB, which matters most in VMs,
+// where each TLB miss walks two page tables (conv2d fwd+bwd cases 8-24% faster on the GPU
+// host's Xeon, docs/benchmarks.md). The first touch of such a block may compact memory to
+// find a huge page (the kernel's default defrag setting does for advised ranges); cached
+// blocks pay that once. GENESIS_CPU_HUGEPAGES=0 turns the advice off.
 class CpuAllocator final : public Allocator {
  public:
   static constexpr size_t kAlign = 64;
@@ -84,15 +87,26 @@ class CpuAllocator final : public Allocator {
  private:
   // On failure, frees the idle cache and tries once more before giving up.
   void* raw_allocate(size_t rounded, size_t requested) {
+    // posix_memalign, not aligned_alloc: the size need not be a multiple of the alignment
+    // (sizes go in 64 KiB classes; AddressSanitizer rejects such an aligned_alloc).
     const size_t align = rounded >= kHugePage ? kHugePage : kAlign;
-    void* p = std::aligned_alloc(align, rounded);
-    if (!p) {
+    void* p = nullptr;
+    if (::posix_memalign(&p, align, rounded) != 0) {
       empty_cache();
-      p = std::aligned_alloc(align, rounded);
+      if (::posix_memalign(&p, align, rounded) != 0) p = nullptr;
     }
     if (!p) GENESIS_THROW(Error, "out of host memory: failed to allocate ", requested, " bytes");
-    if (align == kHugePage) ::madvise(p, rounded / kHugePage * kHugePage, MADV_HUGEPAGE);
+    // Advice only: where the kernel has no huge pages to give (or refuses), 4 KiB pages serve.
+    if (align == kHugePage && huge_pages_wanted()) (void)::madvise(p, rounded / kHugePage * kHugePage, MADV_HUGEPAGE);
     return p;
+  }
+
+  static bool huge_pages_wanted() {
+    static const bool wanted = [] {
+      const char* value = std::getenv("GENESIS_CPU_HUGEPAGES");
+      return value == nullptr || std::string_view(value) != "0";
+    }();
+    return wanted;
   }
 
   std::mutex mutex_;

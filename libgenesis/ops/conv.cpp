@@ -140,7 +140,8 @@ struct ConvSaved {
 };
 
 // Gradients of the input, weight and bias (where asked) from grad_y `gy`, contiguous in the
-// compute type: one kernel call, which reads grad_y once for the weight and bias.
+// compute type: one kernel call (on oneDNN's path, grad_y is reordered once and the weight's
+// primitive sums the bias).
 ConvGrads conv2d_backward_cpu(const Conv2dShape& s, const ConvSaved& in, const Tensor& gy, bool need_x, bool need_w,
                               bool need_b) {
   const DType compute = gy.dtype();
