@@ -1,6 +1,9 @@
 // Core: dtypes and half-precision rounding, shapes, views that alias, factories, RNG, print.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "libgenesis/core/allocator.h"
@@ -72,6 +75,31 @@ TEST_CASE("host blocks: 64-byte aligned, 2 MiB aligned from 2 MiB on, large ones
       host.deallocate(again, bytes);
     }
   }
+}
+
+TEST_CASE("host blocks of 2 MiB and more are advised to huge pages", "[cpu][core]") {
+  // The kernel marks an advised range "hg" in its VmFlags; without transparent huge pages
+  // (no sysfs entry) or with the advice turned off there is nothing to check.
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled") || std::getenv("GENESIS_CPU_HUGEPAGES")) return;
+  Allocator& host = allocator_for(Device{});
+  const size_t bytes = size_t{6} << 20;
+  void* p = host.allocate(bytes);
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line, flags;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long begin = 0, end = 0;  // a mapping's header line: "begin-end perms offset dev inode path"
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2) {
+      inside = begin <= address && address < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      flags = line;
+      break;
+    }
+  }
+  host.deallocate(p, bytes);
+  INFO(flags);
+  CHECK(flags.find(" hg") != std::string::npos);
 }
 
 TEST_CASE("dtype promotion and casts", "[cpu][core]") {
