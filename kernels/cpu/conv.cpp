@@ -224,18 +224,18 @@ void conv2d_backward_weight_im2col(const Conv2dShape& s, const T* x, const T* gr
 template <class T>
 void conv2d_backward_typed(const Conv2dShape& s, const T* grad_y, const T* x, const T* w, T* grad_x, T* grad_w,
                            T* grad_bias) {
-  bool bias_done = false;
+  auto sum_bias = [&] { sum_channels(dtype_of<T>(), s.batch, s.out_channels, s.out_h * s.out_w, grad_y, grad_bias); };
   if constexpr (std::is_same_v<T, float>) {
+    // oneDNN's weights primitive sums the bias along with the weight's gradient.
     if (use_dnnl(s) && (grad_x || grad_w) &&
         conv_dnnl_backward(s, grad_y, x, w, grad_x, grad_w, grad_w ? grad_bias : nullptr)) {
-      bias_done = grad_w != nullptr;
-      grad_x = grad_w = nullptr;
+      if (grad_bias && !grad_w) sum_bias();
+      return;
     }
   }
   if (grad_x) conv2d_backward_input_im2col(s, grad_y, w, grad_x);
   if (grad_w) conv2d_backward_weight_im2col(s, x, grad_y, grad_w);
-  if (grad_bias && !bias_done)
-    sum_channels(dtype_of<T>(), s.batch, s.out_channels, s.out_h * s.out_w, grad_y, grad_bias);
+  if (grad_bias) sum_bias();
 }
 
 // Window bounds of output position `o` along one dimension, clipped to the input [0, size).

@@ -75,7 +75,6 @@ struct Plan {
   Pass<BackwardData> backward_data;
   Pass<BackwardWeights> backward_weights;
   std::vector<float> bias_sink;
-  bool with_bias = false;
 };
 
 using Key = std::array<int64_t, 16>;
@@ -97,10 +96,10 @@ int64_t right_pad(int64_t out, int64_t in, int64_t kernel, int64_t stride, int64
 }
 
 // The descriptors a shape gives: oneDNN's "any" layouts for the primitive to choose, and
-// genesis's NCHW / (G)OIHW ones.
+// genesis's NCHW / (G)OIHW ones, and the bias (or its gradient).
 struct Geometry {
   memory::dims strides, dilates, pad_l, pad_r;
-  memory::desc src_any, w_any, dst_any, src_user, w_user, dst_user;
+  memory::desc src_any, w_any, dst_any, src_user, w_user, dst_user, bias;
 
   explicit Geometry(const Conv2dShape& s)
       : strides{s.stride_h, s.stride_w},
@@ -116,6 +115,7 @@ struct Geometry {
     src_user = memory::desc(src, Dt::f32, Tag::nchw);
     w_user = memory::desc(w, Dt::f32, s.groups == 1 ? Tag::oihw : Tag::goihw);
     dst_user = memory::desc(dst, Dt::f32, Tag::nchw);
+    bias = memory::desc({s.out_channels}, Dt::f32, Tag::x);
   }
 
   // The primitive of descriptor `pd` with its operands: the layouts it wants against genesis's.
@@ -129,12 +129,10 @@ struct Geometry {
 
 std::unique_ptr<Plan> make_plan(const Conv2dShape& s, bool bias) {
   const Geometry g(s);
-  const memory::desc bias_md = bias ? memory::desc({s.out_channels}, Dt::f32, Tag::x) : memory::desc();
   const Forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, g.src_any, g.w_any,
-                           bias_md, g.dst_any, g.strides, g.dilates, g.pad_l, g.pad_r);
+                           bias ? g.bias : memory::desc(), g.dst_any, g.strides, g.dilates, g.pad_l, g.pad_r);
   const Forward::primitive_desc pd(desc, cpu_engine());
   auto plan = std::make_unique<Plan>();
-  plan->with_bias = bias;
   plan->forward = g.pass<Forward>(pd, pd.src_desc(), pd.weights_desc(), pd.dst_desc());
   return plan;
 }
@@ -147,8 +145,7 @@ void add_backward(Plan& plan, const Conv2dShape& s) {
                                      g.dilates, g.pad_l, g.pad_r);
   const BackwardData::primitive_desc data(data_desc, cpu_engine(), plan.forward.pd);
   plan.backward_data = g.pass<BackwardData>(data, data.diff_src_desc(), data.weights_desc(), data.diff_dst_desc());
-  const memory::desc bias_md({s.out_channels}, Dt::f32, Tag::x);
-  const BackwardWeights::desc weights_desc(dnnl::algorithm::convolution_direct, g.src_any, g.w_any, bias_md,
+  const BackwardWeights::desc weights_desc(dnnl::algorithm::convolution_direct, g.src_any, g.w_any, g.bias,
                                            g.dst_any, g.strides, g.dilates, g.pad_l, g.pad_r);
   const BackwardWeights::primitive_desc weights(weights_desc, cpu_engine(), plan.forward.pd);
   plan.backward_weights =

@@ -235,9 +235,9 @@ WaitPolicy wait_policy() {
   if (policy == nullptr && spin == nullptr)
     w.source = "libgomp default";
   else if (policy == nullptr && marker == "free" && w.gomp_spincount == kSpinCountFree)
-    w.source = "genesis, free host";
+    w.source = kWaitSourceFreeHost;
   else if (policy == nullptr && marker == "shared" && w.gomp_spincount == kSpinCountShared)
-    w.source = "genesis, shared host";
+    w.source = kWaitSourceSharedHost;
   else
     w.source = "user";
   return w;

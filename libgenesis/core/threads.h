@@ -70,8 +70,10 @@ std::string thread_note(const ThreadChoice& choice);
 struct WaitPolicy {
   std::string omp_wait_policy;  // OMP_WAIT_POLICY ("" = unset)
   std::string gomp_spincount;   // GOMP_SPINCOUNT ("" = unset)
-  std::string source;  // "genesis, free host", "genesis, shared host", "user" or "libgomp default"
+  std::string source;  // kWaitSourceFreeHost, kWaitSourceSharedHost, "user" or "libgomp default"
 };
+inline constexpr const char* kWaitSourceFreeHost = "genesis, free host";
+inline constexpr const char* kWaitSourceSharedHost = "genesis, shared host";
 WaitPolicy wait_policy();
 
 // How the linked OpenBLAS runs in parallel: "openmp", "pthreads" or "sequential".

@@ -158,7 +158,7 @@ std::vector<std::string> child_environment(const LaunchOptions& options, int por
                                                           {"GENESIS_LAUNCHED", "1"}};
   // The launcher sampled a free host before any rank existed; ranks that share it spin briefly
   // (core/threads.h), unless the user chose the wait policy.
-  if (options.nproc > 1 && wait_policy().source == "genesis, free host") {
+  if (options.nproc > 1 && wait_policy().source == kWaitSourceFreeHost) {
     own.emplace_back("GOMP_SPINCOUNT", kSpinCountShared);
     own.emplace_back("GENESIS_WAIT_POLICY", "shared");
   }
