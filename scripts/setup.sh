@@ -14,11 +14,15 @@ packages=(
   libpcre2-dev           # tokenizer pre-tokenization
   zlib1g-dev             # gzip'd datasets
   libdnnl-dev            # oneDNN: f32 CPU convolutions (GENESIS_DNNL), the primitives PyTorch uses on CPUs
+  ocl-icd-opencl-dev     # OpenCL headers + loader: oneDNN's CMake config requires them (only a Recommends of libdnnl-dev)
   librsvg2-bin           # rsvg-convert: the tests render genesis report's SVG charts
   libopenmpi-dev         # the mpi backend of the communicator (GENESIS_MPI, CPU data-parallel ranks under mpirun)
   openmpi-bin            # mpirun: runs those ranks, and the MPI tests
   clang libclang-rt-dev  # libFuzzer + sanitizers: scripts/fuzz.sh (tests/fuzz)
   dataset-fashion-mnist  # Fashion-MNIST IDX files (/usr/share/datasets/fashion-mnist)
+  python3                # the CLI tests read JSON reports; tests/fuzz/ladder.py
+  procps                 # pgrep, ps: the data-parallel fault tests find the ranks
+  ca-certificates        # npm fetches its packages over HTTPS (data/fetch.sh)
 )
 
 missing=()
@@ -49,7 +53,11 @@ else
 fi
 
 echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Bounded waits: an unreachable registry fails in about a minute with one line, never hangs.
+apt_opts=(-qq -o Acquire::http::Timeout=30 -o Acquire::https::Timeout=30 -o Acquire::Retries=1)
+apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}")
+"${apt[@]}" update --error-on=any ||
+  { echo "setup: 'apt-get update' failed: is the Debian package registry reachable from here?" >&2; exit 1; }
+"${apt[@]}" install -y --no-install-recommends "${missing[@]}" ||
+  { echo "setup: 'apt-get install ${missing[*]}' failed (see apt's lines above)" >&2; exit 1; }
 echo "setup: done"
