@@ -1,6 +1,8 @@
 // Every case of the op-case registry (libgenesis/ops/op_cases.h) through the float64 gradient
-// check and the CUDA-vs-CPU comparison, each on contiguous and on strided inputs; and the
-// registry's coverage of the op table. One section per case: `genesis_tests "[opcases]" -c NAME`.
+// check and the CUDA-vs-CPU comparison, each on contiguous and on strided inputs; the moments of
+// every random case's output on both devices; and the registry's coverage of the op table. One
+// section per case: `genesis_tests "[opcases]" -c NAME`.
+#include <algorithm>
 #include <cmath>
 
 #include "libgenesis/ops/op_cases.h"
@@ -27,10 +29,10 @@ Fn call(const OpCase& c, const OpArgs& args, bool make_strided, TensorOptions op
   };
 }
 
-TensorList draw_inputs(const OpCase& c, DType dtype, uint64_t seed, bool leaves) {
+TensorList draw_inputs(const OpCase& c, const OpArgs& args, DType dtype, uint64_t seed, bool leaves) {
   Generator gen(seed);
   TensorList inputs;
-  for (const CaseInput& in : case_inputs(c, c.test)) {
+  for (const CaseInput& in : case_inputs(c, args)) {
     Tensor t = draw_case_input(in, dtype, kCPU, gen);
     if (leaves && in.differentiable && is_floating(t.dtype())) t.requires_grad_(true);
     inputs.push_back(t);
@@ -40,6 +42,44 @@ TensorList draw_inputs(const OpCase& c, DType dtype, uint64_t seed, bool leaves)
 
 uint64_t seed_of(const std::string& name) {
   return std::hash<std::string>{}(name) & 0xffffffffu;
+}
+
+// The moment check draws a random case at this size (about a million values) instead of its
+// test shape: the sample mean then lies within 0.005 standard deviations of the distribution's
+// mean and the sample variance within 1% of its variance, each five standard errors or more
+// (the widest, dropout's output, has a fourth moment 3 / (1 - p) times its squared variance),
+// while a wrong law, scale or rate falls outside (randint's range short by one moves the mean
+// 0.017 standard deviations and the variance 2%). Odd extents leave partial vectors and blocks.
+const Shape kMomentShape{997, 1009};
+constexpr double kMeanTolerance = 0.005;     // in standard deviations of the distribution
+constexpr double kVarianceTolerance = 0.01;  // relative
+
+// The case's output at kMomentShape on `device`, in f32 (randint: i64), its inputs drawn on the CPU.
+Tensor draw_random_output(const OpCase& c, Device device, bool make_strided) {
+  OpArgs args = c.test;
+  args.shapes[0] = kMomentShape;
+  TensorList inputs;
+  for (const Tensor& t : draw_inputs(c, args, DType::f32, seed_of(c.name), false)) inputs.push_back(t.to(device));
+  return call(c, args, make_strided, {.dtype = DType::f32, .device = device})(inputs);
+}
+
+void check_moments(const OpCase& c, const Tensor& out) {
+  const std::vector<double> values = out.to_vector<double>();
+  const double n = static_cast<double>(values.size());
+  double sum = 0, squares = 0;
+  for (double v : values) sum += v;
+  const double mean = sum / n;
+  for (double v : values) squares += (v - mean) * (v - mean);
+  const double variance = squares / (n - 1);
+  const auto [lo, hi] = std::ranges::minmax(values);
+  const OutputMoments& want = c.moments;
+  INFO(c.name << " on " << out.device().str() << ": mean " << mean << " (expected " << want.mean << "), variance "
+              << variance << " (expected " << want.variance << "), values in [" << lo << ", " << hi << "] (expected ["
+              << want.min << ", " << want.max << "])");
+  CHECK(std::abs(mean - want.mean) <= kMeanTolerance * std::sqrt(want.variance));
+  CHECK(std::abs(variance - want.variance) <= kVarianceTolerance * want.variance);
+  CHECK(lo >= want.min);
+  CHECK(hi <= want.max);
 }
 
 // Gradients of sum(f(x) * w) for w random, on the CPU and on cuda:0, for the case's
@@ -70,7 +110,7 @@ void check_gradient_parity(const OpCase& c, const Fn& fn, const TensorList& inpu
 TEST_CASE("every op of the table has an op case", "[cpu][optable][opcases]") {
   for (const OpInfo& op : op_table()) {
     bool found = false;
-    for (const OpCase& c : op_cases()) found = found || c.op == static_cast<OpId>(&op - op_table().data());
+    for (const OpCase& c : op_cases()) found = found || c.op == op_id(op);
     INFO("op '" << op.name << "' has no case in libgenesis/ops/op_cases_*.cpp");
     CHECK(found);
   }
@@ -86,18 +126,28 @@ TEST_CASE("op cases are complete and their test arguments valid", "[cpu][opcases
     OpCost cost = case_cost(c, c.bench, false, 4.0);
     CHECK(cost.bytes >= 0);
     CHECK(std::isfinite(cost.bytes + cost.flops));
+    if (c.random) CHECK(c.moments.variance > 0);  // a random case states the moments it is checked against
   }
 }
 
 TEST_CASE("op cases: float64 gradient checks", "[cpu][gradcheck][opcases]") {
   for (const OpCase& c : op_cases()) {
-    if (!op_info(c.op).backward || !has_gradient_input(c, c.test)) continue;
+    if (!gradient_checked(c)) continue;
     for (bool make_strided : {false, true}) {
       if (make_strided && !c.strided_inputs) continue;
       DYNAMIC_SECTION(c.name << (make_strided ? " strided" : "")) {
-        TensorList inputs = draw_inputs(c, DType::f64, seed_of(c.name), true);
+        TensorList inputs = draw_inputs(c, c.test, DType::f64, seed_of(c.name), true);
         gradcheck(call(c, c.test, make_strided, {.dtype = DType::f64}), inputs);
       }
+    }
+  }
+}
+
+TEST_CASE("op cases: moments of random outputs", "[cpu][opcases]") {
+  for (const OpCase& c : op_cases()) {
+    if (!c.random) continue;
+    DYNAMIC_SECTION(c.name) {
+      check_moments(c, draw_random_output(c, kCPU, false));
     }
   }
 }
@@ -105,12 +155,11 @@ TEST_CASE("op cases: float64 gradient checks", "[cpu][gradcheck][opcases]") {
 TEST_CASE("op cases: CUDA against the CPU", "[cuda][opcases]") {
   if (!cuda_ready()) return;
   for (const OpCase& c : op_cases()) {
-    if (!op_info(c.op).cuda) continue;
     const Tolerance tolerance{std::max(1e-5, c.parity_rtol), 1e-5};
     for (bool make_strided : {false, true}) {
       if (make_strided && !c.strided_inputs) continue;
       DYNAMIC_SECTION(c.name << (make_strided ? " strided" : "")) {
-        TensorList inputs = draw_inputs(c, DType::f32, seed_of(c.name), false);
+        TensorList inputs = draw_inputs(c, c.test, DType::f32, seed_of(c.name), false);
         Fn on_cpu = call(c, c.test, make_strided, {.dtype = DType::f32, .device = kCPU});
         Fn on_gpu = call(c, c.test, make_strided, {.dtype = DType::f32, .device = kCuda0});
         if (c.random) {
@@ -120,6 +169,7 @@ TEST_CASE("op cases: CUDA against the CPU", "[cuda][opcases]") {
           CHECK(got.device() == kCuda0);
           CHECK(got.shape() == want.shape());
           CHECK(got.dtype() == want.dtype());
+          check_moments(c, draw_random_output(c, kCuda0, make_strided));
           continue;
         }
         // check_parity moves the inputs to cuda:0 itself; the options tell input-less ops where to run.
@@ -133,7 +183,7 @@ TEST_CASE("op cases: CUDA against the CPU", "[cuda][opcases]") {
           continue;
         }
         check_parity(either, inputs, tolerance);
-        if (op_info(c.op).backward && has_gradient_input(c, c.test)) check_gradient_parity(c, either, inputs, tolerance);
+        if (gradient_checked(c)) check_gradient_parity(c, either, inputs, tolerance);
       }
     }
   }

@@ -70,6 +70,14 @@ bool has_gradient_input(const OpCase& c, const OpArgs& args) {
   return false;
 }
 
+bool gradient_checked(const OpCase& c) {
+  return op_info(c.op).backward && has_gradient_input(c, c.test);
+}
+
+bool op_gradient_checked(OpId op) {
+  return std::ranges::any_of(op_cases(), [op](const OpCase& c) { return c.op == op && gradient_checked(c); });
+}
+
 Tensor draw_case_input(const CaseInput& input, DType dtype, Device device, Generator& gen) {
   NoGradGuard no_grad;
   switch (input.kind) {

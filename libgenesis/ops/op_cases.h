@@ -7,13 +7,14 @@
 //   - the same call in PyTorch, as a Python expression,
 //   - small odd-sized arguments for the tests and a representative size for the benchmark.
 // tests/test_op_cases.cpp runs every case through the float64 gradient check and the
-// CUDA-vs-CPU comparison (contiguous and strided inputs); `genesis bench ops` times the cases of
-// a suite file (or of every case, `--suite all`) and `--emit-cases` writes them, resolved, for
-// scripts/bench/torch_ops.py, so the cost model and the inputs exist once. Adding an op means
-// its table entry, its case here, its kernels and its forward/backward: nothing else for tests
-// or the benchmark. docs/development.md walks through it.
+// CUDA-vs-CPU comparison (contiguous and strided inputs), and checks the moments of every random
+// case's output on the CPU and on CUDA; `genesis bench ops` times the cases of a suite file (or
+// of every case, `--suite all`) and `--emit-cases` writes them, resolved, for
+// scripts/bench/torch_ops.py, so the cost model and the inputs exist once. docs/development.md
+// lists every place an added op touches.
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,6 +57,16 @@ struct OpCost {
   double flops = 0;  // floating-point operations (products and convolutions), 0 elsewhere
 };
 
+// A random case's output distribution at its test arguments (other than the shapes, which the
+// moment check enlarges), with its inputs drawn as `inputs` says: the mean and variance, and the
+// range every value lies in.
+struct OutputMoments {
+  double mean = 0;
+  double variance = 0;
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+};
+
 using CaseInputs = std::function<std::vector<CaseInput>(const OpArgs&)>;
 using CaseForward = std::function<Tensor(const OpArgs&, const std::vector<Tensor>&, const TensorOptions&)>;
 using CaseCost = std::function<OpCost(const OpArgs&, bool backward, double element_bytes)>;
@@ -74,6 +85,7 @@ struct OpCase {
   CaseCheck check_args{};  // null or "" when a suite's arguments fit the case, else why not
   std::vector<size_t> row_inputs{};  // inputs whose axis 0 is the output's axis 0 (row checks)
   bool random = false;        // random output: compared by shape, dtype and moments, not values
+  OutputMoments moments{};    // random cases: what the moment check expects
   bool strided_inputs = true;  // false: the op requires contiguous inputs (view), not tested strided
   double parity_rtol = 0;     // CUDA-vs-CPU tolerance in f32 beyond the elementwise default
 };
@@ -89,6 +101,11 @@ OpCost case_cost(const OpCase& c, const OpArgs& args, bool backward, double elem
 // the case's inputs at `args` is one.
 bool takes_gradient(const CaseInput& input);
 bool has_gradient_input(const OpCase& c, const OpArgs& args);
+// Whether tests/test_op_cases.cpp runs the float64 gradient check on the case (a differentiable
+// op given a differentiable input at its test arguments), and on some case of `op`: the
+// `gradcheck` column of `genesis ops` and docs/ops.md.
+bool gradient_checked(const OpCase& c);
+bool op_gradient_checked(OpId op);
 
 // One input drawn from `gen`: floating kinds in `dtype`, indices i64, masks bool; on `device`.
 Tensor draw_case_input(const CaseInput& input, DType dtype, Device device, Generator& gen);

@@ -201,7 +201,8 @@ void append_nn_cases(std::vector<OpCase>& cases) {
        .check_args = [](const OpArgs& a) { return a.shapes[0].size() == 2 ? "" : "the first shape is the [num, dim] table"; },
        .row_inputs = {1}});
   // Probability args.scalar (0.1 when the suite leaves the default); a fixed generator makes
-  // repeated calls equal, so the gradient check sees one mask.
+  // repeated calls equal, so the gradient check sees one mask. At the test's p = 0.3, N(0, 1)
+  // inputs kept with probability 0.7 and scaled by 1/0.7 give mean 0 and variance 1/0.7.
   cases.push_back({.name = "dropout",
                    .op = OpId::dropout,
                    .test = {.shapes = {{3, 4, 5}}, .scalar = 0.3},
@@ -213,7 +214,8 @@ void append_nn_cases(std::vector<OpCase>& cases) {
                        },
                    .torch = "F.dropout(x[0], a['scalar'], True)",
                    .check_args = [](const OpArgs& a) { return a.scalar >= 0 && a.scalar < 1 ? "" : "dropout needs scalar = p in [0, 1)"; },
-                   .random = true});
+                   .random = true,
+                   .moments = {.mean = 0, .variance = 1 / 0.7}});
   // Class indices of shapes[0] in [0, args.dim) (args.dim classes; 10 when the suite leaves -1).
   cases.push_back(
       {.name = "one_hot",

@@ -103,10 +103,12 @@ OpCase factory_case(std::string name, OpId op, Shape test, Shape bench, CaseForw
           .torch = std::move(torch)};
 }
 
-OpCase random_case(std::string name, OpId op, CaseForward forward, std::string torch, CaseCost cost = written_cost()) {
+OpCase random_case(std::string name, OpId op, OutputMoments moments, CaseForward forward, std::string torch,
+                   CaseCost cost = written_cost()) {
   OpCase c =
       factory_case(std::move(name), op, {3, 5}, {2048, 2048}, std::move(forward), std::move(torch), std::move(cost));
   c.random = true;
+  c.moments = moments;
   return c;
 }
 
@@ -318,31 +320,32 @@ void append_view_cases(std::vector<OpCase>& cases) {
   cases.back().check_args = rank_exactly(2);
 
   // --- random draws: a fixed seed, so two calls give the same values --------
+  // U[0, 1): mean 1/2, variance 1/12.
   cases.push_back(random_case(
-      "rand", OpId::rand,
+      "rand", OpId::rand, {.mean = 0.5, .variance = 1.0 / 12, .min = 0, .max = 1},
       [](const OpArgs& a, const Inputs&, Options o) {
         Generator gen(kSeed);
         return rand(a.shapes[0], o, &gen);
       },
       "torch.rand(a['shapes'][0], dtype=dtype, device=device)"));
   cases.push_back(random_case(
-      "randn", OpId::randn,
+      "randn", OpId::randn, {.mean = 0, .variance = 1},
       [](const OpArgs& a, const Inputs&, Options o) {
         Generator gen(kSeed);
         return randn(a.shapes[0], o, &gen);
       },
       "torch.randn(a['shapes'][0], dtype=dtype, device=device)"));
-  // Integers in [0, 100), always i64.
+  // Integers in [0, 100), always i64: mean 99/2, variance (100^2 - 1)/12.
   cases.push_back(random_case(
-      "randint", OpId::randint,
+      "randint", OpId::randint, {.mean = 49.5, .variance = (100.0 * 100 - 1) / 12, .min = 0, .max = 99},
       [](const OpArgs& a, const Inputs&, Options o) {
         Generator gen(kSeed);
         return randint(0, 100, a.shapes[0], {.dtype = DType::i64, .device = o.device}, &gen);
       },
       "torch.randint(0, 100, a['shapes'][0], dtype=torch.int64, device=device)", written_cost(kIndexBytes)));
-  // Zeros and ones with probability 1/2, in the case's dtype.
+  // Zeros and ones with probability 1/2, in the case's dtype: mean 1/2, variance 1/4.
   cases.push_back(random_case(
-      "bernoulli", OpId::bernoulli,
+      "bernoulli", OpId::bernoulli, {.mean = 0.5, .variance = 0.25, .min = 0, .max = 1},
       [](const OpArgs& a, const Inputs&, Options o) {
         Generator gen(kSeed);
         return bernoulli(a.shapes[0], 0.5, o, &gen);
