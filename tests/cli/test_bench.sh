@@ -6,6 +6,7 @@ set -u
 source "$(dirname "$0")/common.sh" "$@"
 suite="$src/tests/data/bench_suite.toml"
 fast=(--device cpu --reps 3 --budget-ms 5 --flush-mib 1)
+command -v python3 >/dev/null || fail "python3 is not installed (scripts/setup.sh installs it); it checks the JSON reports"
 
 "$genesis" bench ceilings --device cpu --gemm-size 48 --json "$work/ceilings.json" > "$work/ceilings.txt"
 check "bench ceilings" 0 $?
@@ -46,8 +47,7 @@ if command -v script >/dev/null; then
     && echo "ok: bench ops shows its progress on a terminal" || fail "bench ops on a terminal: $(cat "$work/tty.out")"
 fi
 
-if command -v python3 >/dev/null; then
-  python3 - "$work/a.json" "$work/ceilings.json" <<'PY' || fail "bench ops JSON does not follow the schema"
+python3 - "$work/a.json" "$work/ceilings.json" <<'PY' || fail "bench ops JSON does not follow the schema"
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["schema"] == "genesis.bench.ops/1" and r["tool"] == "genesis" and r["device"] == "cpu", r
@@ -66,9 +66,8 @@ for c in r["cases"]:
 c = json.load(open(sys.argv[2]))
 assert c["schema"] == "genesis.bench.ceilings/1" and c["ceilings"]["copy_gbps"] > 0
 PY
-  PYTHONPYCACHEPREFIX="$work/pycache" python3 -m py_compile "$src/scripts/bench/torch_ops.py" "$src/scripts/bench/torch_alloc.py" \
-    || fail "scripts/bench/torch_ops.py does not compile"
-fi
+PYTHONPYCACHEPREFIX="$work/pycache" python3 -m py_compile "$src/scripts/bench/torch_ops.py" "$src/scripts/bench/torch_alloc.py" \
+  || fail "scripts/bench/torch_ops.py does not compile"
 
 # The op-case registry as a suite: every case at the tests' sizes, checked and timed; resolved
 # for the PyTorch side, and (where a python with torch is installed) every case's PyTorch
@@ -79,8 +78,7 @@ tail -1 "$work/all.txt" | grep -Eq " 0 FAIL, 0 unsupported, 0 error" || fail "--
 "$genesis" bench ops --suite all-test --emit-cases "$work/cases.json" -q
 check "bench ops --emit-cases" 0 $?
 "$genesis" ops --json > "$work/ops.json"
-if command -v python3 >/dev/null; then
-  python3 - "$work/cases.json" "$work/ops.json" <<'PY' || fail "--emit-cases: the cases do not cover the op table or miss keys"
+python3 - "$work/cases.json" "$work/ops.json" <<'PY' || fail "--emit-cases: the cases do not cover the op table or miss keys"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["schema"] == "genesis.bench.cases/1", d["schema"]
@@ -96,7 +94,6 @@ ops = {op["name"] for op in (table["ops"] if isinstance(table, dict) else table)
 covered = {c["table_op"] for c in d["cases"]}
 assert ops and ops <= covered, sorted(ops - covered)
 PY
-fi
 for py in "${PYTHON:-python3}" /usr/bin/python3; do
   if "$py" -c "import torch" 2> /dev/null; then
     "$py" "$src/scripts/bench/torch_ops.py" "$work/cases.json" "${fast[@]}" --json "$work/torch_all.json" \
@@ -128,8 +125,7 @@ tiny=(--set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 --set dat
 check "bench train" 0 $?
 grep -q "tokens/s" "$work/train.txt" || fail "bench train prints no tokens/s"
 grep -q "phases: forward" "$work/train.txt" || fail "bench train prints no phase split"
-if command -v python3 >/dev/null; then
-  python3 - "$work/train.json" <<'PY' || fail "bench train JSON does not follow the schema"
+python3 - "$work/train.json" <<'PY' || fail "bench train JSON does not follow the schema"
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["schema"] == "genesis.bench.train/1" and r["model"] == "gpt2" and r["flops_per_token"] > 0, r
@@ -140,7 +136,6 @@ p = c["phases"]
 assert min(p["forward_ms"], p["backward_ms"], p["optimizer_ms"]) > 0, p
 assert abs(sum(p.values()) - c["median_ms"]) < 0.5 * c["median_ms"], (p, c["median_ms"])
 PY
-fi
 "$genesis" bench compare "$work/train.json" "$work/train.json" | grep -q "1 cases compared" \
   || fail "compare of two bench train results"
 # -q: nothing on stderr; on a terminal, a bar over the warm-up and timed steps otherwise.

@@ -7,8 +7,8 @@ set -u
 source "$(dirname "$0")/common.sh" "$@"
 fixture="$src/tests/fixtures/llama"
 if ! command -v python3 >/dev/null; then
-  echo "skipped: python3 (which reads the JSON reports) is not installed"
-  exit 0
+  echo "FAIL: python3 (which reads the JSON reports) is not installed: run scripts/setup.sh"
+  exit 1
 fi
 expect_rc() {  # expect_rc NAME EXPECTED ACTUAL
   if [ "$2" = "$3" ]; then ok "$1 (exit $3)"; else fail "$1: exit $3, expected $2"; fi
