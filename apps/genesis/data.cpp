@@ -12,6 +12,7 @@
 #include "libgenesis/core/error.h"
 #include "libgenesis/data/shards.h"
 #include "libgenesis/data/tokenizer.h"
+#include "libgenesis/io/dir_lock.h"
 #include "libgenesis/io/file_util.h"
 
 namespace genesis::cli {
@@ -114,6 +115,9 @@ int run_tokenize(TokenizeArgs a) {
   }
   GENESIS_CHECK(!documents.empty(), UsageError, "data tokenize: no documents in ", a.inputs.front(),
                 " (a directory gives its *.txt files)");
+  // Two preparations of one directory would write the same shard files at once; the second is
+  // refused before it looks at the shards or loads the tokenizer.
+  const io::DirLock lock(a.out, "wait for it to finish, or pass --out DIR for another directory");
   for (const char* shard : {"train.bin", "val.bin"})
     GENESIS_CHECK(a.overwrite || !fs::exists(fs::path(a.out) / shard), UsageError, "data tokenize: ",
                   (fs::path(a.out) / shard).string(), " exists; pass --overwrite to replace the shards");

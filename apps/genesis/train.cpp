@@ -68,6 +68,9 @@ void add_train_commands(CLI::App& app) {
         ->check(CLI::Range(1, 1024));
     register_command(sub, [=] {
       GENESIS_CHECK(!(*resume && *overwrite), UsageError, "--resume and --overwrite exclude each other");
+      auto run_dir = [&](const RecipeSpec& spec) {
+        return out->empty() ? train::default_run_dir(spec) : std::filesystem::path(*out);
+      };
       if (*nproc > 1) {
         const dist::ProcessEnv env = dist::read_process_env(/*need_rendezvous=*/false);
         GENESIS_CHECK(!env.distributed(), UsageError, "--nproc-per-node starts the ranks itself, but this process is ",
@@ -75,7 +78,8 @@ void add_train_commands(CLI::App& app) {
         // Recipe and device errors are reported once, here, rather than by every rank.
         std::vector<std::string> sets = a->sets;
         if (!device->empty()) sets.push_back("run.device=" + *device);
-        train::check_local_launch(load_recipe(a->path, sets), *nproc);
+        const RecipeSpec spec = load_recipe(a->path, sets);
+        train::check_local_launch(spec, *nproc, run_dir(spec));
         return dist::launch_local(
             {.nproc = *nproc, .command = rank_command(*a, *out, *device, *seed, *resume, *overwrite, *quiet)});
       }
@@ -84,8 +88,8 @@ void add_train_commands(CLI::App& app) {
       if (*seed >= 0) sets.push_back("run.seed=" + std::to_string(*seed));
       RecipeSpec spec = load_recipe(a->path, sets);
       int code = train::run_training(spec, {.run_dir = *out, .resume = *resume, .overwrite = *overwrite, .quiet = *quiet});
-      std::filesystem::path dir = out->empty() ? train::default_run_dir(spec) : std::filesystem::path(*out);
-      if (code == 0 && dist::read_process_env(false).rank == 0) std::cout << (dir / "summary.json").string() << "\n";
+      if (code == 0 && dist::read_process_env(false).rank == 0)
+        std::cout << (run_dir(spec) / "summary.json").string() << "\n";
       return code;
     });
   }

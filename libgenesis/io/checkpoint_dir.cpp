@@ -10,6 +10,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "libgenesis/io/dir_lock.h"
 #include "libgenesis/io/file_util.h"
 
 namespace genesis::io {
@@ -77,8 +78,7 @@ fs::path resolve_directory(const fs::path& dir) {
   if (path_exists(dir / kLatest)) return existing_checkpoint_at(dir / kLatest);
   std::vector<CheckpointEntry> entries = list_checkpoints(dir);
   if (!entries.empty()) return entries.back().path;
-  std::error_code ec;
-  GENESIS_CHECK(!fs::is_empty(dir, ec), IoError, "no checkpoint at '", dir.string(), "': the directory is empty");
+  GENESIS_CHECK(!empty_but_for_lock(dir), IoError, "no checkpoint at '", dir.string(), "': the directory is empty");
   return dir;
 }
 
@@ -224,10 +224,10 @@ std::vector<fs::path> prune_checkpoints(const fs::path& checkpoints_dir, size_t 
   return removed;
 }
 
-std::vector<fs::path> remove_stale_temporaries(const fs::path& checkpoints_dir) {
-  std::vector<fs::path> removed;
+std::vector<fs::path> stale_temporaries(const fs::path& checkpoints_dir) {
+  std::vector<fs::path> stale_paths;
   std::error_code ec;
-  if (!fs::is_directory(checkpoints_dir, ec)) return removed;
+  if (!fs::is_directory(checkpoints_dir, ec)) return stale_paths;
   for (const fs::directory_entry& e : fs::directory_iterator(checkpoints_dir)) {
     const std::string name = e.path().filename().string();
     bool stale = name == "latest.tmp";
@@ -240,12 +240,19 @@ std::vector<fs::path> remove_stale_temporaries(const fs::path& checkpoints_dir) 
       // the next start).
       stale = numeric && pid.size() < 10 && (::kill(std::stoi(pid), 0) != 0 && errno == ESRCH);
     }
-    if (!stale) continue;
-    fs::remove_all(e.path(), ec);
-    if (ec) throw_io_error("cannot remove stale temporary", e.path(), ec.value());
-    removed.push_back(e.path());
+    if (stale) stale_paths.push_back(e.path());
   }
-  return removed;
+  return stale_paths;
+}
+
+std::vector<fs::path> remove_stale_temporaries(const fs::path& checkpoints_dir) {
+  const std::vector<fs::path> stale = stale_temporaries(checkpoints_dir);
+  for (const fs::path& p : stale) {
+    std::error_code ec;
+    fs::remove_all(p, ec);
+    if (ec) throw_io_error("cannot remove stale temporary", p, ec.value());
+  }
+  return stale;
 }
 
 fs::path resolve_checkpoint(const fs::path& path) {

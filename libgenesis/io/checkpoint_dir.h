@@ -59,9 +59,10 @@ std::optional<std::filesystem::path> read_latest_pointer(const std::filesystem::
 // points at. Returns the removed directories.
 std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path& checkpoints_dir, size_t keep_last);
 
-// Removes what interrupted writes and prunes leave in `checkpoints_dir` (`<name>.tmp-<pid>`,
-// `<name>.deleting-<pid>` of processes no longer alive, `latest.tmp`); returns what it removed.
-// Call before a run writes there.
+// What interrupted writes and prunes leave in `checkpoints_dir` (`<name>.tmp-<pid>`,
+// `<name>.deleting-<pid>` of processes no longer alive, `latest.tmp`).
+std::vector<std::filesystem::path> stale_temporaries(const std::filesystem::path& checkpoints_dir);
+// Removes the stale_temporaries; returns what it removed. Call before a run writes there.
 std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& checkpoints_dir);
 
 // The checkpoint directory meant by `path`: a checkpoint directory itself, a `latest` pointer,

@@ -1,5 +1,6 @@
 #include "libgenesis/train/run_dir.h"
 
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -7,6 +8,7 @@
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/io/checkpoint_dir.h"
+#include "libgenesis/io/dir_lock.h"
 #include "libgenesis/io/file_util.h"
 
 namespace genesis::train {
@@ -15,14 +17,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Whether `checkpoints` holds nothing but what remove_stale_temporaries removes.
+bool holds_only_stale_temporaries(const fs::path& checkpoints) {
+  const std::ptrdiff_t entries = std::distance(fs::directory_iterator(checkpoints), fs::directory_iterator());
+  return static_cast<size_t>(entries) == io::stale_temporaries(checkpoints).size();
+}
+
 // True when `dir` holds only what a run writes before its first checkpoint (recipe.toml,
-// metrics.jsonl, an empty checkpoints/): a start that failed, or a run stopped early.
+// metrics.jsonl, a checkpoints/ empty but for the temporaries of a write that was killed): a
+// start that failed, or a run stopped early.
 bool holds_only_a_start(const fs::path& dir) {
   if (has_checkpoint(dir)) return false;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    const bool ours = name == "recipe.toml" || name == "metrics.jsonl" || name.starts_with("events.out.tfevents.") ||
-                      (name == "checkpoints" && e.is_directory() && fs::is_empty(e.path()));
+    const bool ours = io::is_dir_lock_file(e.path()) || name == "recipe.toml" || name == "metrics.jsonl" ||
+                      name.starts_with("events.out.tfevents.") ||
+                      (name == "checkpoints" && e.is_directory() && holds_only_stale_temporaries(e.path()));
     if (!ours) return false;
   }
   return true;
@@ -49,36 +59,74 @@ bool may_change_on_resume(const std::string& key) {
   return keys.count(key) > 0;
 }
 
+enum class RunDirUse {
+  fresh,    // nothing there yet
+  restart,  // only a start (no checkpoint): begin again from step 0
+  resume,   // --resume from its checkpoint
+  replace,  // --overwrite of a run directory
+};
+
+// How a run uses `dir`, from what is in it; refusals throw UsageError. Touches nothing.
+RunDirUse run_dir_use(const fs::path& dir, const TrainOptions& o) {
+  const bool exists_nonempty = !io::empty_but_for_lock(dir);
+  if (exists_nonempty && holds_only_a_start(dir) && (o.resume || !logged_steps(dir))) return RunDirUse::restart;
+  if (o.resume) {
+    GENESIS_CHECK(exists_nonempty && has_checkpoint(dir), UsageError, "--resume: no checkpoint in ", dir.string(),
+                  " (train without --resume first, or pass the run directory with --out)");
+    return RunDirUse::resume;
+  }
+  if (!exists_nonempty) return RunDirUse::fresh;
+  GENESIS_CHECK(o.overwrite, UsageError, "run directory ", dir.string(),
+                " already exists and is not empty: pass --resume to continue it, --overwrite to replace it, or "
+                "--out DIR for a new one");
+  GENESIS_CHECK(fs::exists(dir / "recipe.toml") || fs::exists(dir / "metrics.jsonl"), UsageError, "--overwrite: ",
+                dir.string(), " does not look like a genesis run directory; refusing to delete it");
+  return RunDirUse::replace;
+}
+
+constexpr std::string_view kRunDirInUse =
+    "wait for it to finish or stop it, or pass --out DIR for another run directory";
+
 }  // namespace
 
 bool has_checkpoint(const fs::path& dir) { return fs::exists(dir / "checkpoints" / "latest"); }
 
+io::DirLock lock_run_dir(const fs::path& dir, const TrainOptions& o) {
+  // A directory no genesis process ever locked is in no one's use: what would be refused there is
+  // refused before the lock file is created in it, so that a wrong --out keeps no trace. Unless a
+  // run locked it meanwhile (two started together): then whether it still holds it is the answer.
+  if (!io::has_dir_lock(dir)) {
+    try {
+      run_dir_use(dir, o);
+    } catch (const UsageError&) {
+      if (!io::has_dir_lock(dir)) throw;
+    }
+  }
+  return io::DirLock(dir, kRunDirInUse);
+}
+
+void check_run_dir_free(const fs::path& dir) { io::DirLock::check_free(dir, kRunDirInUse); }
+
 bool prepare_run_dir(const fs::path& dir, const TrainOptions& o, std::string& note) {
-  bool exists_nonempty = fs::exists(dir) && !fs::is_empty(dir);
-  const bool only_a_start = exists_nonempty && holds_only_a_start(dir);
-  if (only_a_start && (o.resume || !logged_steps(dir))) {
-    if (o.resume) note = "--resume: " + dir.string() + " has no checkpoint yet; starting from step 0";
-    fs::remove(dir / "metrics.jsonl");
-    std::vector<fs::path> events;
-    for (const fs::directory_entry& e : fs::directory_iterator(dir))
-      if (e.path().filename().string().starts_with("events.out.tfevents.")) events.push_back(e.path());
-    for (const fs::path& p : events) fs::remove(p);
-    return false;
+  switch (run_dir_use(dir, o)) {
+    case RunDirUse::restart: {
+      if (o.resume) note = "--resume: " + dir.string() + " has no checkpoint yet; starting from step 0";
+      fs::remove(dir / "metrics.jsonl");
+      std::vector<fs::path> events;
+      for (const fs::directory_entry& e : fs::directory_iterator(dir))
+        if (e.path().filename().string().starts_with("events.out.tfevents.")) events.push_back(e.path());
+      for (const fs::path& p : events) fs::remove(p);
+      return false;
+    }
+    case RunDirUse::resume:
+      return true;
+    case RunDirUse::replace:
+      // The lock file stays: removing it would let another run lock a new one meanwhile.
+      io::clear_locked_dir(dir);
+      return false;
+    case RunDirUse::fresh:  // the lock created it
+      return false;
   }
-  if (o.resume) {
-    GENESIS_CHECK(exists_nonempty && has_checkpoint(dir), UsageError, "--resume: no checkpoint in ", dir.string(),
-                  " (train without --resume first, or pass the run directory with --out)");
-    return true;
-  }
-  if (exists_nonempty) {
-    GENESIS_CHECK(o.overwrite, UsageError, "run directory ", dir.string(),
-                  " already exists and is not empty: pass --resume to continue it, --overwrite to replace it, or "
-                  "--out DIR for a new one");
-    GENESIS_CHECK(fs::exists(dir / "recipe.toml") || fs::exists(dir / "metrics.jsonl"), UsageError, "--overwrite: ",
-                  dir.string(), " does not look like a genesis run directory; refusing to delete it");
-    fs::remove_all(dir);
-  }
-  fs::create_directories(dir);
   return false;
 }
 

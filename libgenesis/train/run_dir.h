@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "libgenesis/io/dir_lock.h"
 #include "libgenesis/recipe/recipe.h"
 #include "libgenesis/train/checkpoint.h"
 #include "libgenesis/train/trainer.h"
@@ -14,11 +15,18 @@ namespace genesis::train {
 // Whether dir/checkpoints/latest exists.
 bool has_checkpoint(const std::filesystem::path& dir);
 
-// Prepares the run directory and says whether the run resumes from a checkpoint. Refuses to
-// reuse a non-empty directory unless resuming or told to overwrite; never deletes anything
-// else. A directory where no checkpoint was written yet (a start that failed, a run stopped
-// before its first checkpoint) starts over from step 0: silently when no step was logged,
-// with `note` set under --resume.
+// Locks the run directory for the life of the run (io::DirLock, created with the directory when
+// missing): a second run, --resume or --overwrite of it meanwhile is refused (UsageError naming
+// this process). What prepare_run_dir would refuse in a directory never locked is refused first.
+io::DirLock lock_run_dir(const std::filesystem::path& dir, const TrainOptions& o);
+// Throws lock_run_dir's UsageError when another process holds `dir`; locks nothing.
+void check_run_dir_free(const std::filesystem::path& dir);
+
+// Prepares the locked run directory and says whether the run resumes from a checkpoint. Refuses
+// to reuse a non-empty directory unless resuming or told to overwrite (which empties it but for
+// its lock file); never deletes anything else. A directory where no checkpoint was written yet
+// (a start that failed, a run stopped before its first checkpoint) starts over from step 0:
+// silently when no step was logged, with `note` set under --resume.
 bool prepare_run_dir(const std::filesystem::path& dir, const TrainOptions& o, std::string& note);
 
 // The recipe the checkpoint at `path` was trained with (its recipe.toml); nullopt where it has

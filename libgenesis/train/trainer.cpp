@@ -8,6 +8,7 @@
 #include "libgenesis/core/error.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/recipe/build.h"
+#include "libgenesis/train/run_dir.h"
 #include "libgenesis/train/stop_signal.h"
 #include "libgenesis/train/training_run.h"
 
@@ -99,7 +100,8 @@ int64_t peak_memory_bytes(Device device) {
 
 }  // namespace detail
 
-void check_local_launch(const RecipeSpec& spec, int nproc) {
+void check_local_launch(const RecipeSpec& spec, int nproc, const fs::path& run_dir) {
+  check_run_dir_free(run_dir);  // rank 0 takes the lock; refused here, it is one line rather than one per rank
   const Device device = recipe::resolve_device(spec.run.device);
   dist::ProcessEnv last;  // the rank with the highest local rank
   last.world_size = last.local_world_size = nproc;

@@ -42,9 +42,9 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const std::
                                              const std::string& split, bool quiet = false);
 
 // What `--nproc-per-node N` checks before it starts the ranks, so that a bad combination is one
-// error line rather than one per rank: the device resolves, dist.backend can carry it, and a CUDA
-// run has a GPU for every rank. Throws UsageError.
-void check_local_launch(const RecipeSpec& spec, int nproc);
+// error line rather than one per rank: no other process holds run_dir, the device resolves,
+// dist.backend can carry it, and a CUDA run has a GPU for every rank. Throws UsageError.
+void check_local_launch(const RecipeSpec& spec, int nproc, const std::filesystem::path& run_dir);
 
 // The run directory a recipe writes to unless --out says otherwise.
 std::filesystem::path default_run_dir(const RecipeSpec& spec);

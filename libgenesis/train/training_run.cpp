@@ -50,6 +50,10 @@ void TrainingRun::prepare_run_directory() {
   detail::rank0_first(
       group_.get(),
       [&] {
+        // Rank 0 holds the run directory for the whole run (the other ranks write nothing there),
+        // before it looks at what is in it: a second run, --resume or --overwrite is refused
+        // instead of mixing with this one.
+        run_lock_.emplace(lock_run_dir(run_dir_, options_));
         // Stale temporaries go first: a run killed inside its first checkpoint write holds only a
         // start, which --resume begins again from step 0.
         stale_ = io::remove_stale_temporaries(run_dir_ / "checkpoints");

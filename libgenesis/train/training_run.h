@@ -18,6 +18,7 @@
 #include "libgenesis/core/threads.h"
 #include "libgenesis/dist/data_parallel.h"
 #include "libgenesis/dist/process_group.h"
+#include "libgenesis/io/dir_lock.h"
 #include "libgenesis/optim/lr_schedule.h"
 #include "libgenesis/optim/optimizer.h"
 #include "libgenesis/train/batches.h"
@@ -75,6 +76,8 @@ class TrainingRun {
   const StopSignal& stop_;
   const bool language_model_;
   std::filesystem::path run_dir_;
+  // Rank 0's; declared before everything the run writes, so that it is released after it all.
+  std::optional<io::DirLock> run_lock_;
   const std::string recipe_toml_;
 
   // The ranks: rank 0 alone writes the run directory and reports.
