@@ -58,6 +58,14 @@ apt_opts=(-qq -o Acquire::http::Timeout=30 -o Acquire::https::Timeout=30 -o Acqu
 apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}")
 "${apt[@]}" update --error-on=any ||
   { echo "setup: 'apt-get update' failed: is the Debian package registry reachable from here?" >&2; exit 1; }
-"${apt[@]}" install -y --no-install-recommends "${missing[@]}" ||
-  { echo "setup: 'apt-get install ${missing[*]}' failed (see apt's lines above)" >&2; exit 1; }
+# dpkg's line per unpacked package (hundreds on a fresh machine) goes to a log, shown on failure.
+log=$(mktemp)
+if ! "${apt[@]}" install -y --no-install-recommends "${missing[@]}" >"$log" 2>&1; then
+  tail -n 20 "$log" >&2
+  rm -f "$log"
+  echo "setup: 'apt-get install ${missing[*]}' failed (apt's last lines above)" >&2
+  exit 1
+fi
+echo "setup: $(grep -c '^Setting up ' "$log") packages set up"
+rm -f "$log"
 echo "setup: done"

@@ -11,21 +11,14 @@
 
 #include "libgenesis/recipe/recipe.h"
 #include "libgenesis/recipe/schema.h"
+#include "tests/generated_docs.h"
 #include "tests/testing.h"
 
 using namespace genesis;
 
 namespace {
 
-// The source tree: $GENESIS_SOURCE_DIR, else the one this binary was built from, else the
-// working directory (a binary copied to another machine and run from a checkout).
-std::string source_dir() {
-  for (const char* dir : std::initializer_list<const char*>{std::getenv("GENESIS_SOURCE_DIR"), GENESIS_SOURCE_DIR, "."})
-    if (dir && std::filesystem::exists(std::filesystem::path(dir) / "tests/data/recipes")) return dir;
-  return GENESIS_SOURCE_DIR;
-}
-
-const std::string kRecipes = source_dir() + "/tests/data/recipes/";
+const std::string kRecipes = testing::source_path("tests/data/recipes") + "/";
 
 // The smallest valid recipe; tests append or override what they exercise.
 const std::string kMinimal = R"([run]
@@ -509,16 +502,7 @@ TEST_CASE("recipe: the schema is consistent with itself", "[cpu][recipe]") {
 }
 
 TEST_CASE("recipe: docs/recipes.md matches the recipe schema", "[cpu][recipe]") {
-  const std::string path = source_dir() + "/docs/recipes.md";
-  std::ifstream in(path);
-  std::stringstream actual;
-  actual << in.rdbuf();
-  const std::string expected = recipe_reference_markdown();
-  if (actual.str() != expected) {
-    const auto fresh = std::filesystem::temp_directory_path() / "genesis_recipes.md";
-    std::ofstream(fresh) << expected;
-    FAIL("docs/recipes.md is stale; regenerate it with: cp " << fresh.string() << " " << path);
-  }
+  testing::require_generated_doc("docs/recipes.md", recipe_reference_markdown());
 }
 
 // Regression (issue 14): fK.toml including fK+1.toml twice, 24 deep, re-read every file once per

@@ -18,7 +18,7 @@
 set -euo pipefail
 
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-die() { echo "fresh_debian: $*" >&2; exit "${2:-3}"; }
+die() { echo "fresh_debian: $1" >&2; exit "${2:-3}"; }
 
 with_cuda=1 keep= minutes=80 command=()
 while [ $# -gt 0 ]; do
