@@ -4,7 +4,9 @@
 # test takes none); work: a scratch directory, removed at exit unless KEEP is set (a test that
 # sets its own EXIT trap removes it there); fail / ok: one line per check, failures counted;
 # check NAME EXPECTED_RC ACTUAL_RC: an exit code; finish NAME: the summary line, and exit 0 only
-# when nothing failed.
+# when nothing failed; requires WHAT COMMAND...: what scripts/setup.sh installs is a precondition,
+# so its absence fails the test at once; finish_skipped NAME WHY: the end of a test whose part
+# could not run for a reason outside the machine (exit 77, which CTest reports as not run).
 genesis=${1:?path to the genesis executable}
 src=${2:-}
 work=$(mktemp -d)
@@ -14,6 +16,16 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 ok() { echo "ok: $*"; }
 check() {
   if [ "$2" != "$3" ]; then fail "$1: exit code $3, expected $2"; else ok "$1"; fi
+}
+requires() {
+  local what=$1
+  shift
+  "$@" >/dev/null 2>&1 || { echo "FAIL: $what is missing: run scripts/setup.sh, which installs it"; exit 1; }
+}
+finish_skipped() {
+  [ "$failures" -eq 0 ] || finish "$1"
+  echo "skipped: $2"
+  exit 77
 }
 finish() {
   if [ "$failures" -eq 0 ]; then

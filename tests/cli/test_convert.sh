@@ -68,7 +68,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     && ok "an export without --to is refused by name" || fail "export without --to: $(cat "$work/err")"
   "$genesis" convert "$work/mlp" "$work/mlp_bf16" --to hf --dtype bf16 >/dev/null 2>&1; expect_rc "an export re-cast with --to hf" 0 $?
 else
-  echo "skipped: the training-checkpoint part (dataset-fashion-mnist is not installed)"
+  fail "dataset-fashion-mnist is missing (the training-checkpoint part): run scripts/setup.sh, which installs it"
 fi
 
 # 4. DST exists: exit 2, one line on stderr, DST untouched.

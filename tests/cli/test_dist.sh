@@ -31,10 +31,7 @@ max_rel() {
 close_enough() { [ "$1" != count ] && awk -v r="$1" 'BEGIN { exit !(r <= 1e-4) }'; }
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "skipped: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
-  exit 0
-fi
+requires "dataset-fashion-mnist" test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 common=(--set training.steps=40 --set training.log_every=5 --set training.checkpoint_every=20 --set training.keep_last=5 -q)
 
 # 1. Two tcp ranks of 64 equal one process of 128.
@@ -126,7 +123,7 @@ if command -v mpirun >/dev/null 2>&1; then
     fail "mpirun -np 2 genesis train failed"
   fi
 else
-  echo "skipped: mpirun is not installed (scripts/setup.sh installs openmpi-bin)"
+  fail "mpirun is missing: run scripts/setup.sh, which installs openmpi-bin"
 fi
 
 # 5. The tiny GPT: 2 ranks of 4 windows reach the bits per byte of 1 process of 8.

@@ -11,10 +11,7 @@ kills=${3:-20}
 recipe="$src/recipes/fashion_mnist_mlp.toml"
 export OMP_NUM_THREADS=1  # bit-identical results need a fixed thread count
 
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "skipped: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
-  exit 0
-fi
+requires "dataset-fashion-mnist" test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 sets=(--set training.steps=1500 --set training.epochs=1 --set training.checkpoint_every=3 --set training.keep_last=2
       --set training.log_every=5 --set training.eval_every=0)
 

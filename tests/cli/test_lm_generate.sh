@@ -8,10 +8,7 @@ set -u
 source "$(dirname "$0")/common.sh" "$@"
 fixtures="$src/tests/fixtures"
 
-if ! command -v node >/dev/null; then
-  echo "skipped: node reads the fixtures' reference.safetensors and is not installed"
-  exit 0
-fi
+requires "node (it reads the fixtures' reference.safetensors)" command -v node
 # ids NAME FILE: the i64 tensor NAME of a safetensors file, space-separated.
 ids() {
   node -e '
@@ -27,7 +24,7 @@ ids() {
 # 1. Greedy generation equals transformers' for every fixture model.
 for model in gpt2 llama qwen2 qwen3; do
   dir="$fixtures/$model"
-  [ -f "$dir/reference.safetensors" ] || { echo "skipped $model: no fixture"; continue; }
+  [ -f "$dir/reference.safetensors" ] || { fail "$model: no fixture at $dir"; continue; }
   prompt=$(ids prompt_ids "$dir/reference.safetensors")
   expected=$(ids generated_ids "$dir/reference.safetensors")
   count=$(echo "$expected" | wc -w)

@@ -20,10 +20,7 @@ cleanup() {
 trap cleanup EXIT
 export OMP_NUM_THREADS=1  # the holder's files are compared byte for byte with a run alone
 
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "skipped: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
-  exit 0
-fi
+requires "dataset-fashion-mnist" test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 # The holder: long enough to outlive the attempts against it. The others: another seed and
 # learning rate, so that any line or weight of theirs in the holder's directory would show.
 run_a=(--seed 1 --set optimizer.lr=1e-3)
