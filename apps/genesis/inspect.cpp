@@ -21,7 +21,7 @@ nlohmann::ordered_json inspect_token_shard(const std::string& path) {
   report["tokens"] = shard.size();
   report["token_bytes"] = shard.token_bytes();
   if (shard.format() == data::ShardFormat::genesis) report["vocab_size"] = shard.vocab_size();  // u64, unsigned
-  report["max_token"] = shard.max_token();
+  report["max_token"] = shard.checked_max_token();
   return report;
 }
 

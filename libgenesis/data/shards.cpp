@@ -160,6 +160,12 @@ TokenShard::TokenShard(const fs::path& path) : path_(path) {
                     token_bytes_, " bytes but the file has ", map_bytes_, " bytes");
       count_ = static_cast<int64_t>(count);
       vocab_size_ = get<uint64_t>(bytes + 24);
+      // 0 means "unknown"; anything else must be a vocabulary the ids could come from: a single
+      // id cannot be predicted from anything, and a width of 2 bytes holds only 65536 ids.
+      const uint64_t id_limit = uint64_t{1} << (8 * token_bytes_);
+      GENESIS_CHECK(vocab_size_ == 0 || (vocab_size_ >= 2 && vocab_size_ <= id_limit), ValueError, "token shard ",
+                    path.string(), ": header vocab_size ", vocab_size_, " is impossible for ", token_bytes_,
+                    "-byte tokens (expected 0 for unknown, or 2..", id_limit, "); prepare the shard again");
       header_bytes = kHeaderBytes;
       format_ = ShardFormat::genesis;
     } else if (map_bytes_ >= kLlmcHeaderBytes && get<int32_t>(bytes) == kLlmcMagic) {
@@ -214,6 +220,14 @@ uint32_t TokenShard::max_token() const {
   } else {
     for (int64_t i = 0; i < count_; ++i) largest = std::max(largest, get<uint32_t>(tokens_ + 4 * i));
   }
+  return largest;
+}
+
+uint32_t TokenShard::checked_max_token() const {
+  const uint32_t largest = max_token();
+  GENESIS_CHECK(vocab_size_ == 0 || count_ == 0 || largest < vocab_size_, ValueError, "token shard ", path_.string(),
+                " holds token id ", largest, " but its header says vocab_size ", vocab_size_,
+                "; the header or the tokens are wrong: prepare the shard again");
   return largest;
 }
 

@@ -72,6 +72,9 @@ class TokenShard {
   uint32_t operator[](int64_t i) const;
   // The largest token id in the shard (one pass over the mapped tokens); 0 when it is empty.
   uint32_t max_token() const;
+  // max_token(), after checking it against the header's vocab_size (when the header gives one):
+  // throws ValueError naming the file when an id lies outside it.
+  uint32_t checked_max_token() const;
   // Copies tokens [start, start + n) into out as int64.
   void read(int64_t start, int64_t n, int64_t* out) const;
 

@@ -44,11 +44,24 @@ RunBatches sample_batches(const RecipeSpec& spec, Device device, const EvalShare
 void check_shard_vocab(const fs::path& path, int64_t vocab_size) {
   if (path.empty()) return;
   const data::TokenShard shard(path);
-  const uint32_t largest = shard.max_token();
+  const uint32_t largest = shard.checked_max_token();
   GENESIS_CHECK(shard.size() == 0 || static_cast<int64_t>(largest) < vocab_size, RecipeError, "data.shards: ",
                 path.string(), " holds token id ", largest, " but the model's vocabulary has ", vocab_size,
                 " entries (ids 0..", vocab_size - 1, "); the shards were made with another tokenizer: set "
                 "model.vocab_size or prepare the shards again with the recipe's data.tokenizer");
+  // Every id may fit and the tokenizer still be another one, larger than the model's.
+  GENESIS_CHECK(shard.vocab_size() <= static_cast<uint64_t>(vocab_size), RecipeError, "data.shards: ", path.string(),
+                " was made with a vocabulary of ", shard.vocab_size(), " tokens but the model's has ", vocab_size,
+                "; set model.vocab_size or prepare the shards again with the recipe's data.tokenizer");
+}
+
+void check_shard_vocabs_match(const fs::path& train, const fs::path& val) {
+  if (train.empty() || val.empty()) return;
+  const uint64_t train_vocab = data::TokenShard(train).vocab_size(), val_vocab = data::TokenShard(val).vocab_size();
+  // Ids of two tokenizers mean different text: the validation loss would measure nothing.
+  GENESIS_CHECK(train_vocab == 0 || val_vocab == 0 || train_vocab == val_vocab, RecipeError, "data: the training shard ",
+                train.string(), " has a vocabulary of ", train_vocab, " tokens but the validation shard ", val.string(),
+                " one of ", val_vocab, "; prepare both with the same tokenizer");
 }
 
 Evaluation token_evaluation(const RecipeSpec& spec, const recipe::TokenData& data, Device device,
@@ -93,6 +106,7 @@ RunBatches token_batches(const RecipeSpec& spec, Device device, RunLog& log, con
   b.tokens_per_batch = spec.training.batch_size * spec.data.seq_len;
   b.check_vocab = [train = data.train, val = data.val](int64_t vocab_size) {
     for (const fs::path& path : {train, val}) check_shard_vocab(path, vocab_size);
+    check_shard_vocabs_match(train, val);
   };
   b.evaluate = token_evaluation(spec, data, device, share);
   return b;

@@ -51,5 +51,7 @@ Evaluation token_evaluation(const RecipeSpec& spec, const recipe::TokenData& dat
 // One pass over a shard: an id past the model's vocabulary would otherwise stop the run when
 // its batch comes up, possibly hours in. RecipeError naming the shard and the id.
 void check_shard_vocab(const std::filesystem::path& path, int64_t vocab_size);
+// Throws RecipeError when both shards' headers give a vocabulary size and they differ.
+void check_shard_vocabs_match(const std::filesystem::path& train, const std::filesystem::path& val);
 
 }  // namespace genesis::train

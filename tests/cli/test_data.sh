@@ -55,6 +55,18 @@ mkdir -p "$work/docs" && cp "$work"/doc*.txt "$work/docs/"
 [ $rc -eq 0 ] && grep -q '"format": "genesis token shard' "$work/inspect.json" \
   && grep -q "\"tokens\": $(sed -n 's/.*"train_tokens": *\([0-9]*\).*/\1/p' "$work/summary.json")" "$work/inspect.json" \
   && ok "inspect prints a token shard's header" || fail "inspect on a shard: rc $rc, $(cat "$work/inspect.json" "$work/err")"
+# A header's vocab_size is checked (issue 40): impossible for its token width, or below an id it holds.
+set_vocab() {  # set_vocab SHARD N: the u64 at byte 24, little-endian (N < 256)
+  printf "\\$(printf '%03o' "$2")\000\000\000\000\000\000\000" | dd of="$1" bs=1 seek=24 conv=notrunc status=none
+}
+for vocab in 1 5; do
+  cp "$work/shards/train.bin" "$work/vocab$vocab.bin"
+  set_vocab "$work/vocab$vocab.bin" $vocab
+  "$genesis" inspect "$work/vocab$vocab.bin" >/dev/null 2>"$work/err"; rc=$?
+  [ $rc -eq 1 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "vocab$vocab.bin.*vocab_size $vocab" "$work/err" \
+    && ok "inspect of a shard whose header says vocab_size $vocab exits 1 naming it" \
+    || fail "inspect with header vocab_size $vocab: rc $rc, $(cat "$work/err")"
+done
 
 # 2. Errors: one line on stderr, exit 1 (bad data) or 2 (bad usage).
 echo "5 999999" | "$genesis" data decode --tokenizer "$fixture" >/dev/null 2>"$work/err"; rc=$?

@@ -1,0 +1,59 @@
+// Data and weight files whose headers or contents contradict themselves or the model are
+// refused when they are opened, naming the file (issue 40, round 3).
+#include <zlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "libgenesis/core/error.h"
+#include "libgenesis/data/dataset.h"
+#include "libgenesis/data/shards.h"
+#include "libgenesis/models/classifier.h"
+#include "libgenesis/models/hf.h"
+#include "libgenesis/train/batches.h"
+#include "libgenesis/train/checkpoint.h"
+#include "tests/testing.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Overwrites the u64 vocab_size of a genesis shard's header (bytes 24..31).
+void set_header_vocab(const fs::path& path, uint64_t vocab_size) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekp(24);
+  f.write(reinterpret_cast<const char*>(&vocab_size), sizeof vocab_size);
+}
+
+}  // namespace
+
+TEST_CASE("token shard header vocab_size is checked against its width and its tokens", "[cpu]") {
+  genesis::testing::TempDir dir;
+  const fs::path path = dir / "t.bin";
+  genesis::data::write_token_shard(path, {1, 2, 500, 3}, 1000);  // u16 tokens
+  for (uint64_t impossible : {uint64_t{1}, uint64_t{65537}, ~uint64_t{0}}) {
+    set_header_vocab(path, impossible);
+    CHECK_THROWS_AS(genesis::data::TokenShard(path), genesis::ValueError);
+    CHECK_THROWS_WITH(genesis::data::TokenShard{path},
+                      Catch::Contains(path.string()) && Catch::Contains("vocab_size " + std::to_string(impossible)));
+  }
+  set_header_vocab(path, 0);  // unknown: nothing to check the tokens against
+  CHECK(genesis::data::TokenShard(path).checked_max_token() == 500);
+  set_header_vocab(path, 100);
+  const genesis::data::TokenShard shard(path);
+  CHECK_THROWS_WITH(shard.checked_max_token(), Catch::Contains("token id 500") && Catch::Contains("vocab_size 100"));
+}
+
+TEST_CASE("token shards of another vocabulary than the model's or each other's are refused", "[cpu]") {
+  genesis::testing::TempDir dir;
+  genesis::data::write_token_shard(dir / "train.bin", {1, 2, 3}, 1000);
+  genesis::data::write_token_shard(dir / "val.bin", {1, 2, 3}, 50257);
+  genesis::data::write_token_shard(dir / "same.bin", {3, 2, 1}, 1000);
+  // Every id fits the model's 24 entries, but the header says the tokenizer had 1000.
+  CHECK_THROWS_AS(genesis::train::check_shard_vocab(dir / "train.bin", 24), genesis::RecipeError);
+  CHECK_NOTHROW(genesis::train::check_shard_vocab(dir / "train.bin", 1000));
+  CHECK_THROWS_WITH(genesis::train::check_shard_vocabs_match(dir / "train.bin", dir / "val.bin"),
+                    Catch::Contains("1000") && Catch::Contains("50257") && Catch::Contains("val.bin"));
+  CHECK_NOTHROW(genesis::train::check_shard_vocabs_match(dir / "train.bin", dir / "same.bin"));
+}
