@@ -273,3 +273,19 @@ TEST_CASE("tokenizer errors name the file or the id", "[cpu][tokenizer]") {
   REQUIRE_THROWS_AS(tok.decode({1, 260}), genesis::IndexError);
   REQUIRE_THAT(message_of([&] { tok.decode({1, 4000000}); }), Contains("4000000") && Contains("260"));
 }
+
+// encoder.json with '!' given end-of-text's id encoded "Hi!" to end-of-text (issue 40, round 3).
+TEST_CASE("a vocabulary with two tokens of one id is refused, naming both and the id", "[cpu][tokenizer]") {
+  genesis::testing::TempDir dir;
+  auto json = tiny_tokenizer_json();
+  nlohmann::json encoder = json["model"]["vocab"];
+  encoder["<|endoftext|>"] = 258;
+  encoder["!"] = 258;
+  write(dir / "encoder.json", encoder.dump());
+  write(dir / "vocab.bpe", "#version: 0.2\na b\n");
+  CHECK_THROWS_WITH(Tokenizer::from_gpt2_files(dir / "encoder.json", dir / "vocab.bpe"),
+                    Catch::Contains("encoder.json") && Catch::Contains("'!' and '<|endoftext|>' both have id 258"));
+  json["model"]["vocab"]["abc"] = json["model"]["vocab"]["ab"];
+  write(dir / "tokenizer.json", json.dump());
+  CHECK_THROWS_WITH(Tokenizer::load(dir / "tokenizer.json"), Catch::Contains("both have id"));
+}

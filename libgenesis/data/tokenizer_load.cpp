@@ -1,6 +1,7 @@
 // Loading byte-level BPE tokenizers: GPT-2's encoder.json + vocab.bpe, and Hugging Face
 // tokenizer.json (model.type "BPE" with a ByteLevel pre-tokenizer).
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/data/tokenizer.h"
@@ -74,6 +75,21 @@ void set_token(Tokenizer::Impl& impl, uint64_t token_id, std::string bytes, cons
   impl.bytes_to_id.emplace(std::move(bytes), id);
 }
 
+// A vocabulary's token -> id entries. Two tokens of one id would make encode() emit that id for
+// both, and decode() give back only one of them (an '!' that turns into end-of-text), so the
+// file is refused naming both.
+void set_vocab(Tokenizer::Impl& impl, const json& vocab, const std::string& where, size_t entries) {
+  std::unordered_map<uint64_t, std::string> token_of_id;
+  token_of_id.reserve(vocab.size());
+  for (const auto& [token, id] : vocab.items()) {
+    GENESIS_CHECK(id.is_number_unsigned(), ValueError, where, ": the id of token '", token, "' is not an integer");
+    const auto [first, inserted] = token_of_id.emplace(id.get<uint64_t>(), token);
+    GENESIS_CHECK(inserted, ValueError, where, ": tokens '", first->second, "' and '", token, "' both have id ",
+                  first->first, "; each id must name one token (the file is corrupt or was edited)");
+    set_token(impl, id.get<uint64_t>(), unmap_bytes(token, where), where, entries);
+  }
+}
+
 }  // namespace
 
 void Tokenizer::Impl::add_merge(std::string_view left, std::string_view right, uint32_t rank,
@@ -104,10 +120,7 @@ Tokenizer Tokenizer::from_gpt2_files_unchecked(const fs::path& encoder_json, con
   GENESIS_CHECK(vocab.is_object(), ValueError, encoder_json.string(), ": expected a JSON object token -> id");
   std::string where = encoder_json.string();
   const size_t entries = vocab.size();
-  for (const auto& [token, id] : vocab.items()) {
-    GENESIS_CHECK(id.is_number_unsigned(), ValueError, where, ": the id of token '", token, "' is not an integer");
-    set_token(*impl, id.get<uint64_t>(), unmap_bytes(token, where), where, entries);
-  }
+  set_vocab(*impl, vocab, where, entries);
   std::string merges = read_existing(vocab_bpe, "GPT-2 vocab.bpe");
   uint32_t rank = 0;
   size_t line_no = 0;
@@ -211,10 +224,7 @@ Tokenizer Tokenizer::from_hf_json_unchecked(const fs::path& tokenizer_json) {
   GENESIS_CHECK(vocab.is_object(), ValueError, where, ": model.vocab is not an object token -> id");
   const auto added_tokens = root.find("added_tokens");
   const size_t entries = vocab.size() + (added_tokens != root.end() ? added_tokens->size() : 0);
-  for (const auto& [token, id] : vocab.items()) {
-    GENESIS_CHECK(id.is_number_unsigned(), ValueError, where, ": the id of token '", token, "' is not an integer");
-    set_token(*impl, id.get<uint64_t>(), unmap_bytes(token, where), where, entries);
-  }
+  set_vocab(*impl, vocab, where, entries);
   const json& merges = member(model, "merges", where);
   uint32_t rank = 0;
   for (const auto& merge : merges) {
