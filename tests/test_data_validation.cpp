@@ -26,6 +26,28 @@ void set_header_vocab(const fs::path& path, uint64_t vocab_size) {
   f.write(reinterpret_cast<const char*>(&vocab_size), sizeof vocab_size);
 }
 
+// A gzip'd IDX file: big-endian header, then `payload` (already in the file's byte order).
+void write_idx_gz(const fs::path& path, unsigned char type, const std::vector<uint32_t>& shape,
+                  const std::vector<unsigned char>& payload) {
+  std::vector<unsigned char> bytes{0, 0, type, static_cast<unsigned char>(shape.size())};
+  for (uint32_t d : shape)
+    for (int s = 24; s >= 0; s -= 8) bytes.push_back(static_cast<unsigned char>(d >> s));
+  bytes.insert(bytes.end(), payload.begin(), payload.end());
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+}
+
+std::vector<unsigned char> big_endian_floats(const std::vector<float>& values) {
+  std::vector<unsigned char> out;
+  for (float v : values) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<unsigned char>(u >> s));
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("token shard header vocab_size is checked against its width and its tokens", "[cpu]") {
@@ -56,4 +78,25 @@ TEST_CASE("token shards of another vocabulary than the model's or each other's a
   CHECK_THROWS_WITH(genesis::train::check_shard_vocabs_match(dir / "train.bin", dir / "val.bin"),
                     Catch::Contains("1000") && Catch::Contains("50257") && Catch::Contains("val.bin"));
   CHECK_NOTHROW(genesis::train::check_shard_vocabs_match(dir / "train.bin", dir / "same.bin"));
+}
+
+TEST_CASE("Fashion-MNIST labels and pixels are checked when the files load", "[cpu]") {
+  genesis::testing::TempDir dir;
+  const fs::path images = dir / "train-images-idx3-ubyte.gz", labels = dir / "train-labels-idx1-ubyte.gz";
+  write_idx_gz(images, 0x08, {3, 28, 28}, std::vector<unsigned char>(3 * 28 * 28, 7));
+  write_idx_gz(labels, 0x08, {3}, {0, 9, 2});
+  CHECK(genesis::data::load_fashion_mnist(dir.path().string(), "train").size() == 3);
+  // Label 10 of 10 classes: was `cross_entropy: target value 10 is out of range` mid-training.
+  write_idx_gz(labels, 0x08, {3}, {0, 10, 2});
+  CHECK_THROWS_WITH(genesis::data::load_fashion_mnist(dir.path().string(), "train"),
+                    Catch::Contains(labels.string()) && Catch::Contains("label 10 at index 1"));
+  write_idx_gz(labels, 0x0D, {3}, big_endian_floats({0, 1, 2}));
+  CHECK_THROWS_WITH(genesis::data::load_fashion_mnist(dir.path().string(), "train"),
+                    Catch::Contains(labels.string()) && Catch::Contains("labels are f32"));
+  write_idx_gz(labels, 0x08, {3}, {0, 1, 2});
+  std::vector<float> pixels(3 * 28 * 28, 0.5f);
+  pixels[28 * 28 + 5] = std::nanf("");
+  write_idx_gz(images, 0x0D, {3, 28, 28}, big_endian_floats(pixels));
+  CHECK_THROWS_WITH(genesis::data::load_fashion_mnist(dir.path().string(), "train"),
+                    Catch::Contains(images.string()) && Catch::Contains("pixel 789 (image 1) is nan"));
 }

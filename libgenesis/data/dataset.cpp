@@ -24,8 +24,23 @@ Dataset load_fashion_mnist(const std::string& dir, const std::string& split) {
   Tensor y = read_idx(labels);
   GENESIS_CHECK(x.dim() == 3 && y.dim() == 1 && x.size(0) == y.size(0), ValueError, "fashion_mnist: images ",
                 x.shape(), " and labels ", y.shape(), " in ", dir, " do not match");
+  // Checked here, not when a batch comes up: a bad label would otherwise stop training (or the
+  // evaluation after it) hours in, and one NaN pixel makes every normalized input NaN.
+  GENESIS_CHECK(y.dtype() == DType::i64, ValueError, labels, ": labels are ", dtype_name(y.dtype()),
+                "; Fashion-MNIST labels are unsigned bytes (IDX type 0x08)");
+  const int64_t* label = y.data<int64_t>();
+  for (int64_t i = 0; i < y.numel(); ++i)
+    GENESIS_CHECK(label[i] >= 0 && label[i] < kFashionMnistClasses, ValueError, labels, ": label ", label[i],
+                  " at index ", i, " is outside the ", kFashionMnistClasses, " classes (0..", kFashionMnistClasses - 1,
+                  "); the file is corrupt");
+  GENESIS_CHECK(x.dtype() == DType::f32, ValueError, images, ": pixels are ", dtype_name(x.dtype()),
+                "; Fashion-MNIST images are unsigned bytes (IDX type 0x08) or f32");
   float* p = x.data<float>();
-  for (int64_t i = 0; i < x.numel(); ++i) p[i] /= 255.0f;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    GENESIS_CHECK(std::isfinite(p[i]), ValueError, images, ": pixel ", i, " (image ", i / (x.size(1) * x.size(2)),
+                  ") is ", p[i], "; the file is corrupt");
+    p[i] /= 255.0f;
+  }
   return {x.view({x.size(0), 1, x.size(1), x.size(2)}), y};
 }
 

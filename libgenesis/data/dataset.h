@@ -21,6 +21,8 @@ struct Normalization {
 
 // Fashion-MNIST from the IDX files of Debian's dataset-fashion-mnist package.
 // split: "train" (60000) or "test" (10000). Images become [N, 1, 28, 28] f32 in [0, 1].
+// Throws ValueError naming the file and the first bad index on a label outside 0..9, labels
+// that are not integers, or a pixel that is not finite.
 Dataset load_fashion_mnist(const std::string& dir, const std::string& split);
 // Mean and standard deviation of all input values.
 Normalization compute_normalization(const Dataset& ds);
@@ -35,6 +37,7 @@ void check_dataset(const Dataset& ds, const char* where);
 Dataset take(const Dataset& ds, const std::vector<int64_t>& indices);
 
 // Default location of the Fashion-MNIST files installed by dataset-fashion-mnist.
+inline constexpr int64_t kFashionMnistClasses = 10;
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
 }  // namespace genesis::data
