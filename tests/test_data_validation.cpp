@@ -100,3 +100,30 @@ TEST_CASE("Fashion-MNIST labels and pixels are checked when the files load", "[c
   CHECK_THROWS_WITH(genesis::data::load_fashion_mnist(dir.path().string(), "train"),
                     Catch::Contains(images.string()) && Catch::Contains("pixel 789 (image 1) is nan"));
 }
+
+// eval of such a checkpoint printed {"accuracy": 0.1, "loss": null} and generate repeated one
+// token forever, both with exit 0.
+TEST_CASE("weights holding NaN or inf are refused at load, naming the tensor", "[cpu]") {
+  genesis::testing::TempDir dir;
+  genesis::models::Mlp saved({.input_shape = {4}, .hidden = {3}, .num_classes = 2});
+  const genesis::NamedTensor damaged = saved.named_parameters().front();
+  damaged.tensor.data<float>()[1] = std::nanf("");
+  genesis::train::TrainerState state;
+  state.step = 1;
+  state.optimizer_name = "adamw";
+  state.scheduler_name = "constant";
+  genesis::train::save_checkpoint(dir / "checkpoints", saved, "adamw", {}, state, "", 1);
+  genesis::models::Mlp loaded({.input_shape = {4}, .hidden = {3}, .num_classes = 2});
+  CHECK_THROWS_WITH(
+      genesis::train::load_checkpoint(dir / "checkpoints", loaded, nullptr),
+      Catch::Contains("model.safetensors") && Catch::Contains("'" + damaged.name + "' holds nan at element 1"));
+
+  auto lm = genesis::models::causal_lm_from_config(
+      R"({"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 8, "n_layer": 1, "n_head": 2})");
+  genesis::models::save_hf_model(*lm, dir / "hf");
+  CHECK_NOTHROW(genesis::models::load_hf_model(dir / "hf"));
+  const genesis::NamedTensor first = lm->named_parameters().front();
+  first.tensor.data<float>()[0] = INFINITY;
+  genesis::models::save_hf_model(*lm, dir / "hf");
+  CHECK_THROWS_WITH(genesis::models::load_hf_model(dir / "hf"), Catch::Contains("holds inf at element 0"));
+}

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -401,6 +402,41 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   GENESIS_CHECK(it != tensors_.end(), ValueError, "safetensors file '", path_.string(), "' has no tensor '", name,
                 "' (it holds ", tensors_.size(), " tensors)");
   return it->second;
+}
+
+namespace {
+
+struct Nonfinite {
+  int64_t index = -1;  // -1: every element is finite
+  double value = 0.0;
+};
+
+template <typename T>
+Nonfinite first_nonfinite(const Tensor& t) {
+  const T* p = t.data<T>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const auto value = static_cast<double>(p[i]);
+    if (!std::isfinite(value)) return {i, value};
+  }
+  return {};
+}
+
+}  // namespace
+
+void require_finite(const Tensor& tensor, const std::string& name, const std::filesystem::path& file) {
+  const Tensor t = tensor.contiguous();
+  Nonfinite bad;
+  switch (t.dtype()) {
+    case DType::f32: bad = first_nonfinite<float>(t); break;
+    case DType::f64: bad = first_nonfinite<double>(t); break;
+    case DType::f16: bad = first_nonfinite<float16>(t); break;
+    case DType::bf16: bad = first_nonfinite<bfloat16>(t); break;
+    default: return;
+  }
+  if (bad.index < 0) return;
+  GENESIS_THROW(ValueError, file.string(), ": tensor '", name, "' holds ", bad.value, " at element ", bad.index,
+                " of ", t.numel(), "; the weights are damaged (saved by a run that diverged, or "
+                "corrupted): load other weights");
 }
 
 Tensor SafetensorsFile::tensor(const std::string& name) const {

@@ -55,6 +55,11 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 void save_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// Throws ValueError naming `file`, the tensor and the first bad element when `tensor` (a CPU
+// tensor, as SafetensorsFile::tensor returns) is floating-point and holds an inf or NaN: a model
+// with such weights evaluates to NaN or generates one token forever without any error.
+void require_finite(const Tensor& tensor, const std::string& name, const std::filesystem::path& file);
+
 // A memory-mapped safetensors file whose header was fully validated on open (throws FormatError
 // for a truncated file, an oversized or malformed header, an unknown dtype, a shape that does not
 // match its byte range, offsets outside the buffer, overlapping tensors, unindexed bytes, and

@@ -88,6 +88,7 @@ void load_hf_weights(CausalLM& model, const fs::path& dir) {
       GENESIS_CHECK(inserted, FormatError, dir.string(), ": tensor '", name, "' appears in both ",
                     it->second.filename().string(), " and ", file.filename().string());
       state.push_back({name, weights.tensor(stored)});
+      io::require_finite(state.back().tensor, stored, file);
     }
   }
   try {

@@ -173,8 +173,11 @@ TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& mode
   }
   const std::filesystem::path file = dir / "trainer.json";
   TrainerState s = read_trainer_json(io::read_file(file), file.string());
+  const io::SafetensorsFile weights(dir / "model.safetensors");
+  std::vector<NamedTensor> state = read_all(weights);
+  for (const NamedTensor& t : state) io::require_finite(t.tensor, t.name, weights.path());
   try {
-    model.load_state_dict(read_all(io::SafetensorsFile(dir / "model.safetensors")));
+    model.load_state_dict(state);
   } catch (const ShapeError& e) {
     GENESIS_THROW(ValueError, "checkpoint ", (dir / "model.safetensors").string(), " does not fit the model: ", e.what());
   }
