@@ -17,6 +17,23 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The checkpoint `checkpoints/latest` points at; nullopt where the pointer is missing, or a loop,
+// or names no directory, with `problem` saying so (--resume then takes the newest step).
+std::optional<fs::path> latest_checkpoint(const fs::path& checkpoints, std::string& problem) {
+  const fs::path pointer = checkpoints / "latest";
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(pointer, ec))) {
+    problem = pointer.string() + " is missing";
+    return std::nullopt;
+  }
+  try {
+    return io::resolve_checkpoint(pointer);
+  } catch (const std::exception& e) {  // filesystem_error too: the pointer may be a symlink loop
+    problem = e.what();
+    return std::nullopt;
+  }
+}
+
 // Whether `checkpoints` holds nothing but what remove_stale_temporaries removes.
 bool holds_only_stale_temporaries(const fs::path& checkpoints) {
   const std::ptrdiff_t entries = std::distance(fs::directory_iterator(checkpoints), fs::directory_iterator());
@@ -89,7 +106,13 @@ constexpr std::string_view kRunDirInUse =
 
 }  // namespace
 
-bool has_checkpoint(const fs::path& dir) { return fs::exists(dir / "checkpoints" / "latest"); }
+bool has_checkpoint(const fs::path& dir) {
+  const fs::path checkpoints = dir / "checkpoints";
+  std::error_code ec;
+  // symlink_status: a `latest` that is a loop or points nowhere still says a checkpoint was written.
+  if (fs::exists(fs::symlink_status(checkpoints / "latest", ec))) return true;
+  return fs::is_directory(checkpoints, ec) && !io::list_checkpoints(checkpoints).empty();
+}
 
 io::DirLock lock_run_dir(const fs::path& dir, const TrainOptions& o) {
   // A directory no genesis process ever locked is in no one's use: what would be refused there is
@@ -141,7 +164,14 @@ std::optional<RecipeSpec> checkpoint_recipe(const fs::path& path) {
 }
 
 std::string check_resume_recipe(const RecipeSpec& spec, const fs::path& checkpoints) {
-  const std::optional<RecipeSpec> trained = checkpoint_recipe(checkpoints);
+  std::string problem;
+  std::optional<fs::path> checkpoint = latest_checkpoint(checkpoints, problem);
+  if (!checkpoint) {
+    const std::vector<io::CheckpointEntry> entries = io::list_checkpoints(checkpoints);
+    if (entries.empty()) return "";  // load_for_resume says what is wrong
+    checkpoint = entries.back().path;
+  }
+  const std::optional<RecipeSpec> trained = checkpoint_recipe(*checkpoint);
   if (!trained) return "";
   std::string refused, accepted;
   for (const RecipeChange& c : recipe_changes(*trained, spec)) {
@@ -149,26 +179,30 @@ std::string check_resume_recipe(const RecipeSpec& spec, const fs::path& checkpoi
     list += (list.empty() ? "" : ", ") + c.key + " " + c.before + " -> " + c.after;
   }
   GENESIS_CHECK(refused.empty(), UsageError, "--resume: the recipe changes what the checkpoint was trained with (",
-                refused, "); resume with the run's own recipe (", (io::resolve_checkpoint(checkpoints) / "recipe.toml").string(),
+                refused, "); resume with the run's own recipe (", (*checkpoint / "recipe.toml").string(),
                 ") or start a new run with --out");
   return accepted.empty() ? "" : "warning: --resume with changed settings: " + accepted;
 }
 
 TrainerState load_for_resume(const fs::path& checkpoints, nn::Module& model, Optimizer* optimizer,
                              const OptimizerStateLoader& load_optimizer, bool rank0, std::string& warning) {
-  const fs::path latest = io::resolve_checkpoint(checkpoints);
-  std::vector<fs::path> order{latest};
+  std::string problem;
+  const std::optional<fs::path> latest = latest_checkpoint(checkpoints, problem);
+  std::vector<fs::path> order;
+  if (latest) order.push_back(*latest);
   const std::vector<io::CheckpointEntry> entries = io::list_checkpoints(checkpoints);
   for (auto it = entries.rbegin(); it != entries.rend(); ++it)
     if (it->path != latest) order.push_back(it->path);
+  GENESIS_CHECK(!order.empty(), IoError, "--resume: no checkpoint in ", checkpoints.string(), " (", problem, ")");
   std::exception_ptr first;
   std::string first_message;
   for (const fs::path& dir : order) {
     try {
       TrainerState state = load_checkpoint(dir, model, optimizer, load_optimizer);
       if (dir != latest) {
-        warning = "warning: checkpoint " + latest.string() + " cannot be read (" + first_message + "); resumed from " +
-                  dir.filename().string() + ", the newest one that can";
+        std::string why = latest ? "checkpoint " + latest->string() + " cannot be read" : problem;
+        if (!first_message.empty()) why += (latest ? " (" : " and newer steps cannot be read (") + first_message + ")";
+        warning = "warning: " + why + "; resumed from " + dir.filename().string() + ", the newest one that can";
         if (rank0) io::update_latest_pointer(checkpoints, dir.filename().string());
       }
       return state;

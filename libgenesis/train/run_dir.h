@@ -12,7 +12,7 @@
 
 namespace genesis::train {
 
-// Whether dir/checkpoints/latest exists.
+// Whether dir/checkpoints has a `latest` pointer (readable or not) or a step directory.
 bool has_checkpoint(const std::filesystem::path& dir);
 
 // Locks the run directory for the life of the run (io::DirLock, created with the directory when
@@ -38,8 +38,8 @@ std::optional<RecipeSpec> checkpoint_recipe(const std::filesystem::path& path);
 std::string check_resume_recipe(const RecipeSpec& spec, const std::filesystem::path& checkpoints);
 
 // --resume's load: the checkpoint `latest` points at, or where it cannot be read (a damaged
-// trainer.json or weights file), the newest one that can, with `warning` set; `latest` then
-// points at it (written by rank 0). A recipe mismatch (UsageError) is raised at once; when no
+// trainer.json or weights file; `latest` missing, a loop or pointing elsewhere), the newest one
+// that can, with `warning` set; `latest` then points at it (written by rank 0). A recipe mismatch (UsageError) is raised at once; when no
 // checkpoint loads, the latest one's error is.
 TrainerState load_for_resume(const std::filesystem::path& checkpoints, nn::Module& model, Optimizer* optimizer,
                              const OptimizerStateLoader& load_optimizer, bool rank0, std::string& warning);

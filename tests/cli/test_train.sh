@@ -101,6 +101,27 @@ rc=$?
   && ok "a damaged latest checkpoint: resumed from the one before, same losses and final weights" \
   || fail "damaged latest checkpoint: exit $rc, $(cat "$work/damaged.err")"
 
+# 3c. A `latest` pointer that is missing, a symlink loop or pointing outside the run (issue 40):
+# --resume warns and continues from the newest step directory, with the uninterrupted run's result.
+for pointer in missing loop root; do
+  dir="$work/pointer_$pointer"
+  mkdir -p "$dir/checkpoints"
+  cp -r "$work/full/checkpoints/step_00000020" "$dir/checkpoints/"
+  cp "$work/full/recipe.toml" "$dir/recipe.toml"
+  grep -E '"step":(5|10|15|20)[,}]' "$work/full/metrics.jsonl" >"$dir/metrics.jsonl"
+  case $pointer in
+    loop) ln -s latest "$dir/checkpoints/latest" ;;
+    root) ln -s / "$dir/checkpoints/latest" ;;
+  esac
+  "$genesis" train "$recipe" --out "$dir" --resume "${common[@]}" >/dev/null 2>"$dir.err"
+  rc=$?
+  [ $rc -eq 0 ] && grep -q "^warning: .*resumed from step_00000020, the newest one that can" "$dir.err" \
+    && ! grep -q "filesystem error" "$dir.err" \
+    && cmp -s "$work/full/checkpoints/step_00000040/model.safetensors" "$dir/checkpoints/step_00000040/model.safetensors" \
+    && ok "latest $pointer: resumed from the newest step with a warning, same final weights" \
+    || fail "latest $pointer: exit $rc, $(cat "$dir.err")"
+done
+
 # 4. SIGTERM: finish the step, checkpoint, exit 130; --resume continues.
 "$genesis" train "$recipe" --out "$work/sig" --set training.steps=100000 --set training.log_every=1000 -q >/dev/null 2>"$work/sig.err" &
 pid=$!
