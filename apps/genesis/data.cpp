@@ -14,6 +14,7 @@
 #include "libgenesis/data/tokenizer.h"
 #include "libgenesis/io/dir_lock.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/train/stop_signal.h"
 
 namespace genesis::cli {
 
@@ -121,6 +122,9 @@ int run_tokenize(TokenizeArgs a) {
   for (const char* shard : {"train.bin", "val.bin"})
     GENESIS_CHECK(a.overwrite || !fs::exists(fs::path(a.out) / shard), UsageError, "data tokenize: ",
                   (fs::path(a.out) / shard).string(), " exists; pass --overwrite to replace the shards");
+  // SIGINT/SIGTERM end the tokenization as they end train's: one line and exit 130 (the shards
+  // are written only after the last document, so nothing is left half written).
+  const train::StopSignal stop;
   auto tok = data::Tokenizer::load(a.tokenizer);
   auto start = std::chrono::steady_clock::now();
   if (!a.quiet)

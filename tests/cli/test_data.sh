@@ -68,6 +68,18 @@ for vocab in 1 5; do
     || fail "inspect with header vocab_size $vocab: rc $rc, $(cat "$work/err")"
 done
 
+# SIGTERM while tokenizing (issue 40): exit 130 with one line, as train, and no shard written.
+mkdir -p "$work/many"
+for i in $(seq 1 1000); do cp "$src/docs/architecture.md" "$work/many/$i.txt"; done
+"$genesis" data tokenize --tokenizer "$fixture" --input "$work/many" --out "$work/stopped" -q >/dev/null 2>"$work/err" &
+pid=$!
+sleep 1
+kill -TERM $pid
+wait $pid; rc=$?
+[ $rc -eq 130 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "stopped by signal while tokenizing" "$work/err" \
+  && [ ! -e "$work/stopped/train.bin" ] && ok "SIGTERM during tokenize exits 130 with one line" \
+  || fail "SIGTERM during tokenize: rc $rc, $(cat "$work/err")"
+
 # 2. Errors: one line on stderr, exit 1 (bad data) or 2 (bad usage).
 echo "5 999999" | "$genesis" data decode --tokenizer "$fixture" >/dev/null 2>"$work/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "999999" "$work/err" && ok "decode of an unknown id exits 1 naming it" || fail "decode of id 999999: rc $rc, '$(cat "$work/err")'"
