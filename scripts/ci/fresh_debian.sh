@@ -64,6 +64,10 @@ mounts_under() { findmnt -rn -o TARGET | awk -v r="$root/" 'index($0, r) == 1' |
 cleanup() {
   local status=$? target
   trap - EXIT INT TERM
+  if [ -n "${inside:-}" ]; then  # stopped early: end the commands inside before unmounting
+    kill -TERM "$inside" 2>/dev/null || true
+    wait "$inside" 2>/dev/null || true
+  fi
   # Lazily where a process inside still holds one, so that rm never reaches through a mount
   # into the host's /dev or CUDA toolkit.
   for _ in 1 2 3; do
@@ -125,10 +129,14 @@ for v in CI BUILD_DIR GENESIS_CUDA FUZZ_SECONDS http_proxy https_proxy no_proxy;
   [ -z "${!v:-}" ] || env_inside+=("$v=${!v}")
 done
 echo "fresh_debian: running in the root: ${command[*]}" >&2
-status=0
+# In the background, so that a signal to this script runs its trap at once rather than after the
+# build; timeout leads its own process group and passes SIGTERM on to all of it.
 timeout -k 30 "$((minutes * 60))" \
-  chroot "$root" /usr/bin/env -i "${env_inside[@]}" sh -c 'cd /work/genesis && exec "$@"' sh "${command[@]}" </dev/null ||
-  status=$?
+  chroot "$root" /usr/bin/env -i "${env_inside[@]}" sh -c 'cd /work/genesis && exec "$@"' sh "${command[@]}" </dev/null &
+inside=$!
+status=0
+wait "$inside" || status=$?
+inside=
 [ "$status" -ne 124 ] || echo "fresh_debian: stopped after $minutes minutes" >&2
 echo "fresh_debian: finished with exit code $status after $((SECONDS - start)) s" >&2
 exit "$status"
