@@ -127,7 +127,7 @@ std::vector<std::string> copy_tokenizer_files(const ModelSource& source, const f
 json generation_config(const ModelSource& source, const json& config) {
   std::error_code ec;
   if (fs::is_regular_file(source.dir / "generation_config.json", ec))
-    return json::parse(read_file(source.dir / "generation_config.json"));
+    return json::parse(read_file(source.dir / "generation_config.json", kMaxConfigFileBytes));
   json out = {{"_from_model_config", true}};
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
     if (config.contains(key) && !config[key].is_null()) out[key] = config[key];

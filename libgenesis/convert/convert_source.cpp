@@ -31,7 +31,7 @@ bool has_weights(const fs::path& dir) {
 }
 
 json read_json_object(const fs::path& path) {
-  json value = json::parse(read_file(path), nullptr, false);
+  json value = json::parse(read_file(path, kMaxConfigFileBytes), nullptr, false);
   GENESIS_CHECK(!value.is_discarded() && value.is_object(), FormatError, "'", path.string(), "' is not a JSON object");
   return value;
 }

@@ -21,7 +21,7 @@ constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}
 
 std::string read_existing(const fs::path& path, const char* what) {
   GENESIS_CHECK(fs::is_regular_file(path), IoError, what, " not found: ", path.string());
-  return io::read_file(path);
+  return io::read_file(path, io::kMaxTokenizerFileBytes);
 }
 
 json parse_json(const std::string& text, const fs::path& path) {

@@ -56,6 +56,14 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
 // blocking on it, and so is a file larger than max_bytes (a recipe or tokenizer file that size
 // is a wrong path, not data).
 std::string read_file(const std::filesystem::path& path, size_t max_bytes = SIZE_MAX);
+
+// The most a metadata file read whole may hold: past it, the file is refused by name before any
+// memory is spent on it (a 2 GB sparse tokenizer.json took 2.2 GB and 7 s to be called malformed).
+// Tokenizers: the largest in use are tens of MiB (Gemma's tokenizer.json about 33 MiB; GPT-2's
+// encoder.json 1 MiB). Configs (config.json, generation_config.json, a safetensors index,
+// trainer.json, summary.json): kilobytes to a few MiB.
+inline constexpr size_t kMaxTokenizerFileBytes = size_t{256} << 20;
+inline constexpr size_t kMaxConfigFileBytes = size_t{64} << 20;
 // IoError unless fd (open on path) is a regular file; returns its size.
 size_t regular_file_size(int fd, const std::filesystem::path& path);
 

@@ -64,7 +64,7 @@ WeightSet WeightSet::open_directory(const fs::path& dir) {
   auto fail = [&](const auto&... parts) {
     return FormatError(detail::concat("shard index '", index_path.string(), "': ", parts...));
   };
-  const json index = json::parse(read_file(index_path), nullptr, false);
+  const json index = json::parse(read_file(index_path, kMaxConfigFileBytes), nullptr, false);
   if (index.is_discarded() || !index.is_object()) throw fail("not a JSON object");
   if (!index.contains("weight_map") || !index["weight_map"].is_object())
     throw fail("missing the \"weight_map\" object (tensor name -> shard file)");

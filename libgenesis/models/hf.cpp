@@ -52,7 +52,7 @@ std::vector<fs::path> weight_files(const fs::path& dir) {
   const fs::path index_path = dir / "model.safetensors.index.json";
   GENESIS_CHECK(fs::exists(index_path), IoError, dir.string(),
                 ": no model.safetensors or model.safetensors.index.json (a Hugging Face model directory is expected)");
-  const nlohmann::json index = nlohmann::json::parse(io::read_file(index_path), nullptr, false);
+  const nlohmann::json index = nlohmann::json::parse(io::read_file(index_path, io::kMaxConfigFileBytes), nullptr, false);
   GENESIS_CHECK(
       !index.is_discarded() && index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
       FormatError, index_path.string(), ": expected a JSON object with a \"weight_map\" object");
@@ -111,7 +111,7 @@ std::shared_ptr<CausalLM> load_hf_model(const fs::path& dir, nn::LayerOptions op
   const fs::path config_path = dir / "config.json";
   GENESIS_CHECK(fs::exists(config_path), IoError, dir.string(),
                 ": no config.json (a Hugging Face model directory is expected)");
-  const std::string config = io::read_file(config_path);
+  const std::string config = io::read_file(config_path, io::kMaxConfigFileBytes);
   // The weights' element count from their headers (nothing loaded yet) against the config's.
   double stored = 0;
   for (const fs::path& file : weight_files(dir)) {

@@ -106,7 +106,7 @@ std::string language_model_size_problem(const RecipeSpec::Model& m) {
   // base recipe reused for fine-tuning) when they say what the config says.
   nlohmann::json config;
   try {
-    config = nlohmann::json::parse(io::read_file(std::filesystem::path(m.init_from) / "config.json"), nullptr, false);
+    config = nlohmann::json::parse(io::read_file(std::filesystem::path(m.init_from) / "config.json", io::kMaxConfigFileBytes), nullptr, false);
   } catch (const Error&) {
     return "";  // no readable config.json: loading the model says so, naming the file
   }

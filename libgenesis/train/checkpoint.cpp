@@ -172,7 +172,7 @@ TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& mode
     GENESIS_CHECK(std::filesystem::exists(dir / f), ValueError, "checkpoint ", dir.string(), " has no ", f);
   }
   const std::filesystem::path file = dir / "trainer.json";
-  TrainerState s = read_trainer_json(io::read_file(file), file.string());
+  TrainerState s = read_trainer_json(io::read_file(file, io::kMaxConfigFileBytes), file.string());
   const io::SafetensorsFile weights(dir / "model.safetensors");
   std::vector<NamedTensor> state = read_all(weights);
   for (const NamedTensor& t : state) io::require_finite(t.tensor, t.name, weights.path());

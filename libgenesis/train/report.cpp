@@ -41,7 +41,7 @@ Run load_run(const fs::path& dir) {
     if (!j.is_object() || !j.contains("step")) continue;  // a torn last line of a crashed run
     (j.contains("eval") ? run.evals : run.steps).push_back(j);
   }
-  if (fs::is_regular_file(dir / "summary.json")) run.summary = json::parse(io::read_file(dir / "summary.json"), nullptr, false);
+  if (fs::is_regular_file(dir / "summary.json")) run.summary = json::parse(io::read_file(dir / "summary.json", io::kMaxConfigFileBytes), nullptr, false);
   if (fs::is_regular_file(dir / "recipe.toml")) {
     try {
       run.recipe = parse_recipe(io::read_file(dir / "recipe.toml"), (dir / "recipe.toml").string());

@@ -220,7 +220,7 @@ TrainerState load_for_resume(const fs::path& checkpoints, nn::Module& model, Opt
 
 std::optional<int64_t> checkpoint_step(const fs::path& path) {
   try {
-    const nlohmann::json j = nlohmann::json::parse(io::read_file(io::resolve_checkpoint(path) / "trainer.json"));
+    const nlohmann::json j = nlohmann::json::parse(io::read_file(io::resolve_checkpoint(path) / "trainer.json", io::kMaxConfigFileBytes));
     if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
   } catch (const std::exception&) {
   }
