@@ -301,7 +301,13 @@ TEST_CASE("tcp: mismatched collectives, a dead rank and a silent one fail with D
     REQUIRE(errors[0] != nullptr);
     CHECK_THAT(message_of(errors[0]), Contains("rank 2 closed its connection"));
     REQUIRE(errors[1] != nullptr);
-    CHECK_THAT(message_of(errors[1]), Contains("rank 2 closed its connection"));
+    // Rank 1 hears the reason from rank 0 when it reads rank 0's abort frame first. When rank 0
+    // has already closed its socket with rank 1's unread contribution in it, the kernel resets
+    // the connection and rank 1's next send fails before it reads that frame: it then names rank
+    // 0's broken connection (seen once, in a clean-root CI run under ctest -j2). Either way it
+    // stops at once with a DistError.
+    CHECK_THAT(message_of(errors[1]),
+               Contains("rank 2 closed its connection") || Contains("the connection to rank 0 broke"));
   }
   SECTION("a rank that hangs") {
     const auto t0 = std::chrono::steady_clock::now();
