@@ -72,7 +72,13 @@ wait_for_checkpoint() {
 refused() {
   local name=$1 dir=$2 holder=$3
   shift 3
-  local t0 rc ms
+  local t0 rc ms bound
+  # The start of a process under the load of this moment (other tests beside this one): the
+  # refusal may take one such start twice over plus a second, never less than at_once_ms.
+  t0=$(now_ms)
+  "$genesis" --version >/dev/null
+  bound=$((2 * ($(now_ms) - t0) + 1000))
+  [ "$bound" -ge "$at_once_ms" ] || bound=$at_once_ms
   t0=$(now_ms)
   "$@" >/dev/null 2>"$work/refused.err"
   rc=$?
@@ -82,8 +88,8 @@ refused() {
     fail "$name: exit code $rc, expected 2 ($(head -c 300 "$work/refused.err"))"
   elif [ "$(wc -l <"$work/refused.err")" != 1 ] || ! grep -qF "$expected" "$work/refused.err"; then
     fail "$name: stderr is not one line naming process $holder: $(head -c 300 "$work/refused.err")"
-  elif [ "$ms" -ge "$at_once_ms" ]; then
-    fail "$name: refused after $ms ms, expected under $at_once_ms"
+  elif [ "$ms" -ge "$bound" ]; then
+    fail "$name: refused after $ms ms, expected under $bound"
   else
     return 0
   fi
