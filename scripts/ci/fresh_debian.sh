@@ -119,10 +119,10 @@ fi
 cp /etc/resolv.conf /etc/hosts "$root/etc/"
 
 # The tree: what git tracks or would track, as it is in the working tree.
-mkdir -p "$root/work/genesis"
+mkdir -p "$root/genesis"
 (cd "$src" && git ls-files -z --cached --others --exclude-standard |
   while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
-  tar --null -T - -cf -) | tar -xf - -C "$root/work/genesis"
+  tar --null -T - -cf -) | tar -xf - -C "$root/genesis"
 
 env_inside=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM=dumb)
 for v in CI BUILD_DIR GENESIS_CUDA FUZZ_SECONDS http_proxy https_proxy no_proxy; do
@@ -132,7 +132,7 @@ echo "fresh_debian: running in the root: ${command[*]}" >&2
 # In the background, so that a signal to this script runs its trap at once rather than after the
 # build; timeout leads its own process group and passes SIGTERM on to all of it.
 timeout -k 30 "$((minutes * 60))" \
-  chroot "$root" /usr/bin/env -i "${env_inside[@]}" sh -c 'cd /work/genesis && exec "$@"' sh "${command[@]}" </dev/null &
+  chroot "$root" /usr/bin/env -i "${env_inside[@]}" sh -c 'cd /genesis && exec "$@"' sh "${command[@]}" </dev/null &
 inside=$!
 status=0
 wait "$inside" || status=$?

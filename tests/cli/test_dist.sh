@@ -15,12 +15,6 @@
 set -u
 source "$(dirname "$0")/common.sh" "$@"
 recipe="$src/recipes/fashion_mnist_mlp.toml"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
 export OMP_NUM_THREADS=1  # bit-exact comparisons need a fixed thread count per rank
 losses() { grep -o '"loss":[0-9.eE+-]*' "$1" | cut -d: -f2; }
 # The largest relative difference between two runs' logged losses (or "count" when they differ in number).

@@ -12,12 +12,6 @@
 set -u
 source "$(dirname "$0")/common.sh" "$@"
 recipe="$src/recipes/fashion_mnist_mlp.toml"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  [ -n "${KEEP:-}" ] || rm -rf "$work"
-}
-trap cleanup EXIT
 export OMP_NUM_THREADS=1  # the holder's files are compared byte for byte with a run alone
 
 requires "dataset-fashion-mnist" test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
