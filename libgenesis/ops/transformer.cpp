@@ -25,18 +25,30 @@
 
 namespace genesis {
 
+namespace {
+
+// The kernels' view of packed documents: the [batch, q_len] starts, or null without them.
+const int32_t* doc_start_data(const Tensor& doc_start) {
+  return doc_start.defined() ? doc_start.data<int32_t>() : nullptr;
+}
+
+}  // namespace
+
 #if GENESIS_WITH_CUDA
 namespace {
 
 // rope on cuda: x [..., seq, dim] read through its strides when its leading dimensions merge
 // into two and dim is unit-stride (the [B, H, T, D] view of a [B, T, H, D] projection), else
-// from a contiguous copy; y is contiguous.
+// from a contiguous copy; y is contiguous. Per-row tables ([x.size(0), seq, dim / 2]) keep
+// dimension 0 as the first of the two, whose index picks the table.
 void rope_cuda(bool inverse, const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& y) {
   const int64_t seq = x.size(-2), dim = x.size(-1);
+  const bool per_row = cos.dim() == 3;
   std::vector<int64_t> sizes, strides;
   for (int64_t d = 0; d + 2 < x.dim(); ++d) {
-    if (x.size(d) == 1) continue;
-    if (!sizes.empty() && strides.back() == x.stride(d) * x.size(d)) {
+    if (x.size(d) == 1 && !(per_row && d == 0)) continue;
+    const bool table_dimension = per_row && sizes.size() == 1;  // dimension 0's group stays alone
+    if (!sizes.empty() && !table_dimension && strides.back() == x.stride(d) * x.size(d)) {
       sizes.back() *= x.size(d);
       strides.back() = x.stride(d);
     } else {
@@ -49,10 +61,11 @@ void rope_cuda(bool inverse, const Tensor& x, const Tensor& cos, const Tensor& s
     return;
   }
   while (sizes.size() < 2) {
-    sizes.insert(sizes.begin(), 1);
-    strides.insert(strides.begin(), 0);
+    sizes.insert(per_row ? sizes.end() : sizes.begin(), 1);
+    strides.insert(per_row ? strides.end() : strides.begin(), 0);
   }
-  const kernels::cuda::RopeInput input{x.data_ptr(), sizes[0], sizes[1], strides[0], strides[1], x.stride(-2)};
+  const kernels::cuda::RopeInput input{
+      x.data_ptr(), sizes[0], sizes[1], strides[0], strides[1], x.stride(-2), per_row ? seq * (dim / 2) : 0};
   kernels::cuda::rope(x.dtype(), inverse, input, seq, dim, cos.data_ptr(), sin.data_ptr(), y.data_ptr(),
                       cuda::current_stream());
 }
@@ -141,8 +154,8 @@ TensorList attention_grads(const Tensor& q, const Tensor& k, const Tensor& v, co
 
 // Flash attention (f16/bf16, head_dim 32/64/96/128): only the output and each row's
 // logsumexp are kept for the backward, which recomputes the probabilities.
-Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::cpu::AttentionShape& s,
-                            kernels::cuda::FlashDropout dropout) {
+Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_start,
+                            const kernels::cpu::AttentionShape& s, kernels::cuda::FlashDropout dropout) {
   const TensorOptions options{.dtype = q.dtype(), .device = q.device()};
   Tensor out = rows_major_heads(s.batch, s.q_heads, s.q_len, s.head_dim, options);
   Tensor lse = empty({s.batch, s.q_heads, s.q_len}, {.dtype = DType::f32, .device = q.device()});
@@ -152,22 +165,22 @@ Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, c
     dropout.keep_bits = reinterpret_cast<uint32_t*>(keep_bits.data_ptr());
   }
   kernels::cuda::flash_attention_forward(q.dtype(), s, flash_operand(q), flash_operand(k), flash_operand(v),
-                                         flash_output(out), lse.data<float>(), dropout, cuda::current_stream());
+                                         doc_start_data(doc_start), flash_output(out), lse.data<float>(), dropout,
+                                         cuda::current_stream());
   if (needs_grad({q, k, v})) {
     record("scaled_dot_product_attention", {q, k, v}, {out},
-           [s, dropout, qs = saved(q), ks = saved(k), vs = saved(v), os = saved(out), lses = saved(lse),
-            bits = saved(keep_bits)](const TensorList& g) {
+           [s, dropout, qs = saved(q), ks = saved(k), vs = saved(v), ds = saved(doc_start), os = saved(out),
+            lses = saved(lse), bits = saved(keep_bits)](const TensorList& g) {
              Tensor gy = g[0].to(qs.dtype());
              if (!flash_readable(gy, s)) gy = gy.contiguous();
              const TensorList grads = attention_grads(qs, ks, vs, s);
              const Tensor &gq = grads[0], &gk = grads[1], &gv = grads[2];
              Tensor scratch = empty({kernels::cuda::flash_attention_backward_scratch(s)},
                                     {.dtype = DType::f32, .device = qs.device()});
-             kernels::cuda::flash_attention_backward(qs.dtype(), s, flash_operand(qs), flash_operand(ks),
-                                                     flash_operand(vs), flash_operand(os), lses.data<float>(),
-                                                     flash_operand(gy), flash_output(gq), flash_output(gk),
-                                                     flash_output(gv), scratch.data<float>(), dropout,
-                                                     cuda::current_stream());
+             kernels::cuda::flash_attention_backward(
+                 qs.dtype(), s, flash_operand(qs), flash_operand(ks), flash_operand(vs), doc_start_data(ds),
+                 flash_operand(os), lses.data<float>(), flash_operand(gy), flash_output(gq), flash_output(gk),
+                 flash_output(gv), scratch.data<float>(), dropout, cuda::current_stream());
              return TensorList{gq, gk, gv};
            });
   }
@@ -177,12 +190,12 @@ Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, c
 // Attention on cuda: flash attention where it applies, else GEMMs around a materialized
 // softmax. 16-bit inputs get f32 scores and keep only their probabilities, in 16 bits
 // (the second product reads them so, as in flash attention): half the saved bytes of f32.
-Tensor attention_cuda(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
+Tensor attention_cuda(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, const Tensor& doc_start,
                       const kernels::cpu::AttentionShape& s) {
   if (kernels::cuda::flash_attention_supported(q_arg.dtype(), s, {}) && flash_enabled()) {
     // Operands the kernels cannot read through their strides are copied first.
     auto readable = [&s](const Tensor& t) { return flash_readable(t, s) ? t : t.contiguous(); };
-    return flash_attention_cuda(readable(q_arg), readable(k_arg), readable(v_arg), s, {});
+    return flash_attention_cuda(readable(q_arg), readable(k_arg), readable(v_arg), doc_start, s, {});
   }
   const Tensor &q = q_arg, &k = k_arg, &v = v_arg;
   const Device device = q.device();
@@ -197,12 +210,13 @@ Tensor attention_cuda(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_
     vv = attention_operand(v, s, false);
     Tensor scores = f32_scores_buffer(q, scores_shape);
     kernels::cuda::attention(q.dtype(), s, qv.data_ptr(), heads_layout(qv), kv.data_ptr(), heads_layout(kv),
-                             vv.data_ptr(), heads_layout(vv), out.data_ptr(), probs.data_ptr(),
-                             scores.defined() ? scores.data_ptr() : nullptr, cuda::current_stream());
+                             vv.data_ptr(), heads_layout(vv), doc_start_data(doc_start), out.data_ptr(),
+                             probs.data_ptr(), scores.defined() ? scores.data_ptr() : nullptr, cuda::current_stream());
   }
   if (needs_grad({q, k, v})) {
     record("scaled_dot_product_attention", {q, k, v}, {out},
-           [s, qs = saved(qv), ks = saved(kv), vs = saved(vv), ps = saved(probs)](const TensorList& g) {
+           [s, qs = saved(qv), ks = saved(kv), vs = saved(vv), ds = saved(doc_start),
+            ps = saved(probs)](const TensorList& g) {
              Tensor gy = g[0].to(qs.dtype()).contiguous();
              const TensorOptions options{.dtype = qs.dtype(), .device = qs.device()};
              Tensor gq = empty(qs.shape(), options), gk = empty(ks.shape(), options), gv = empty(vs.shape(), options);
@@ -210,12 +224,11 @@ Tensor attention_cuda(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_
              Tensor grad_probs = f32_scores_buffer(qs, ps.shape());
              Tensor grad_scores = empty(ps.shape(), options);
              if (!grad_probs.defined()) std::swap(grad_probs, grad_scores);
-             kernels::cuda::attention_backward(qs.dtype(), s, qs.data_ptr(), heads_layout(qs), ks.data_ptr(),
-                                               heads_layout(ks), vs.data_ptr(), heads_layout(vs), ps.data_ptr(),
-                                               gy.data_ptr(), gq.data_ptr(), gk.data_ptr(), gv.data_ptr(),
-                                               grad_probs.data_ptr(),
-                                               grad_scores.defined() ? grad_scores.data_ptr() : nullptr,
-                                               cuda::current_stream());
+             kernels::cuda::attention_backward(
+                 qs.dtype(), s, qs.data_ptr(), heads_layout(qs), ks.data_ptr(), heads_layout(ks), vs.data_ptr(),
+                 heads_layout(vs), doc_start_data(ds), ps.data_ptr(), gy.data_ptr(), gq.data_ptr(), gk.data_ptr(),
+                 gv.data_ptr(), grad_probs.data_ptr(), grad_scores.defined() ? grad_scores.data_ptr() : nullptr,
+                 cuda::current_stream());
              return TensorList{gq, gk, gv};
            });
   }
@@ -227,8 +240,39 @@ Tensor attention_cuda(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_
 
 namespace {
 
-// Counters the dropout mask of one attention call draws: one per four probabilities.
-uint64_t attention_dropout_counters(const kernels::cpu::AttentionShape& s) {
+// scaled_dot_product_attention's doc_start after its checks: undefined, or contiguous i32
+// [batch, q_len] for causal attention without a KV cache or dropout. On the CPU the values are
+// checked too (document starts: non-decreasing, 0 <= doc_start[b, t] <= t); on CUDA that would
+// wait for the device, and the kernels stay in bounds whatever the values.
+Tensor checked_doc_start(const Tensor& doc_start, const kernels::cpu::AttentionShape& s, double dropout_p) {
+  if (!doc_start.defined()) return doc_start;
+  const char* op = "scaled_dot_product_attention";
+  GENESIS_CHECK(s.causal, ValueError, op, ": doc_start (packed documents) needs causal attention");
+  GENESIS_CHECK(s.q_len == s.kv_len, ShapeError, op, ": doc_start needs as many keys as queries (no KV cache), got ",
+                s.q_len, " queries and ", s.kv_len, " keys");
+  GENESIS_CHECK(doc_start.dtype() == DType::i32, DTypeError, op, ": doc_start must be i32, got ",
+                dtype_name(doc_start.dtype()));
+  GENESIS_CHECK(doc_start.shape() == Shape({s.batch, s.q_len}), ShapeError, op,
+                ": doc_start must be [B, T] = ", Shape({s.batch, s.q_len}), ", got ", doc_start.shape());
+  GENESIS_CHECK(dropout_p == 0.0, NotImplementedError, op,
+                ": dropout with doc_start is not supported (the dropout paths have no document mask)");
+  Tensor starts = doc_start.contiguous();
+  if (starts.device().is_cpu()) {
+    const int32_t* d = starts.data<int32_t>();
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t t = 0; t < s.q_len; ++t) {
+        const int32_t value = d[b * s.q_len + t], previous = t > 0 ? d[b * s.q_len + t - 1] : 0;
+        GENESIS_CHECK(value >= previous && value <= t, ValueError, op, ": doc_start[", b, ", ", t, "] = ", value,
+                      " is not a document start (starts never decrease along a row, and 0 <= doc_start[b, t] <= t)");
+      }
+    }
+  }
+  return starts;
+}
+
+// Counters the dropout mask of one attention call draws: one per four probabilities (the flash
+// kernels' draws: unused in builds without CUDA).
+[[maybe_unused]] uint64_t attention_dropout_counters(const kernels::cpu::AttentionShape& s) {
   return static_cast<uint64_t>((s.batch * s.q_heads * s.q_len * s.kv_len + 3) / 4);
 }
 
@@ -289,6 +333,18 @@ RopeTables rope_tables(int64_t start, int64_t length, int64_t head_dim, double t
   return {finish(cos_values), finish(sin_values)};
 }
 
+RopeTables gather_rope_tables(const RopeTables& tables, const Tensor& positions) {
+  GENESIS_CHECK(positions.defined() && positions.dim() == 2, ShapeError,
+                "gather_rope_tables: positions must be [batch, seq], got shape ",
+                positions.defined() ? positions.shape() : Shape{});
+  GENESIS_CHECK(tables.cos.dim() == 2 && tables.sin.shape() == tables.cos.shape(), ShapeError,
+                "gather_rope_tables: the tables must be rope_tables' [length, head_dim / 2], got cos ",
+                tables.cos.shape(), " and sin ", tables.sin.shape());
+  const Tensor flat = positions.reshape({positions.numel()});
+  const Shape shape{positions.size(0), positions.size(1), tables.cos.size(1)};
+  return {index_select(tables.cos, 0, flat).view(shape), index_select(tables.sin, 0, flat).view(shape)};
+}
+
 Tensor rope(const Tensor& x_arg, const Tensor& cos_arg, const Tensor& sin_arg) {
   auto [x, cos, sin] = detail::op_prologue<OpId::rope>(x_arg, cos_arg, sin_arg);
   detail::check_defined("rope", x, "input");
@@ -300,11 +356,16 @@ Tensor rope(const Tensor& x_arg, const Tensor& cos_arg, const Tensor& sin_arg) {
   GENESIS_CHECK(x.dim() >= 2 && x.size(-1) % 2 == 0, ShapeError,
                 "rope: input must be [..., seq, head_dim] with an even head_dim, got shape ", x.shape());
   const int64_t seq = x.size(-2), dim = x.size(-1);
-  const Shape table_shape{seq, dim / 2};
+  // One table for every row, or per-row tables [batch, seq, head_dim / 2] (gather_rope_tables).
+  const bool per_row = cos.dim() == 3 && x.dim() >= 3;
+  const Shape table_shape = per_row ? Shape{x.size(0), seq, dim / 2} : Shape{seq, dim / 2};
   GENESIS_CHECK(cos.shape() == table_shape && sin.shape() == table_shape, ShapeError, "rope: cos ", cos.shape(),
-                " and sin ", sin.shape(), " must both be [seq, head_dim / 2] = ", table_shape, " for input ",
-                x.shape());
+                " and sin ", sin.shape(),
+                " must both be [seq, head_dim / 2] or, per row, [batch, seq, head_dim / 2] = ", table_shape,
+                " for input ", x.shape());
   const int64_t outer = seq * dim == 0 ? 0 : x.numel() / (seq * dim);
+  // The CPU kernel's rows (x as [outer, seq, dim]) that share a table: all, or those of one batch row.
+  const int64_t outer_per_table = per_row && outer > 0 ? outer / x.size(0) : std::max<int64_t>(outer, 1);
   // The tables are cast to the input's dtype, as Hugging Face's rotary embedding does: under
   // autocast an f32 table meets a bf16 input.
   Tensor cc = cos.to(x.dtype()).contiguous(), sc = sin.to(x.dtype()).contiguous();
@@ -313,18 +374,19 @@ Tensor rope(const Tensor& x_arg, const Tensor& cos_arg, const Tensor& sin_arg) {
     NoGradGuard forward_only;
     if (x.device().is_cpu()) {
       Tensor xc = x.contiguous();
-      kernels::cpu::rope(x.dtype(), false, outer, seq, dim, xc.data_ptr(), cc.data_ptr(), sc.data_ptr(), y.data_ptr());
+      kernels::cpu::rope(x.dtype(), false, outer, seq, dim, xc.data_ptr(), cc.data_ptr(), sc.data_ptr(),
+                         outer_per_table, y.data_ptr());
     } else {
       GENESIS_ON_CUDA(rope_cuda(false, x, cc, sc, y));
     }
   }
   if (needs_grad({x})) {
-    record("rope", {x}, {y}, [outer, seq, dim, cs = saved(cc), ss = saved(sc)](const TensorList& g) {
+    record("rope", {x}, {y}, [outer, seq, dim, outer_per_table, cs = saved(cc), ss = saved(sc)](const TensorList& g) {
       Tensor gy = g[0].to(cs.dtype()).contiguous();
       Tensor gx = empty(gy.shape(), {.dtype = gy.dtype(), .device = gy.device()});
       if (gy.device().is_cpu()) {
         kernels::cpu::rope(gy.dtype(), true, outer, seq, dim, gy.data_ptr(), cs.data_ptr(), ss.data_ptr(),
-                           gx.data_ptr());
+                           outer_per_table, gx.data_ptr());
       } else {
         GENESIS_ON_CUDA(rope_cuda(true, gy, cs, ss, gx));
       }
@@ -374,8 +436,10 @@ Tensor swiglu(const Tensor& gate_arg, const Tensor& up_arg) {
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, bool causal,
-                                    std::optional<double> scale, double dropout_p, Generator* gen) {
-  auto [q, k, v] = detail::op_prologue<OpId::scaled_dot_product_attention>(q_arg, k_arg, v_arg);
+                                    std::optional<double> scale, double dropout_p, Generator* gen,
+                                    const Tensor& doc_start_arg) {
+  auto [q, k, v, doc_start_given] =
+      detail::op_prologue<OpId::scaled_dot_product_attention>(q_arg, k_arg, v_arg, doc_start_arg);
   const char* op = "scaled_dot_product_attention";
   detail::check_defined(op, q, "q");
   detail::check_defined(op, k, "k");
@@ -397,19 +461,21 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
   GENESIS_CHECK(std::isfinite(s.scale), ValueError, op, ": scale must be finite (got ", s.scale, ")");
   GENESIS_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, ValueError, op, ": dropout_p must be in [0, 1) (got ", dropout_p,
                 ")");
+  const Tensor doc_start = checked_doc_start(doc_start_given, s, dropout_p);
   if (dropout_p > 0.0) {
 #if GENESIS_WITH_CUDA
     if (!q.device().is_cpu() && kernels::cuda::flash_attention_supported(q.dtype(), s, {}) && flash_enabled()) {
       auto readable = [&s](const Tensor& t) { return flash_readable(t, s) ? t : t.contiguous(); };
       const GeneratorState state = (gen ? *gen : default_generator()).advance(attention_dropout_counters(s));
-      return flash_attention_cuda(readable(q), readable(k), readable(v), s, {1.0 - dropout_p, state.seed, state.offset});
+      return flash_attention_cuda(readable(q), readable(k), readable(v), Tensor(), s,
+                                  {1.0 - dropout_p, state.seed, state.offset});
     }
 #endif
     return attention_with_dropout_composite(q, k, v, s, dropout_p, gen);
   }
   if (!q.device().is_cpu()) {
     Tensor out;
-    GENESIS_ON_CUDA(out = attention_cuda(q, k, v, s));
+    GENESIS_ON_CUDA(out = attention_cuda(q, k, v, doc_start, s));
     return out;
   }
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
@@ -421,18 +487,19 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
     qc = q.contiguous();
     kc = k.contiguous();
     vc = v.contiguous();
-    kernels::cpu::attention(q.dtype(), s, qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), out.data_ptr(),
-                            probs.data_ptr());
+    kernels::cpu::attention(q.dtype(), s, qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), doc_start_data(doc_start),
+                            out.data_ptr(), probs.data_ptr());
   }
   if (needs_grad({q, k, v})) {
     record(op, {q, k, v}, {out},
-           [s, qs = saved(qc), ks = saved(kc), vs = saved(vc), ps = saved(probs)](const TensorList& g) {
+           [s, qs = saved(qc), ks = saved(kc), vs = saved(vc), ds = saved(doc_start),
+            ps = saved(probs)](const TensorList& g) {
              Tensor gy = g[0].to(qs.dtype()).contiguous();
              Tensor gq = empty_like(qs), gk = empty_like(ks), gv = empty_like(vs);
              Tensor scratch = empty(ps.shape(), {.dtype = ps.dtype()});
-             kernels::cpu::attention_backward(qs.dtype(), s, qs.data_ptr(), ks.data_ptr(), vs.data_ptr(), ps.data_ptr(),
-                                              gy.data_ptr(), gq.data_ptr(), gk.data_ptr(), gv.data_ptr(),
-                                              scratch.data_ptr());
+             kernels::cpu::attention_backward(qs.dtype(), s, qs.data_ptr(), ks.data_ptr(), vs.data_ptr(),
+                                              doc_start_data(ds), ps.data_ptr(), gy.data_ptr(), gq.data_ptr(),
+                                              gk.data_ptr(), gv.data_ptr(), scratch.data_ptr());
              return TensorList{gq, gk, gv};
            });
   }

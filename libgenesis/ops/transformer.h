@@ -18,8 +18,15 @@ struct RopeTables {
 };
 RopeTables rope_tables(int64_t start, int64_t length, int64_t head_dim, double theta, TensorOptions options = {});
 
+// The rows of `tables` at `positions` (i32 or i64 [batch, seq], each below the tables' length):
+// cos and sin [batch, seq, head_dim / 2], for a batch whose rows have positions of their own (a
+// packed row's positions restart at each document).
+RopeTables gather_rope_tables(const RopeTables& tables, const Tensor& positions);
+
 // x [..., seq, head_dim] rotated by the tables of rope_tables (x's dtype, [seq, head_dim / 2]):
 // the halves x1 = x[..., :d/2], x2 = x[..., d/2:] become (x1 cos - x2 sin, x2 cos + x1 sin).
+// Tables of gather_rope_tables, [batch, seq, head_dim / 2], rotate x [batch, ..., seq, head_dim]
+// (x of 3 or more dimensions) row by row, broadcast over the dimensions between (the heads).
 // Differentiable in x only.
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 
@@ -34,8 +41,15 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 // with the mask dropout(probabilities, dropout_p, true, gen) would draw for the contiguous
 // [B, Hq, T, S] probabilities, on every device and path, so CPU and CUDA runs from one
 // generator state drop the same entries; the generator advances by ceil(B Hq T S / 4) counters.
+// doc_start (packed documents; undefined: none), i32 [B, T] on q's device: query t of row b sees
+// only the keys doc_start[b, t] <= j <= t, doc_start[b, t] being the first position of t's
+// document, so attention never crosses a document boundary. Needs causal, T == S (no KV cache)
+// and no dropout; values non-decreasing along t with 0 <= doc_start[b, t] <= t (checked on the
+// CPU; on CUDA a check would wait for the device: other values stay in bounds, their results
+// are undefined). Key blocks below a query block's documents are skipped, so a row of many short
+// documents costs about what the documents cost alone.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
                                     std::optional<double> scale = std::nullopt, double dropout_p = 0.0,
-                                    Generator* gen = nullptr);
+                                    Generator* gen = nullptr, const Tensor& doc_start = {});
 
 }  // namespace genesis
