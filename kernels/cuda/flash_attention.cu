@@ -85,12 +85,12 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
   const int64_t q0 = q_block * kM;
   const T* q = head_base<T>(p.q, p.q_layout, b, h);
   const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
-  const int64_t kv_end = kv_end_for(p, q0, kM);
-  const int blocks = static_cast<int>((kv_end + kN - 1) / kN);
+  const int32_t* docs = doc_starts_of(p, b);
+  const BlockKeys keys = block_keys(p, docs, q0, kM, kN);
 
   load_tile<D, kM>(qs, q, p.q_layout.row, q0, p.q_len);
   cp_async_commit();
-  load_tile<D, kN>(ks, kv.k, p.k_layout.row, 0, p.kv_len);
+  load_tile<D, kN>(ks, kv.k, p.k_layout.row, keys.begin, p.kv_len);
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
@@ -113,8 +113,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
     m[mt][0] = m[mt][1] = -INFINITY;
     l[mt][0] = l[mt][1] = 0.0f;
   }
-  for (int j = 0; j < blocks; ++j) {
-    const int64_t kv0 = static_cast<int64_t>(j) * kN;
+  for (int64_t kv0 = keys.begin; kv0 < keys.end; kv0 += kN) {
     load_tile<D, kN>(vs, kv.v, p.v_layout.row, kv0, p.kv_len);
     cp_async_commit();
     cp_async_wait<1>();  // this tile's keys
@@ -131,13 +130,13 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashParams p) 
       }
     }
     __syncthreads();  // every warp is done with the keys: the next tile may land
-    if (j + 1 < blocks) load_tile<D, kN>(ks, kv.k, p.k_layout.row, kv0 + kN, p.kv_len);
+    if (kv0 + kN < keys.end) load_tile<D, kN>(ks, kv.k, p.k_layout.row, kv0 + kN, p.kv_len);
     cp_async_commit();
 
-    const bool masked = kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset);
+    const bool masked = key_tile_masked(p, keys, q0, kv0, kN);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      if (masked) mask_keys<kN>(p, s[mt], row[mt], kv0, t);
+      if (masked) mask_keys<kN>(p, docs, s[mt], row[mt], kv0, t);
       float base[2];
       rescale_rows<D, kN>(p, s[mt], o[mt], m[mt], l[mt], base);
       [[maybe_unused]] uint32_t kept_bits[2] = {0u, 0u};  // dropout: this lane's share of the mask's words
@@ -202,7 +201,8 @@ template <int D>
 inline constexpr int kDkdvBlocksPerSm = D <= 96 ? 3 : 2;
 
 // dK and dV of 64 keys of one kv head from one query head: loops over the query tiles that see
-// the keys, the next tile's loads in flight while this one is computed. With grouped heads the
+// the keys (from the causal diagonal to the last tile whose documents reach them), the next
+// tile's loads in flight while this one is computed. With grouped heads the
 // block writes its head's share in f32 (flash_group_sum_kernel adds the group's shares in head
 // order); otherwise the gradients themselves.
 // kDropout: P and dP are masked by the forward's dropout draws and scaled by 1 / keep_prob.
@@ -213,19 +213,22 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
   const auto [ks, vs, q_tiles, go_tiles] = backward_tiles<T, D, kM>(smem);
   auto* lse_tiles = reinterpret_cast<float*>(go_tiles + 2 * kM * kStride<D>);
   float* delta_tiles = lse_tiles + 2 * kM;
+  auto* doc_tiles = reinterpret_cast<int32_t*>(delta_tiles + 2 * kM);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int g = lane / 4, t = lane % 4;
   const int64_t kv0 = static_cast<int64_t>(blockIdx.z) * kRows;  // key block 0, the longest, first
   const int64_t h = blockIdx.x, b = blockIdx.y, kvh = h / (p.q_heads / p.kv_heads);
   const QueryRows<T> queries = query_rows<T>(p, b, h);
-  // Tile i's loads into buffer i % 2: q and dO asynchronously, lse and delta through registers.
+  // Tile i's loads into buffer i % 2: q and dO asynchronously, lse, delta and the document
+  // starts through registers.
   auto load_queries = [&](int64_t q0, int buffer) {
     load_tile<D, kM>(q_tiles + buffer * kM * kStride<D>, queries.q, p.q_layout.row, q0, p.q_len);
     load_tile<D, kM>(go_tiles + buffer * kM * kStride<D>, queries.go, p.grad_out_layout.row, q0, p.q_len);
     cp_async_commit();
     static_assert(2 * kM <= kThreads);
-    if (threadIdx.x < 2 * kM)  // threads [0, kM) load lse, [kM, 2 kM) delta
-      load_lse_delta<kM>(lse_tiles + buffer * kM, delta_tiles + buffer * kM, queries, q0, p.q_len);
+    if (threadIdx.x < 2 * kM)  // threads [0, kM) load lse and starts, [kM, 2 kM) delta
+      load_lse_delta<kM>(lse_tiles + buffer * kM, delta_tiles + buffer * kM, doc_tiles + buffer * kM, queries, q0,
+                         p.q_len);
   };
   const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
   load_tile<D, kRows>(ks, kv.k, p.k_layout.row, kv0, p.kv_len);
@@ -236,14 +239,16 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
   const int64_t key[2] = {kv0 + warp * 16 + g, kv0 + warp * 16 + g + 8};
   // The first query tile with a query that sees any of these keys.
   const int64_t first_q = (p.causal ? max(int64_t{0}, kv0 - p.causal_offset) : 0) / kM * kM;
-  if (first_q < p.q_len) load_queries(first_q, 0);
+  const int64_t key_end = kv0 + kRows;
+  if (queries_reach(p, queries.docs, first_q, key_end)) load_queries(first_q, 0);
   int buffer = 0;
-  for (int64_t q0 = first_q; q0 < p.q_len; q0 += kM, buffer ^= 1) {
-    prefetch_and_wait(q0 + kM < p.q_len, [&] { load_queries(q0 + kM, buffer ^ 1); });
+  for (int64_t q0 = first_q; queries_reach(p, queries.docs, q0, key_end); q0 += kM, buffer ^= 1) {
+    prefetch_and_wait(queries_reach(p, queries.docs, q0 + kM, key_end), [&] { load_queries(q0 + kM, buffer ^ 1); });
     const T* qs = q_tiles + buffer * kM * kStride<D>;
     const T* dos = go_tiles + buffer * kM * kStride<D>;
     const float* lse_s = lse_tiles + buffer * kM;
     const float* delta_s = delta_tiles + buffer * kM;
+    const int32_t* doc_s = doc_tiles + buffer * kM;
 
     // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys.
     float s[kM / 8][4] = {}, dp[kM / 8][4] = {};
@@ -264,14 +269,17 @@ __global__ void __launch_bounds__(kThreads, kDkdvBlocksPerSm<D>) flash_backward_
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qi = nt * 8 + 2 * t + (e & 1);
-          const bool hidden = decltype(masked)::value && (qi < seen[e / 2].first || qi >= seen[e / 2].end);
+          const bool hidden =
+              decltype(masked)::value && (outside(seen[e / 2], qi) || (queries.docs && doc_s[qi] > key[e / 2]));
           const float pe = probability(p, s[nt][e], lse_s[qi], hidden);
           s[nt][e] = apply_dropout<kDropout>(p, pe, keep[e]);
           dp[nt][e] = pe * (apply_dropout<kDropout>(p, dp[nt][e], keep[e]) - delta_s[qi]);
         }
       }
     };
-    with_mask(q0 + kM > p.q_len || (p.causal && kv0 + kRows - 1 > q0 + p.causal_offset), probabilities);
+    with_mask(q0 + kM > p.q_len || (p.causal && kv0 + kRows - 1 > q0 + p.causal_offset) ||
+                  last_first_key(p, queries.docs, q0, kM) > kv0,
+              probabilities);
     // dV += P^T dO, dK += dS^T Q.
 #pragma unroll
     for (int ks16 = 0; ks16 < kM / 16; ++ks16) {
@@ -313,8 +321,8 @@ __global__ void flash_group_sum_kernel(FlashParams p, int64_t batch) {
   }
 }
 
-// dQ of 64 queries of one head: loops over the key tiles they see, the next tile's loads in
-// flight while this one is computed.
+// dQ of 64 queries of one head: loops over the key tiles they see (from their documents' first
+// to the causal diagonal), the next tile's loads in flight while this one is computed.
 // kDropout: dP is masked by the forward's dropout draws and scaled by 1 / keep_prob.
 template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams p) {
@@ -328,6 +336,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
   const int64_t q0 = q_block * kRows;
   const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
   const QueryRows<T> queries = query_rows<T>(p, b, h);
+  const BlockKeys keys = block_keys(p, queries.docs, q0, kRows, kN);
   auto load_keys = [&](int64_t kv0, int buffer) {
     load_tile<D, kN>(k_tiles + buffer * kN * kStride<D>, kv.k, p.k_layout.row, kv0, p.kv_len);
     load_tile<D, kN>(v_tiles + buffer * kN * kStride<D>, kv.v, p.v_layout.row, kv0, p.kv_len);
@@ -336,7 +345,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
   load_tile<D, kRows>(qs, queries.q, p.q_layout.row, q0, p.q_len);
   load_tile<D, kRows>(dos, queries.go, p.grad_out_layout.row, q0, p.q_len);
   cp_async_commit();
-  load_keys(0, 0);
+  load_keys(keys.begin, 0);
   cp_async_wait<1>();
   __syncthreads();
   uint32_t qf[D / 16][4], gf[D / 16][4];
@@ -353,30 +362,29 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(FlashParams
     delta[r] = row[r] < p.q_len ? queries.delta[row[r]] : 0.0f;
   }
   float dq[D / 8][4] = {};
-  const int64_t kv_end = kv_end_for(p, q0, kRows);
   int buffer = 0;
-  for (int64_t kv0 = 0; kv0 < kv_end; kv0 += kN, buffer ^= 1) {
-    prefetch_and_wait(kv0 + kN < kv_end, [&] { load_keys(kv0 + kN, buffer ^ 1); });
+  for (int64_t kv0 = keys.begin; kv0 < keys.end; kv0 += kN, buffer ^= 1) {
+    prefetch_and_wait(kv0 + kN < keys.end, [&] { load_keys(kv0 + kN, buffer ^ 1); });
     const T* ks = k_tiles + buffer * kN * kStride<D>;
     const T* vs = v_tiles + buffer * kN * kStride<D>;
     float s[kN / 8][4] = {}, dp[kN / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) mma_two<T, D, false>(s, dp, qf[kk], gf[kk], ks, vs, kk, lane);
     auto gradients = [&](auto masked) {  // dS = P (dP - delta) in place of dP
-      const std::array<int, 2> seen = keys_seen_rows<decltype(masked)::value>(p, row, kv0, kN);
+      const std::array<SeenBy, 2> seen = keys_seen_rows<decltype(masked)::value>(p, queries.docs, row, kv0, kN);
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
         bool keep[4] = {};
         if constexpr (kDropout) load_keep_query_rows(p, b * p.q_heads + h, row[0], row[1], kv0 + nt * 8 + 2 * t, keep);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const bool hidden = decltype(masked)::value && nt * 8 + 2 * t + (e & 1) >= seen[e / 2];
+          const bool hidden = decltype(masked)::value && outside(seen[e / 2], nt * 8 + 2 * t + (e & 1));
           const float pe = probability(p, s[nt][e], lse[e / 2], hidden);
           dp[nt][e] = pe * (apply_dropout<kDropout>(p, dp[nt][e], keep[e]) - delta[e / 2]);
         }
       }
     };
-    with_mask(kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset), gradients);
+    with_mask(key_tile_masked(p, keys, q0, kv0, kN), gradients);
 #pragma unroll
     for (int ks16 = 0; ks16 < kN / 16; ++ks16) {
       uint32_t dsa[4];
@@ -455,7 +463,7 @@ void backward_for(const AttentionShape& s, const FlashParams& p, cudaStream_t st
     GENESIS_CUDA_LAUNCH_CHECK();
     const dim3 dkdv_grid(static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch), blocks_of(s.kv_len, kRows));
     launch(p.dropout ? flash_backward_dkdv_kernel<T, D, true> : flash_backward_dkdv_kernel<T, D, false>, dkdv_grid,
-           2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile) + 4 * kTile * sizeof(float), p, stream);
+           2 * tile_bytes<T, D>(kRows) + 4 * tile_bytes<T, D>(kTile) + 6 * kTile * sizeof(float), p, stream);
   }
   if (p.grad_k_partial) {
     const int64_t quads = s.batch * s.kv_heads * s.kv_len * (D / 4);
@@ -498,8 +506,8 @@ void set_operand(Data& data, HeadsLayout& layout, const Operand& operand) {
   layout = operand.layout;
 }
 
-FlashParams make_params(const AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
-                        const FlashOperand& v, const FlashDropout& dropout) {
+FlashParams make_params(const AttentionShape& s, const FlashOperand& q, const FlashOperand& k, const FlashOperand& v,
+                        const int32_t* doc_start, const FlashDropout& dropout) {
   FlashParams p{};
   p.dropout = dropout.keep_prob < 1.0;
   // Kept when the word's top 24 bits x satisfy (x + 1) 2^-24 <= keep_prob (random.cpp's test).
@@ -515,6 +523,7 @@ FlashParams make_params(const AttentionShape& s, const FlashOperand& q, const Fl
   p.kv_len = s.kv_len;
   p.causal = s.causal;
   p.causal_offset = s.kv_len - s.q_len;
+  p.doc_start = doc_start;
   p.scale = static_cast<float>(s.scale);
   p.scale_log2 = static_cast<float>(s.scale) * kLog2e;
   set_operand(p.q, p.q_layout, q);
@@ -552,22 +561,22 @@ bool flash_attention_supported(DType dtype, const AttentionShape& s,
 }
 
 void flash_attention_forward(DType dtype, const AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
-                             const FlashOperand& v, const FlashOutput& out, float* lse, const FlashDropout& dropout,
-                             cudaStream_t stream) {
-  FlashParams p = make_params(s, q, k, v, dropout);
+                             const FlashOperand& v, const int32_t* doc_start, const FlashOutput& out, float* lse,
+                             const FlashDropout& dropout, cudaStream_t stream) {
+  FlashParams p = make_params(s, q, k, v, doc_start, dropout);
   set_operand(p.out_data, p.out_data_layout, out);
   p.lse = lse;
   dispatch(dtype, s.head_dim, [&]<class T, int D>() { forward_for<T, D>(s, p, stream); });
 }
 
 void flash_attention_backward(DType dtype, const AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
-                              const FlashOperand& v, const FlashOperand& out, const float* lse,
-                              const FlashOperand& grad_out, const FlashOutput& grad_q, const FlashOutput& grad_k,
-                              const FlashOutput& grad_v, float* scratch, const FlashDropout& dropout,
-                              cudaStream_t stream) {
+                              const FlashOperand& v, const int32_t* doc_start, const FlashOperand& out,
+                              const float* lse, const FlashOperand& grad_out, const FlashOutput& grad_q,
+                              const FlashOutput& grad_k, const FlashOutput& grad_v, float* scratch,
+                              const FlashDropout& dropout, cudaStream_t stream) {
   GENESIS_CHECK(dropout.keep_prob >= 1.0 || dropout.keep_bits != nullptr, ValueError,
                 "flash attention backward: dropout needs the forward's keep bits");
-  FlashParams p = make_params(s, q, k, v, dropout);
+  FlashParams p = make_params(s, q, k, v, doc_start, dropout);
   p.delta = scratch;
   if (s.q_heads != s.kv_heads) {
     p.grad_k_partial = scratch + (s.batch * s.q_heads * s.q_len + 3) / 4 * 4;

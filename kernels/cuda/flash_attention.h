@@ -51,19 +51,24 @@ bool flash_attention_supported(DType dtype, const AttentionShape& s, std::initia
 
 // out [batch, q_heads, q_len, head_dim] through its layout; lse (f32, contiguous
 // [batch, q_heads, q_len]) receives each row's logsumexp of the scaled scores in base 2.
+// doc_start (packed documents; null: none): contiguous i32 [batch, q_len], query i of batch b
+// sees no key below doc_start[b q_len + i] (causal, q_len == kv_len; starts non-decreasing along
+// a row, at most the position). Key tiles below a query block's first start are skipped, and
+// the backward skips the same tiles; other values stay in bounds, with undefined results.
 void flash_attention_forward(DType dtype, const AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
-                             const FlashOperand& v, const FlashOutput& out, float* lse, const FlashDropout& dropout,
-                             cudaStream_t stream);
+                             const FlashOperand& v, const int32_t* doc_start, const FlashOutput& out, float* lse,
+                             const FlashDropout& dropout, cudaStream_t stream);
 
 // f32 scratch the backward needs: each query row's sum of grad_out * out, and with grouped
 // heads each query head's share of dK and dV (the group's shares are then added in order).
 int64_t flash_attention_backward_scratch(const AttentionShape& s);
 
-// Gradients of q, k and v (through their layouts) from the forward's out and lse and grad_out.
+// Gradients of q, k and v (through their layouts) from the forward's out and lse and grad_out
+// (doc_start: the forward's).
 void flash_attention_backward(DType dtype, const AttentionShape& s, const FlashOperand& q, const FlashOperand& k,
-                              const FlashOperand& v, const FlashOperand& out, const float* lse,
-                              const FlashOperand& grad_out, const FlashOutput& grad_q, const FlashOutput& grad_k,
-                              const FlashOutput& grad_v, float* scratch, const FlashDropout& dropout,
-                              cudaStream_t stream);
+                              const FlashOperand& v, const int32_t* doc_start, const FlashOperand& out,
+                              const float* lse, const FlashOperand& grad_out, const FlashOutput& grad_q,
+                              const FlashOutput& grad_k, const FlashOutput& grad_v, float* scratch,
+                              const FlashDropout& dropout, cudaStream_t stream);
 
 }  // namespace genesis::kernels::cuda

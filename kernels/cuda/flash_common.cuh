@@ -32,6 +32,10 @@ struct FlashParams {
   int64_t q_heads, kv_heads, q_len, kv_len;
   int64_t causal_offset;  // query row i sees keys j <= i + offset
   bool causal;
+  // Packed documents ([batch, q_len], null: none): query row i of batch b sees no key below
+  // doc_start[b q_len + i], its document's first position. Starts never decrease along a row, so
+  // a block's first row has the smallest and its last row the largest.
+  const int32_t* doc_start;
   float scale, scale_log2;
   const void *q, *k, *v, *out, *grad_out;
   HeadsLayout q_layout, k_layout, v_layout, out_layout, grad_out_layout;
@@ -348,24 +352,36 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 // Masks in 32-bit tile coordinates, worked out once per row (or key) of a masked tile so that
-// each element costs one or two compares.
-// Query row i sees the keys [kv0, kv0 + keys_seen) of a tile starting at kv0 (0 when i is past
-// the end): keys below kv_len and, causal, up to i + causal_offset.
-__device__ __forceinline__ int keys_seen(const FlashParams& p, int64_t i, int64_t kv0, int tile) {
-  if (i >= p.q_len) return 0;
-  const int64_t end = p.causal ? min(p.kv_len, i + p.causal_offset + 1) : p.kv_len;
-  return static_cast<int>(min(max(end - kv0, int64_t{0}), int64_t{tile}));
-}
-// Key j is seen by the queries [q0 + first, q0 + end) of a tile starting at q0 (first = end = 0
-// when j is past the end).
+// each element costs one or two compares. A span [first, end) of a tile's rows or columns.
 struct SeenBy {
   int first, end;
 };
+__device__ __forceinline__ int clamp_to_tile(int64_t x, int tile) {
+  return static_cast<int>(min(max(x, int64_t{0}), int64_t{tile}));
+}
+
+// Packed documents: batch b's row of document starts (null without documents).
+__device__ __forceinline__ const int32_t* doc_starts_of(const FlashParams& p, int64_t b) {
+  return p.doc_start ? p.doc_start + b * p.q_len : nullptr;
+}
+// The first key query row i (< q_len) sees: its document's start, 0 without documents.
+__device__ __forceinline__ int64_t first_key(const int32_t* docs, int64_t i) {
+  return docs ? max(docs[i], 0) : 0;
+}
+
+// Query row i sees the keys [kv0 + first, kv0 + end) of a tile starting at kv0 (nothing when i is
+// past the end): from its document's start, below kv_len and, causal, up to i + causal_offset.
+__device__ __forceinline__ SeenBy keys_seen(const FlashParams& p, const int32_t* docs, int64_t i, int64_t kv0,
+                                            int tile) {
+  if (i >= p.q_len) return {0, 0};
+  const int64_t end = p.causal ? min(p.kv_len, i + p.causal_offset + 1) : p.kv_len;
+  return {clamp_to_tile(first_key(docs, i) - kv0, tile), clamp_to_tile(end - kv0, tile)};
+}
+// Key j is seen by the queries [q0 + first, q0 + end) of a tile starting at q0 (first = end = 0
+// when j is past the end), documents aside: the dK/dV kernels test each query's start.
 __device__ __forceinline__ SeenBy queries_seeing(const FlashParams& p, int64_t j, int64_t q0, int tile) {
   if (j >= p.kv_len) return {0, 0};
-  const int64_t first = p.causal ? j - p.causal_offset - q0 : 0;
-  return {static_cast<int>(min(max(first, int64_t{0}), int64_t{tile})),
-          static_cast<int>(min(max(p.q_len - q0, int64_t{0}), int64_t{tile}))};
+  return {clamp_to_tile(p.causal ? j - p.causal_offset - q0 : 0, tile), clamp_to_tile(p.q_len - q0, tile)};
 }
 
 // The end of a forward block: 16 rows of one warp, (row0 + g, row0 + g + 8), whose running max m
@@ -415,9 +431,35 @@ __device__ __forceinline__ int64_t query_block_of(bool causal) {
   return causal ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
 }
 
-// Keys a block of queries [q0, q0 + rows) attends to: [0, end).
-__device__ __forceinline__ int64_t kv_end_for(const FlashParams& p, int64_t q0, int rows) {
-  return p.causal ? min(p.kv_len, q0 + rows + p.causal_offset) : p.kv_len;
+// The document start of the last row of the query tile [q0, q0 + rows): the tile's largest, so a
+// key tile from kv0 needs the per-element mask when it is above kv0 (0 without documents).
+__device__ __forceinline__ int64_t last_first_key(const FlashParams& p, const int32_t* docs, int64_t q0, int rows) {
+  return first_key(docs, min(q0 + rows, p.q_len) - 1);
+}
+
+// The keys a block of queries [q0, q0 + rows) attends to: [begin, end), begin the start of the
+// key tile (of `tile` keys) that holds the block's smallest document start, so that key tiles
+// below every document of the block are skipped; last_first_key for key_tile_masked.
+struct BlockKeys {
+  int64_t begin, end, last_first_key;
+};
+__device__ __forceinline__ BlockKeys block_keys(const FlashParams& p, const int32_t* docs, int64_t q0, int rows,
+                                                int tile) {
+  return {first_key(docs, q0) / tile * tile, p.causal ? min(p.kv_len, q0 + rows + p.causal_offset) : p.kv_len,
+          last_first_key(p, docs, q0, rows)};
+}
+// Whether the key tile [kv0, kv0 + tile) of such a block needs the per-element mask: it crosses
+// kv_len, the causal diagonal of the block's first row or a document start of the block's.
+__device__ __forceinline__ bool key_tile_masked(const FlashParams& p, const BlockKeys& keys, int64_t q0, int64_t kv0,
+                                                int tile) {
+  return kv0 + tile > p.kv_len || (p.causal && kv0 + tile - 1 > q0 + p.causal_offset) || keys.last_first_key > kv0;
+}
+
+// Whether a dK/dV block's keys (below key_end) are seen from the query tile at q0 on: q0 is a row
+// and, with documents, the tile's first row (the smallest start) starts below key_end. Starts grow
+// with q0, so the block's loop over query tiles ends at the first tile that fails.
+__device__ __forceinline__ bool queries_reach(const FlashParams& p, const int32_t* docs, int64_t q0, int64_t key_end) {
+  return q0 < p.q_len && first_key(docs, q0) < key_end;
 }
 
 // Launches a flash kernel with `smem` bytes of dynamic shared memory (raising the kernel's limit

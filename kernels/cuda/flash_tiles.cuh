@@ -26,36 +26,43 @@ __device__ __forceinline__ KeyValueRows<T> key_value_rows(const FlashParams& p, 
   return {head_base<T>(p.k, p.k_layout, b, kvh), head_base<T>(p.v, p.v_layout, b, kvh)};
 }
 
-// The rows of query head h of batch b that a dK/dV block streams: q, dO, and the forward's lse
-// and the backward's delta (f32, one a query).
+// The rows of query head h of batch b that a dK/dV block streams: q, dO, the forward's lse
+// and the backward's delta (f32, one a query), and the document starts (null without documents).
 template <class T>
 struct QueryRows {
   const T* q;
   const T* go;
   const float* lse;
   const float* delta;
+  const int32_t* docs;
 };
 template <class T>
 __device__ __forceinline__ QueryRows<T> query_rows(const FlashParams& p, int64_t b, int64_t h) {
   return {head_base<T>(p.q, p.q_layout, b, h), head_base<T>(p.grad_out, p.grad_out_layout, b, h),
-          p.lse + (b * p.q_heads + h) * p.q_len, p.delta + (b * p.q_heads + h) * p.q_len};
+          p.lse + (b * p.q_heads + h) * p.q_len, p.delta + (b * p.q_heads + h) * p.q_len, doc_starts_of(p, b)};
 }
 
 // --- masks -------------------------------------------------------------------------------------
 
 // What a masked tile shows a lane's two rows, worked out once per tile so that each element costs
 // one or two compares; kMasked false (a tile off the diagonal and the edges): nothing, unused.
-// Rows are queries (the forward, dQ): row r sees the tile's keys [0, seen[r]).
+// Rows are queries (the forward, dQ): row r sees the tile's keys [seen[r].first, seen[r].end);
+// docs: the batch's document starts (null without documents).
 template <bool kMasked>
-__device__ __forceinline__ std::array<int, 2> keys_seen_rows(const FlashParams& p, const int64_t (&row)[2], int64_t kv0,
-                                                             int tile) {
+__device__ __forceinline__ std::array<SeenBy, 2> keys_seen_rows(const FlashParams& p, const int32_t* docs,
+                                                                const int64_t (&row)[2], int64_t kv0, int tile) {
   if constexpr (kMasked) {
-    return {keys_seen(p, row[0], kv0, tile), keys_seen(p, row[1], kv0, tile)};
+    return {keys_seen(p, docs, row[0], kv0, tile), keys_seen(p, docs, row[1], kv0, tile)};
   } else {
     return {};
   }
 }
-// Rows are keys (dK/dV): key r is seen by the tile's queries [seen[r].first, seen[r].end).
+// Whether a query row's span hides column c of the tile.
+__device__ __forceinline__ bool outside(const SeenBy& seen, int c) {
+  return c < seen.first || c >= seen.end;
+}
+// Rows are keys (dK/dV): key r is seen by the tile's queries [seen[r].first, seen[r].end) whose
+// documents start at or below it (the kernels test each query's start).
 template <bool kMasked>
 __device__ __forceinline__ std::array<SeenBy, 2> queries_seeing_rows(const FlashParams& p, const int64_t (&key)[2],
                                                                      int64_t q0, int tile) {
@@ -79,16 +86,16 @@ __device__ __forceinline__ void with_mask(bool masked, F&& f) {
 
 // --- forward: online softmax -------------------------------------------------------------------
 
-// Scores of a lane's two query rows past the row's keys in the tile from kv0 go to -inf.
+// Scores of a lane's two query rows outside the row's keys in the tile from kv0 go to -inf.
 template <int kN>
-__device__ __forceinline__ void mask_keys(const FlashParams& p, float (&s)[kN / 8][4], const int64_t (&row)[2],
-                                          int64_t kv0, int t) {
-  const std::array<int, 2> seen = keys_seen_rows<true>(p, row, kv0, kN);
+__device__ __forceinline__ void mask_keys(const FlashParams& p, const int32_t* docs, float (&s)[kN / 8][4],
+                                          const int64_t (&row)[2], int64_t kv0, int t) {
+  const std::array<SeenBy, 2> seen = keys_seen_rows<true>(p, docs, row, kv0, kN);
 #pragma unroll
   for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      if (nt * 8 + 2 * t + (e & 1) >= seen[e / 2]) s[nt][e] = -INFINITY;
+      if (outside(seen[e / 2], nt * 8 + 2 * t + (e & 1))) s[nt][e] = -INFINITY;
   }
 }
 
@@ -161,16 +168,18 @@ __device__ __forceinline__ float apply_dropout(const FlashParams& p, float x, bo
   }
 }
 
-// Rows [q0, q0 + kM) of a query head's lse and delta into shared memory, thread r < kM loading
-// lse row r and thread kM + r delta row r; rows past the end as lse = inf (so that p = 0) and
-// delta = 0. Threads of 2 kM and up must not call it.
+// Rows [q0, q0 + kM) of a query head's lse, delta and document starts into shared memory, thread
+// r < kM loading lse and the start of row r and thread kM + r delta row r; rows past the end as
+// lse = inf (so that p = 0), delta = 0 and start 0 (as every row without documents). Threads of
+// 2 kM and up must not call it.
 template <int kM, class T>
-__device__ __forceinline__ void load_lse_delta(float* lse_tile, float* delta_tile, const QueryRows<T>& queries,
-                                               int64_t q0, int64_t q_len) {
+__device__ __forceinline__ void load_lse_delta(float* lse_tile, float* delta_tile, int32_t* doc_tile,
+                                               const QueryRows<T>& queries, int64_t q0, int64_t q_len) {
   const int r = static_cast<int>(threadIdx.x % kM);
   const bool valid = q0 + r < q_len;
   if (threadIdx.x < kM) {
     lse_tile[r] = valid ? queries.lse[q0 + r] : INFINITY;
+    doc_tile[r] = valid ? static_cast<int32_t>(first_key(queries.docs, q0 + r)) : 0;
   } else {
     delta_tile[r] = valid ? queries.delta[q0 + r] : 0.0f;
   }

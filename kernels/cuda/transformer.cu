@@ -26,7 +26,8 @@ inline bool aligned16(const void* p) {
 // ---- rotary embedding ------------------------------------------------------------------------
 
 // One thread per VEC consecutive pairs (i, i + dim/2) of a row: reads VEC elements from each half
-// of x and from the cos/sin rows of its position, writes both halves of the contiguous output.
+// of x and from the cos/sin rows of its position (in its outer0 index's table when the tables are
+// per row), writes both halves of the contiguous output.
 template <int VEC, class T>
 __global__ void rope_kernel(bool inverse, RopeInput x, int64_t seq, int64_t half, const T* cos, const T* sin, T* y) {
   using A = float_acc_t<T>;
@@ -37,11 +38,12 @@ __global__ void rope_kernel(bool inverse, RopeInput x, int64_t seq, int64_t half
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t col = (i % packs_per_row) * VEC, row = i / packs_per_row;
-    const int64_t t = row % seq, outer = row / seq;
-    const T* xr = xs + (outer / x.outer1) * x.stride0 + (outer % x.outer1) * x.stride1 + t * x.seq_stride;
+    const int64_t t = row % seq, outer = row / seq, outer0 = outer / x.outer1;
+    const T* xr = xs + outer0 * x.stride0 + (outer % x.outer1) * x.stride1 + t * x.seq_stride;
+    const int64_t table = outer0 * x.table_stride0 + t * half;
     T* yr = y + row * 2 * half;
     const Pack<T, VEC> x1 = load_pack<VEC>(xr + col), x2 = load_pack<VEC>(xr + half + col);
-    const Pack<T, VEC> c = load_pack<VEC>(cos + t * half + col), s = load_pack<VEC>(sin + t * half + col);
+    const Pack<T, VEC> c = load_pack<VEC>(cos + table + col), s = load_pack<VEC>(sin + table + col);
     Pack<T, VEC> y1, y2;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
@@ -133,9 +135,25 @@ __global__ void swiglu_backward_kernel(int64_t n, const T* gate, const T* up, co
 
 // ---- attention -----------------------------------------------------------------------------
 
-// Keys query row t sees: all kv_len, or up to its position kv_len - q_len + t when causal.
-__device__ __forceinline__ int64_t visible_keys(bool causal, int64_t q_len, int64_t kv_len, int64_t t) {
-  return causal ? kv_len - q_len + t + 1 : kv_len;
+// The rows of the score matrices, [batch, q_heads, q_len] over kv_len keys, and what hides keys
+// from them: the causal mask and packed documents' starts ([batch, q_len]; null: none).
+struct ScoreRows {
+  int64_t q_heads, q_len, kv_len;
+  bool causal;
+  const int32_t* doc_start;
+};
+
+// Keys [first, end) score row r sees: all kv_len, or up to its position kv_len - q_len + t when
+// causal; from its document's start with packed documents.
+struct VisibleKeys {
+  int64_t first, end;
+};
+__device__ __forceinline__ VisibleKeys visible_keys(const ScoreRows& a, int64_t r) {
+  const int64_t t = r % a.q_len;
+  const int64_t end = a.causal ? a.kv_len - a.q_len + t + 1 : a.kv_len;
+  if (!a.doc_start) return {0, end};
+  const int64_t start = a.doc_start[r / (a.q_heads * a.q_len) * a.q_len + t];
+  return {min(max(start, int64_t{0}), end), end};
 }
 
 // Sum of exponentials l relative to max m, moved to max `to` (a lane that saw no key has l = 0).
@@ -145,21 +163,21 @@ __device__ __forceinline__ A rescaled(A l, A m, A to) {
 }
 
 // Scores (already scaled) to probabilities in place, one warp per row of kv_len: lane l reads
-// columns l, l + 32, ... keeping a running max and rescaled sum (one read), the lanes merge
-// theirs by a butterfly (same order on every run), then a second pass writes exp(s - max) / sum
-// and zeros past the causal limit. S is the scores' type, T the probabilities' (16-bit inputs:
-// f32 scores, 16-bit probabilities; otherwise one buffer, in place).
+// the visible columns first + l, first + l + 32, ... keeping a running max and rescaled sum (one
+// read), the lanes merge theirs by a butterfly (same order on every run), then a second pass
+// writes exp(s - max) / sum and zeros outside the visible keys. S is the scores' type, T the
+// probabilities' (16-bit inputs: f32 scores, 16-bit probabilities; otherwise one buffer, in place).
 template <class S, class T>
-__global__ void softmax_scores_kernel(int64_t rows, int64_t q_len, int64_t kv_len, bool causal, const S* scores,
-                                      T* probs) {
+__global__ void softmax_scores_kernel(int64_t rows, ScoreRows a, const S* scores, T* probs) {
   using A = float_acc_t<T>;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t kv_len = a.kv_len;
   GENESIS_FOR_EACH_GROUP_ROW(r, rows, kWarp, kBlockSize) {
     const S* row = scores + r * kv_len;
     T* out = probs + r * kv_len;
-    const int64_t visible = visible_keys(causal, q_len, kv_len, r % q_len);
+    const auto [first, visible] = visible_keys(a, r);
     ExpSum<A> s{-std::numeric_limits<A>::infinity(), A(0)};
-    for (int64_t c = lane; c < visible; c += kWarp) {
+    for (int64_t c = first + lane; c < visible; c += kWarp) {
       const A x = to_acc<A>(row[c]);
       if (x > s.max) {
         s.sum = rescaled(s.sum, s.max, x) + A(1);
@@ -173,29 +191,29 @@ __global__ void softmax_scores_kernel(int64_t rows, int64_t q_len, int64_t kv_le
     });
     const A inv = A(1) / s.sum;
     for (int64_t c = lane; c < kv_len; c += kWarp)
-      out[c] = from_acc<T>(c < visible ? exp(to_acc<A>(row[c]) - s.max) * inv : A(0));
+      out[c] = from_acc<T>(c >= first && c < visible ? exp(to_acc<A>(row[c]) - s.max) * inv : A(0));
   }
 }
 
 // grad of the scaled scores from grad_probs (G: f32 for 16-bit probabilities), one warp per row:
-// scale * p * (dp - sum(dp * p)), zero past the causal limit; written over grad_probs or into
+// scale * p * (dp - sum(dp * p)), zero outside the visible keys; written over grad_probs or into
 // grad_scores (T).
 template <class T, class G>
-__global__ void softmax_scores_backward_kernel(int64_t rows, int64_t q_len, int64_t kv_len, bool causal,
-                                               float_acc_t<T> scale, const T* probs, const G* grad_probs,
-                                               T* grad_scores) {
+__global__ void softmax_scores_backward_kernel(int64_t rows, ScoreRows a, float_acc_t<T> scale, const T* probs,
+                                               const G* grad_probs, T* grad_scores) {
   using A = float_acc_t<T>;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t kv_len = a.kv_len;
   GENESIS_FOR_EACH_GROUP_ROW(r, rows, kWarp, kBlockSize) {
     const T* p = probs + r * kv_len;
     const G* g = grad_probs + r * kv_len;
     T* out = grad_scores + r * kv_len;
-    const int64_t visible = visible_keys(causal, q_len, kv_len, r % q_len);
+    const auto [first, visible] = visible_keys(a, r);
     A weighted = 0;
-    for (int64_t c = lane; c < visible; c += kWarp) weighted += to_acc<A>(g[c]) * to_acc<A>(p[c]);
+    for (int64_t c = first + lane; c < visible; c += kWarp) weighted += to_acc<A>(g[c]) * to_acc<A>(p[c]);
     weighted = warp_reduce(weighted, Sum{});
     for (int64_t c = lane; c < kv_len; c += kWarp)
-      out[c] = from_acc<T>(c < visible ? scale * to_acc<A>(p[c]) * (to_acc<A>(g[c]) - weighted) : A(0));
+      out[c] = from_acc<T>(c >= first && c < visible ? scale * to_acc<A>(p[c]) * (to_acc<A>(g[c]) - weighted) : A(0));
   }
 }
 
@@ -291,21 +309,22 @@ Operand dense(const AttentionShape& s, const void* data, int64_t rows, int64_t c
 }
 
 template <class S, class T>
-void launch_softmax(const AttentionShape& s, const S* scores, T* probs, cudaStream_t stream) {
+void launch_softmax(const AttentionShape& s, const int32_t* doc_start, const S* scores, T* probs, cudaStream_t stream) {
   const int64_t rows = s.batch * s.q_heads * s.q_len;
   if (rows == 0 || s.kv_len == 0) return;
-  softmax_scores_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(rows, s.q_len, s.kv_len, s.causal, scores,
-                                                                        probs);
+  const ScoreRows a{s.q_heads, s.q_len, s.kv_len, s.causal, doc_start};
+  softmax_scores_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(rows, a, scores, probs);
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 
 template <class T, class G>
-void launch_softmax_backward(const AttentionShape& s, const T* probs, const G* grad_probs, T* grad_scores,
-                             cudaStream_t stream) {
+void launch_softmax_backward(const AttentionShape& s, const int32_t* doc_start, const T* probs, const G* grad_probs,
+                             T* grad_scores, cudaStream_t stream) {
   const int64_t rows = s.batch * s.q_heads * s.q_len;
   if (rows == 0 || s.kv_len == 0) return;
+  const ScoreRows a{s.q_heads, s.q_len, s.kv_len, s.causal, doc_start};
   softmax_scores_backward_kernel<<<warp_row_grid(rows), kBlockSize, 0, stream>>>(
-      rows, s.q_len, s.kv_len, s.causal, static_cast<float_acc_t<T>>(s.scale), probs, grad_probs, grad_scores);
+      rows, a, static_cast<float_acc_t<T>>(s.scale), probs, grad_probs, grad_scores);
   GENESIS_CUDA_LAUNCH_CHECK();
 }
 
@@ -380,24 +399,24 @@ bool attention_query_stackable(const AttentionShape& s, const HeadsLayout& q) {
 }
 
 void attention(DType dtype, const AttentionShape& s, const void* q, const HeadsLayout& q_layout, const void* k,
-               const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout, void* out, void* probs,
-               void* scores, cudaStream_t stream) {
+               const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout, const int32_t* doc_start,
+               void* out, void* probs, void* scores, cudaStream_t stream) {
   const int64_t rows = group_of(s) * s.q_len;
   const bool half = is_half(dtype);
   const Operand p = dense(s, probs, rows, s.kv_len);
   grouped_gemm(dtype, s, false, true, rows, s.kv_len, s.head_dim, stacked_queries(s, q, q_layout),
                kv_operand(s, k, k_layout), half ? dense(s, scores, rows, s.kv_len) : p, s.scale, stream, half);
   with_attention_types(dtype, [&]<class T, class S>() {
-    launch_softmax(s, static_cast<const S*>(half ? scores : probs), static_cast<T*>(probs), stream);
+    launch_softmax(s, doc_start, static_cast<const S*>(half ? scores : probs), static_cast<T*>(probs), stream);
   });
   grouped_gemm(dtype, s, false, false, rows, s.head_dim, s.kv_len, p, kv_operand(s, v, v_layout),
                dense(s, out, rows, s.head_dim), 1.0, stream);
 }
 
-void attention_backward(DType dtype, const AttentionShape& s, const void* q, const HeadsLayout& q_layout,
-                        const void* k, const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout,
-                        const void* probs, const void* grad_out, void* grad_q, void* grad_k, void* grad_v,
-                        void* grad_probs, void* grad_scores, cudaStream_t stream) {
+void attention_backward(DType dtype, const AttentionShape& s, const void* q, const HeadsLayout& q_layout, const void* k,
+                        const HeadsLayout& k_layout, const void* v, const HeadsLayout& v_layout,
+                        const int32_t* doc_start, const void* probs, const void* grad_out, void* grad_q, void* grad_k,
+                        void* grad_v, void* grad_probs, void* grad_scores, cudaStream_t stream) {
   const int64_t rows = group_of(s) * s.q_len;
   const bool half = is_half(dtype);
   void* ds = half ? grad_scores : grad_probs;  // f32 and f64: dS overwrites dP in place
@@ -410,8 +429,8 @@ void attention_backward(DType dtype, const AttentionShape& s, const void* q, con
   grouped_gemm(dtype, s, false, true, rows, s.kv_len, s.head_dim, grad_o, kv_operand(s, v, v_layout),
                dense(s, grad_probs, rows, s.kv_len), 1.0, stream, half);
   with_attention_types(dtype, [&]<class T, class S>() {
-    launch_softmax_backward(s, static_cast<const T*>(probs), static_cast<const S*>(grad_probs), static_cast<T*>(ds),
-                            stream);
+    launch_softmax_backward(s, doc_start, static_cast<const T*>(probs), static_cast<const S*>(grad_probs),
+                            static_cast<T*>(ds), stream);
   });
   // dQ = dS K and dK = dS^T Q (dS already carries the scale).
   grouped_gemm(dtype, s, false, false, rows, s.head_dim, s.kv_len, grad_s, kv_operand(s, k, k_layout),

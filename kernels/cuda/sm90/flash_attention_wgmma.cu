@@ -136,22 +136,22 @@ __global__ void __launch_bounds__(kGroupThreads, kForwardBlocksPerSm<D>) flash_f
   const int64_t q0 = q_block * kM;
   const T* q = head_base<T>(p.q, p.q_layout, b, h);
   const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
-  const int blocks = static_cast<int>((kv_end_for(p, q0, kM) + kN - 1) / kN);
+  const int32_t* docs = doc_starts_of(p, b);
+  const BlockKeys keys = block_keys(p, docs, q0, kM, kN);
   auto load_keys = [&](int64_t kv0, int buffer) {
     load_swizzled<D, kN>(k_tiles + buffer * tile_bytes<T, D>(kN), kv.k, p.k_layout.row, kv0, p.kv_len);
     load_swizzled<D, kN>(v_tiles + buffer * tile_bytes<T, D>(kN), kv.v, p.v_layout.row, kv0, p.kv_len);
   };
   load_swizzled<D, kM>(qs, q, p.q_layout.row, q0, p.q_len);
-  load_keys(0, 0);
+  load_keys(keys.begin, 0);
   cp_async_commit();
 
   const int64_t row[2] = {q0 + warp * 16 + lane / 4, q0 + warp * 16 + lane / 4 + 8};
   float o[D / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  for (int j = 0; j < blocks; ++j) {
-    const int buffer = j & 1;
-    const int64_t kv0 = static_cast<int64_t>(j) * kN;
-    wait_then_prefetch(j + 1 < blocks, [&] { load_keys(kv0 + kN, buffer ^ 1); });
+  int buffer = 0;
+  for (int64_t kv0 = keys.begin; kv0 < keys.end; kv0 += kN, buffer ^= 1) {
+    wait_then_prefetch(kv0 + kN < keys.end, [&] { load_keys(kv0 + kN, buffer ^ 1); });
 
     const uint32_t ks = k_tiles + buffer * tile_bytes<T, D>(kN);
     float s[kN / 8][4] = {};
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kGroupThreads, kForwardBlocksPerSm<D>) flash_f
     wgmma::wait<0>();
     wgmma::fence_accumulator(s);
 
-    if (kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset)) mask_keys<kN>(p, s, row, kv0, t);
+    if (key_tile_masked(p, keys, q0, kv0, kN)) mask_keys<kN>(p, docs, s, row, kv0, t);
     float base[2];
     rescale_rows<D, kN>(p, s, o, m, l, base);
     [[maybe_unused]] uint32_t kept_bits[2] = {0u, 0u};  // dropout: this lane's share of the mask's words
@@ -192,6 +192,7 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
   const auto [ks, vs, q_tiles, go_tiles, rows] = swizzled_backward_tiles<T, D, kM>(smem);
   auto* lse_tiles = reinterpret_cast<float*>(smem + (rows - smem_address(smem)));
   float* delta_tiles = lse_tiles + 2 * kM;
+  auto* doc_tiles = reinterpret_cast<int32_t*>(delta_tiles + 2 * kM);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int t = lane % 4;
   const int64_t kv0 = static_cast<int64_t>(blockIdx.z) * kK;  // key block 0, the longest, first
@@ -200,32 +201,36 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
   auto load_queries = [&](int64_t q0, int buffer) {
     load_swizzled<D, kM>(q_tiles + buffer * tile_bytes<T, D>(kM), queries.q, p.q_layout.row, q0, p.q_len);
     load_swizzled<D, kM>(go_tiles + buffer * tile_bytes<T, D>(kM), queries.go, p.grad_out_layout.row, q0, p.q_len);
-    load_lse_delta<kM>(lse_tiles + buffer * kM, delta_tiles + buffer * kM, queries, q0, p.q_len);
+    load_lse_delta<kM>(lse_tiles + buffer * kM, delta_tiles + buffer * kM, doc_tiles + buffer * kM, queries, q0,
+                       p.q_len);
   };
   static_assert(2 * kM == kGroupThreads);
   const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
   load_swizzled<D, kK>(ks, kv.k, p.k_layout.row, kv0, p.kv_len);
   load_swizzled<D, kK>(vs, kv.v, p.v_layout.row, kv0, p.kv_len);
   const int64_t first_q = (p.causal ? max(int64_t{0}, kv0 - p.causal_offset) : 0) / kM * kM;
-  if (first_q < p.q_len) load_queries(first_q, 0);
+  const int64_t key_end = kv0 + kK;
+  if (queries_reach(p, queries.docs, first_q, key_end)) load_queries(first_q, 0);
   cp_async_commit();
 
   const int64_t key[2] = {kv0 + warp * 16 + lane / 4, kv0 + warp * 16 + lane / 4 + 8};
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   int buffer = 0;
-  for (int64_t q0 = first_q; q0 < p.q_len; q0 += kM, buffer ^= 1) {
-    wait_then_prefetch(q0 + kM < p.q_len, [&] { load_queries(q0 + kM, buffer ^ 1); });
+  for (int64_t q0 = first_q; queries_reach(p, queries.docs, q0, key_end); q0 += kM, buffer ^= 1) {
+    wait_then_prefetch(queries_reach(p, queries.docs, q0 + kM, key_end), [&] { load_queries(q0 + kM, buffer ^ 1); });
     const uint32_t qs = q_tiles + buffer * tile_bytes<T, D>(kM);
     const uint32_t dos = go_tiles + buffer * tile_bytes<T, D>(kM);
     const float* lse_s = lse_tiles + buffer * kM;
     const float* delta_s = delta_tiles + buffer * kM;
+    const int32_t* doc_s = doc_tiles + buffer * kM;
 
     // S^T = K Q^T and dP^T = V dO^T as two groups: P^T is worked out while dP^T is computed,
     // and dV += P^T dO runs while dS^T is.
     float s[kM / 8][4] = {}, dp[kM / 8][4] = {};
     scores_then_grads<T, D, kK, kM>(s, dp, ks, qs, vs, dos);
 
-    const bool masked = q0 + kM > p.q_len || kv0 + kK > p.kv_len || (p.causal && kv0 + kK - 1 > q0 + p.causal_offset);
+    const bool masked = q0 + kM > p.q_len || kv0 + kK > p.kv_len || (p.causal && kv0 + kK - 1 > q0 + p.causal_offset) ||
+                        last_first_key(p, queries.docs, q0, kM) > kv0;
     std::array<SeenBy, 2> seen = {};
     if (masked) seen = queries_seeing_rows<true>(p, key, q0, kM);
     static_assert(kM / 8 * 4 <= 32);
@@ -237,7 +242,8 @@ __global__ void __launch_bounds__(kGroupThreads, 3) flash_backward_dkdv_wgmma_ke
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int qi = nt * 8 + 2 * t + (e & 1);
-          const bool hidden = decltype(mask)::value && (qi < seen[e / 2].first || qi >= seen[e / 2].end);
+          const bool hidden =
+              decltype(mask)::value && (outside(seen[e / 2], qi) || (queries.docs && doc_s[qi] > key[e / 2]));
           s[nt][e] = probability(p, s[nt][e], (e & 1) ? lse2.y : lse2.x, hidden);
         }
         if constexpr (kDropout) {
@@ -301,13 +307,14 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
   const int64_t q0 = q_block * kM;
   const KeyValueRows<T> kv = key_value_rows<T>(p, b, kvh);
   const QueryRows<T> queries = query_rows<T>(p, b, h);
+  const BlockKeys keys = block_keys(p, queries.docs, q0, kM, kN);
   auto load_keys = [&](int64_t kv0, int buffer) {
     load_swizzled<D, kN>(k_tiles + buffer * tile_bytes<T, D>(kN), kv.k, p.k_layout.row, kv0, p.kv_len);
     load_swizzled<D, kN>(v_tiles + buffer * tile_bytes<T, D>(kN), kv.v, p.v_layout.row, kv0, p.kv_len);
   };
   load_swizzled<D, kM>(qs, queries.q, p.q_layout.row, q0, p.q_len);
   load_swizzled<D, kM>(dos, queries.go, p.grad_out_layout.row, q0, p.q_len);
-  load_keys(0, 0);
+  load_keys(keys.begin, 0);
   cp_async_commit();
   // delta = rowsum(dO * O) of the block's rows, two threads a row, kept for the dK/dV kernel
   // (which runs after this one) and through shared memory for this one's threads.
@@ -337,10 +344,9 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
     delta[r] = row[r] < p.q_len ? delta_rows[row[r] - q0] : 0.0f;
   }
   float dq[D / 8][4] = {};
-  const int64_t kv_end = kv_end_for(p, q0, kM);
   int buffer = 0;
-  for (int64_t kv0 = 0; kv0 < kv_end; kv0 += kN, buffer ^= 1) {
-    wait_then_prefetch(kv0 + kN < kv_end, [&] { load_keys(kv0 + kN, buffer ^ 1); });
+  for (int64_t kv0 = keys.begin; kv0 < keys.end; kv0 += kN, buffer ^= 1) {
+    wait_then_prefetch(kv0 + kN < keys.end, [&] { load_keys(kv0 + kN, buffer ^ 1); });
     const uint32_t ks = k_tiles + buffer * tile_bytes<T, D>(kN);
     const uint32_t vs = v_tiles + buffer * tile_bytes<T, D>(kN);
 
@@ -351,12 +357,12 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
     static_assert(kN / 8 * 4 <= 32);
     [[maybe_unused]] uint32_t kept = 0;  // dropout: bit 4 nt + e keeps dP[nt][e]
     auto probabilities = [&](auto masked) {  // P in place of S
-      const std::array<int, 2> seen = keys_seen_rows<decltype(masked)::value>(p, row, kv0, kN);
+      const std::array<SeenBy, 2> seen = keys_seen_rows<decltype(masked)::value>(p, queries.docs, row, kv0, kN);
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const bool hidden = decltype(masked)::value && nt * 8 + 2 * t + (e & 1) >= seen[e / 2];
+          const bool hidden = decltype(masked)::value && outside(seen[e / 2], nt * 8 + 2 * t + (e & 1));
           s[nt][e] = probability(p, s[nt][e], lse[e / 2], hidden);
         }
         if constexpr (kDropout) {  // drawn while dP is computed
@@ -367,7 +373,7 @@ __global__ void __launch_bounds__(kGroupThreads, 4) flash_backward_dq_wgmma_kern
         }
       }
     };
-    with_mask(kv0 + kN > p.kv_len || (p.causal && kv0 + kN - 1 > q0 + p.causal_offset), probabilities);
+    with_mask(key_tile_masked(p, keys, q0, kv0, kN), probabilities);
     wgmma::wait<0>();
     wgmma::fence_accumulator(dp);
 #pragma unroll
@@ -406,7 +412,7 @@ template <class T, int D>
 void backward_dkdv_wgmma(const FlashParams& p, int64_t batch, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.q_heads), static_cast<unsigned>(batch), blocks_of(p.kv_len, kGroupRows));
   const uint32_t smem =
-      2 * tile_bytes<T, D>(kGroupRows) + 4 * tile_bytes<T, D>(kBackwardTile) + 4 * kBackwardTile * sizeof(float);
+      2 * tile_bytes<T, D>(kGroupRows) + 4 * tile_bytes<T, D>(kBackwardTile) + 6 * kBackwardTile * sizeof(float);
   launch_wgmma(p.dropout ? flash_backward_dkdv_wgmma_kernel<T, D, true> : flash_backward_dkdv_wgmma_kernel<T, D, false>,
                grid, smem, p, stream);
 }
