@@ -11,7 +11,7 @@
 #include "libgenesis/data/shards.h"
 #include "libgenesis/models/classifier.h"
 #include "libgenesis/models/hf.h"
-#include "libgenesis/train/batches.h"
+#include "libgenesis/train/data_source.h"
 #include "libgenesis/train/checkpoint.h"
 #include "tests/testing.h"
 

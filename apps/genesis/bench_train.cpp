@@ -154,10 +154,14 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
   for (int i = 0; i < 4; ++i) {
     Tensor ids = randint(0, vocab, {batch, seq + 1});
     batches.push_back({.inputs = ids.narrow(1, 0, seq).contiguous().to(device),
-                       .targets = ids.narrow(1, 1, seq).contiguous().to(device)});
+                       .targets = ids.narrow(1, 1, seq).contiguous().to(device),
+                       .loss_terms = batch * seq,
+                       .tokens = batch * seq});
   }
   size_t next_index = 0;
-  auto next_batch = [&] { return batches[next_index++ % batches.size()]; };
+  const train::MicroBatches next_batch{
+      .next = [&] { return batches[next_index++ % batches.size()]; },
+      .loss_terms_ahead = [&](int64_t count) { return count * batch * seq; }};
 
   model->train();
   // Progress on stderr (a bar on a terminal, a line every 10 s otherwise): warm-up steps, then

@@ -30,14 +30,24 @@ LoaderCursor DataLoader::advance(LoaderCursor c) const {
   return c.batch + 1 < batches_per_epoch_ ? LoaderCursor{c.epoch, c.batch + 1} : LoaderCursor{c.epoch + 1, 0};
 }
 
-Batch DataLoader::make_batch(LoaderCursor at) const {
+std::pair<int64_t, int64_t> DataLoader::rank_slice(LoaderCursor at) const {
   const int64_t n = dataset_.size();
   const int64_t global = options_.batch_size * options_.world_size;
   const int64_t global_begin = at.batch * global;
   const int64_t size = std::min(n - global_begin, global);  // this global batch's samples
   // This rank's slice: batch_size of a full global batch, an even share of the final partial one.
-  const int64_t begin = global_begin + size * options_.rank / options_.world_size;
-  const int64_t end = global_begin + size * (options_.rank + 1) / options_.world_size;
+  return {global_begin + size * options_.rank / options_.world_size,
+          global_begin + size * (options_.rank + 1) / options_.world_size};
+}
+
+int64_t DataLoader::batch_rows(LoaderCursor at) const {
+  const auto [begin, end] = rank_slice(at);
+  return end - begin;
+}
+
+Batch DataLoader::make_batch(LoaderCursor at) const {
+  const int64_t n = dataset_.size();
+  const auto [begin, end] = rank_slice(at);
   std::vector<int64_t> indices;
   if (options_.shuffle) {
     // The epoch's permutation depends only on (seed, epoch): recomputed, never stored.
@@ -48,7 +58,7 @@ Batch DataLoader::make_batch(LoaderCursor at) const {
     std::iota(indices.begin(), indices.end(), begin);
   }
   Dataset rows = take(dataset_, indices);
-  return {rows.inputs, rows.targets, at.epoch, at.batch};
+  return {.inputs = rows.inputs, .targets = rows.targets, .epoch = at.epoch, .index = at.batch, .loss_terms = rows.targets.size(0)};
 }
 
 void DataLoader::start_worker() {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "libgenesis/data/dataset.h"
@@ -14,9 +15,16 @@ namespace genesis::data {
 
 struct Batch {
   Tensor inputs;
-  Tensor targets;
+  Tensor targets;  // -100 (the losses' ignore_index) where no loss is taken
   int64_t epoch = 0;
   int64_t index = 0;  // batch index within the epoch
+  // The targets that take part in the loss, when the source counted them (it knows without a
+  // pass over the targets); nullopt: every target does.
+  std::optional<int64_t> loss_terms{};
+  // Language-model rows: the input positions that hold tokens (padding excluded); 0 otherwise.
+  int64_t tokens = 0;
+
+  int64_t counted_targets() const { return loss_terms ? *loss_terms : targets.numel(); }
 };
 
 struct LoaderCursor {
@@ -52,11 +60,15 @@ class DataLoader {
   int64_t dataset_size() const { return dataset_.size(); }
   // Position of the batch the next call to next() returns.
   LoaderCursor cursor() const { return cursor_; }
+  // The position after `at`, and the samples this rank's batch at `at` holds.
+  LoaderCursor advance(LoaderCursor at) const;
+  int64_t batch_rows(LoaderCursor at) const;
   void seek(LoaderCursor cursor);
 
  private:
   Batch make_batch(LoaderCursor at) const;
-  LoaderCursor advance(LoaderCursor c) const;
+  // This rank's samples of batch `at`: [begin, end) of the epoch's order.
+  std::pair<int64_t, int64_t> rank_slice(LoaderCursor at) const;
   void start_worker();
   void stop_worker();
 

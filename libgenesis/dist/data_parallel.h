@@ -52,6 +52,7 @@ class DataParallel {
   DataParallel& operator=(const DataParallel&) = delete;
 
   bool sharded() const { return options_.zero > 0; }
+  int world_size() const { return comm_.size(); }
 
   // Makes every rank's parameters rank 0's (at the start of a run).
   void broadcast_parameters();

@@ -13,8 +13,8 @@
 #include "libgenesis/ops/loss.h"
 #include "libgenesis/ops/reduce.h"
 #include "libgenesis/recipe/build.h"
-#include "libgenesis/train/batches.h"
 #include "libgenesis/train/checkpoint.h"
+#include "libgenesis/train/data_source.h"
 #include "libgenesis/train/run_dir.h"
 #include "libgenesis/train/run_log.h"
 #include "libgenesis/train/trainer.h"
@@ -89,9 +89,9 @@ bool is_hf_directory(const fs::path& path) {
 // `genesis eval` of a Hugging Face directory: the directory is the model (its config.json the
 // architecture, read as model.init_from), the recipe the data and how to evaluate it.
 RecipeSpec hf_evaluation_recipe(const RecipeSpec& given, const fs::path& dir) {
-  GENESIS_CHECK(given.data.name == "tokens", UsageError, "eval: ", dir.string(),
-                " is a Hugging Face language model; give a recipe with data.name = \"tokens\" (data.shards, "
-                "data.seq_len) to evaluate it on (this one has data.name = \"", given.data.name, "\")");
+  GENESIS_CHECK(language_model_data(given.data.name), UsageError, "eval: ", dir.string(),
+                " is a Hugging Face language model; give a recipe with language-model data (data.name = \"tokens\": "
+                "data.shards, data.seq_len) to evaluate it on (this one has data.name = \"", given.data.name, "\")");
   RecipeSpec s = given;
   if (!s.model.is_language_model()) {  // any language model: init_from decides
     s.model.name = "gpt2";
@@ -116,23 +116,16 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::p
   RunLog log("", quiet);
   EvalShare share;
   share.progress = [&log](int64_t done, int64_t total) { log.progress("evaluating", done, total); };
-  std::function<std::map<std::string, double>(nn::Module&)> evaluation;
-  fs::path val_shard;
-  if (s.data.name == "tokens") {
-    GENESIS_CHECK(s.eval.split == "val", UsageError, "a language model is evaluated on val.bin: use --split val");
-    recipe::TokenData data = prepare_token_data(s, log);
-    GENESIS_CHECK(!data.val.empty(), UsageError, s.data.shards, " has no val.bin to evaluate on");
-    val_shard = data.val;
-    evaluation = token_evaluation(s, data, device, share);
-  } else {
-    evaluation = sample_batches(s, device, share).evaluate;
-  }
+  const bool language_model = language_model_data(s.data.name);
+  GENESIS_CHECK(!language_model || s.eval.split == "val", UsageError,
+                "a language model is evaluated on its validation data: use --split val");
+  std::unique_ptr<DataSource> data = open_data_source(s, device, log, share);
+  GENESIS_CHECK(data->has_evaluation(), UsageError, "eval: ", data->missing_evaluation());
   std::shared_ptr<nn::Module> model = recipe::build_model(s, device);  // with init_from: its weights too
   if (!hf) load_checkpoint(checkpoint, *model, nullptr);
-  if (const auto* lm = dynamic_cast<const models::CausalLM*>(model.get()))
-    check_shard_vocab(val_shard, lm->vocab_size());
+  data->check_model(*model);
   AutocastGuard autocast(recipe::amp_dtype(s));
-  return evaluation(*model);
+  return data->evaluate(*model);
 }
 
 }  // namespace genesis::train

@@ -6,7 +6,7 @@
 
 namespace genesis::train {
 
-void TrainingRun::write_summary(int64_t first_step, double train_s, double wall_s) {
+void TrainingRun::write_summary(double train_s, double wall_s) {
   // Every rank's peak memory and optimizer state, gathered at rank 0 (sums of one-hot vectors).
   std::vector<double> peaks(static_cast<size_t>(world_), 0.0), optimizer_bytes(peaks);
   peaks[static_cast<size_t>(env_.rank)] = static_cast<double>(detail::peak_memory_bytes(device_));
@@ -16,8 +16,8 @@ void TrainingRun::write_summary(int64_t first_step, double train_s, double wall_
     group_->sum(optimizer_bytes);
   }
   if (!rank0_) return;
-  const int64_t examples = (state_.step - first_step) * t_.batch_size * t_.grad_accum_steps * world_;
-  const double samples_per_s = train_s > 0 ? static_cast<double>(examples) / train_s : 0.0;
+  auto per_s = [train_s](int64_t count) { return train_s > 0 ? static_cast<double>(count) / train_s : 0.0; };
+  const double samples_per_s = per_s(since_start_.samples);
   nlohmann::json summary{{"run", spec_.run.name},
                          {"final_step", state_.step},
                          {"total_steps", total_},
@@ -45,8 +45,13 @@ void TrainingRun::write_summary(int64_t first_step, double train_s, double wall_
   if (state_.grad_scaler) summary["skipped_steps"] = state_.grad_scaler->skipped_steps;
   if (!scaler_) summary["nonfinite_steps"] = nonfinite_->count();
   if (language_model_) {
-    const double tokens_per_s = samples_per_s * static_cast<double>(spec_.data.seq_len);
+    const double tokens_per_s = per_s(since_start_.tokens);
     summary["tokens_per_s"] = tokens_per_s;
+    summary["trained_tokens_per_s"] = per_s(since_start_.loss_terms);
+    // The share of the positions processed that were trained (packing and padding lower it).
+    summary["trained_share"] = since_start_.tokens > 0 ? static_cast<double>(since_start_.loss_terms) /
+                                                             static_cast<double>(since_start_.tokens)
+                                                       : 0.0;
     summary["mfu"] = mfu(tokens_per_s);
     summary["flops_per_token"] = flops_per_token_;
     summary["peak_flops_per_s"] = peak_.flops_per_s;

@@ -1,19 +1,21 @@
 #include "libgenesis/train/step.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "libgenesis/autograd/autocast.h"
 #include "libgenesis/autograd/grad_mode.h"
+#include "libgenesis/core/error.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/loss.h"
 
 namespace genesis::train {
 
-Tensor training_loss(const Tensor& logits, const Tensor& targets) {
-  if (logits.dim() != 3) return cross_entropy(logits, targets);
+Tensor training_loss(const Tensor& logits, const Tensor& targets, Reduction reduction) {
+  if (logits.dim() != 3) return cross_entropy(logits, targets, {.reduction = reduction});
   const int64_t rows = logits.size(0) * logits.size(1);
-  return cross_entropy(logits.reshape({rows, logits.size(2)}), targets.reshape({rows}));
+  return cross_entropy(logits.reshape({rows, logits.size(2)}), targets.reshape({rows}), {.reduction = reduction});
 }
 
 TrainStep::TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* scaler, StepSettings settings,
@@ -40,19 +42,30 @@ void TrainStep::zero_grad() {
   optimizer_.zero_grad(/*set_to_none=*/on_gpu);
 }
 
-Tensor TrainStep::loss_of(const Tensor& x, const Tensor& y) {
+Tensor TrainStep::summed_loss(const data::Batch& batch, Device device) {
   AutocastGuard autocast(settings_.autocast);
+  const Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
   // Language models take the fused head's loss, which never keeps [B, T, V] logits.
-  return causal_lm_ ? causal_lm_->loss(x, y) : training_loss(model_(x), y);
+  return causal_lm_ ? causal_lm_->loss(x, y, Reduction::sum) : training_loss(model_(x), y, Reduction::sum);
 }
 
-StepResult TrainStep::run(const std::function<data::Batch()>& next_batch, Device device, const SkipFlag& skip_if,
+Tensor TrainStep::step_denominator(int64_t local_count, Device device) {
+  if (!data_parallel_) return scalar_tensor(static_cast<double>(std::max<int64_t>(local_count, 1)), {.device = device});
+  NoGradGuard no_grad;
+  // The mean over the ranks of their counts: the total divided by the ranks. A step without
+  // a counted target anywhere has a zero sum to divide; 1/ranks keeps that 0 rather than NaN.
+  const Tensor mean = data_parallel_->average(scalar_tensor(static_cast<double>(local_count), {.device = device}));
+  return maximum(mean, 1.0 / static_cast<double>(data_parallel_->world_size()));
+}
+
+StepResult TrainStep::run(const MicroBatches& batches, Device device, const SkipFlag& skip_if,
                           const PhaseMark& mark, const std::function<bool()>& stop_requested) {
   auto phase = [&mark](std::string_view name) {
     if (mark) mark(name);
   };
   StepResult result;
   const int64_t micro_steps = settings_.grad_accum_steps;
+  const Tensor denominator = step_denominator(batches.loss_terms_ahead(micro_steps), device);
   for (int64_t micro = 0; micro < micro_steps; ++micro) {
     if (micro > 0 && stop_requested && stop_requested()) {
       zero_grad();
@@ -61,16 +74,17 @@ StepResult TrainStep::run(const std::function<data::Batch()>& next_batch, Device
       abandoned.interrupted = true;
       return abandoned;
     }
-    data::Batch batch = next_batch();
-    Tensor loss = loss_of(batch.inputs.to(device), batch.targets.to(device));
+    const data::Batch batch = batches.next();
+    Tensor scaled = div(summed_loss(batch, device), denominator);
     phase("forward");
-    Tensor scaled = micro_steps > 1 ? div(loss, static_cast<double>(micro_steps)) : loss;
     // Only the last micro-batch's backward averages over the ranks; the others accumulate here.
     if (data_parallel_ && micro == micro_steps - 1) data_parallel_->arm();
     (scaler_ ? scaler_->scale_loss(scaled) : scaled).backward();
     phase("backward");
     result.loss = result.loss.defined() ? add(result.loss, scaled.detach()) : scaled.detach();
     result.samples += batch.targets.size(0);
+    result.tokens += batch.tokens;
+    result.loss_terms += batch.counted_targets();
   }
   // What the update acts on: the model's parameters, or under ZeRO-1 this rank's chunks of them.
   const std::vector<Tensor>& update_params = data_parallel_ ? data_parallel_->update_params() : params_;

@@ -26,12 +26,25 @@ struct StepSettings {
 };
 
 struct StepResult {
-  Tensor loss;       // the step's mean loss over its micro-batches (0-d, on the device)
+  // The step's loss: the sum of every counted target's loss over its micro-batches (and ranks)
+  // divided by their number (0-d, on the device).
+  Tensor loss;
   Tensor grad_norm;  // before clipping (0-d, on the device)
+  // This rank's rows, input tokens (Batch::tokens) and counted targets (Batch::loss_terms).
   int64_t samples = 0;
+  int64_t tokens = 0;
+  int64_t loss_terms = 0;
   // A stop was asked for between micro-batches: the step was abandoned (gradients dropped, no
   // update); loss and grad_norm are undefined.
   bool interrupted = false;
+};
+
+// Where a step's micro-batches come from: the next one, and the targets the next `count` will
+// count without making them (the step divides every micro-batch's summed loss by their total
+// before its first backward; train/data_source.h's sources know it).
+struct MicroBatches {
+  std::function<data::Batch()> next;
+  std::function<int64_t(int64_t count)> loss_terms_ahead;
 };
 
 // The phase that just ended: "forward" (after each micro-batch's loss), "backward" (after each
@@ -46,17 +59,26 @@ class TrainStep {
   // data_parallel: the run's gradient averaging over ranks; null on one process.
   TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* scaler, StepSettings settings,
             dist::DataParallel* data_parallel = nullptr);
-  // Runs one step on grad_accum_steps batches from next_batch (moved to `device`). With an fp16
+  // Runs one step on grad_accum_steps micro-batches (moved to `device`). The loss is
+  // normalized over the whole step: each micro-batch's summed loss is divided by the targets
+  // counted in all of the step's micro-batches on all ranks, so that accumulating N micro-batches
+  // gives the gradient of one batch N times larger, however many targets each one counts (SFT
+  // rows with more or fewer trained tokens). With an fp16
   // scaler its found-inf flag skips the update, otherwise skip_if's (when given). stop_requested
   // is asked before every micro-batch after the first; when it says yes the step is abandoned.
   // Data parallel: loss is the mean over the ranks and samples this rank's count; stop_requested
   // must give every rank the same answer.
-  StepResult run(const std::function<data::Batch()>& next_batch, Device device, const SkipFlag& skip_if = {},
+  StepResult run(const MicroBatches& batches, Device device, const SkipFlag& skip_if = {},
                  const PhaseMark& mark = {}, const std::function<bool()>& stop_requested = {});
 
  private:
   void zero_grad();
-  Tensor loss_of(const Tensor& x, const Tensor& y);
+  // The summed loss of a micro-batch's counted targets (moved to `device`).
+  Tensor summed_loss(const data::Batch& batch, Device device);
+  // What a micro-batch's summed loss is divided by: the step's counted targets over all ranks,
+  // per rank (the data-parallel mean of the gradients divides by the ranks once more). A 0-d
+  // device tensor under data parallelism, where it takes one small all-reduce.
+  Tensor step_denominator(int64_t local_count, Device device);
 
   nn::Module& model_;
   models::CausalLM* causal_lm_;  // the fused-loss path, when the model is one
@@ -86,6 +108,6 @@ class NonfiniteSteps {
 
 // Cross-entropy of logits [N, C] against targets [N], or of a sequence model's logits
 // [B, T, V] against the next tokens [B, T].
-Tensor training_loss(const Tensor& logits, const Tensor& targets);
+Tensor training_loss(const Tensor& logits, const Tensor& targets, Reduction reduction = Reduction::mean);
 
 }  // namespace genesis::train

@@ -8,6 +8,7 @@
 #include "libgenesis/core/error.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/recipe/build.h"
+#include "libgenesis/train/data_source.h"
 #include "libgenesis/train/run_dir.h"
 #include "libgenesis/train/stop_signal.h"
 #include "libgenesis/train/training_run.h"
@@ -114,9 +115,12 @@ void check_local_launch(const RecipeSpec& spec, int nproc, const fs::path& run_d
 fs::path default_run_dir(const RecipeSpec& spec) { return fs::path(spec.run.out_dir) / spec.run.name; }
 
 int run_training(const RecipeSpec& spec, const TrainOptions& options) {
-  const bool language_model = spec.data.name == "tokens";
+  const bool language_model = language_model_data(spec.data.name);
   GENESIS_CHECK(language_model == spec.model.is_language_model(), RecipeError, "model ", spec.model.name,
-                " is a language model: it trains on data.name = \"tokens\" (token shards)");
+                spec.model.is_language_model() ? " is a language model: it trains on language-model data (data.name = "
+                                                 "\"tokens\")"
+                                               : " is a classifier: it trains on samples (data.name = \"fashion_mnist\")",
+                ", not data.name = \"", spec.data.name, "\"");
   recipe::check_amp_device(spec, recipe::resolve_device(spec.run.device));  // before the run directory is touched
   // From here on SIGINT/SIGTERM stop cleanly: data preparation and evaluation throw
   // Interrupted (exit 130), the loop stops at the next step or micro-batch with a checkpoint.

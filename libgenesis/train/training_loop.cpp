@@ -29,22 +29,23 @@ int TrainingRun::train() {
   const Clock::time_point start = Clock::now();
   Clock::time_point window_start = start;
   double paused_s = 0;  // evaluations and checkpoints inside the loop
-  int64_t window_samples = 0;
   const int64_t first_step = state_.step;
   model_->train();
   while (state_.step < total_) {
     for (ParamGroup& g : optimizer_->param_groups()) g.lr = schedule_->lr(g.base_lr, state_.step);
     // A stop between micro-batches abandons the step: the checkpoint then holds the last
     // completed one, with the data cursor and generator rewound to where this step began.
-    const data::LoaderCursor step_cursor = batches_.cursor();
+    const data::LoaderCursor step_cursor = data_->cursor();
     const GeneratorState step_rng = default_generator().state();
     // Skipped on the device on inf/nan (the scaler's found-inf, or this step's loss and norm).
     const StepResult result = train_step_->run(
-        batches_.next, device_,
+        MicroBatches{.next = [this] { return data_->next(); },
+                     .loss_terms_ahead = [this](int64_t count) { return data_->loss_terms_ahead(count); }},
+        device_,
         [&](const Tensor& loss, const Tensor& norm) { return nonfinite_->flag(loss, norm, state_.step + 1); }, {},
         [this] { return stop_requested(); });
     if (result.interrupted) {
-      batches_.seek(step_cursor);
+      data_->seek(step_cursor);
       default_generator().set_state(step_rng);
       checkpoint();
       log_->note("stopped by signal during step " + std::to_string(state_.step + 1) +
@@ -52,7 +53,11 @@ int TrainingRun::train() {
                  " written, resume with --resume");
       return 130;
     }
-    window_samples += result.samples * world_;
+    // This rank's counts for all ranks: the global batch splits evenly over them (an uneven
+    // last batch of an epoch, or SFT rows holding different trained tokens, make it an estimate).
+    const Processed step{result.samples * world_, result.tokens * world_, result.loss_terms * world_};
+    window_.add(step);
+    since_start_.add(step);
     {
       NoGradGuard no_grad;
       window_loss_ =
@@ -64,13 +69,13 @@ int TrainingRun::train() {
     const bool last = state_.step == total_;
     const bool stopping = stop_requested();
     if (state_.step % t_.log_every == 0 || last || stopping) {
-      log_step(result.grad_norm, start, window_start, first_step, window_samples);
+      log_step(result.grad_norm, start, window_start, first_step);
       window_start = Clock::now();
-      window_samples = 0;
+      window_ = {};
     }
     // Evaluations and checkpoints inside a logging window do not count as its training time.
     const Clock::time_point pause = Clock::now();
-    if (t_.eval_every > 0 && state_.step % t_.eval_every == 0 && !last && batches_.evaluate) {
+    if (t_.eval_every > 0 && state_.step % t_.eval_every == 0 && !last && data_->has_evaluation()) {
       if (!evaluate_or_stop("the evaluation at step " + std::to_string(state_.step))) return 130;
       log_->eval(state_.step, last_eval_);
     }
@@ -87,14 +92,14 @@ int TrainingRun::train() {
   }
   // The training loop without its evaluations and checkpoints: what samples_per_s counts.
   const double train_s = seconds_since(start) - paused_s;
-  if (batches_.evaluate) {
+  if (data_->has_evaluation()) {
     log_->note("final evaluation on the " + spec_.eval.split + " split");
     if (!evaluate_or_stop("the final evaluation")) return 130;
     log_->eval(state_.step, last_eval_);
   }
   checkpoint();
   stop_on_underflow();
-  write_summary(first_step, train_s, seconds_since(start));  // the final evaluation and checkpoint included
+  write_summary(train_s, seconds_since(start));  // the final evaluation and checkpoint included
   return 0;
 }
 
@@ -103,7 +108,7 @@ bool TrainingRun::stop_requested() const { return group_ ? group_->any(stop_.req
 
 // The only host reads of the loop: the loss, gradient norm and loss scale at log steps.
 void TrainingRun::log_step(const Tensor& grad_norm, Clock::time_point start, Clock::time_point window_start,
-                           int64_t first_step, int64_t window_samples) {
+                           int64_t first_step) {
   last_loss_ = window_loss_.item() / static_cast<double>(window_steps_);
   window_loss_ = Tensor();
   window_steps_ = 0;
@@ -111,13 +116,13 @@ void TrainingRun::log_step(const Tensor& grad_norm, Clock::time_point start, Clo
   log_skipped_steps();
   const double elapsed = seconds_since(start), window = seconds_since(window_start);
   const double per_step = elapsed / static_cast<double>(state_.step - first_step);
-  const double samples_per_s = window > 0 ? static_cast<double>(window_samples) / window : 0.0;
-  const double tokens_per_s = language_model_ ? samples_per_s * static_cast<double>(spec_.data.seq_len) : 0.0;
-  const data::LoaderCursor at = batches_.cursor();
+  const double samples_per_s = window > 0 ? static_cast<double>(window_.samples) / window : 0.0;
+  const double tokens_per_s = window > 0 ? static_cast<double>(window_.tokens) / window : 0.0;
+  const data::LoaderCursor at = data_->cursor();
   log_->step({.step = state_.step,
               .total_steps = total_,
               .epoch = static_cast<double>(at.epoch) +
-                       static_cast<double>(at.batch) / static_cast<double>(batches_.per_epoch),
+                       static_cast<double>(at.batch) / static_cast<double>(data_->batches_per_epoch()),
               .loss = last_loss_,
               .lr = optimizer_->param_groups().front().lr,
               .grad_norm = grad_norm.item(),
@@ -135,7 +140,7 @@ void TrainingRun::checkpoint() {
   state_.log_window_steps = window_steps_;
   state_.log_window_loss = window_steps_ > 0 ? window_loss_.item() : 0.0;
   if (scaler_) state_.grad_scaler = scaler_->state_dict();
-  state_.cursor = batches_.cursor();
+  state_.cursor = data_->cursor();
   state_.rng = default_generator().state();
   state_.optimizer_steps = optimizer_->step_count();
   state_.cpu_threads = device_.is_cpu() ? threads_.threads : 0;
@@ -153,7 +158,7 @@ bool TrainingRun::evaluate_or_stop(const std::string& when) {
   try {
     // Under the training's autocast, as the forward passes it measures.
     AutocastGuard autocast(amp_);
-    last_eval_ = batches_.evaluate(*model_);
+    last_eval_ = data_->evaluate(*model_);
     return true;
   } catch (const Interrupted&) {
     checkpoint();

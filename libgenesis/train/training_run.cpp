@@ -20,7 +20,7 @@ TrainingRun::TrainingRun(const RecipeSpec& spec, const TrainOptions& options, co
       t_(spec.training),
       options_(options),
       stop_(stop),
-      language_model_(spec.data.name == "tokens"),
+      language_model_(language_model_data(spec.data.name)),
       run_dir_(options.run_dir.empty() ? default_run_dir(spec) : options.run_dir),
       recipe_toml_(spec.to_toml()),
       env_(dist::process_env()) {
@@ -86,14 +86,11 @@ void TrainingRun::prepare_run_directory() {
 
 void TrainingRun::load_data_and_model() {
   manual_seed(static_cast<uint64_t>(spec_.run.seed));
-  // Rank 0 prepares missing token shards before the others look for them.
-  auto load_batches = [&] {
-    batches_ = language_model_ ? token_batches(spec_, device_, *log_, share_) : sample_batches(spec_, device_, share_);
-  };
-  detail::rank0_first(group_.get(), load_batches, load_batches);
+  // Rank 0 prepares missing data (token shards) before the others look for it.
+  auto open_data = [&] { data_ = open_data_source(spec_, device_, *log_, share_); };
+  detail::rank0_first(group_.get(), open_data, open_data);
   model_ = recipe::build_model(spec_, device_);
-  if (auto* lm = dynamic_cast<models::CausalLM*>(model_.get()); lm && batches_.check_vocab)
-    batches_.check_vocab(lm->vocab_size());
+  data_->check_model(*model_);
   if (group_)
     data_parallel_ = std::make_unique<dist::DataParallel>(
         model_->parameters(), group_->gradients(),
@@ -106,7 +103,7 @@ void TrainingRun::load_data_and_model() {
   if (zero_) groups = data_parallel_->shard_groups(groups);
   optimizer_ = recipe::build_optimizer(spec_, std::move(groups));
   scaler_ = recipe::build_grad_scaler(spec_, device_);
-  total_ = recipe::total_steps(spec_, batches_.per_epoch);
+  total_ = recipe::total_steps(spec_, data_->batches_per_epoch());
   schedule_.emplace(recipe::build_schedule(spec_, total_));
   train_step_ = std::make_unique<TrainStep>(*model_, *optimizer_, scaler_.get(),
                                             StepSettings{.autocast = amp_,
@@ -152,7 +149,7 @@ void TrainingRun::resume() {
                ") where the checkpoint was written with " + std::to_string(state_.cpu_threads) +
                ": the losses will differ from an uninterrupted run in the last bits");
   }
-  batches_.seek(state_.cursor);
+  data_->seek(state_.cursor);
   default_generator().set_state(state_.rng);
   log_->note("resumed " + run_dir_.string() + " at step " + std::to_string(state_.step));
   if (finished())
@@ -162,11 +159,10 @@ void TrainingRun::resume() {
 }
 
 void TrainingRun::announce() {
-  if (language_model_ && !batches_.evaluate) {
-    GENESIS_CHECK(t_.eval_every == 0, UsageError, "training.eval_every = ", t_.eval_every, " but ", spec_.data.shards,
-                  " has no val.bin to evaluate on (set data.val_fraction > 0 and prepare the shards again, or "
-                  "training.eval_every = 0)");
-    log_->note("warning: " + spec_.data.shards + " has no val.bin: the run reports no evaluation");
+  if (language_model_ && !data_->has_evaluation()) {
+    GENESIS_CHECK(t_.eval_every == 0, UsageError, "training.eval_every = ", t_.eval_every, " but ",
+                  data_->missing_evaluation(), ", or set training.eval_every = 0");
+    log_->note("warning: " + data_->missing_evaluation() + ": the run reports no evaluation");
   }
   if (spec_.run.device == "auto") log_->note("device auto: using " + device_.str());
   if (device_.is_cpu()) {
@@ -176,10 +172,10 @@ void TrainingRun::announce() {
   log_->note("training " + spec_.run.name + " on " + device_.str() + ": " + std::to_string(model_->num_parameters()) +
              " parameters, " + std::to_string(total_) + " steps of " +
              std::to_string(t_.batch_size * t_.grad_accum_steps * world_) +
-             (language_model_ ? " windows of " + std::to_string(spec_.data.seq_len) + " tokens" : " examples") +
-             " (" + std::to_string(batches_.per_epoch) + " batches per epoch)");
+             " " + data_->row_noun() + " (" + std::to_string(data_->batches_per_epoch()) + " batches per epoch)");
   if (language_model_) {
-    flops_per_token_ = training_flops_per_token(dynamic_cast<const models::CausalLM&>(*model_), spec_.data.seq_len);
+    flops_per_token_ =
+        training_flops_per_token(dynamic_cast<const models::CausalLM&>(*model_), data_->sequence_length());
     peak_ = peak_flops(device_, spec_.run.peak_tflops);
     log_->note("MFU: " + std::to_string(flops_per_token_ / 1e6) + " MFLOP per token against " +
                std::to_string(peak_.flops_per_s / 1e12) + " TFLOP/s (" + peak_.source + ")");

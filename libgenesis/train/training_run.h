@@ -21,8 +21,8 @@
 #include "libgenesis/io/dir_lock.h"
 #include "libgenesis/optim/lr_schedule.h"
 #include "libgenesis/optim/optimizer.h"
-#include "libgenesis/train/batches.h"
 #include "libgenesis/train/checkpoint.h"
+#include "libgenesis/train/data_source.h"
 #include "libgenesis/train/lm_metrics.h"
 #include "libgenesis/train/run_log.h"
 #include "libgenesis/train/step.h"
@@ -54,8 +54,7 @@ class TrainingRun {
 
   // training_loop.cpp
   bool stop_requested() const;
-  void log_step(const Tensor& grad_norm, Clock::time_point start, Clock::time_point window_start, int64_t first_step,
-                int64_t window_samples);
+  void log_step(const Tensor& grad_norm, Clock::time_point start, Clock::time_point window_start, int64_t first_step);
   void checkpoint();
   // Evaluates into last_eval_; on a stop request during it writes a checkpoint and returns false.
   bool evaluate_or_stop(const std::string& when);
@@ -64,7 +63,7 @@ class TrainingRun {
   void stop_on_underflow();
 
   // run_summary.cpp
-  void write_summary(int64_t first_step, double train_s, double wall_s);
+  void write_summary(double train_s, double wall_s);
 
   double mfu(double tokens_per_s) const {
     return peak_.flops_per_s > 0 ? tokens_per_s * flops_per_token_ / peak_.flops_per_s : 0.0;
@@ -74,7 +73,7 @@ class TrainingRun {
   const RecipeSpec::Training& t_;
   const TrainOptions options_;
   const StopSignal& stop_;
-  const bool language_model_;
+  const bool language_model_;  // the data feeds a language model: tokens/s and MFU are reported
   std::filesystem::path run_dir_;
   // Rank 0's; declared before everything the run writes, so that it is released after it all.
   std::optional<io::DirLock> run_lock_;
@@ -95,7 +94,7 @@ class TrainingRun {
   std::optional<DType> amp_;
   std::unique_ptr<RunLog> log_;
 
-  RunBatches batches_;
+  std::unique_ptr<DataSource> data_;
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<dist::DataParallel> data_parallel_;
   bool zero_ = false;  // ZeRO-1: the optimizer holds this rank's pieces of the parameters
@@ -112,6 +111,17 @@ class TrainingRun {
   std::optional<NonfiniteSteps> nonfinite_;
   Tensor window_loss_;  // sum of the logging window's step losses (f64, on the device)
   int64_t window_steps_ = 0;
+  // What the steps processed, over all ranks: in the logging window, and since the run (or its
+  // resume) started.
+  struct Processed {
+    int64_t samples = 0, tokens = 0, loss_terms = 0;
+    void add(const Processed& p) {
+      samples += p.samples;
+      tokens += p.tokens;
+      loss_terms += p.loss_terms;
+    }
+  };
+  Processed window_, since_start_;
   int64_t last_applied_step_ = 0, underflow_step_ = 0;  // fp16
   double last_loss_ = 0.0;
   std::map<std::string, double> last_eval_;

@@ -1,0 +1,53 @@
+#include "libgenesis/train/data_source.h"
+
+#include <vector>
+
+#include "libgenesis/core/error.h"
+
+namespace genesis::train {
+
+// The sources, each in its own file (sample_source.cpp, token_source.cpp).
+std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog& log,
+                                               const EvalShare& share);
+std::unique_ptr<DataSource> open_token_source(const RecipeSpec& spec, Device device, RunLog& log,
+                                              const EvalShare& share);
+
+namespace {
+
+using Opener = std::unique_ptr<DataSource> (*)(const RecipeSpec&, Device, RunLog&, const EvalShare&);
+
+struct SourceEntry {
+  const char* name;  // data.name
+  bool language_model;
+  Opener open;
+};
+
+// A static table rather than registration from each file: the linker drops an object file of a
+// static library that nothing references, registration and all.
+const std::vector<SourceEntry>& sources() {
+  static const std::vector<SourceEntry> table{
+      {"fashion_mnist", false, open_sample_source},
+      {"tokens", true, open_token_source},
+  };
+  return table;
+}
+
+const SourceEntry& find_source(const std::string& name) {
+  std::string names;
+  for (const SourceEntry& s : sources()) {
+    if (name == s.name) return s;
+    names += std::string(names.empty() ? "" : ", ") + s.name;
+  }
+  GENESIS_THROW(RecipeError, "data.name: no data source is called '", name, "' (there are: ", names, ")");
+}
+
+}  // namespace
+
+std::unique_ptr<DataSource> open_data_source(const RecipeSpec& spec, Device device, RunLog& log,
+                                             const EvalShare& share) {
+  return find_source(spec.data.name).open(spec, device, log, share);
+}
+
+bool language_model_data(const std::string& data_name) { return find_source(data_name).language_model; }
+
+}  // namespace genesis::train

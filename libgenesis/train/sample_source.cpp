@@ -1,0 +1,65 @@
+// The samples of a classifier's dataset (data.name = "fashion_mnist") through the DataLoader
+// (train/data_source.h).
+#include <memory>
+
+#include "libgenesis/core/error.h"
+#include "libgenesis/recipe/build.h"
+#include "libgenesis/train/data_source.h"
+#include "libgenesis/train/trainer.h"
+
+namespace genesis::train {
+
+namespace {
+
+class SampleSource final : public DataSource {
+ public:
+  SampleSource(const RecipeSpec& spec, Device device, const EvalShare& share)
+      : data_(recipe::build_data(spec)), device_(device), share_(share), eval_batch_(spec.eval.batch_size) {
+    // A larger batch would be cut to the dataset every step while the banner and samples/s
+    // count the requested size.
+    GENESIS_CHECK(spec.training.batch_size <= data_.train.size(), UsageError, "training.batch_size (",
+                  spec.training.batch_size, ") exceeds the ", data_.train.size(),
+                  " samples of the training set; lower it");
+    loader_ = std::make_unique<data::DataLoader>(
+        data_.train, data::LoaderOptions{.batch_size = spec.training.batch_size,
+                                         .shuffle = spec.data.shuffle,
+                                         .drop_last = false,
+                                         .seed = static_cast<uint64_t>(spec.run.seed),
+                                         .prefetch = static_cast<int>(spec.data.prefetch),
+                                         .rank = share.rank,
+                                         .world_size = share.world});
+  }
+
+  data::Batch next() override { return loader_->next(); }
+  int64_t loss_terms_ahead(int64_t count) const override {
+    int64_t rows = 0;
+    data::LoaderCursor at = loader_->cursor();
+    for (int64_t i = 0; i < count; ++i, at = loader_->advance(at)) rows += loader_->batch_rows(at);
+    return rows;
+  }
+  data::LoaderCursor cursor() const override { return loader_->cursor(); }
+  void seek(data::LoaderCursor at) override { loader_->seek(at); }
+  int64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
+
+  bool has_evaluation() const override { return data_.eval.size() > 0; }
+  std::map<std::string, double> evaluate(nn::Module& model) override {
+    return train::evaluate(model, data_.eval, eval_batch_, device_, share_);
+  }
+  std::string row_noun() const override { return "examples"; }
+
+ private:
+  recipe::RunData data_;
+  Device device_;
+  EvalShare share_;
+  int64_t eval_batch_;
+  std::unique_ptr<data::DataLoader> loader_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog&,
+                                               const EvalShare& share) {
+  return std::make_unique<SampleSource>(spec, device, share);
+}
+
+}  // namespace genesis::train
