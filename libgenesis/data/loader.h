@@ -23,6 +23,10 @@ struct Batch {
   std::optional<int64_t> loss_terms{};
   // Language-model rows: the input positions that hold tokens (padding excluded); 0 otherwise.
   int64_t tokens = 0;
+  // Rows that pack several documents: for each input position (i32 [B, T]), the position where
+  // its document starts. Attention stays inside a document and positions restart at its start.
+  // Undefined: each row is one sequence.
+  Tensor doc_start{};
 
   int64_t counted_targets() const { return loss_terms ? *loss_terms : targets.numel(); }
 };

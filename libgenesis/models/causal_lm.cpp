@@ -2,6 +2,8 @@
 
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/ops/elementwise.h"
+#include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/index.h"
 #include "libgenesis/ops/linalg.h"
 #include "libgenesis/ops/loss.h"
@@ -13,10 +15,24 @@ Tensor CausalLM::forward_with_cache(const Tensor& ids, KVCache* cache) {
   return linear(hidden_states(ids, cache), head_weight());
 }
 
-Tensor CausalLM::loss(const Tensor& ids, const Tensor& targets, Reduction reduction) {
+Tensor CausalLM::hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start) {
+  detail::check_lm_input(*this, ids, cache ? cache->length : 0);
+  if (!doc_start.defined()) return compute_hidden_states(ids, cache, {}, {});
+  GENESIS_CHECK(cache == nullptr, ValueError, "causal LM: packed rows (doc_start) cannot use a KV cache");
+  GENESIS_CHECK(doc_start.shape() == ids.shape() && doc_start.dtype() == DType::i32, ShapeError,
+                "causal LM: doc_start must be i32 ", ids.shape(), " like the ids, got ", dtype_name(doc_start.dtype()), " ",
+                doc_start.shape());
+  // A position's place in its document: t - doc_start[b, t].
+  const Tensor positions =
+      sub(arange(0.0, static_cast<double>(ids.size(1)), 1.0, {.dtype = DType::i64, .device = ids.device()}),
+          doc_start.to(DType::i64));
+  return compute_hidden_states(ids, nullptr, doc_start, positions);
+}
+
+Tensor CausalLM::loss(const Tensor& ids, const Tensor& targets, Reduction reduction, const Tensor& doc_start) {
   GENESIS_CHECK(targets.shape() == ids.shape(), ShapeError, "causal LM loss: targets ", targets.shape(),
                 " must match ids ", ids.shape());
-  Tensor hidden = hidden_states(ids, nullptr);
+  Tensor hidden = hidden_states(ids, nullptr, doc_start);
   const int64_t rows = hidden.size(0) * hidden.size(1);
   return linear_cross_entropy(hidden.reshape({rows, hidden.size(2)}), head_weight(), targets.reshape({rows}),
                               {.reduction = reduction});

@@ -30,10 +30,15 @@ class CausalLM : public nn::Module {
   // The next-token cross-entropy of ids [B, T] against targets [B, T] (position t predicts
   // targets[t]; ignore_index -100), mean or sum over the counted targets, through the fused
   // head (linear_cross_entropy): the [B, T, V] logits are never kept. Training and evaluation
-  // use it.
-  Tensor loss(const Tensor& ids, const Tensor& targets, Reduction reduction = Reduction::mean);
+  // use it. doc_start: rows that pack several documents (see hidden_states).
+  Tensor loss(const Tensor& ids, const Tensor& targets, Reduction reduction = Reduction::mean,
+              const Tensor& doc_start = {});
   // The final hidden states [B, T, hidden] (after the last norm) that the head maps to logits.
-  virtual Tensor hidden_states(const Tensor& ids, KVCache* cache) = 0;
+  // doc_start, for rows that pack several documents (data::Batch::doc_start): i32 [B, T] on the
+  // model's device, where each position's document starts; attention stays inside a document
+  // and positions restart at its start, so each document is computed as if alone. Not with a
+  // cache. Undefined: each row is one sequence.
+  Tensor hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start = {});
   // The head's weight [vocab_size, hidden] (the token embedding when tied, as GPT-2's is).
   virtual const Tensor& head_weight() const = 0;
   // An empty cache for `batch` sequences of up to `capacity` positions, on the model's device and dtype.
@@ -55,6 +60,12 @@ class CausalLM : public nn::Module {
   // Sets every dropout probability of the model (GPT-2: attention, residual and embedding;
   // Llama/Qwen: attention), applied while the model is training; p in [0, 1).
   virtual void set_dropout(double p) = 0;
+
+ protected:
+  // hidden_states for checked input: positions [B, T] (i64) given for packed rows (doc_start
+  // defined), undefined otherwise (positions start at the cache's length).
+  virtual Tensor compute_hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start,
+                                       const Tensor& positions) = 0;
 };
 
 // Mean cross-entropy of logits [B, T, V] predicting ids [B, T] shifted by one (position t

@@ -95,7 +95,7 @@ class Gpt2Block final : public nn::Module {
     mlp_proj_ = mlp->add_module("c_proj", std::make_shared<Conv1D>(inner, c.n_embd, options));
   }
 
-  Tensor forward(const Tensor& x) override { return run(x, nullptr, 0, {}); }
+  Tensor forward(const Tensor& x) override { return run(x, nullptr, 0, {}, {}); }
   std::string describe() const override { return "GPT2Block"; }
 
   // The dropout probabilities a block applies (zero outside training).
@@ -103,14 +103,15 @@ class Gpt2Block final : public nn::Module {
     double attention = 0.0, residual = 0.0;
   };
 
-  // x [B, T, C] -> [B, T, C]; appends this layer's keys and values to `cache` when given.
-  Tensor run(const Tensor& x, KVCache* cache, size_t layer, Dropout drop) {
+  // x [B, T, C] -> [B, T, C]; appends this layer's keys and values to `cache` when given;
+  // doc_start keeps attention inside the documents of packed rows.
+  Tensor run(const Tensor& x, KVCache* cache, size_t layer, Dropout drop, const Tensor& doc_start) {
     const int64_t batch = x.size(0), steps = x.size(1), width = x.size(2);
     std::vector<Tensor> qkv = split((*c_attn_)((*ln_1_)(x)), width, 2);
     auto heads = [&](const Tensor& t) { return t.reshape({batch, steps, heads_, head_dim_}).transpose(1, 2); };
     Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
     if (cache) std::tie(k, v) = detail::append_to_cache(*cache, layer, k, v);
-    Tensor attended = scaled_dot_product_attention(q, k, v, true, std::nullopt, drop.attention)
+    Tensor attended = scaled_dot_product_attention(q, k, v, true, std::nullopt, drop.attention, nullptr, doc_start)
                           .transpose(1, 2)
                           .reshape({batch, steps, width});
     Tensor h = add(x, dropout((*attn_proj_)(attended), drop.residual));
@@ -146,15 +147,17 @@ Gpt2LM::Gpt2LM(const Gpt2Config& c, nn::LayerOptions o) : config_(c) {
       nn::init::normal_(p.tensor, 0.0, 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)));
 }
 
-Tensor Gpt2LM::hidden_states(const Tensor& ids, KVCache* cache) {
+Tensor Gpt2LM::compute_hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start,
+                                     const Tensor& packed_positions) {
   const int64_t start = cache ? cache->length : 0;
-  detail::check_lm_input(*this, ids, start);
-  Tensor positions = arange(static_cast<double>(start), static_cast<double>(start + ids.size(1)), 1.0,
-                            {.dtype = DType::i64, .device = ids.device()});
+  const Tensor positions = packed_positions.defined()
+                               ? packed_positions
+                               : arange(static_cast<double>(start), static_cast<double>(start + ids.size(1)), 1.0,
+                                        {.dtype = DType::i64, .device = ids.device()});
   const bool training = is_training();
   const Gpt2Block::Dropout drop{training ? config_.attn_pdrop : 0.0, training ? config_.resid_pdrop : 0.0};
   Tensor x = dropout(add(embedding(ids, *wte_), embedding(positions, *wpe_)), training ? config_.embd_pdrop : 0.0);
-  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->run(x, cache, i, drop);
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->run(x, cache, i, drop, doc_start);
   if (cache) cache->length += ids.size(1);
   return (*ln_f_)(x);
 }

@@ -42,7 +42,6 @@ class Gpt2Block;
 class Gpt2LM final : public CausalLM {
  public:
   explicit Gpt2LM(const Gpt2Config& config, nn::LayerOptions options = {});
-  Tensor hidden_states(const Tensor& ids, KVCache* cache) override;
   const Tensor& head_weight() const override { return *wte_; }
   KVCache make_cache(int64_t batch, int64_t capacity) const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
@@ -54,6 +53,10 @@ class Gpt2LM final : public CausalLM {
   void set_dropout(double p) override;
   std::string describe() const override { return "GPT-2"; }
   const Gpt2Config& config() const { return config_; }
+
+ protected:
+  Tensor compute_hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start,
+                               const Tensor& positions) override;
 
  private:
   Gpt2Config config_;

@@ -115,10 +115,12 @@ class DecoderLayer final : public nn::Module {
   }
   std::string describe() const override { return "DecoderLayer"; }
 
-  // x [B, T, hidden] -> [B, T, hidden]; rope tables for the T positions; appends keys and
-  // values to `cache` when given.
+  // x [B, T, hidden] -> [B, T, hidden]; rope tables for the T positions ([T, D/2], or [B, T, D/2]
+  // for packed rows); appends keys and values to `cache` when given; doc_start keeps attention
+  // inside the documents of packed rows.
   // attention_dropout: the probability of dropping an attention weight (0 outside training).
-  Tensor run(const Tensor& x, const RopeTables& rope_table, KVCache* cache, size_t layer, double attention_dropout) {
+  Tensor run(const Tensor& x, const RopeTables& rope_table, KVCache* cache, size_t layer, double attention_dropout,
+             const Tensor& doc_start) {
     const int64_t batch = x.size(0), steps = x.size(1);
     Tensor normed = (*input_layernorm_)(x);
     auto heads = [&](const Tensor& t, int64_t count) {
@@ -135,7 +137,7 @@ class DecoderLayer final : public nn::Module {
     k = rope(k, rope_table.cos, rope_table.sin);
     if (cache) std::tie(k, v) = detail::append_to_cache(*cache, layer, k, v);
     Tensor attended =
-        scaled_dot_product_attention(q, k, v, true, std::nullopt, attention_dropout)
+        scaled_dot_product_attention(q, k, v, true, std::nullopt, attention_dropout, nullptr, doc_start)
             .transpose(1, 2)
             .reshape({batch, steps, heads_ * head_dim_});
     Tensor h = add(x, (*o_proj_)(attended));
@@ -169,14 +171,15 @@ DecoderLM::DecoderLM(const DecoderConfig& c, nn::LayerOptions o) : config_(c) {
   detail::init_like_hugging_face(*this, 0.02);
 }
 
-Tensor DecoderLM::hidden_states(const Tensor& ids, KVCache* cache) {
+Tensor DecoderLM::compute_hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start,
+                                        const Tensor& positions) {
   const int64_t start = cache ? cache->length : 0;
-  detail::check_lm_input(*this, ids, start);
   Tensor x = embedding(ids, *embed_tokens_);
-  const RopeTables tables =
+  RopeTables tables =
       rope_tables(start, ids.size(1), config_.head_dim, config_.rope_theta, {.dtype = x.dtype(), .device = x.device()});
+  if (positions.defined()) tables = gather_rope_tables(tables, positions);  // packed: each document from 0
   const double attention_dropout = is_training() ? config_.attention_dropout : 0.0;
-  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->run(x, tables, cache, i, attention_dropout);
+  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->run(x, tables, cache, i, attention_dropout, doc_start);
   if (cache) cache->length += ids.size(1);
   return (*norm_)(x);
 }

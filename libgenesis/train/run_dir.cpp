@@ -70,7 +70,7 @@ bool may_change_on_resume(const std::string& key) {
       "training.eval_every", "training.checkpoint_every", "training.keep_last", "training.on_nonfinite",
       "run.threads",      "run.device",         "run.name",         "run.out_dir",
       "run.allow_tf32",   "run.peak_tflops",    "run.tensorboard",    "eval.batch_size",  "eval.split",
-      "data.prefetch",    "data.path",          "data.shards",      "data.tokenizer",
+      "data.prefetch",    "data.path",          "data.shards",      "data.tokenizer",   "data.cache_dir",
       "data.source",      "data.fetch",         "dist.backend",     "dist.bucket_mb",
       "dist.timeout_s",   "dist.zero",          "dist.reduce_dtype"};
   return keys.count(key) > 0;

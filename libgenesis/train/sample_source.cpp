@@ -14,7 +14,7 @@ namespace {
 class SampleSource final : public DataSource {
  public:
   SampleSource(const RecipeSpec& spec, Device device, const EvalShare& share)
-      : data_(recipe::build_data(spec)), device_(device), share_(share), eval_batch_(spec.eval.batch_size) {
+      : data_(recipe::build_data(spec)), device_(device), share_(share), eval_batch_(recipe::eval_batch_size(spec)) {
     // A larger batch would be cut to the dataset every step while the banner and samples/s
     // count the requested size.
     GENESIS_CHECK(spec.training.batch_size <= data_.train.size(), UsageError, "training.batch_size (",

@@ -46,7 +46,10 @@ Tensor TrainStep::summed_loss(const data::Batch& batch, Device device) {
   AutocastGuard autocast(settings_.autocast);
   const Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
   // Language models take the fused head's loss, which never keeps [B, T, V] logits.
-  return causal_lm_ ? causal_lm_->loss(x, y, Reduction::sum) : training_loss(model_(x), y, Reduction::sum);
+  if (causal_lm_)
+    return causal_lm_->loss(x, y, Reduction::sum, batch.doc_start.defined() ? batch.doc_start.to(device) : Tensor());
+  GENESIS_CHECK(!batch.doc_start.defined(), ValueError, "packed rows (doc_start) need a language model");
+  return training_loss(model_(x), y, Reduction::sum);
 }
 
 Tensor TrainStep::step_denominator(int64_t local_count, Device device) {

@@ -48,7 +48,7 @@ class TokenSource final : public DataSource {
         shards_(spec.data.shards),
         seq_len_(spec.data.seq_len),
         batch_(spec.training.batch_size),
-        eval_batch_(spec.eval.batch_size),
+        eval_batch_(recipe::eval_batch_size(spec)),
         loader_(std::vector<fs::path>{data_.train},
                 data::TokenWindowOptions{.batch_size = spec.training.batch_size,
                                          .seq_len = spec.data.seq_len,

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Makes the data of the SFT example recipes: a chat task a model cannot do before it is
+fine-tuned, and the byte-level tokenizer it is tokenized with. Deterministic (seeded) and
+offline: nothing is downloaded.
+
+  data/make_sft.py [--out data/cache] [--train 20000] [--val 400] [--seed 1]
+
+Produces
+  OUT/sft_reverse/train.jsonl, val.jsonl   {"messages": [system, user, assistant]}: reverse the
+                                           order of 3 to 6 words ("Reverse: red fox ran" ->
+                                           "ran fox red"); the validation word lists never
+                                           occur in training
+  OUT/bytes/tokenizer.json                 a byte-level BPE without merges (ids 0..255 are the
+                                           bytes) plus ChatML's <|im_start|>, <|im_end|> and
+                                           <|endoftext|> (256, 257, 258)
+  OUT/bytes/tokenizer_config.json          ChatML's chat template, eos_token <|im_end|>
+"""
+import argparse
+import json
+import os
+import random
+
+WORDS = """red blue green gold gray pink black white fox cat dog owl bee ant elk yak cow pig hen
+ram sun moon star rain snow wind fire ice sea lake hill road tree leaf rose oak fig plum pear
+lime corn rice bread milk salt tea jam pie cake soup""".split()
+
+SYSTEM = "You reverse the order of words."
+
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def bytes_to_unicode():
+    """GPT-2's reversible map from bytes to printable characters (the ByteLevel alphabet)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    codes = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            codes.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(printable, codes)}
+
+
+def write_tokenizer(out):
+    os.makedirs(out, exist_ok=True)
+    alphabet = bytes_to_unicode()
+    tokenizer = {
+        "version": "1.0",
+        "added_tokens": [
+            {"id": 256 + i, "content": name, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for i, name in enumerate(["<|im_start|>", "<|im_end|>", "<|endoftext|>"])
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "vocab": {alphabet[b]: b for b in range(256)}, "merges": []},
+    }
+    config = {"chat_template": CHATML, "eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>",
+              "model_max_length": 256, "tokenizer_class": "PreTrainedTokenizerFast"}
+    with open(os.path.join(out, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer, f, ensure_ascii=False)
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def conversation(words):
+    return {"messages": [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Reverse: " + " ".join(words)},
+        {"role": "assistant", "content": " ".join(reversed(words))},
+    ]}
+
+
+def write_task(out, train, val, seed):
+    os.makedirs(out, exist_ok=True)
+    rng = random.Random(seed)
+    seen = set()
+
+    def fresh():
+        while True:
+            words = tuple(rng.choice(WORDS) for _ in range(rng.randint(3, 6)))
+            if words not in seen:
+                seen.add(words)
+                return list(words)
+
+    val_rows = [fresh() for _ in range(val)]  # drawn first: training never holds them
+    train_rows = [fresh() for _ in range(train)]
+    for name, rows in (("train.jsonl", train_rows), ("val.jsonl", val_rows)):
+        tmp = os.path.join(out, name + ".tmp")
+        with open(tmp, "w") as f:
+            for words in rows:
+                f.write(json.dumps(conversation(words)) + "\n")
+        os.replace(tmp, os.path.join(out, name))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "cache"))
+    p.add_argument("--train", type=int, default=20000)
+    p.add_argument("--val", type=int, default=400)
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args()
+    write_tokenizer(os.path.join(a.out, "bytes"))
+    write_task(os.path.join(a.out, "sft_reverse"), a.train, a.val, a.seed)
+    print(f"make_sft: {a.out}/sft_reverse (train {a.train}, val {a.val}) and {a.out}/bytes")
+
+
+if __name__ == "__main__":
+    main()
