@@ -316,7 +316,7 @@ void add_bench_command(CLI::App& app) {
   register_command(ops_cmd, [ops] { return run_ops(*ops); });
 
   struct TrainFlags {
-    std::string recipe, json_path, device;
+    std::string recipe, json_path, device, packed;
     std::vector<std::string> sets;
     TrainBenchOptions options;
   };
@@ -331,8 +331,12 @@ void add_bench_command(CLI::App& app) {
   train_cmd->add_option("--warmup", tf->options.warmup, "Untimed steps first")
       ->check(CLI::Range(int64_t{0}, int64_t{100000}));
   train_cmd->add_option("--json", tf->json_path, "Write the result as JSON (genesis.bench.train/1)");
+  train_cmd->add_option("--packed", tf->packed,
+                        "MIN:MAX: pack each row with documents of MIN to MAX tokens (uniform, seeded by run.seed), "
+                        "as supervised fine-tuning packs them: attention and positions restart per document");
   train_cmd->add_flag("-q,--quiet", tf->options.quiet, "No progress on stderr");
   register_command(train_cmd, [tf] {
+    if (!tf->packed.empty()) tf->options.packed = parse_packed_documents(tf->packed);
     std::vector<std::string> sets = tf->sets;
     if (!tf->device.empty()) sets.push_back("run.device=" + tf->device);
     write_json(tf->json_path, run_train_bench(load_recipe(tf->recipe, sets), tf->options));

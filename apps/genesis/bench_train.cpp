@@ -1,9 +1,11 @@
 #include "apps/genesis/bench_train.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -121,8 +123,74 @@ std::string device_name(Device device) {
   return device.str();
 }
 
+// The synthetic micro-batches a bench step cycles through, already on the device, and how
+// many documents their rows hold.
+struct SyntheticBatches {
+  std::vector<data::Batch> batches;
+  int64_t rows = 0, documents = 0;
+};
+
+// Random tokens, uniform over the vocabulary. Packed, each row is filled with documents of
+// lengths drawn uniformly in [min, max] (seeded; the last one cut at the row's end), laid out as
+// the SFT source lays out packed rows (libgenesis/train/sft_source.cpp): doc_start holds each
+// position's document start, and a document's last position has no target (-100), so nothing
+// is predicted across documents.
+SyntheticBatches synthetic_batches(int64_t count, int64_t batch, int64_t seq, int64_t vocab,
+                                   const std::optional<PackedDocuments>& packed, uint64_t seed, Device device) {
+  constexpr int64_t kIgnore = -100;
+  SyntheticBatches out;
+  std::mt19937_64 lengths(seed);
+  for (int64_t i = 0; i < count; ++i) {
+    Tensor ids = randint(0, vocab, {batch, seq + 1});
+    Tensor inputs = ids.narrow(1, 0, seq).contiguous(), targets = ids.narrow(1, 1, seq).contiguous();
+    out.rows += batch;
+    if (!packed) {
+      out.documents += batch;
+      out.batches.push_back({.inputs = inputs.to(device),
+                             .targets = targets.to(device),
+                             .loss_terms = batch * seq,
+                             .tokens = batch * seq});
+      continue;
+    }
+    Tensor starts = zeros({batch, seq}, {.dtype = DType::i32});
+    int64_t documents = 0;
+    const auto span = static_cast<uint64_t>(packed->max_length - packed->min_length + 1);
+    for (int64_t r = 0; r < batch; ++r) {
+      int64_t* target = targets.data<int64_t>() + r * seq;
+      int32_t* start = starts.data<int32_t>() + r * seq;
+      for (int64_t at = 0; at < seq; ++documents) {
+        const int64_t n = std::min(packed->min_length + static_cast<int64_t>(lengths() % span), seq - at);
+        std::fill(start + at, start + at + n, static_cast<int32_t>(at));
+        target[at + n - 1] = kIgnore;
+        at += n;
+      }
+    }
+    out.documents += documents;
+    // Every position holds a token (tokens/s stays positions per second, as unpacked); each
+    // document's last position is the one target not counted.
+    out.batches.push_back({.inputs = inputs.to(device),
+                           .targets = targets.to(device),
+                           .loss_terms = batch * seq - documents,
+                           .tokens = batch * seq,
+                           .doc_start = starts.to(device)});
+  }
+  return out;
+}
 
 }  // namespace
+
+PackedDocuments parse_packed_documents(const std::string& text) {
+  PackedDocuments p;
+  const size_t colon = text.find(':');
+  auto number = [&](size_t begin, size_t end, int64_t& value) {
+    auto [stop, error] = std::from_chars(text.data() + begin, text.data() + end, value);
+    return error == std::errc() && stop == text.data() + end && begin < end;
+  };
+  const bool ok = colon != std::string::npos && number(0, colon, p.min_length) &&
+                  number(colon + 1, text.size(), p.max_length) && p.min_length >= 1 && p.min_length <= p.max_length;
+  GENESIS_CHECK(ok, UsageError, "--packed: expected MIN:MAX, document lengths with 1 <= MIN <= MAX (got '", text, "')");
+  return p;
+}
 
 json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
   GENESIS_CHECK(spec.model.is_language_model(), UsageError, "genesis bench train: model '", spec.model.name,
@@ -146,22 +214,23 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
                          .clip_grad_norm = spec.training.clip_grad_norm,
                          .clip_grad_value = spec.training.clip_grad_value});
 
-  // Synthetic tokens, uniform over the vocabulary: a few batches, cycled, already on the device
-  // (the step's time is the model's and the optimizer's; `genesis train` uploads each batch
-  // through pinned staging buffers, which does not wait either).
+  // Synthetic tokens: a few batches, cycled, already on the device (the step's time is the
+  // model's and the optimizer's; `genesis train` uploads each batch through pinned staging
+  // buffers, which does not wait either).
   const int64_t batch = spec.training.batch_size, seq = spec.data.seq_len, vocab = lm->vocab_size();
-  std::vector<data::Batch> batches;
-  for (int i = 0; i < 4; ++i) {
-    Tensor ids = randint(0, vocab, {batch, seq + 1});
-    batches.push_back({.inputs = ids.narrow(1, 0, seq).contiguous().to(device),
-                       .targets = ids.narrow(1, 1, seq).contiguous().to(device),
-                       .loss_terms = batch * seq,
-                       .tokens = batch * seq});
-  }
+  const SyntheticBatches synthetic =
+      synthetic_batches(4, batch, seq, vocab, options.packed, static_cast<uint64_t>(spec.run.seed), device);
+  const std::vector<data::Batch>& batches = synthetic.batches;
   size_t next_index = 0;
-  const train::MicroBatches next_batch{
-      .next = [&] { return batches[next_index++ % batches.size()]; },
-      .loss_terms_ahead = [&](int64_t count) { return count * batch * seq; }};
+  // The step divides by the targets its micro-batches count before it makes them (a packed
+  // batch counts one target fewer per document).
+  auto loss_terms_ahead = [&](int64_t count) {
+    int64_t terms = 0;
+    for (int64_t i = 0; i < count; ++i) terms += *batches[(next_index + i) % batches.size()].loss_terms;
+    return terms;
+  };
+  const train::MicroBatches next_batch{.next = [&] { return batches[next_index++ % batches.size()]; },
+                                       .loss_terms_ahead = loss_terms_ahead};
 
   model->train();
   // Progress on stderr (a bar on a terminal, a line every 10 s otherwise): warm-up steps, then
@@ -233,7 +302,17 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
     host_phases[std::string(p) + "_ms"] = summarize(host_phase_ms[p]).median_ms;
   }
   const std::string dtype = amp ? std::string(dtype_name(*amp)) : std::string("f32");
-  json c{{"name", spec.run.name + " train step"},
+  // Packed steps are named apart, so that `bench compare` pairs them only with packed steps.
+  std::string name = spec.run.name + " train step";
+  json packing = nullptr;
+  if (options.packed) {
+    name += " packed " + std::to_string(options.packed->min_length) + ":" + std::to_string(options.packed->max_length);
+    packing = {{"min_doc_length", options.packed->min_length},
+               {"max_doc_length", options.packed->max_length},
+               {"mean_docs_per_row", static_cast<double>(synthetic.documents) / static_cast<double>(synthetic.rows)},
+               {"rows", synthetic.rows}};
+  }
+  json c{{"name", name},
          {"op", "train_step"},
          {"shapes", json::array({json::array({batch, seq})})},
          {"dtype", dtype},
@@ -249,10 +328,15 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
          {"phases", phases},
          {"host_ms_per_step", host_ms_per_step},
          {"host_phases", host_phases},
-         {"final_loss", final_loss}};
+         {"final_loss", final_loss},
+         {"packing", packing}};
   std::printf("%s: %s, batch %lld x %lld tokens, %s, %lld steps after %lld warm-up\n", spec.run.name.c_str(),
               lm->model_type().c_str(), static_cast<long long>(batch), static_cast<long long>(seq), dtype.c_str(),
               static_cast<long long>(options.steps), static_cast<long long>(options.warmup));
+  if (options.packed)
+    std::printf("packed: documents of %lld-%lld tokens, %.2f per row (mean of %lld rows)\n",
+                static_cast<long long>(options.packed->min_length), static_cast<long long>(options.packed->max_length),
+                packing["mean_docs_per_row"].get<double>(), static_cast<long long>(synthetic.rows));
   std::printf("step %.2f ms (p10 %.2f, p90 %.2f): %.0f tokens/s, MFU %.1f%% (%s), peak %.2f GiB\n", ms,
               step_stats.p10_ms, step_stats.p90_ms, tokens_per_s, 100.0 * mfu, peak.source.c_str(),
               c["peak_memory_gib"].get<double>());

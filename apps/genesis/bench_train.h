@@ -3,18 +3,33 @@
 // batch, [amp] and optimizer) on synthetic tokens, timed with CUDA events (the steady clock on
 // the CPU) at the phase boundaries of the trainer's own step (libgenesis/train/step.h):
 // tokens/s of the median step, MFU, peak memory, and the forward / backward / optimizer split.
-// scripts/bench/torch_train_lm.py writes the same schema for PyTorch (eager and compiled).
+// With packing, each row holds several documents (the supervised fine-tuning step: doc_start,
+// targets -100 at each document's last token). scripts/bench/torch_train_lm.py writes the same
+// schema for PyTorch (eager and compiled; packed rows through FlexAttention).
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "libgenesis/recipe/recipe.h"
 
 namespace genesis::cli::bench {
 
-struct TrainBenchOptions {
-  int64_t steps = 20;   // timed steps
-  int64_t warmup = 5;   // untimed steps first (GEMM autotuning, allocator warm-up)
-  bool quiet = false;   // no progress on stderr
+// Packed rows: documents of lengths drawn uniformly in [min_length, max_length] fill each row
+// of seq_len positions, the last one cut to fit.
+struct PackedDocuments {
+  int64_t min_length = 0;
+  int64_t max_length = 0;
 };
+
+struct TrainBenchOptions {
+  int64_t steps = 20;                     // timed steps
+  int64_t warmup = 5;                     // untimed steps first (GEMM autotuning, allocator warm-up)
+  bool quiet = false;                     // no progress on stderr
+  std::optional<PackedDocuments> packed;  // nullopt: each row is one sequence
+};
+
+// `--packed MIN:MAX` (1 <= MIN <= MAX); anything else is a UsageError naming the option.
+PackedDocuments parse_packed_documents(const std::string& text);
 
 // The result as JSON (schema genesis.bench.train/1, one case: the recipe's step); a summary
 // goes to stdout.

@@ -11,14 +11,24 @@ forward / backward / optimizer split from CUDA events, the steps run back to bac
 
   python3 scripts/bench/torch_train_lm.py --model gpt2 --batch 16 --seq 1024 --dtype bf16
   python3 scripts/bench/torch_train_lm.py --model qwen2_0.5b --batch 8 --seq 1024 [--compile]
+  python3 scripts/bench/torch_train_lm.py --model qwen2_0.5b --batch 4 --seq 2048 --compile --packed 64:2048
   --vocab 50304 pads GPT-2's vocabulary as nanoGPT does for speed (genesis pads inside its fused
   head instead). With --compile the model and the loss are compiled together, so Inductor may
   fuse the cross-entropy into the head (its fastest form).
+
+--packed MIN:MAX is the supervised fine-tuning step of `genesis bench train --packed`: each row
+packs documents of lengths uniform in [MIN, MAX] (seeded, the last one cut to fit), positions
+restart at each document, attention stays inside it (FlexAttention with a causal document
+mask_mod; Qwen2 only), and a document's last position has no target (-100). The block mask is
+built from the batch's document ids inside every timed step (genesis derives its positions and
+kernel bounds from doc_start inside its step too); --mask-outside builds each cycled batch's
+mask once before timing instead. FlexAttention is fast only compiled: use it with --compile.
 """
 import argparse
 import json
+import random
 import statistics
-import time
+import sys
 
 import torch
 
@@ -97,6 +107,56 @@ def build(name, hf, vocab, dropout=0.0):
     return model, cfg["vocab_size"]
 
 
+def packed_layouts(count, batch, seq, lengths, seed):
+    """`count` batches of rows packed with documents of lengths uniform in [MIN, MAX] (the last
+    one cut at the row's end), on the host: each position's document index and place in its
+    document (position_ids), which targets count (not a document's last position), and the
+    mean documents per row."""
+    rng = random.Random(seed)
+    layouts, documents = [], 0
+    for _ in range(count):
+        doc = torch.empty(batch, seq, dtype=torch.int32)
+        pos = torch.empty(batch, seq, dtype=torch.int64)
+        counted = torch.ones(batch, seq, dtype=torch.bool)
+        for r in range(batch):
+            at, d = 0, 0
+            while at < seq:
+                n = min(rng.randint(*lengths), seq - at)
+                doc[r, at:at + n] = d
+                pos[r, at:at + n] = torch.arange(n)
+                counted[r, at + n - 1] = False
+                at, d = at + n, d + 1
+            documents += d
+        layouts.append((doc, pos, counted))
+    return layouts, documents / (count * batch)
+
+
+def document_causal_mask(doc):
+    """FlexAttention mask_mod: causal, and only keys of the query's own document (doc [B, T])."""
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (doc[b, q_idx] == doc[b, kv_idx])
+    return mask_mod
+
+
+def flex_document_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """--flex direct, for transformers' AttentionInterface: flex_attention under the batch's
+    BlockMask (passed as attention_mask) with its native GQA. transformers' own "flex_attention"
+    (the default) repeats K and V into every query head when the heads are not a power of two
+    (Qwen2.5-0.5B has 14), which on an H200 was the faster of the two (71.1 against 73.5 ms a
+    step at B4 T2048, 2026-11-28), so it is the PyTorch figure genesis is held to."""
+    from torch.nn.attention.flex_attention import flex_attention
+    out = flex_attention(query, key, value, block_mask=attention_mask, scale=scaling,
+                         enable_gqa=query.size(1) != key.size(1))
+    return out.transpose(1, 2).contiguous(), None
+
+
+def compiled_graphs():
+    """Graphs Dynamo has compiled so far: a count that grows during the timed steps means a guard
+    failed and a step recompiled (a new block mask must not cost a compile)."""
+    from torch._dynamo.utils import counters
+    return counters["stats"]["unique_graphs"]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=sorted(MODELS), default="gpt2")
@@ -112,29 +172,83 @@ def main():
     p.add_argument("--vocab", type=int, default=0, help="override the vocabulary size (nanoGPT: 50304)")
     p.add_argument("--json", default="", help="write a genesis.bench.train/1 result here")
     p.add_argument("--case-name", default="", help="the recipe's run.name, which names the case (as genesis does)")
+    p.add_argument("--packed", default="", metavar="MIN:MAX",
+                   help="rows packed with documents of MIN to MAX tokens, FlexAttention document masking (Qwen2)")
+    p.add_argument("--mask-outside", action="store_true",
+                   help="--packed: build each cycled batch's block mask once, outside the timed steps")
+    p.add_argument("--flex", choices=["transformers", "direct"], default="transformers",
+                   help="--packed: transformers' flex_attention, or flex_attention registered directly (native GQA)")
     a = p.parse_args()
+    lengths = None
+    if a.packed:
+        try:
+            lengths = tuple(int(v) for v in a.packed.split(":"))
+        except ValueError:
+            lengths = ()
+        if len(lengths) != 2 or not 1 <= lengths[0] <= lengths[1]:
+            p.error(f"--packed: expected MIN:MAX, document lengths with 1 <= MIN <= MAX (got '{a.packed}')")
+        if MODELS[a.model]["kind"] != "qwen2":
+            p.error("--packed: Qwen2 only (transformers' attention interface carries the block mask)")
+        if not a.compile:
+            print("note: FlexAttention without --compile runs its slow reference path", file=sys.stderr)
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     dev = torch.device("cuda")
     model, vocab = build(a.model, a.hf, a.vocab, a.dropout)
+    if lengths and a.flex == "direct":
+        import transformers
+        transformers.AttentionInterface.register("flex_document", flex_document_attention)
+        model.config._attn_implementation = "flex_document"
+    elif lengths:
+        model.config._attn_implementation = "flex_attention"
     model.to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     gen = torch.Generator(device=dev).manual_seed(0)
     data_vocab = MODELS[a.model]["vocab_size"]  # tokens stay in the real vocabulary
 
-    def compute_loss(ids):
+    # Mean over the counted targets (ignore_index -100): the sum over them divided by their
+    # number, as genesis's step takes it.
+    def compute_loss(inputs, targets, position_ids=None, block_mask=None):
+        packing = {} if block_mask is None else dict(position_ids=position_ids, attention_mask=block_mask)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-            out = model(input_ids=ids[:, :-1])
+            out = model(input_ids=inputs, **packing)
             logits = out if torch.is_tensor(out) else out.logits
             return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
-                                                     ids[:, 1:].reshape(-1))
+                                                     targets.reshape(-1), ignore_index=-100)
 
     loss_fn = torch.compile(compute_loss) if a.compile else compute_loss
 
+    # Packed: a few document layouts cycled, as genesis cycles its synthetic batches; the tokens
+    # are drawn on the device each step, as the unpacked step draws them.
+    layouts, docs_per_row, masks = [], 1.0, []
+    if lengths:
+        from torch.nn.attention.flex_attention import create_block_mask
+        layouts, docs_per_row = packed_layouts(4, a.batch, a.seq, lengths, seed=0)
+        layouts = [tuple(t.to(dev) for t in layout) for layout in layouts]
+
+        # Compiled, the mask_mod is evaluated block by block instead of over a [B, T, T] tensor.
+        make_mask = torch.compile(create_block_mask)
+
+        def block_mask(doc):
+            return make_mask(document_causal_mask(doc), B=a.batch, H=None, Q_LEN=a.seq, KV_LEN=a.seq, device=dev)
+
+        if a.mask_outside:
+            masks = [block_mask(doc) for doc, _, _ in layouts]
+    step_index = 0
+
     def step(mark):
+        nonlocal step_index
         ids = torch.randint(0, data_vocab, (a.batch, a.seq + 1), device=dev, generator=gen)
-        loss = loss_fn(ids)
+        inputs, targets = ids[:, :-1], ids[:, 1:]
+        if lengths:
+            i = step_index % len(layouts)
+            doc, pos, counted = layouts[i]
+            targets = targets.masked_fill(~counted, -100)
+            loss = loss_fn(inputs, targets, pos, masks[i] if masks else block_mask(doc))
+        else:
+            loss = loss_fn(inputs, targets)
+        step_index += 1
         mark("forward")
         loss.backward()
         mark("backward")
@@ -148,6 +262,7 @@ def main():
         step(lambda phase: None)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    graphs_before = compiled_graphs()
     # Events at the phase boundaries of back-to-back steps, read after the last one.
     marks = []
 
@@ -160,6 +275,7 @@ def main():
     for _ in range(a.steps):
         loss = step(mark)
     torch.cuda.synchronize()
+    recompiles = compiled_graphs() - graphs_before
     steps, phases, total, split = [], {"forward": [], "backward": [], "optimizer": []}, 0.0, {}
     for (_, before), (phase, after) in zip(marks, marks[1:]):
         ms = before.elapsed_time(after)
@@ -173,12 +289,18 @@ def main():
     ms = statistics.median(steps)
     tokens_per_s = a.batch * a.seq / (ms / 1e3)
     framework = ("pytorch " + torch.__version__ + (" compile" if a.compile else " eager")
-                 + (" transformers" if a.hf or a.model != "gpt2" else " nanogpt-style"))
+                 + (" transformers" if a.hf or a.model != "gpt2" else " nanogpt-style")
+                 + (f" flex ({a.flex})" if lengths else ""))
     peak_gib = torch.cuda.max_memory_allocated() / 2**30
+    packing = None
+    if lengths:
+        packing = {"min_doc_length": lengths[0], "max_doc_length": lengths[1], "mean_docs_per_row": docs_per_row,
+                   "rows": len(layouts) * a.batch, "attention": "flex_attention " + a.flex,
+                   "block_mask": "once per cycled batch, before timing" if a.mask_outside else "every step, timed"}
     print(json.dumps({
         "framework": framework, "model": a.model, "vocab": vocab, "batch": a.batch, "seq": a.seq, "dtype": a.dtype,
         "ms_per_step": round(ms, 2), "tokens_per_s": round(tokens_per_s),
-        "peak_memory_gib": round(peak_gib, 2),
+        "peak_memory_gib": round(peak_gib, 2), "graphs_compiled_while_timed": recompiles, "packing": packing,
         "final_loss": round(loss.item(), 4), "gpu": torch.cuda.get_device_name()}))
     if a.json:
         # genesis's count (libgenesis/train/lm_metrics.cpp): 6 per matmul parameter (position
@@ -192,12 +314,14 @@ def main():
         peak = 756e12 if "H100 PCIe" in name else 989e12 if ("H100" in name or "H200" in name) else 0.0
         ordered = sorted(steps)
         pick = lambda q: ordered[int(q * (len(ordered) - 1) + 0.5)]
-        case = {"name": (a.case_name or a.model) + " train step", "op": "train_step", "shapes": [[a.batch, a.seq]],
+        name_suffix = f" packed {lengths[0]}:{lengths[1]}" if lengths else ""
+        case = {"name": (a.case_name or a.model) + " train step" + name_suffix, "op": "train_step", "shapes": [[a.batch, a.seq]],
                 "dtype": a.dtype, "status": "ok", "median_ms": ms, "p10_ms": pick(0.1), "p90_ms": pick(0.9),
                 "reps": len(steps), "tokens_per_s": tokens_per_s,
                 "mfu": tokens_per_s * flops_per_token / peak if peak else 0.0, "peak_memory_gib": peak_gib,
                 "phases": {f"{k}_ms": statistics.median(v) for k, v in phases.items()},
-                "final_loss": loss.item(), "vocab": vocab}
+                "final_loss": loss.item(), "vocab": vocab, "packing": packing,
+                "graphs_compiled_while_timed": recompiles}
         with open(a.json, "w") as f:
             json.dump({"schema": "genesis.bench.train/1", "tool": framework, "device": "cuda:0",
                        "device_name": name, "model": a.model, "flops_per_token": flops_per_token,

@@ -135,6 +135,7 @@ assert c["p10_ms"] <= c["median_ms"] <= c["p90_ms"], c
 p = c["phases"]
 assert min(p["forward_ms"], p["backward_ms"], p["optimizer_ms"]) > 0, p
 assert abs(sum(p.values()) - c["median_ms"]) < 0.5 * c["median_ms"], (p, c["median_ms"])
+assert c["packing"] is None, c
 PY
 "$genesis" bench compare "$work/train.json" "$work/train.json" | grep -q "1 cases compared" \
   || fail "compare of two bench train results"
@@ -148,6 +149,37 @@ if command -v script >/dev/null; then
   grep -q "bench train 0/" "$work/train_tty.out" && grep -q "tokens/s" "$work/train_tty.out" \
     && echo "ok: bench train shows its progress on a terminal" || fail "bench train on a terminal: $(cat "$work/train_tty.out")"
 fi
+# --packed: rows of documents of 3-8 tokens (doc_start, no target at a document's last token)
+# through GPT-2 and a qwen2 (RoPE) model, the packing in the JSON; a bad MIN:MAX is a usage error.
+"$genesis" bench train "$src/recipes/mobydick_gpt_tiny.toml" "${tiny[@]}" --packed 3:8 --json "$work/packed.json" \
+  > "$work/packed.txt"
+check "bench train --packed" 0 $?
+grep -q "^packed: documents of 3-8 tokens" "$work/packed.txt" || fail "bench train --packed prints no packing line"
+qwen=(--set model.vocab_size=256 --set model.hidden_size=32 --set model.intermediate_size=64
+      --set model.num_hidden_layers=1 --set model.num_attention_heads=4 --set model.num_key_value_heads=2
+      --set amp.dtype=f32 --set data.seq_len=16 --set training.batch_size=2 --device cpu --steps 2 --warmup 1)
+"$genesis" bench train "$src/recipes/qwen2_0.5b.toml" "${qwen[@]}" -q --packed 1:16 --json "$work/packed_qwen.json" \
+  > /dev/null
+check "bench train --packed of a qwen2 recipe" 0 $?
+python3 - "$work/packed.json" "$work/packed_qwen.json" <<'PY' || fail "bench train --packed JSON"
+import json, math, sys
+for path, name, (lo, hi) in ((sys.argv[1], "train step packed 3:8", (3, 8)),
+                             (sys.argv[2], "qwen2_0.5b train step packed 1:16", (1, 16))):
+    r = json.load(open(path))
+    assert r["schema"] == "genesis.bench.train/1", r
+    [c] = r["cases"]
+    assert c["name"].endswith(name) and c["shapes"] == [[2, 16]], c
+    p = c["packing"]
+    assert (p["min_doc_length"], p["max_doc_length"], p["rows"]) == (lo, hi, 8), p
+    assert 16 / hi <= p["mean_docs_per_row"] <= 16 / lo, p
+    assert c["tokens_per_s"] > 0 and math.isfinite(c["final_loss"]) and c["final_loss"] > 0, c
+PY
+for bad in 5:2 0:10 8 3:x; do
+  err=$("$genesis" bench train "$src/recipes/mobydick_gpt_tiny.toml" "${tiny[@]}" --packed "$bad" 2>&1 >/dev/null)
+  check "bench train --packed $bad" 2 $?
+  [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && echo "$err" | grep -q "^genesis: error: --packed: expected MIN:MAX" \
+    || fail "bench train --packed $bad message: $err"
+done
 err=$("$genesis" bench train "$src/recipes/fashion_mnist_mlp.toml" --device cpu 2>&1 >/dev/null)
 check "bench train of a classifier recipe" 2 $?
 echo "$err" | grep -q "not a language model" || fail "bench train classifier message: $err"
