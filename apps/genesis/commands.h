@@ -26,10 +26,12 @@ void add_ops_command(CLI::App& app);
 void add_train_commands(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_data_commands(CLI::App& app);
+void add_data_preview_command(CLI::App* data_cmd);  // genesis data preview
 void add_bench_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_completion_command(CLI::App& app);
 

@@ -1,5 +1,6 @@
 // genesis data: encode/decode text with a byte-level BPE tokenizer, write token shards,
-// and measure the tokenizer's throughput. Datasets come from data/fetch.sh.
+// measure the tokenizer's throughput, and preview an SFT recipe's examples (data_preview.cpp).
+// Datasets come from data/fetch.sh.
 #include <time.h>
 
 #include <chrono>
@@ -205,12 +206,14 @@ void add_bench(CLI::App* data_cmd) {
 }  // namespace
 
 void add_data_commands(CLI::App& app) {
-  CLI::App* data_cmd = app.add_subcommand("data", "Tokenizers and token shards (datasets: data/fetch.sh)");
+  CLI::App* data_cmd =
+      app.add_subcommand("data", "Tokenizers, token shards and SFT previews (datasets: data/fetch.sh)");
   data_cmd->require_subcommand(1);
   add_encode(data_cmd);
   add_decode(data_cmd);
   add_tokenize(data_cmd);
   add_bench(data_cmd);
+  add_data_preview_command(data_cmd);
 }
 
 }  // namespace genesis::cli

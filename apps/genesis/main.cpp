@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   genesis::cli::add_report_command(app);
   genesis::cli::add_completion_command(app);
   genesis::cli::add_generate_command(app);
+  genesis::cli::add_chat_command(app);
   if (argc > 1) {
     if (std::string message = genesis::cli::unknown_command_message(app, argv[1]); !message.empty()) {
       std::cerr << "genesis: error: " << message << "\n";

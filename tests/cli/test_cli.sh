@@ -26,6 +26,10 @@ for o in t:
 "$genesis" ops --bogus-flag >/dev/null 2>&1; check "unknown flag is a usage error" 2 $?
 "$genesis" --help >/dev/null 2>&1; check "--help" 0 $?
 "$genesis" completion fish >/dev/null 2>&1; check "completion of an unknown shell is a usage error" 2 $?
+"$genesis" chat --help >/dev/null 2>&1; check "chat --help" 0 $?
+"$genesis" data preview --help >/dev/null 2>&1; check "data preview --help" 0 $?
+"$genesis" data preview >/dev/null 2>&1; check "data preview without a recipe is a usage error" 2 $?
+"$genesis" chat --model a --checkpoint b >/dev/null 2>&1; check "chat --model and --checkpoint together is a usage error" 2 $?
 err=$("$genesis" trian x.toml 2>&1); check "a mistyped command is a usage error" 2 $?
 echo "$err" | grep -q "did you mean 'train'" || { echo "FAIL: no suggestion for 'trian': $err"; failures=$((failures + 1)); }
 err=$("$genesis" eval --checkpoint nowhere --device gpu 2>&1); check "--device gpu is a usage error" 2 $?
@@ -36,8 +40,9 @@ echo "$err" | grep -q -- "--device: 'gpu' is not a device" || { echo "FAIL: --de
 completed=$(bash -c 'source <("$1" completion bash) || exit 1
   complete_words() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _genesis; echo "${COMPREPLY[*]}"; }
   complete_words genesis tr; complete_words genesis data to; complete_words genesis train r.toml --set optimizer.l
-  complete_words genesis train r.toml --nproc' _ "$genesis")
-[ "$completed" = "$(printf 'train\ntokenize\noptimizer.lr=\n--nproc-per-node')" ] \
+  complete_words genesis train r.toml --nproc; complete_words genesis ch; complete_words genesis data pr
+  complete_words genesis chat --sing' _ "$genesis")
+[ "$completed" = "$(printf 'train\ntokenize\noptimizer.lr=\n--nproc-per-node\nchat\npreview\n--single-turn')" ] \
   || { echo "FAIL: bash completion gave: $completed"; failures=$((failures + 1)); }
 "$genesis" completion zsh | head -1 | grep -q bashcompinit || { echo "FAIL: zsh completion lacks bashcompinit"; failures=$((failures + 1)); }
 
