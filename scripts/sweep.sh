@@ -2,7 +2,7 @@
 # Runs a recipe once per value of one key and tabulates each run's summary.json.
 #   scripts/sweep.sh RECIPE KEY VALUE... [-- extra genesis train flags]
 #   scripts/sweep.sh recipes/fashion_mnist_mlp.toml optimizer.lr 3e-4 1e-3 3e-3 -- --set training.epochs=2
-# Environment: GENESIS (default build/bin/genesis), SWEEP_DIR (default runs/sweep-<key>),
+# Environment: GENESIS (default: genesis on PATH, else build/bin/genesis), SWEEP_DIR (default runs/sweep-<key>),
 # FORMAT=md|tsv (default md). The table goes to stdout; training logs to stderr. The table's
 # metric fits the model: accuracy for classifiers, bits per byte for language models. Existing
 # run directories are kept (that value's row says so) unless `-- --overwrite` is passed; the
@@ -14,10 +14,10 @@ shift 2
 values=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do values+=("$1"); shift; done
 [ "${1:-}" = "--" ] && shift
-genesis=${GENESIS:-build/bin/genesis}
+genesis=${GENESIS:-$(command -v genesis || echo build/bin/genesis)}
 sweep_dir=${SWEEP_DIR:-runs/sweep-${key//./_}}
 format=${FORMAT:-md}
-[ -x "$genesis" ] || { echo "sweep: $genesis not found (build first: scripts/test.sh or scripts/quickstart.sh)" >&2; exit 2; }
+[ -x "$genesis" ] || { echo "sweep: no genesis on PATH and $genesis not found (build first: scripts/test.sh or scripts/quickstart.sh, or set GENESIS)" >&2; exit 2; }
 
 field() {  # field FILE NAME: first numeric value of "NAME": in a JSON file, to 4 significant digits
   local v

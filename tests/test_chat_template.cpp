@@ -155,9 +155,11 @@ TEST_CASE("chat template mistral: the system prompt goes to the last user turn o
   CHECK(t.render(kChat, false) == "<s>[INST]What is 2+2?[/INST]2+2 is 4.</s>[INST]And 3+3? [/INST]6</s>");
   CHECK(t.render(kPrompt, true) ==
         "<s>[INST]What is 2+2?[/INST]2+2 is 4.</s>[INST]You are a terse assistant.\n\nAnd 3+3? [/INST]");
-  // So the prompt of a turn is not a prefix of the conversation: no spans, and the error says why.
-  CHECK_THROWS_WITH(assistant_spans(t, kChat), Catch::Contains("does not render conversations incrementally") &&
-                                                   Catch::Contains("the assistant turn at message 2"));
+  // So the prompt of a turn is not a prefix of the conversation: the spans come from marking each
+  // assistant content instead, and run on over the </s> that ends the turn.
+  const auto marked = assistant_spans(t, kChat);
+  CHECK(marked == std::vector<std::pair<size_t, size_t>>{{28, 41}, {63, 68}});
+  CHECK(span_texts(t.render(kChat, false), marked) == std::vector<std::string>{"2+2 is 4.</s>", "6</s>"});
   const Conversation no_system(kChat.begin() + 1, kChat.end());
   const auto spans = assistant_spans(t, no_system);
   CHECK(spans == std::vector<std::pair<size_t, size_t>>{{28, 41}, {63, 68}});
@@ -166,6 +168,16 @@ TEST_CASE("chat template mistral: the system prompt goes to the last user turn o
   CHECK_THROWS_WITH(assistant_spans(t, {{"assistant", "hello"}}),
                     Catch::Contains("mistral/tokenizer_config.json: line 18, column 32: ") &&
                         Catch::Contains(": After the optional system message, conversation roles must alternate"));
+}
+
+TEST_CASE("chat template: spans of a template that neither renders incrementally nor copies the content", "[cpu]") {
+  // The last turn is announced (prefixes differ) and contents are upper-cased (markers would be).
+  const ChatTemplate t = ChatTemplate::parse(
+      "{% for m in messages %}{% if loop.last %}LAST {% endif %}{{ m.role }}: {{ m.content | upper }}\n{% endfor %}",
+      "shouting");
+  CHECK_THROWS_WITH(assistant_spans(t, kChat), Catch::Contains("chat template shouting does not render") &&
+                                                   Catch::Contains("does not copy the assistant's content verbatim") &&
+                                                   Catch::Contains("the assistant turn at message 2"));
 }
 
 TEST_CASE("chat template: tokenizer_config.json forms and errors", "[cpu]") {

@@ -3,6 +3,7 @@
 #include "libgenesis/convert/convert.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "libgenesis/core/error.h"
@@ -124,14 +125,33 @@ std::vector<std::string> copy_tokenizer_files(const ModelSource& source, const f
   return copied;
 }
 
-json generation_config(const ModelSource& source, const json& config) {
+// The id of tokenizer_config.json's `key` token (a string or an AddedToken {"content": ...}) in
+// the tokenizer of `dir`; nullopt when either is missing.
+std::optional<int64_t> special_token_id(const fs::path& dir, const char* key) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "tokenizer_config.json", ec) || !data::Tokenizer::found_in(dir)) return std::nullopt;
+  const json c = json::parse(read_file(dir / "tokenizer_config.json", kMaxTokenizerFileBytes), nullptr, false);
+  if (!c.is_object() || !c.contains(key)) return std::nullopt;
+  const json& token = c[key].is_object() && c[key].contains("content") ? c[key]["content"] : c[key];
+  if (!token.is_string()) return std::nullopt;
+  const std::optional<data::TokenId> id = data::Tokenizer::load(dir).token_to_id(token.get<std::string>());
+  return id ? std::optional<int64_t>(*id) : std::nullopt;
+}
+
+// The source's generation_config.json, else one from config.json's special token ids, completed
+// from the exported tokenizer files (`out`): a fine-tuned chat model stops at its template's
+// eos_token (<|im_end|>), which transformers' generate() reads from here.
+json generation_config(const ModelSource& source, const json& config, const fs::path& out) {
   std::error_code ec;
   if (fs::is_regular_file(source.dir / "generation_config.json", ec))
     return json::parse(read_file(source.dir / "generation_config.json", kMaxConfigFileBytes));
-  json out = {{"_from_model_config", true}};
+  json result = {{"_from_model_config", true}};
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
-    if (config.contains(key) && !config[key].is_null()) out[key] = config[key];
-  return out;
+    if (config.contains(key) && !config[key].is_null()) result[key] = config[key];
+  for (const auto& [id_key, token_key] : {std::pair{"bos_token_id", "bos_token"}, std::pair{"eos_token_id", "eos_token"}})
+    if (!result.contains(id_key))
+      if (const std::optional<int64_t> id = special_token_id(out, token_key)) result[id_key] = *id;
+  return result;
 }
 
 void check_destination(const fs::path& src, const fs::path& dst, bool overwrite) {
@@ -333,9 +353,9 @@ ConvertResult convert_model(const fs::path& src, const fs::path& dst, const Conv
     result.files.emplace_back("recipe.toml");
   }
   if (source.is_language_model() && !options.model_only) {
-    write_file_atomic(tx.path() / "generation_config.json", generation_config(source, config).dump(2) + "\n");
-    result.files.emplace_back("generation_config.json");
     for (const std::string& file : copy_tokenizer_files(source, tx.path())) result.files.emplace_back(file);
+    write_file_atomic(tx.path() / "generation_config.json", generation_config(source, config, tx.path()).dump(2) + "\n");
+    result.files.emplace_back("generation_config.json");
   }
   tx.commit();
   return result;

@@ -3,6 +3,7 @@
 #include "libgenesis/data/chat_template.h"
 
 #include <ctime>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "libgenesis/core/error.h"
@@ -95,9 +96,68 @@ std::string ChatTemplate::render(const Conversation& messages, bool add_generati
   return template_.render(variables);
 }
 
+namespace {
+
+using Spans = std::vector<std::pair<size_t, size_t>>;
+
+// The spans of a template that rewrites earlier turns (Mistral's moves the system prompt into the
+// last user turn), for which prefixes do not work: each assistant content is rendered between
+// two markers, whose places give the content's bytes once they are taken out. The span then
+// runs on over the template's eos_token when it follows the content (after spaces): the turn's
+// end token. nullopt when the template does not copy the content verbatim (it trims or
+// rewrites it), so that the markers' text differs from the real rendering.
+std::optional<Spans> marked_spans(const ChatTemplate& chat_template, const Conversation& messages,
+                                  const std::map<std::string, std::string>& extra, const std::string& full) {
+  // Control characters no chat text holds, numbered per turn.
+  auto marker = [](char kind, size_t turn) { return "\x1egenesis-" + std::string(1, kind) + std::to_string(turn) + "\x1f"; };
+  Conversation marked = messages;
+  for (size_t i = 0; i < marked.size(); ++i)
+    if (marked[i].role == "assistant") marked[i].content = marker('<', i) + marked[i].content + marker('>', i);
+  std::string text;
+  try {
+    text = chat_template.render(marked, false, extra);
+  } catch (const ValueError&) {
+    return std::nullopt;
+  }
+  Spans spans;
+  std::string stripped;
+  size_t at = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].role != "assistant") continue;
+    const std::string open = marker('<', i), close = marker('>', i);
+    const size_t begin = text.find(open, at), end = begin == std::string::npos ? begin : text.find(close, begin);
+    if (end == std::string::npos) return std::nullopt;
+    stripped += text.substr(at, begin - at);
+    const size_t content = stripped.size();
+    stripped += text.substr(begin + open.size(), end - begin - open.size());
+    spans.emplace_back(content, stripped.size());
+    at = end + close.size();
+  }
+  stripped += text.substr(at);
+  if (stripped != full) return std::nullopt;
+  const std::string& eos = chat_template.eos_token();
+  for (auto& [begin, end] : spans) {
+    size_t next = end;
+    while (next < full.size() && full[next] == ' ') ++next;
+    if (!eos.empty() && full.compare(next, eos.size(), eos) == 0) end = next + eos.size();
+  }
+  return spans;
+}
+
+}  // namespace
+
 std::vector<std::pair<size_t, size_t>> assistant_spans(const ChatTemplate& chat_template, const Conversation& messages,
                                                        const std::map<std::string, std::string>& extra) {
   const std::string full = chat_template.render(messages, false, extra);
+  // Prefix rendering failed for `turn`: the markers' spans when they work, else this error.
+  auto not_incremental = [&](size_t turn, size_t count) {
+    if (std::optional<Spans> spans = marked_spans(chat_template, messages, extra, full)) return *spans;
+    GENESIS_THROW(ValueError, "chat template ", chat_template.name(),
+                  " does not render conversations incrementally: the first ", count,
+                  " messages do not render as a prefix of the whole conversation, and it does not copy the assistant's "
+                  "content verbatim either, so the assistant turn at message ",
+                  turn, " has no span of its own");
+  };
   auto render_prefix = [&](size_t count, bool add_generation_prompt, size_t turn) {
     try {
       return chat_template.render(Conversation(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(count)),
@@ -107,22 +167,16 @@ std::vector<std::pair<size_t, size_t>> assistant_spans(const ChatTemplate& chat_
                     " messages failed: ", e.what());
     }
   };
-  auto not_incremental = [&](size_t turn, size_t count) {
-    GENESIS_THROW(ValueError, "chat template ", chat_template.name(),
-                  " does not render conversations incrementally: the first ", count,
-                  " messages do not render as a prefix of the whole conversation, so the assistant turn at message ",
-                  turn, " has no span of its own");
-  };
   const std::string& eos = chat_template.eos_token();
-  std::vector<std::pair<size_t, size_t>> spans;
+  Spans spans;
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role != "assistant") continue;
     const std::string prompt = render_prefix(i, true, i);
-    if (!full.starts_with(prompt)) not_incremental(i, i);
+    if (!full.starts_with(prompt)) return not_incremental(i, i);
     std::string through = render_prefix(i + 1, false, i);
     if (!full.starts_with(through) && !eos.empty() && through.ends_with(eos))
       through.resize(through.size() - eos.size());  // a conversation's closing eos_token (Phi-3)
-    if (!full.starts_with(through) || through.size() < prompt.size()) not_incremental(i, i + 1);
+    if (!full.starts_with(through) || through.size() < prompt.size()) return not_incremental(i, i + 1);
     spans.emplace_back(prompt.size(), through.size());
   }
   return spans;

@@ -10,6 +10,7 @@
 #include "libgenesis/core/interrupt.h"
 #include "libgenesis/data/shards.h"
 #include "libgenesis/data/tokenizer.h"
+#include "libgenesis/io/file_util.h"
 #include "libgenesis/models/classifier.h"
 #include "libgenesis/models/hf.h"
 #include "libgenesis/recipe/schema.h"
@@ -136,7 +137,8 @@ TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(co
   if (missing()) {
     for (const std::string& source : d.source)
       GENESIS_CHECK(fs::exists(source) || !d.fetch.empty(), UsageError, "data.source: ", source,
-                    " does not exist (and data.fetch names nothing that would bring it)");
+                    " does not exist (and data.fetch names nothing that would bring it); once it does, the run "
+                    "prepares the shards, or by hand: ", by_hand);
     GENESIS_CHECK(fs::exists(d.tokenizer) || !d.fetch.empty(), UsageError, "data.tokenizer: ", d.tokenizer,
                   " does not exist (and data.fetch names nothing that would bring it)");
     fetch_data(spec, missing, by_hand, progress);
@@ -168,6 +170,21 @@ TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(co
   return out;
 }
 
+void check_init_from(const RecipeSpec& spec) {
+  const std::string& dir = spec.model.init_from;
+  if (dir.empty()) return;
+  const fs::path config = fs::path(dir) / "config.json";
+  GENESIS_CHECK(fs::is_regular_file(config), RecipeError, "model.init_from: ", dir,
+                fs::exists(dir) ? " has no config.json (a Hugging Face model directory is expected)" : " does not exist");
+  const nlohmann::json json = nlohmann::json::parse(io::read_file(config, io::kMaxConfigFileBytes), nullptr, false);
+  const std::string type =
+      json.is_object() && json.contains("model_type") && json["model_type"].is_string() ? json["model_type"].get<std::string>()
+                                                                                       : std::string();
+  GENESIS_CHECK(type == spec.model.name, RecipeError, "model.name = \"", spec.model.name, "\" but model.init_from ", dir,
+                " holds a ", type.empty() ? std::string("model without a model_type") : "\"" + type + "\" model",
+                " (its config.json); set model.name = \"", type.empty() ? "..." : type, "\"");
+}
+
 Device resolve_device(const std::string& requested) {
   if (requested != "auto") return Device::parse(requested);
 #if GENESIS_WITH_CUDA
@@ -177,6 +194,7 @@ Device resolve_device(const std::string& requested) {
 }
 
 std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
+  check_init_from(spec);
   const nn::LayerOptions options{.dtype = DType::f32, .device = kCPU};
   std::shared_ptr<nn::Module> model =
       std::visit([&](const auto& config) { return make_model(config, spec.model, options); }, spec.model.config);

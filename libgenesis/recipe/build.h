@@ -22,6 +22,10 @@ Device resolve_device(const std::string& requested);
 // that matches no module is a RecipeError).
 std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device);
 
+// Refuses (RecipeError) a model.init_from that is no model directory, or whose config.json is
+// of another family than model.name: the directory would silently decide the architecture.
+void check_init_from(const RecipeSpec& spec);
+
 // The autocast dtype of amp.dtype: bf16 or f16; nullopt for f32.
 std::optional<DType> amp_dtype(const RecipeSpec& spec);
 // Refuses (RecipeError) an amp.dtype the device cannot run: fp16 on the CPU, which has no fp16

@@ -727,7 +727,7 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "split",
        .fallback = S{"test"},
        .choices = {"test", "val"},
-       .doc = "Split to evaluate on; val needs data.val_fraction > 0.",
+       .doc = "Split to evaluate on; val needs data.val_fraction > 0 (sft: or data.val_path).",
        .field = GENESIS_RECIPE_FIELD(eval.split)},
       {.section = "eval",
        .key = "batch_size",
@@ -889,11 +889,12 @@ const std::vector<RecipeRule>& recipe_rules() {
                           ") must be smaller than training.steps (" + std::to_string(r.training.steps) + ")"
                     : "";
        }},
-      {{"eval.split", "data.val_fraction"},
-       "eval.split = \"val\" needs data.val_fraction > 0.",
+      {{"eval.split", "data.val_fraction", "data.val_path"},
+       "eval.split = \"val\" needs data.val_fraction > 0 (sft: or data.val_path).",
        [](const RecipeSpec& r) -> std::string {
-         return r.eval.split == "val" && r.data.val_fraction <= 0 ? "eval.split = \"val\" needs data.val_fraction > 0"
-                                                                  : "";
+         if (r.eval.split != "val" || r.data.val_fraction > 0) return "";
+         if (r.data.name != "sft") return "eval.split = \"val\" needs data.val_fraction > 0";
+         return r.data.val_path.empty() ? "eval.split = \"val\" needs data.val_path or data.val_fraction > 0" : "";
        }},
       {{"model.input_shape", "model.name"},
        "model cnn needs input_shape = [channels, height, width].",

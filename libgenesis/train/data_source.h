@@ -56,6 +56,9 @@ class DataSource {
   virtual int64_t sequence_length() const { return 0; }
   // A batch row in words, for the start line: "examples", "windows of 256 tokens".
   virtual std::string row_noun() const = 0;
+  // The tokenizer the data was tokenized with (a tokenizer.json or a directory of tokenizer
+  // files, which checkpoints keep a copy of); empty for samples.
+  virtual std::filesystem::path tokenizer() const { return {}; }
 };
 
 // Opens the source of spec.data.name, preparing its data first when missing (its stages as

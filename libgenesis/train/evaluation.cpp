@@ -1,11 +1,14 @@
 // `genesis eval`: a checkpoint (or a Hugging Face directory) evaluated on a recipe's data.
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include "libgenesis/autograd/autocast.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/interrupt.h"
 #include "libgenesis/core/threads.h"
+#include "libgenesis/io/file_util.h"
 #include "libgenesis/models/causal_lm.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
@@ -92,11 +95,16 @@ RecipeSpec hf_evaluation_recipe(const RecipeSpec& given, const fs::path& dir) {
   GENESIS_CHECK(language_model_data(given.data.name), UsageError, "eval: ", dir.string(),
                 " is a Hugging Face language model; give a recipe with language-model data (data.name = \"tokens\": "
                 "data.shards, data.seq_len) to evaluate it on (this one has data.name = \"", given.data.name, "\")");
+  // The directory's config.json decides the model: its family, with that family's defaults
+  // (init_from fills the sizes).
+  const nlohmann::json config =
+      nlohmann::json::parse(io::read_file(dir / "config.json", io::kMaxConfigFileBytes), nullptr, false);
+  const bool typed = config.is_object() && config.contains("model_type") && config["model_type"].is_string();
   RecipeSpec s = given;
-  if (!s.model.is_language_model()) {  // any language model: init_from decides
-    s.model.name = "gpt2";
-    s.model.config = RecipeSpec::Model::default_config(s.model.name);
-  }
+  s.model.name = typed ? config["model_type"].get<std::string>() : "";
+  GENESIS_CHECK(s.model.is_language_model(), UsageError, "eval: ", (dir / "config.json").string(), " has model_type ",
+                typed ? config["model_type"].dump() : std::string("(none)"), "; genesis reads gpt2, llama, qwen2 and qwen3");
+  s.model.config = RecipeSpec::Model::default_config(s.model.name);
   s.model.init_from = dir.string();
   return s;
 }

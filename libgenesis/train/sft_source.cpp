@@ -82,6 +82,7 @@ class SftSource final : public DataSource {
         seed_(static_cast<uint64_t>(spec.run.seed)) {
     SftData data = prepare_sft_data(spec, log);
     vocab_size_ = static_cast<int64_t>(data.format.tokenizer->vocab_size());
+    tokenizer_dir_ = data.format.tokenizer_dir;
     prepared_ = std::move(data.prepared);
     train_rows_ = layout(prepared_.train, "training", log);
     for (const std::vector<int64_t>& row : train_rows_) row_terms_.push_back(trained_in_row(prepared_.train, row));
@@ -197,6 +198,7 @@ class SftSource final : public DataSource {
   }
 
   int64_t sequence_length() const override { return seq_len_; }
+  fs::path tokenizer() const override { return tokenizer_dir_; }
   std::string row_noun() const override {
     return pack_ ? "rows of " + std::to_string(seq_len_) + " tokens (packed examples)"
                  : "examples (padded per batch, up to " + std::to_string(seq_len_) + " tokens)";
@@ -317,6 +319,7 @@ class SftSource final : public DataSource {
   bool pack_, shuffle_;
   uint64_t seed_;
   int64_t vocab_size_ = 0;
+  fs::path tokenizer_dir_;
   data::SftPrepared prepared_;
   Rows train_rows_, val_rows_;
   int64_t per_epoch_ = 0;

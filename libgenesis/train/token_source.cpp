@@ -95,6 +95,7 @@ class TokenSource final : public DataSource {
   }
 
   int64_t sequence_length() const override { return seq_len_; }
+  fs::path tokenizer() const override { return data_.tokenizer; }
   std::string row_noun() const override { return "windows of " + std::to_string(seq_len_) + " tokens"; }
 
  private:

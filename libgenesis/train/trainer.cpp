@@ -121,7 +121,9 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
                                                  "\"tokens\")"
                                                : " is a classifier: it trains on samples (data.name = \"fashion_mnist\")",
                 ", not data.name = \"", spec.data.name, "\"");
-  recipe::check_amp_device(spec, recipe::resolve_device(spec.run.device));  // before the run directory is touched
+  // Before the run directory is touched:
+  recipe::check_amp_device(spec, recipe::resolve_device(spec.run.device));
+  recipe::check_init_from(spec);
   // From here on SIGINT/SIGTERM stop cleanly: data preparation and evaluation throw
   // Interrupted (exit 130), the loop stops at the next step or micro-batch with a checkpoint.
   StopSignal stop;

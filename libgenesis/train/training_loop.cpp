@@ -151,7 +151,7 @@ void TrainingRun::checkpoint() {
                                                       : std::vector<NamedTensor>{};
   if (rank0_)
     save_checkpoint(run_dir_ / "checkpoints", *model_, optimizer_->name(), optimizer_state, state_, recipe_toml_,
-                    static_cast<size_t>(t_.keep_last), spec_.data.tokenizer);
+                    static_cast<size_t>(t_.keep_last), data_->tokenizer());
 }
 
 bool TrainingRun::evaluate_or_stop(const std::string& when) {

@@ -6,7 +6,8 @@
 # check NAME EXPECTED_RC ACTUAL_RC: an exit code; finish NAME: the summary line, and exit 0 only
 # when nothing failed; requires WHAT COMMAND...: what scripts/setup.sh installs is a precondition,
 # so its absence fails the test at once; finish_skipped NAME WHY: the end of a test whose part
-# could not run for a reason outside the machine (exit 77, which CTest reports as not run).
+# could not run for a reason outside the machine (exit 77, which CTest reports as not run);
+# wait_for_stop_handling PID: until the process handles SIGTERM.
 genesis=${1:?path to the genesis executable}
 src=${2:-}
 work=$(mktemp -d)
@@ -23,6 +24,20 @@ requires() {
   local what=$1
   shift
   "$@" >/dev/null 2>&1 || { echo "FAIL: $what is missing: run scripts/setup.sh, which installs it"; exit 1; }
+}
+# wait_for_stop_handling PID: waits (up to 30 s) until the process blocks or catches SIGTERM, so
+# that a signal sent next tests its handling rather than the start-up before it (which takes
+# over a second on a loaded host).
+wait_for_stop_handling() {
+  local i field mask
+  for i in $(seq 1 300); do
+    for field in SigBlk SigCgt; do
+      mask=$(sed -n "s/^$field:[[:space:]]*//p" "/proc/$1/status" 2>/dev/null)
+      [ -n "$mask" ] && (((16#$mask >> 14) & 1)) && return 0
+    done
+    sleep 0.1
+  done
+  return 1
 }
 finish_skipped() {
   [ "$failures" -eq 0 ] || finish "$1"

@@ -73,7 +73,8 @@ mkdir -p "$work/many"
 for i in $(seq 1 1000); do cp "$src/docs/architecture.md" "$work/many/$i.txt"; done
 "$genesis" data tokenize --tokenizer "$fixture" --input "$work/many" --out "$work/stopped" -q >/dev/null 2>"$work/err" &
 pid=$!
-sleep 1
+wait_for_stop_handling $pid
+sleep 0.5
 kill -TERM $pid
 wait $pid; rc=$?
 [ $rc -eq 130 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "stopped by signal while tokenizing" "$work/err" \

@@ -135,7 +135,7 @@ bad() {  # bad NAME ARGS...
   else fail "$name: exit $rc, stderr: $(cat "$work/err")"; fi
 }
 bad "missing source without fetch" train "$work/lm.toml" --out "$work/bad1" --set data.shards="$work/none" --set data.source='["'"$work"'/missing.txt"]'
-grep -q "genesis data tokenize --tokenizer" "$work/err" && ok "the error names the command to run" || fail "no command in: $(cat "$work/err")"
+grep -q "missing.txt does not exist" "$work/err" && grep -q "genesis data tokenize --tokenizer" "$work/err" && ok "the error names the missing file and the command to run" || fail "no command in: $(cat "$work/err")"
 bad "shards without sources" train "$work/lm.toml" --out "$work/bad2" --set data.shards="$work/none" --set 'data.source=[]'
 bad "seq_len beyond n_positions" train "$work/lm.toml" --out "$work/bad3" --set data.seq_len=64
 bad "language model on fashion_mnist" train "$work/lm.toml" --out "$work/bad4" --set data.name=fashion_mnist
