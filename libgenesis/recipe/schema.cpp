@@ -137,7 +137,6 @@ std::string sft_data_problem(const RecipeSpec& r) {
     return "data.name = \"sft\" fine-tunes a language model (model.name gpt2, llama, qwen2 or qwen3)";
   if (r.data.path.empty() || r.data.path == "/usr/share/datasets/fashion-mnist")
     return "data.name = \"sft\" needs data.path: the .jsonl file(s) of the training records";
-  if (r.eval.split != "val") return "data.name = \"sft\" evaluates on validation records: set eval.split = \"val\"";
   return "";
 }
 
@@ -914,8 +913,8 @@ const std::vector<RecipeRule>& recipe_rules() {
        "model trains only on tokens (checked when the run starts).",
        [](const RecipeSpec& r) -> std::string { return token_data_problem(r); }},
       {{"data.name", "model.name", "data.path"},
-       "data.name = \"sft\" needs a language model, data.path (the training records) and eval.split = \"val\" "
-       "(data.val_path or data.val_fraction).",
+       "data.name = \"sft\" needs a language model and data.path (the training records); it evaluates on its "
+       "validation records (data.val_path or data.val_fraction), whatever eval.split says.",
        [](const RecipeSpec& r) -> std::string { return sft_data_problem(r); }},
       {{"data.seq_len", "model.n_positions", "model.max_position_embeddings"},
        "data.seq_len is at most the model's context (n_positions or max_position_embeddings, when given).",
