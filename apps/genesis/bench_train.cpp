@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -130,6 +129,15 @@ struct SyntheticBatches {
   int64_t rows = 0, documents = 0;
 };
 
+// SplitMix64 (Steele, Lea and Flood 2014): scripts/bench/torch_train_lm.py draws its document
+// lengths with the same generator and seed, so both sides time the same packing.
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 // Random tokens, uniform over the vocabulary. Packed, each row is filled with documents of
 // lengths drawn uniformly in [min, max] (seeded; the last one cut at the row's end), laid out as
 // the SFT source lays out packed rows (libgenesis/train/sft_source.cpp): doc_start holds each
@@ -139,7 +147,7 @@ SyntheticBatches synthetic_batches(int64_t count, int64_t batch, int64_t seq, in
                                    const std::optional<PackedDocuments>& packed, uint64_t seed, Device device) {
   constexpr int64_t kIgnore = -100;
   SyntheticBatches out;
-  std::mt19937_64 lengths(seed);
+  uint64_t lengths = seed;
   for (int64_t i = 0; i < count; ++i) {
     Tensor ids = randint(0, vocab, {batch, seq + 1});
     Tensor inputs = ids.narrow(1, 0, seq).contiguous(), targets = ids.narrow(1, 1, seq).contiguous();
@@ -159,7 +167,7 @@ SyntheticBatches synthetic_batches(int64_t count, int64_t batch, int64_t seq, in
       int64_t* target = targets.data<int64_t>() + r * seq;
       int32_t* start = starts.data<int32_t>() + r * seq;
       for (int64_t at = 0; at < seq; ++documents) {
-        const int64_t n = std::min(packed->min_length + static_cast<int64_t>(lengths() % span), seq - at);
+        const int64_t n = std::min(packed->min_length + static_cast<int64_t>(splitmix64(lengths) % span), seq - at);
         std::fill(start + at, start + at + n, static_cast<int32_t>(at));
         target[at + n - 1] = kIgnore;
         at += n;
