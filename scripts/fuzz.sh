@@ -5,15 +5,15 @@
 # an input slower than 10 s, more than 2 GiB of memory, or an exception that is not a
 # genesis::Error (tests/fuzz/fuzz_common.h). The failing input is kept under
 # BUILD/findings/NAME/ and the line to replay it is printed.
-#   scripts/fuzz.sh [SECONDS] [NAME...]     (default: 120 s in all, every harness)
+#   scripts/fuzz.sh [SECONDS] [NAME...]     (default: 135 s in all, every harness)
 #   FUZZ_BUILD_DIR   build directory (default: build-fuzz)
 #   FUZZ_SEED        libFuzzer's -seed (default 1, so that CI runs repeat; 0 = random)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${1:-120}
+seconds=${1:-135}
 shift || true
-all=(safetensors recipe config tokenizer shard idx trainer_json)
+all=(safetensors recipe config tokenizer shard idx trainer_json chat_template sft_records)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for name in "${names[@]}"; do
@@ -39,7 +39,7 @@ trap 'rm -rf "$work"' EXIT
 failed=()
 for name in "${names[@]}"; do
   dict=tests/fuzz/json.dict
-  case $name in recipe) dict=tests/fuzz/toml.dict ;; shard | idx) dict= ;; esac
+  case $name in recipe) dict=tests/fuzz/toml.dict ;; chat_template) dict=tests/fuzz/jinja.dict ;; shard | idx) dict= ;; esac
   mkdir -p "$work/$name" "$build/findings/$name"
   # The first corpus directory (empty, scratch) receives new inputs; the committed one is read.
   args=(-max_total_time="$per" -timeout=10 -rss_limit_mb=2048 -seed="${FUZZ_SEED:-1}" -print_final_stats=1

@@ -3,7 +3,7 @@
 # the suite through CTest. Exits non-zero on any failure.
 #   BUILD_DIR   build directory (default: build)
 #   GENESIS_CUDA, GENESIS_SANITIZE, BUILD_TYPE   forwarded to CMake
-#   CI=true     adds -Werror, and runs scripts/fuzz.sh for FUZZ_SECONDS (default 105; 0 = skip)
+#   CI=true     adds -Werror, and runs scripts/fuzz.sh for FUZZ_SECONDS (default 135; 0 = skip)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +22,6 @@ cmake --build "$build_dir" --parallel "$(nproc)"
 
 # CI also runs the fuzz harnesses (tests/fuzz) for FUZZ_SECONDS in all, from their committed
 # corpora with a fixed seed; locally: bash scripts/fuzz.sh [SECONDS].
-if [ "${CI:-}" = "true" ] && [ "${FUZZ_SECONDS:-105}" -gt 0 ]; then
-  bash scripts/fuzz.sh "${FUZZ_SECONDS:-105}"
+if [ "${CI:-}" = "true" ] && [ "${FUZZ_SECONDS:-135}" -gt 0 ]; then
+  bash scripts/fuzz.sh "${FUZZ_SECONDS:-135}"
 fi

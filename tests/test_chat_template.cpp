@@ -315,3 +315,77 @@ TEST_CASE("jinja: errors name the template, line and column", "[cpu]") {
   const ChatTemplate raising = ChatTemplate::parse("{{ raise_exception('no system role, ' ~ messages|length) }}", "r");
   CHECK_THROWS_WITH(raising.render({{"user", "x"}}, false), "chat template r: line 1, column 19: no system role, 1");
 }
+
+// Limits against hostile templates (tokenizer_config.json is downloaded), found or guarded by
+// tests/fuzz/fuzz_chat_template.cpp: each ends in a one-line ValueError that names the limit.
+namespace {
+bool limit_error(std::string_view source, std::string_view what) {
+  const std::string message = error_of([&] { render(source); });
+  return message.starts_with("chat template test: line ") && message.find(what) != std::string::npos &&
+         message.find('\n') == std::string::npos;
+}
+std::string repeated(std::string_view part, size_t times) {
+  std::string out;
+  for (size_t i = 0; i < times; ++i) out += part;
+  return out;
+}
+}  // namespace
+
+TEST_CASE("jinja limits: nesting of blocks and expressions", "[cpu]") {
+  // Each of these overflowed the stack of the recursive-descent parser (or of the renderer and
+  // the tree's destructor) at some tens of thousands of levels.
+  CHECK(limit_error(repeated("{% if x %}", 100000), "nesting deeper than 256 levels"));
+  CHECK(limit_error("{{ " + repeated("(", 100000) + "1" + repeated(")", 100000) + " }}", "nesting deeper than 256"));
+  CHECK(limit_error("{{ " + repeated("not ", 100000) + "x }}", "nesting deeper than 256"));
+  CHECK(limit_error("{{ " + repeated("-", 100000) + "1 }}", "nesting deeper than 256"));
+  CHECK(limit_error("{{ 1" + repeated(" + 1", 100000) + " }}", "an expression nested deeper than 256 levels"));
+  CHECK(limit_error("{{ x" + repeated("|first", 100000) + " }}", "an expression nested deeper than 256 levels"));
+  CHECK(limit_error("{% set ns = namespace(x=1) %}{% for i in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}",
+                    "values nest deeper than 256 levels"));
+  CHECK(limit_error("{% set x = 1 %}{% for i in range(1000) %}{% set x = [x] %}{% endfor %}",
+                    "values nest deeper than 256 levels"));
+  // A namespace holding itself would be a reference cycle (leaked, printed forever).
+  CHECK(limit_error("{% set ns = namespace() %}{% set ns.me = [ns] %}", "cannot hold a namespace"));
+  // 256 levels of real nesting still work.
+  CHECK(render(repeated("{% if true %}", 200) + "deep" + repeated("{% endif %}", 200)) == "deep");
+  CHECK(render("{{ " + repeated("(", 200) + "7" + repeated(")", 200) + " }}") == "7");
+}
+
+TEST_CASE("jinja limits: sizes of values and output, and the render's steps", "[cpu]") {
+  CHECK(limit_error("{{ 'a' * 10**9 }}", "the repeated string would be larger than 64 MiB"));
+  CHECK(limit_error("{{ [1, 2] * 10**9 }}", "the repeated list would be larger than 64 MiB"));
+  CHECK(limit_error("{{ range(10**9)|length }}", "range()'s list would be larger than 64 MiB"));
+  CHECK(limit_error("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+                    "the string would be larger than 64 MiB"));
+  CHECK(limit_error("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                    "the string would be larger than 64 MiB"));
+  CHECK(limit_error(
+      "{{ ('x' * 1000000)|replace('', 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy') }}",
+      "replace()'s result would be larger than 64 MiB"));
+  CHECK(limit_error("{% set big = ['x' * 1000] * 10000 %}{{ [big] * 100000 }}", "larger than 64 MiB"));
+  CHECK(limit_error("{{ [1]|tojson(indent=10**12) }}", "tojson indent 1000000000000 is past 1024"));
+  CHECK(limit_error("{% for i in range(100) %}{{ 'x' * 1000000 }}{% endfor %}",
+                    "the rendered text is larger than 64 MiB"));
+  CHECK(limit_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                    "rendering takes more than 5000000 steps"));
+}
+
+TEST_CASE("jinja limits: numbers past 64 bits are errors, not undefined behaviour", "[cpu]") {
+  CHECK(limit_error("{{ 9223372036854775807 + 1 }}", "integer overflow in '+'"));
+  CHECK(limit_error("{{ -9223372036854775807 - 2 }}", "integer overflow in '-'"));
+  CHECK(limit_error("{{ 2**62 * 4 }}", "integer overflow in '*'"));
+  CHECK(limit_error("{{ 2 ** 64 }}", "integer overflow in '**'"));
+  CHECK(limit_error("{{ (-9223372036854775807 - 1) // -1 }}", "integer overflow in '//'"));
+  CHECK(limit_error("{{ -(-9223372036854775807 - 1) }}", "integer overflow in '-'"));
+  CHECK(limit_error("{{ (-9223372036854775807 - 1)|abs }}", "integer overflow in 'abs'"));
+  CHECK(limit_error("{{ (1e300 * 1e300)|int }}", "cannot convert float inf to a 64-bit integer"));
+  CHECK(limit_error("{{ '1e999'|int }}", "cannot convert float inf to a 64-bit integer"));
+  CHECK(limit_error("{{ 99999999999999999999 }}", "integer literal 99999999999999999999 is out of range"));
+  CHECK(limit_error("{{ x.99999999999999999999 }}", "integer literal 99999999999999999999 is out of range"));
+  CHECK(limit_error("{{ '\\U00110000' }}", "past U+10FFFF"));
+  CHECK(render("{{ 1e999 }}") == "inf");  // as Python reads the literal
+  CHECK(render("{{ 2 ** 62 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ '7'|int }}") ==
+        "4611686018427387904 -4 2 -2 7");
+  CHECK(render("{{ 'h\xc3\xa9llo'[1] }}{{ 'h\xc3\xa9llo'[-1] }}{{ 'h\xc3\xa9llo'|length }}") == "\xc3\xa9o5");
+  CHECK(render("{{ range(9223372036854775805, 9223372036854775807, 5)|list }}") == "[9223372036854775805]");
+}

@@ -7,6 +7,7 @@
 // Jinja's undefined (an unknown name or missing key: empty when printed, falsy) and namespace
 // (the one mutable object templates have: `{% set ns.count = ns.count + 1 %}`).
 // Errors are ValueErrors "chat template <name>: line L, column C: <what>".
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,6 +20,13 @@
 #include <vector>
 
 namespace genesis::data::jinja {
+
+// Limits that no real chat template comes near, so that a hostile one (tokenizer_config.json is
+// downloaded) ends in a ValueError naming the limit instead of a stack overflow, memory
+// exhaustion or an endless render.
+inline constexpr int kMaxNesting = 256;                     // blocks, expressions, nested values
+inline constexpr size_t kMaxValueBytes = size_t{64} << 20;  // a string, a list, the output
+inline constexpr int64_t kMaxRenderSteps = 5'000'000;       // statements, expressions, iterations
 
 class Value;
 using List = std::vector<Value>;
@@ -55,8 +63,9 @@ class Value {
   Value(const char* s) : data_(std::string(s)) {}
   Value(std::string s) : data_(std::move(s)) {}
   Value(std::string_view s) : data_(std::string(s)) {}
-  Value(List items) : data_(std::make_shared<const List>(std::move(items))) {}
-  Value(Dict entries) : data_(std::make_shared<const Dict>(std::move(entries))) {}
+  // A list or dict nested deeper than kMaxNesting throws EvalError.
+  Value(List items);
+  Value(Dict entries);
   Value(std::shared_ptr<Namespace> ns) : data_(std::move(ns)) {}
   Value(Function f) : data_(std::make_shared<const Function>(std::move(f))) {}
 
@@ -72,13 +81,17 @@ class Value {
   int64_t as_int() const { return std::get<int64_t>(data_); }
   double as_double() const;  // an int or a float
   const std::string& as_string() const { return std::get<std::string>(data_); }
-  const List& as_list() const { return *std::get<ListPtr>(data_); }
-  const Dict& as_dict() const { return *std::get<DictPtr>(data_); }
+  const List& as_list() const { return std::get<ListPtr>(data_)->items; }
+  const Dict& as_dict() const { return std::get<DictPtr>(data_)->items; }
   Namespace& as_namespace() const { return *std::get<std::shared_ptr<Namespace>>(data_); }
   const Function& as_function() const { return *std::get<FunctionPtr>(data_); }
 
   // Python's truth: undefined, none, false, 0, 0.0, "" and empty containers are false.
   bool truthy() const;
+  // How deep containers nest in this value (0 for a scalar, 1 for a flat list), and whether a
+  // namespace() is inside it (a namespace attribute may not hold one: no cycles).
+  int nesting() const;
+  bool holds_namespace() const;
   // What {{ value }} prints: strings as they are, True/False, None, 1.0, ['a', 1], {'k': 'v'}.
   std::string str() const;
   // Python's repr(): strings quoted ('it\'s' as Python writes "it's").
@@ -92,8 +105,15 @@ class Value {
 
  private:
   struct None {};
-  using ListPtr = std::shared_ptr<const List>;
-  using DictPtr = std::shared_ptr<const Dict>;
+  // A container with its nesting, computed once when it is made (containers are immutable).
+  template <class Items>
+  struct Box {
+    Items items;
+    int nesting = 1;
+    bool holds_namespace = false;
+  };
+  using ListPtr = std::shared_ptr<const Box<List>>;
+  using DictPtr = std::shared_ptr<const Box<Dict>>;
   using FunctionPtr = std::shared_ptr<const Function>;
   // The order of the alternatives is the order of Kind.
   std::variant<std::monostate, None, bool, int64_t, double, std::string, ListPtr, DictPtr, std::shared_ptr<Namespace>,

@@ -43,6 +43,7 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   bool negated = false;  // `is not`
+  int depth = 1;         // of this subtree (at most kMaxNesting: the interpreter recurses on it)
 };
 
 struct Stmt;

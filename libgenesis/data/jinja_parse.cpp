@@ -3,6 +3,8 @@
 // recursive-descent parser from those tokens to the syntax tree of jinja_ast.h.
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cstdlib>
 #include <initializer_list>
 #include <iterator>
 
@@ -237,9 +239,12 @@ class Lexer {
         case 'U': {
           const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           const std::string hex(src_.substr(pos_, n));
-          if (hex.size() != n || !std::all_of(hex.begin(), hex.end(), [](char h) { return std::isxdigit(h); }))
+          if (hex.size() != n || !std::all_of(hex.begin(), hex.end(),
+                                              [](char h) { return std::isxdigit(static_cast<unsigned char>(h)) != 0; }))
             fail(pos_ - 2, detail::concat("invalid \\", e, " escape in a string"));
-          append_utf8(value, static_cast<uint32_t>(std::stoul(hex, nullptr, 16)));
+          const unsigned long code_point = std::stoul(hex, nullptr, 16);
+          if (code_point > 0x10FFFF) fail(pos_ - 2, "a \\U escape past U+10FFFF in a string");
+          append_utf8(value, static_cast<uint32_t>(code_point));
           pos_ += n;
           break;
         }
@@ -264,6 +269,37 @@ class Parser {
   Body parse_template() { return parse_body({}, 0); }
 
  private:
+  // Counts the parser's recursion (blocks in blocks, parentheses, `not not`, `- -`): past
+  // kMaxNesting a template is refused rather than overflowing the stack.
+  class Nested {
+   public:
+    Nested(Parser& parser, size_t offset) : parser_(parser) {
+      if (++parser_.nesting_ > kMaxNesting)
+        parser_.fail(offset, detail::concat("nesting deeper than ", kMaxNesting, " levels (the template's limit)"));
+    }
+    ~Nested() { --parser_.nesting_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    Parser& parser_;
+  };
+
+  // Sets e's depth from its children; an expression deeper than kMaxNesting (a chain of
+  // thousands of `+` or filters) is refused: rendering and freeing it recurse on its depth.
+  ExprPtr finish(std::unique_ptr<Expr> e) const {
+    auto deeper = [&](const ExprPtr& child) {
+      if (child != nullptr) e->depth = std::max(e->depth, child->depth + 1);
+    };
+    for (const ExprPtr& child : e->operands) deeper(child);
+    for (const ExprPtr& child : e->args) deeper(child);
+    for (const auto& kwarg : e->kwargs) deeper(kwarg.second);
+    if (e->depth > kMaxNesting)
+      fail(e->offset,
+           detail::concat("an expression nested deeper than ", kMaxNesting, " levels (the template's limit)"));
+    return e;
+  }
+
   // ---- token helpers
   const Token& peek(size_t ahead = 0) const { return toks_[std::min(p_ + ahead, toks_.size() - 1)]; }
   bool at_op(std::string_view op) const { return peek().kind == Tok::op && peek().text == op; }
@@ -307,6 +343,7 @@ class Parser {
   // Statements until a {% tag %} whose keyword is one of `stop` (left unconsumed; the parser is
   // then at that keyword). `opened_at`: the block's opening tag, named when it is never closed.
   Body parse_body(std::initializer_list<std::string_view> stop, size_t opened_at) {
+    const Nested nested(*this, opened_at);
     if (stop.size() > 0) open_blocks_.emplace_back(*(stop.end() - 1), opened_at);
     Body body;
     for (;;) {
@@ -429,11 +466,10 @@ class Parser {
   }
 
   // ---- expressions, lowest precedence first
-  static std::unique_ptr<Expr> node(ExprKind kind, size_t offset, std::string name = {},
-                                    std::vector<ExprPtr> operands = {}) {
+  ExprPtr node(ExprKind kind, size_t offset, std::string name = {}, std::vector<ExprPtr> operands = {}) const {
     auto e = std::make_unique<Expr>(kind, offset, std::move(name));
     e->operands = std::move(operands);
-    return e;
+    return finish(std::move(e));
   }
   static std::vector<ExprPtr> pair(ExprPtr a, ExprPtr b) {
     std::vector<ExprPtr> v;
@@ -443,6 +479,7 @@ class Parser {
   }
 
   ExprPtr parse_expression() {
+    const Nested nested(*this, peek().offset);
     ExprPtr value = parse_or();
     while (at_name("if")) {
       const size_t offset = next().offset;
@@ -473,6 +510,7 @@ class Parser {
 
   ExprPtr parse_not() {
     if (at_name("not")) {
+      const Nested nested(*this, peek().offset);
       const size_t offset = next().offset;
       std::vector<ExprPtr> operand;
       operand.push_back(parse_not());
@@ -520,6 +558,7 @@ class Parser {
 
   ExprPtr parse_unary() {
     if (at_op("-") || at_op("+")) {
+      const Nested nested(*this, peek().offset);
       const Token& t = next();
       std::vector<ExprPtr> operand;
       operand.push_back(parse_unary());
@@ -539,7 +578,7 @@ class Parser {
         auto e = std::make_unique<Expr>(ExprKind::filter, t.offset, name);
         e->operands = std::move(operand);
         if (accept_op("(")) parse_arguments(*e);
-        value = std::move(e);
+        value = finish(std::move(e));
       } else if (at_name("is")) {
         ++p_;
         const bool negated = accept_name("not");
@@ -554,7 +593,7 @@ class Parser {
         } else if (starts_test_argument()) {
           e->args.push_back(parse_postfix(parse_primary()));  // `is divisibleby 3`, `is sameas none`
         }
-        value = std::move(e);
+        value = finish(std::move(e));
       } else {
         return value;
       }
@@ -591,8 +630,8 @@ class Parser {
         std::vector<ExprPtr> object;
         object.push_back(std::move(value));
         if (peek().kind == Tok::number) {  // list.0, as Jinja allows
-          auto index = node(ExprKind::literal, peek().offset);
-          index->literal = Value(static_cast<int64_t>(std::stoll(next().text)));
+          auto index = std::make_unique<Expr>(ExprKind::literal, peek().offset);
+          index->literal = integer_literal(next());
           object.push_back(std::move(index));
           value = node(ExprKind::subscript, t.offset, "", std::move(object));
         } else {
@@ -604,7 +643,7 @@ class Parser {
         auto call = std::make_unique<Expr>(ExprKind::call, t.offset);
         call->operands.push_back(std::move(value));
         parse_arguments(*call);
-        value = std::move(call);
+        value = finish(std::move(call));
       } else {
         return value;
       }
@@ -644,12 +683,11 @@ class Parser {
       case Tok::number: {
         std::string digits = t.text;
         std::erase(digits, '_');
-        if (digits.find_first_of(".eE") != std::string::npos) return literal(std::stod(digits));
-        try {
-          return literal(static_cast<int64_t>(std::stoll(digits)));
-        } catch (const std::out_of_range&) {
-          fail(t.offset, "integer literal " + digits + " is out of range");
-        }
+        if (digits.find_first_of(".eE") == std::string::npos) return literal(integer_literal(t));
+        char* end = nullptr;
+        const double d = std::strtod(digits.c_str(), &end);  // 1e999 is inf, as in Python
+        if (end == digits.c_str()) fail(t.offset, "invalid number literal " + t.text);
+        return literal(d);
       }
       case Tok::name:
         if (t.text == "true" || t.text == "True") return literal(true);
@@ -665,6 +703,19 @@ class Parser {
         break;
     }
     fail(t.offset, "expected an expression, found " + describe(t));
+  }
+
+  // An integer literal's value (digits, with '_' separators; a trailing fraction or exponent of
+  // `list.1.5` is not part of it).
+  Value integer_literal(const Token& t) const {
+    std::string digits = t.text.substr(0, t.text.find_first_of(".eE"));
+    std::erase(digits, '_');
+    int64_t value = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (error == std::errc::result_out_of_range) fail(t.offset, "integer literal " + digits + " is out of range");
+    if (error != std::errc() || end != digits.data() + digits.size())
+      fail(t.offset, "invalid integer literal " + t.text);
+    return value;
   }
 
   // After '(': a parenthesized expression, or a tuple (a list here).
@@ -699,6 +750,7 @@ class Parser {
   std::vector<Token> toks_;
   size_t p_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;
   std::vector<std::pair<std::string_view, size_t>> open_blocks_;  // the end keyword and opening tag of each open block
   const Program& program_;
 };

@@ -22,6 +22,40 @@ namespace {
   throw EvalError(what);
 }
 
+// A string or list about to be made of `bytes` (a list counts its Values and its strings' bytes,
+// which copying it copies) past kMaxValueBytes is refused before it is allocated.
+void check_value_size(double bytes, std::string_view what) {
+  if (bytes > static_cast<double>(kMaxValueBytes))
+    type_error(detail::concat(what, " would be larger than ", kMaxValueBytes >> 20, " MiB (the template's limit)"));
+}
+
+double list_bytes(const List& items) {
+  double bytes = 0;
+  for (const Value& v : items) bytes += sizeof(Value) + (v.is_string() ? static_cast<double>(v.as_string().size()) : 0);
+  return bytes;
+}
+
+[[noreturn]] void integer_overflow(std::string_view op) {
+  type_error(detail::concat("integer overflow in '", op, "' (the template's integers are 64-bit)"));
+}
+
+int64_t checked(bool overflowed, int64_t result, std::string_view op) {
+  if (overflowed) integer_overflow(op);
+  return result;
+}
+
+// Python's int(x) of a float, refused when x is nan, infinite or past 64 bits.
+int64_t float_to_int(double d) {
+  if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0))
+    type_error("cannot convert float " + float_repr(d) + " to a 64-bit integer");
+  return static_cast<int64_t>(d);
+}
+
+size_t count_code_points(const std::string& s) {
+  return static_cast<size_t>(
+      std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
 // Arguments by position or by keyword; undefined when absent.
 const Value& arg(const Args& args, size_t position, std::string_view keyword) {
   static const Value kUndefined;
@@ -38,6 +72,10 @@ const std::string& string_arg(const Args& args, size_t position, std::string_vie
 
 // The code points of UTF-8 text, each as its bytes: Python indexes and counts strings by them.
 std::vector<std::string> code_points(const std::string& s) {
+  // Each code point becomes a Value of its own when iterated: bounded as a list is.
+  check_value_size(
+      static_cast<double>(s.size() > kMaxValueBytes / sizeof(Value) ? count_code_points(s) : 0) * sizeof(Value),
+      "the string's list of characters");
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
     size_t n = 1;
@@ -112,6 +150,7 @@ std::string replace(const std::string& s, const std::string& from, const std::st
     const size_t hit = from.empty() ? (pos <= s.size() ? pos : std::string::npos) : s.find(from, pos);
     if (hit == std::string::npos) break;
     out += s.substr(pos, hit - pos) + to;
+    check_value_size(static_cast<double>(out.size()), "replace()'s result");
     if (from.empty()) {
       if (hit < s.size()) out += s[hit];
       pos = hit + 1;
@@ -162,7 +201,7 @@ bool starts_or_ends_with(const std::string& s, const Value& affixes, bool at_sta
 int64_t length(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::string:
-      return static_cast<int64_t>(code_points(v.as_string()).size());
+      return static_cast<int64_t>(count_code_points(v.as_string()));
     case Value::Kind::list:
       return static_cast<int64_t>(v.as_list().size());
     case Value::Kind::dict:
@@ -201,9 +240,15 @@ Value get_item(const Value& object, const Value& key) {
       const int64_t i = normalize_index(key.as_int(), object.as_list().size());
       return i < 0 ? Value() : object.as_list()[static_cast<size_t>(i)];
     }
-    const std::vector<std::string> chars = code_points(object.as_string());
-    const int64_t i = normalize_index(key.as_int(), chars.size());
-    return i < 0 ? Value() : Value(chars[static_cast<size_t>(i)]);
+    const std::string& s = object.as_string();
+    const int64_t i = normalize_index(key.as_int(), count_code_points(s));
+    if (i < 0) return Value();
+    size_t begin = 0;  // the i-th code point's first byte
+    for (int64_t seen = -1; begin < s.size(); ++begin)
+      if ((static_cast<unsigned char>(s[begin]) & 0xC0) != 0x80 && ++seen == i) break;
+    size_t end = begin + 1;
+    while (end < s.size() && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) ++end;
+    return Value(s.substr(begin, end - begin));
   }
   if (object.is_undefined() || object.is_list() || object.is_string()) return Value();
   type_error("'" + object.type_name() + "' object is not subscriptable");
@@ -250,12 +295,25 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (op == "/") return x / y;
     if (ints) {
       const int64_t i = a.as_int(), j = b.as_int();
-      if (op == "+") return i + j;
-      if (op == "-") return i - j;
-      if (op == "*") return i * j;
+      int64_t r = 0;
+      if (op == "+") return checked(__builtin_add_overflow(i, j, &r), r, op);
+      if (op == "-") return checked(__builtin_sub_overflow(i, j, &r), r, op);
+      if (op == "*") return checked(__builtin_mul_overflow(i, j, &r), r, op);
+      if ((op == "//" || op == "%") && j == -1) {
+        if (op == "%") return int64_t{0};
+        if (i == INT64_MIN) integer_overflow(op);
+        return -i;
+      }
       if (op == "//") return i / j - ((i % j != 0 && (i < 0) != (j < 0)) ? 1 : 0);
-      if (op == "%") return (i % j + j) % j;
-      if (op == "**" && j >= 0) return static_cast<int64_t>(std::llround(std::pow(x, y)));
+      if (op == "%") return i % j != 0 && (i < 0) != (j < 0) ? i % j + j : i % j;
+      if (op == "**" && j >= 0) {  // by squaring, exact
+        int64_t power = 1, base = i;
+        for (int64_t e = j; e > 0; e >>= 1) {
+          if ((e & 1) != 0 && __builtin_mul_overflow(power, base, &power)) integer_overflow(op);
+          if (e > 1 && __builtin_mul_overflow(base, base, &base)) integer_overflow(op);
+        }
+        return power;
+      }
     }
     if (op == "+") return x + y;
     if (op == "-") return x - y;
@@ -265,13 +323,20 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (op == "**") return std::pow(x, y);
     return unsupported();
   }
-  if (op == "+" && a.is_string() && b.is_string()) return a.as_string() + b.as_string();
+  if (op == "+" && a.is_string() && b.is_string()) {
+    check_value_size(static_cast<double>(a.as_string().size() + b.as_string().size()), "the string");
+    return a.as_string() + b.as_string();
+  }
   if (op == "+" && a.is_list() && b.is_list()) {
+    check_value_size(list_bytes(a.as_list()) + list_bytes(b.as_list()), "the list");
     List joined = a.as_list();
     joined.insert(joined.end(), b.as_list().begin(), b.as_list().end());
     return joined;
   }
   if (op == "*" && (a.is_string() || a.is_list()) && b.kind() == Value::Kind::integer) {
+    const double times = static_cast<double>(std::max<int64_t>(b.as_int(), 0));
+    check_value_size(times * (a.is_string() ? static_cast<double>(a.as_string().size()) : list_bytes(a.as_list())),
+                     a.is_string() ? "the repeated string" : "the repeated list");
     if (a.is_string()) {
       std::string out;
       for (int64_t i = 0; i < b.as_int(); ++i) out += a.as_string();
@@ -301,7 +366,12 @@ bool contains(const Value& container, const Value& item) {
 }
 
 Value binary(const std::string& op, const Value& a, const Value& b) {
-  if (op == "~") return a.str() + b.str();
+  if (op == "~") {
+    std::string left = a.str();
+    const std::string right = b.str();
+    check_value_size(static_cast<double>(left.size() + right.size()), "the string");
+    return left + right;
+  }
   if (op == "==") return a == b;
   if (op == "!=") return !(a == b);
   if (op == "<") return less(a, b, op);
@@ -402,15 +472,12 @@ Value to_int(const Value& v, const Value& fallback) {
     case Value::Kind::boolean:
       return int64_t{v.as_bool() ? 1 : 0};
     case Value::Kind::floating:
-      return static_cast<int64_t>(v.as_double());
+      return float_to_int(v.as_double());
     case Value::Kind::string: {
-      try {
-        size_t used = 0;
-        const std::string s = strip(v.as_string(), Value(), true, true);
-        const double d = std::stod(s, &used);
-        if (used == s.size()) return static_cast<int64_t>(d);
-      } catch (const std::exception&) {
-      }
+      const std::string s = strip(v.as_string(), Value(), true, true);
+      char* end = nullptr;
+      const double d = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
+      if (!s.empty() && end == s.c_str() + s.size()) return float_to_int(d);
       [[fallthrough]];
     }
     default:
@@ -426,7 +493,10 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
       {"tojson",
        [](const Value& v, const Args& a) {
          const Value& indent = arg(a, 0, "indent");
-         return Value(v.to_json(indent.kind() == Value::Kind::integer ? static_cast<int>(indent.as_int()) : -1));
+         if (indent.kind() == Value::Kind::integer && indent.as_int() > 1024)
+           type_error(detail::concat("tojson indent ", indent.as_int(), " is past 1024 (the template's limit)"));
+         return Value(v.to_json(
+             indent.kind() == Value::Kind::integer ? static_cast<int>(std::max<int64_t>(indent.as_int(), -1)) : -1));
        }},
       {"upper",
        [](const Value& v, const Args&) { return Value(map_chars(v.str(), [](int c) { return std::toupper(c); })); }},
@@ -449,6 +519,7 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
          for (const Value& item : as_items(v)) {
            if (!first) out += separator.str();
            out += (attribute.is_string() ? attribute_path(item, attribute.as_string()) : item).str();
+           check_value_size(static_cast<double>(out.size()), "join()'s result");
            first = false;
          }
          return Value(out);
@@ -492,7 +563,11 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
        }},
       {"abs",
        [](const Value& v, const Args&) {
-         return v.kind() == Value::Kind::integer ? Value(std::abs(v.as_int())) : Value(std::fabs(v.as_double()));
+         if (v.kind() == Value::Kind::integer) {
+           if (v.as_int() == INT64_MIN) integer_overflow("abs");
+           return Value(std::abs(v.as_int()));
+         }
+         return Value(std::fabs(v.as_double()));
        }},
       {"select", [](const Value& v, const Args& a) { return select_items(v, a, false, true); }},
       {"reject", [](const Value& v, const Args& a) { return select_items(v, a, false, false); }},
@@ -564,7 +639,10 @@ Value make_namespace(const Args& args) {
   auto ns = std::make_shared<Namespace>();
   if (!args.positional.empty() && args.positional[0].is_dict()) ns->attributes = args.positional[0].as_dict();
   for (const auto& [k, v] : args.keyword) ns->attributes.emplace_back(k, v);
-  return ns;
+  Value made(std::move(ns));
+  if (made.nesting() > kMaxNesting)
+    type_error(detail::concat("values nest deeper than ", kMaxNesting, " levels (the template's limit)"));
+  return made;
 }
 
 Value make_range(const Args& args) {
@@ -578,8 +656,14 @@ Value make_range(const Args& args) {
   const int64_t stop = bounds.size() > 1 ? bounds[1] : bounds[0];
   const int64_t step = bounds.size() > 2 ? bounds[2] : 1;
   if (step == 0) type_error("range() step must not be zero");
+  const double count =
+      std::max(0.0, std::ceil((static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step)));
+  check_value_size(count * sizeof(Value), "range()'s list");
   List out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    out.emplace_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;  // the next one would be past int64: past stop
+  }
   return out;
 }
 
@@ -619,13 +703,29 @@ class Renderer {
     return Flow::normal;
   }
 
+  // One unit of the render's work (a statement, an expression, a loop iteration): past
+  // kMaxRenderSteps the template is stopped, as a loop over range(10**6) in range(10**6) must be.
+  void step() {
+    if (++steps_ > kMaxRenderSteps)
+      type_error(detail::concat("rendering takes more than ", kMaxRenderSteps, " steps (the template's limit)"));
+  }
+
+  void output(const std::string& text) {
+    if (out_.size() + text.size() > kMaxValueBytes)
+      type_error(
+          detail::concat("the rendered text is larger than ", kMaxValueBytes >> 20, " MiB (the template's limit)"));
+    out_ += text;
+  }
+
   Flow exec(const Stmt& stmt) {
+    step();
     switch (stmt.kind) {
       case StmtKind::text:
-        out_ += stmt.text;
+        at_ = stmt.offset;
+        output(stmt.text);
         return Flow::normal;
       case StmtKind::output:
-        out_ += eval(*stmt.expr).str();
+        output(eval(*stmt.expr).str());
         return Flow::normal;
       case StmtKind::if_chain:
         for (const auto& [condition, body] : stmt.branches)
@@ -663,6 +763,7 @@ class Renderer {
     if (stmt.filter != nullptr) {  // `for x in xs if cond`: loop.* count the kept items only
       List kept;
       for (const Value& item : items) {
+        step();
         bind(item);
         if (eval(*stmt.filter).truthy()) kept.push_back(item);
       }
@@ -670,6 +771,8 @@ class Renderer {
     }
     const size_t n = items.size();
     for (size_t i = 0; i < n; ++i) {
+      at_ = stmt.offset;
+      step();
       bind(items[i]);
       const auto count = static_cast<int64_t>(n);
       const auto index = static_cast<int64_t>(i);
@@ -702,6 +805,12 @@ class Renderer {
     if (target.kind() != Value::Kind::namespace_object)
       type_error("cannot assign attribute '" + stmt.targets[1] + "' on '" + stmt.targets[0] + "', a '" +
                  target.type_name() + "' and not a namespace()");
+    // A namespace inside a namespace's attribute could make a cycle (ns.self = ns): never leaked, never printed
+    // forever.
+    if (value.holds_namespace())
+      type_error("a namespace() attribute cannot hold a namespace ('" + stmt.targets[0] + "." + stmt.targets[1] + "')");
+    if (1 + value.nesting() > kMaxNesting)
+      type_error(detail::concat("values nest deeper than ", kMaxNesting, " levels (the template's limit)"));
     Dict& attributes = target.as_namespace().attributes;
     for (auto& [k, v] : attributes)
       if (k == stmt.targets[1]) {
@@ -719,6 +828,7 @@ class Renderer {
   }
 
   Value eval(const Expr& e) {
+    step();
     switch (e.kind) {
       case ExprKind::literal:
         return e.literal;
@@ -773,7 +883,10 @@ class Renderer {
         const Value operand = eval(*e.operands[0]);
         at_ = e.offset;
         if (e.name == "not") return !operand.truthy();
-        if (operand.kind() == Value::Kind::integer) return e.name == "-" ? -operand.as_int() : operand.as_int();
+        if (operand.kind() == Value::Kind::integer) {
+          if (e.name == "-" && operand.as_int() == INT64_MIN) integer_overflow("-");
+          return e.name == "-" ? -operand.as_int() : operand.as_int();
+        }
         if (operand.kind() == Value::Kind::floating) return e.name == "-" ? -operand.as_double() : operand.as_double();
         type_error("bad operand type for unary " + e.name + ": '" + operand.type_name() + "'");
       }
@@ -820,6 +933,7 @@ class Renderer {
   const Program& program_;
   std::vector<std::unordered_map<std::string, Value>> frames_;
   std::string out_;
+  int64_t steps_ = 0;
   size_t at_ = 0;  // the source offset of the operation being applied, for error messages
 };
 

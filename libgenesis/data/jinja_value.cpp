@@ -1,8 +1,10 @@
 // Values of the Jinja interpreter as Python shows them: truth, str(), repr(), json.dumps() and ==.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 
+#include "libgenesis/core/error.h"
 #include "libgenesis/data/jinja.h"
 
 namespace genesis::data::jinja {
@@ -38,6 +40,60 @@ std::string float_repr(double d) {
   const size_t int_digits = static_cast<size_t>(exponent) + 1;
   if (digits.size() <= int_digits) return out + digits + std::string(int_digits - digits.size(), '0') + ".0";
   return out + digits.substr(0, int_digits) + "." + digits.substr(int_digits);
+}
+
+namespace {
+
+// The nesting and namespace flag of a container of `items` (each a Value, or a dict's pair).
+template <class Box, class Items, class ValueOf>
+std::shared_ptr<const Box> boxed(Items items, ValueOf value_of) {
+  auto box = std::make_shared<Box>();
+  for (const auto& item : items) {
+    const Value& v = value_of(item);
+    box->nesting = std::max(box->nesting, 1 + v.nesting());
+    box->holds_namespace = box->holds_namespace || v.holds_namespace();
+  }
+  if (box->nesting > kMaxNesting)
+    throw EvalError(detail::concat("values nest deeper than ", kMaxNesting, " levels (the template's limit)"));
+  box->items = std::move(items);
+  return box;
+}
+
+}  // namespace
+
+Value::Value(List items)
+    : data_(boxed<Box<List>>(std::move(items), [](const Value& v) -> const Value& { return v; })) {}
+
+Value::Value(Dict entries)
+    : data_(boxed<Box<Dict>>(std::move(entries), [](const auto& entry) -> const Value& { return entry.second; })) {}
+
+int Value::nesting() const {
+  switch (kind()) {
+    case Kind::list:
+      return std::get<ListPtr>(data_)->nesting;
+    case Kind::dict:
+      return std::get<DictPtr>(data_)->nesting;
+    case Kind::namespace_object: {  // mutable: its attributes now (they hold no namespace)
+      int deepest = 0;
+      for (const auto& entry : as_namespace().attributes) deepest = std::max(deepest, entry.second.nesting());
+      return 1 + deepest;
+    }
+    default:
+      return 0;
+  }
+}
+
+bool Value::holds_namespace() const {
+  switch (kind()) {
+    case Kind::list:
+      return std::get<ListPtr>(data_)->holds_namespace;
+    case Kind::dict:
+      return std::get<DictPtr>(data_)->holds_namespace;
+    case Kind::namespace_object:
+      return true;
+    default:
+      return false;
+  }
 }
 
 double Value::as_double() const {
@@ -119,12 +175,21 @@ std::string quote_python(const std::string& s) {
   return out;
 }
 
+// Text of a value past kMaxValueBytes is refused as it grows (a list may hold one large list
+// many times over, and print as far more text than it takes memory).
+void check_text_size(const std::string& out) {
+  if (out.size() > kMaxValueBytes)
+    throw EvalError(
+        detail::concat("a value's text is larger than ", kMaxValueBytes >> 20, " MiB (the template's limit)"));
+}
+
 void append_json(std::string& out, const Value& v, int indent, int depth) {
   // json.dumps separators: ", " and ": " on one line; "," and ": " with an indent.
   auto newline = [&](int level) {
     if (indent < 0) return;
     out += '\n';
-    out.append(static_cast<size_t>(indent * level), ' ');
+    out.append(static_cast<size_t>(indent) * static_cast<size_t>(level), ' ');
+    check_text_size(out);
   };
   const char* comma = indent >= 0 ? "," : ", ";
   switch (v.kind()) {
@@ -157,6 +222,7 @@ void append_json(std::string& out, const Value& v, int indent, int depth) {
         if (i > 0) out += comma;
         newline(depth + 1);
         append_json(out, items[i], indent, depth + 1);
+        check_text_size(out);
       }
       newline(depth);
       out += ']';
@@ -176,6 +242,7 @@ void append_json(std::string& out, const Value& v, int indent, int depth) {
         append_quoted(out, entries[i].first, '"', true);
         out += ": ";
         append_json(out, entries[i].second, indent, depth + 1);
+        check_text_size(out);
       }
       newline(depth);
       out += '}';
@@ -204,12 +271,18 @@ std::string Value::repr() const {
       return quote_python(as_string());
     case Kind::list: {
       std::string out = "[";
-      for (const Value& item : as_list()) out += (out.size() > 1 ? ", " : "") + item.repr();
+      for (const Value& item : as_list()) {
+        out += (out.size() > 1 ? ", " : "") + item.repr();
+        check_text_size(out);
+      }
       return out + "]";
     }
     case Kind::dict: {
       std::string out = "{";
-      for (const auto& [k, v] : as_dict()) out += (out.size() > 1 ? ", " : "") + quote_python(k) + ": " + v.repr();
+      for (const auto& [k, v] : as_dict()) {
+        out += (out.size() > 1 ? ", " : "") + quote_python(k) + ": " + v.repr();
+        check_text_size(out);
+      }
       return out + "}";
     }
     case Kind::namespace_object:
