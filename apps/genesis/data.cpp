@@ -132,6 +132,8 @@ int run_tokenize(TokenizeArgs a) {
     a.options.on_document = [](const fs::path& path, size_t bytes, size_t tokens) {
       std::cerr << "tokenize: " << path.string() << ": " << bytes << " bytes -> " << tokens << " tokens\n";
     };
+  // A recipe naming the same sources (data.source) then finds these shards its own.
+  a.options.sources = data::describe_shard_sources(documents, a.tokenizer, a.options);
   auto s = data::tokenize_to_shards(tok, documents, a.out, a.options);
   nlohmann::json summary{{"tokenizer", tok.source()},
                          {"vocab_size", tok.vocab_size()},

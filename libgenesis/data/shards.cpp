@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,8 +15,9 @@
 #include <utility>
 
 #include "libgenesis/core/error.h"
-#include "libgenesis/data/permutation.h"
 #include "libgenesis/core/interrupt.h"
+#include "libgenesis/data/permutation.h"
+#include "libgenesis/data/sft_prepare.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/io/json_text.h"
 
@@ -43,7 +45,132 @@ T get(const unsigned char* p) {
   return value;
 }
 
+// source.json's layout; a file of another format counts as shards of unknown sources.
+constexpr int kSourcesFormat = 1;
+
+// The files Tokenizer::load reads for `path`, in its order of preference.
+std::vector<fs::path> tokenizer_files(const fs::path& path) {
+  if (!fs::is_directory(path)) return {path};
+  for (const auto& files :
+       {std::vector<std::string>{"tokenizer.json"}, std::vector<std::string>{"encoder.json", "vocab.bpe"},
+        std::vector<std::string>{"vocab.json", "merges.txt"}}) {
+    std::vector<fs::path> found;
+    for (const std::string& f : files)
+      if (fs::exists(path / f)) found.push_back(path / f);
+    if (found.size() == files.size()) return found;
+  }
+  return {};
+}
+
+std::string hex(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+nlohmann::json files_json(const std::vector<ShardSources::File>& files) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ShardSources::File& f : files) out.push_back({{"path", f.path}, {"fnv1a64", hex(f.fingerprint)}});
+  return out;
+}
+
+std::vector<ShardSources::File> files_from_json(const nlohmann::json& json) {
+  std::vector<ShardSources::File> out;
+  for (const nlohmann::json& f : json)
+    out.push_back({f.at("path").get<std::string>(), std::stoull(f.at("fnv1a64").get<std::string>(), nullptr, 16)});
+  return out;
+}
+
+void write_shard_sources(const fs::path& dir, const ShardSources& s) {
+  nlohmann::json shards = nlohmann::json::object();
+  for (const auto& [name, bytes] : s.shard_bytes) shards[name] = bytes;
+  const nlohmann::json json{{"format", kSourcesFormat},
+                            {"documents", files_json(s.documents)},
+                            {"tokenizer", files_json(s.tokenizer)},
+                            {"val_fraction", s.val_fraction},
+                            {"separator", s.separator},
+                            {"shard_bytes", shards}};
+  io::write_file_atomic(dir / kShardSourcesFile, json.dump(2) + "\n");
+}
+
+ShardSources read_shard_sources(const fs::path& file) {
+  const nlohmann::json json = nlohmann::json::parse(io::read_file(file, io::kMaxConfigFileBytes));
+  GENESIS_CHECK(json.at("format").get<int>() == kSourcesFormat, ValueError, "format ", json.at("format").dump(),
+                " (this genesis writes ", kSourcesFormat, ")");
+  ShardSources s;
+  s.documents = files_from_json(json.at("documents"));
+  s.tokenizer = files_from_json(json.at("tokenizer"));
+  s.val_fraction = json.at("val_fraction").get<double>();
+  s.separator = json.at("separator").get<std::string>();
+  for (const auto& [name, bytes] : json.at("shard_bytes").items())
+    s.shard_bytes.emplace_back(name, bytes.get<uint64_t>());
+  return s;
+}
+
+// The first document that differs between two lists, in words ("a.txt differs"); "" when none.
+std::string documents_change(const std::vector<ShardSources::File>& made,
+                             const std::vector<ShardSources::File>& wanted) {
+  auto find = [](const std::vector<ShardSources::File>& files, const std::string& path) {
+    return std::find_if(files.begin(), files.end(), [&](const ShardSources::File& f) { return f.path == path; });
+  };
+  for (const ShardSources::File& w : wanted) {
+    auto m = find(made, w.path);
+    if (m == made.end()) return w.path + " is new";
+    if (m->fingerprint != w.fingerprint) return w.path + " differs";
+  }
+  for (const ShardSources::File& m : made)
+    if (find(wanted, m.path) == wanted.end()) return m.path + " is no longer a source";
+  // Both name the same files: what is left is their order (or a file named twice).
+  const bool same_order = std::equal(made.begin(), made.end(), wanted.begin(), wanted.end(),
+                                     [](const auto& a, const auto& b) { return a.path == b.path; });
+  return same_order ? "" : "the documents are listed in another order";
+}
+
 }  // namespace
+
+ShardSources describe_shard_sources(const std::vector<fs::path>& documents, const fs::path& tokenizer,
+                                    const TokenizeOptions& options) {
+  ShardSources s;
+  for (const fs::path& d : documents) s.documents.push_back({d.lexically_normal().string(), file_fingerprint(d)});
+  for (const fs::path& f : tokenizer_files(tokenizer))
+    s.tokenizer.push_back({f.lexically_normal().string(), file_fingerprint(f)});
+  s.val_fraction = options.val_fraction;
+  s.separator = options.separator;
+  return s;
+}
+
+std::optional<ShardSourcesChange> compare_shard_sources(const fs::path& dir, const ShardSources& wanted) {
+  using What = ShardSourcesChange::What;
+  const fs::path file = dir / kShardSourcesFile;
+  if (!fs::exists(file)) return std::nullopt;
+  ShardSources made;
+  try {
+    made = read_shard_sources(file);
+  } catch (const std::exception& e) {  // malformed JSON, a missing key, another format
+    return ShardSourcesChange{What::shards, file.string() + " cannot be read: " + e.what()};
+  }
+  if (std::string change = documents_change(made.documents, wanted.documents); !change.empty())
+    return ShardSourcesChange{What::documents, change};
+  // The tokenizer by content alone: the same files moved elsewhere make the same tokens.
+  const std::vector<ShardSources::File>&m = made.tokenizer, &w = wanted.tokenizer;
+  for (size_t i = 0; i < std::max(m.size(), w.size()); ++i)
+    if (i >= m.size() || i >= w.size() || m[i].fingerprint != w[i].fingerprint)
+      return ShardSourcesChange{What::tokenizer, (i < w.size() ? w[i].path : m[i].path) + " differs"};
+  if (made.val_fraction != wanted.val_fraction)
+    return ShardSourcesChange{What::val_fraction, nlohmann::json(made.val_fraction).dump() + " -> " +
+                                                      nlohmann::json(wanted.val_fraction).dump()};
+  if (made.separator != wanted.separator)
+    return ShardSourcesChange{What::separator, "'" + made.separator + "' -> '" + wanted.separator + "'"};
+  // A shard that is missing is left to the caller (val.bin removed on purpose: no evaluation).
+  for (const auto& [name, bytes] : made.shard_bytes) {
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(dir / name, ec);
+    if (!ec && size != bytes)
+      return ShardSourcesChange{What::shards, name + " has " + std::to_string(size) + " bytes, " + kShardSourcesFile +
+                                                  " says " + std::to_string(bytes)};
+  }
+  return ShardSourcesChange{};
+}
 
 void write_token_shard(const fs::path& path, const std::vector<uint32_t>& tokens, uint64_t vocab_size) {
   uint32_t max_token = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
@@ -95,6 +222,8 @@ TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector
   }
   check_interrupt("tokenizing the shards (nothing was written; the next run prepares them again)");
   fs::create_directories(out_dir);
+  // source.json goes last: a process killed between the files leaves shards whose bytes differ
+  // from what the old source.json says, which the next comparison takes for a change.
   summary.train_path = out_dir / "train.bin";
   summary.train_tokens = train.size();
   write_token_shard(summary.train_path, train, tokenizer.vocab_size());
@@ -102,6 +231,16 @@ TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector
     summary.val_path = out_dir / "val.bin";
     summary.val_tokens = val.size();
     write_token_shard(summary.val_path, val, tokenizer.vocab_size());
+  } else {
+    fs::remove(out_dir / "val.bin");  // it would be taken for these shards' validation tokens
+  }
+  if (options.sources) {
+    ShardSources sources = *options.sources;
+    for (const fs::path& shard : {summary.train_path, summary.val_path})
+      if (!shard.empty()) sources.shard_bytes.emplace_back(shard.filename().string(), fs::file_size(shard));
+    write_shard_sources(out_dir, sources);
+  } else {
+    fs::remove(out_dir / kShardSourcesFile);  // it describes the shards just replaced
   }
   return summary;
 }

@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "libgenesis/core/tensor.h"
@@ -25,12 +27,51 @@ enum class ShardFormat { genesis, llmc };
 // u32), atomically. Throws ValueError if a token is >= vocab_size (when vocab_size > 0).
 void write_token_shard(const std::filesystem::path& path, const std::vector<uint32_t>& tokens, uint64_t vocab_size);
 
+// What a directory of shards was made from, kept beside them in DIR/source.json so that a
+// recipe whose sources change can tell that its shards no longer come from them (the shards
+// hold only tokens). Fingerprints are file_fingerprint (FNV-1a 64) of the bytes.
+struct ShardSources {
+  struct File {
+    std::string path;
+    uint64_t fingerprint = 0;
+  };
+  std::vector<File> documents;  // in the order they were tokenized
+  std::vector<File> tokenizer;  // the files Tokenizer::load reads (tokenizer.json, or encoder.json + vocab.bpe, ...)
+  double val_fraction = 0;
+  std::string separator;
+  // Bytes of each shard as written ("train.bin", "val.bin"): a shard rewritten since, by a crash
+  // between two of its files or by hand, no longer matches.
+  std::vector<std::pair<std::string, uint64_t>> shard_bytes;
+};
+
+inline constexpr const char* kShardSourcesFile = "source.json";
+
 struct TokenizeOptions {
   double val_fraction = 0.1;                // of each document's tokens, its last part
   std::string separator = "<|endoftext|>";  // token that starts every document; "" for none
   // Called after each document with its path, bytes and tokens (progress for the caller).
   std::function<void(const std::filesystem::path&, size_t, size_t)> on_document;
+  // What the shards are made from (describe_shard_sources), written to out_dir/source.json after
+  // the shards; without it no source.json is written and one left there is removed.
+  std::optional<ShardSources> sources;
 };
+
+// The sources of shards about to be made from `documents` with the tokenizer at `tokenizer`
+// (a file or a directory, as Tokenizer::load takes it), fingerprinted now: before the documents
+// are read, so that one edited meanwhile is found changed by the next comparison.
+ShardSources describe_shard_sources(const std::vector<std::filesystem::path>& documents,
+                                    const std::filesystem::path& tokenizer, const TokenizeOptions& options);
+
+// The first difference between what the shards in a directory were made from and `wanted`.
+struct ShardSourcesChange {
+  enum class What { none, documents, tokenizer, val_fraction, separator, shards };
+  What what = What::none;
+  std::string detail;  // "a.txt differs", "0.1 -> 0.05", "train.bin has 12 bytes, source.json says 40"
+};
+// Compares dir/source.json with `wanted`; nullopt when the directory has no source.json (shards
+// made by hand or by an older genesis: nothing to compare). A source.json that cannot be read,
+// or of another format, counts as a change of the shards.
+std::optional<ShardSourcesChange> compare_shard_sources(const std::filesystem::path& dir, const ShardSources& wanted);
 
 struct TokenizeSummary {
   std::filesystem::path train_path, val_path;  // val_path is empty when val_fraction is 0
@@ -44,8 +85,10 @@ std::vector<std::filesystem::path> source_documents(const std::filesystem::path&
 
 // Encodes each file as one document ([separator] + its tokens, added tokens' strings taken
 // as ordinary text) and writes out_dir/train.bin and, when val_fraction > 0, out_dir/val.bin
-// holding the last val_fraction of every document's tokens. Throws UsageError when the
-// tokenizer lacks the separator, ValueError when val_fraction is outside [0, 1).
+// holding the last val_fraction of every document's tokens (else an old val.bin is removed),
+// then options.sources as out_dir/source.json. Each file is renamed into place whole, so a
+// process reading the old shards keeps reading them. Throws UsageError when the tokenizer lacks
+// the separator, ValueError when val_fraction is outside [0, 1).
 TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector<std::filesystem::path>& documents,
                                    const std::filesystem::path& out_dir, const TokenizeOptions& options);
 

@@ -10,6 +10,7 @@
 #include "libgenesis/core/interrupt.h"
 #include "libgenesis/data/shards.h"
 #include "libgenesis/data/tokenizer.h"
+#include "libgenesis/io/dir_lock.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/classifier.h"
 #include "libgenesis/models/hf.h"
@@ -69,6 +70,32 @@ std::string preparation_commands(const RecipeSpec::Data& d) {
   return d.fetch.empty() ? tokenize : "data/fetch.sh " + join(d.fetch, " ") + " && " + tokenize;
 }
 
+// The documents of data.source, in the order they are tokenized.
+std::vector<fs::path> source_documents(const RecipeSpec::Data& d) {
+  std::vector<fs::path> documents;
+  for (const std::string& s : d.source) {
+    std::vector<fs::path> found = data::source_documents(s);
+    GENESIS_CHECK(!found.empty(), UsageError, "data.source: ", s, " holds no .txt files");
+    documents.insert(documents.end(), found.begin(), found.end());
+  }
+  return documents;
+}
+
+// Why the shards in data.shards are prepared again, in the recipe's words.
+std::string stale_shards_note(const data::ShardSourcesChange& change, const std::string& shards) {
+  using What = data::ShardSourcesChange::What;
+  const char* key = change.what == What::documents      ? "data.source"
+                    : change.what == What::tokenizer    ? "data.tokenizer"
+                    : change.what == What::val_fraction ? "data.val_fraction"
+                    : change.what == What::separator    ? "the document separator"
+                                                        : nullptr;
+  if (key == nullptr)
+    return shards + " no longer matches its " + data::kShardSourcesFile + " (" + change.detail +
+           "): preparing the shards again";
+  return std::string(key) + " changed since " + shards + " was made (" + change.detail +
+         "): preparing the shards again";
+}
+
 // Marks the modules whose dotted names contain an amp.keep_f32 pattern to run without autocast.
 void keep_modules_f32(const RecipeSpec& spec, nn::Module& model) {
   const auto modules = model.named_modules();
@@ -123,17 +150,27 @@ TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(co
   GENESIS_CHECK(d.name == "tokens", RecipeError, "data.name: '", d.name, "' is not token shards");
   const fs::path dir = d.shards;
   TokenData out{dir / "train.bin", fs::exists(dir / "val.bin") ? dir / "val.bin" : fs::path(), d.tokenizer};
-  if (fs::exists(out.train)) return out;
-  GENESIS_CHECK(!d.source.empty(), UsageError, dir.string(),
-                "/train.bin is missing and data.source names no text to make it from: tokenize your text with "
-                "`genesis data tokenize --tokenizer ",
-                d.tokenizer, " --input FILES... --out ", d.shards, "`");
-  const std::string by_hand = preparation_commands(d);
+  data::TokenizeOptions options;
+  options.val_fraction = d.val_fraction;
   auto missing = [&] {
     bool any = !fs::exists(d.tokenizer);
     for (const std::string& s : d.source) any |= !fs::exists(s);
     return any;
   };
+  if (fs::exists(out.train)) {
+    // Without sources at hand there is nothing to compare the shards with: they are used as
+    // they are, as are shards without a source.json (made by hand, or by an older genesis).
+    if (d.source.empty() || missing() || !fs::exists(dir / data::kShardSourcesFile)) return out;
+    options.sources = data::describe_shard_sources(source_documents(d), d.tokenizer, options);
+    const std::optional<data::ShardSourcesChange> change = data::compare_shard_sources(dir, *options.sources);
+    if (!change || change->what == data::ShardSourcesChange::What::none) return out;
+    progress(stale_shards_note(*change, d.shards));
+  }
+  GENESIS_CHECK(!d.source.empty(), UsageError, dir.string(),
+                "/train.bin is missing and data.source names no text to make it from: tokenize your text with "
+                "`genesis data tokenize --tokenizer ",
+                d.tokenizer, " --input FILES... --out ", d.shards, "`");
+  const std::string by_hand = preparation_commands(d);
   if (missing()) {
     for (const std::string& source : d.source)
       GENESIS_CHECK(fs::exists(source) || !d.fetch.empty(), UsageError, "data.source: ", source,
@@ -143,17 +180,13 @@ TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(co
                   " does not exist (and data.fetch names nothing that would bring it)");
     fetch_data(spec, missing, by_hand, progress);
   }
-  std::vector<fs::path> documents;
-  for (const std::string& s : d.source) {
-    std::vector<fs::path> found = data::source_documents(s);
-    GENESIS_CHECK(!found.empty(), UsageError, "data.source: ", s, " holds no .txt files");
-    documents.insert(documents.end(), found.begin(), found.end());
-  }
+  const std::vector<fs::path> documents = source_documents(d);
+  if (!options.sources) options.sources = data::describe_shard_sources(documents, d.tokenizer, options);
+  // Two runs preparing one directory would write the same temporaries; the second is refused.
+  const io::DirLock lock(dir, "wait for it to finish preparing the shards, or set data.shards to another directory");
   progress("preparing data: tokenizing " + std::to_string(documents.size()) + " documents with " + d.tokenizer +
            " into " + d.shards);
   const data::Tokenizer tokenizer = data::Tokenizer::load(d.tokenizer);
-  data::TokenizeOptions options;
-  options.val_fraction = d.val_fraction;
   int64_t done = 0;
   const auto total = static_cast<int64_t>(documents.size());
   if (documents_done) documents_done(0, total);

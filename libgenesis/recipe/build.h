@@ -58,9 +58,14 @@ struct TokenData {
 };
 // Finds the recipe's shards, preparing them when train.bin is missing: data/fetch.sh (run from
 // the working directory) brings data.fetch when a source or the tokenizer is missing, then
-// data.source is tokenized into data.shards. `progress` gets one line per stage (fetching,
-// tokenizing N documents, the shards written); `documents`, when given, the documents tokenized
-// so far out of all after each one (for a progress bar).
+// data.source is tokenized into data.shards, with a source.json saying what from. Shards whose
+// source.json no longer matches data.source, data.tokenizer or data.val_fraction are prepared
+// again (a note says what changed); shards without one are used as they are. The shards are
+// replaced by renames, so a run reading the old ones meanwhile is unaffected; a second
+// preparation of the directory at the same time is refused (UsageError).
+// `progress` gets one line per stage (a change, fetching, tokenizing N documents, the shards
+// written); `documents`, when given, the documents tokenized so far out of all after each one
+// (for a progress bar).
 // Throws UsageError naming the commands to run by hand when the data cannot be prepared here
 // (no npm, no network, no sources).
 TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(const std::string&)>& progress,

@@ -5,7 +5,8 @@
 # tokens/s and MFU reported; resuming reproduces the uninterrupted losses bit for bit (dropout's
 # masks included);
 # `genesis generate --checkpoint` continues text; data and recipe errors exit 2 with one line;
-# every recipe in recipes/ resolves with `genesis recipe show`.
+# shards made from sources that changed since are prepared again; every recipe in recipes/
+# resolves with `genesis recipe show`.
 #   tests/cli/test_lm_train.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
 source "$(dirname "$0")/common.sh" "$@"
@@ -154,7 +155,29 @@ grep -q "val.bin" "$work/err" && ok "the error names val.bin" || fail "no val.bi
 [ $? -eq 0 ] && grep -q "no val.bin" "$work/err" && ok "no val.bin and no eval_every: a warning" \
   || fail "no val.bin warning: $(cat "$work/err")"
 
-# 6. Every shipped recipe resolves.
+# 6. Shards remember what they were made from (source.json): `data tokenize` writes it, a run
+# naming the same sources uses the shards untouched, an edited source prepares them again.
+cp "$src/README.md" "$work/doc.txt"
+"$genesis" data tokenize -q --tokenizer "$src/tests/fixtures/tokenizer_bpe/tokenizer.json" --input "$work/doc.txt" \
+  --out "$work/own" --val-fraction 0.1 >"$work/own.json" 2>"$work/err" || fail "data tokenize: $(cat "$work/err")"
+[ -f "$work/own/source.json" ] && ok "data tokenize writes source.json" || fail "data tokenize wrote no source.json"
+made=$(stat -c %y "$work/own/train.bin")
+own=(--set data.shards="$work/own" --set 'data.source=["'"$work"'/doc.txt"]' --set training.steps=6 --set training.eval_every=0)
+"$genesis" train "$work/lm.toml" --out "$work/own1" "${own[@]}" >/dev/null 2>"$work/own1.err"
+rc=$?
+[ $rc -eq 0 ] && ! grep -q "preparing" "$work/own1.err" && [ "$(stat -c %y "$work/own/train.bin")" = "$made" ] \
+  && ok "unchanged sources: the shards are used untouched" || fail "unchanged sources: exit $rc, $(cat "$work/own1.err")"
+echo "A line added after the shards were made." >>"$work/doc.txt"
+"$genesis" train "$work/lm.toml" --out "$work/own2" "${own[@]}" >/dev/null 2>"$work/own2.err"
+rc=$?
+before=$(num "$work/own.json" tokens)
+after=$(sed -n 's/.*wrote .*train.bin (\([0-9]*\) tokens).*/\1/p' "$work/own2.err")
+[ $rc -eq 0 ] && grep -qF "data.source changed since $work/own was made ($work/doc.txt differs): preparing the shards again" \
+  "$work/own2.err" && [ -n "$after" ] && [ "$after" != "$before" ] \
+  && ok "an edited source: the shards are prepared again ($before -> $after training tokens)" \
+  || fail "edited source: exit $rc, tokens $before -> $after, $(cat "$work/own2.err")"
+
+# 7. Every shipped recipe resolves.
 for recipe in "$src"/recipes/*.toml; do
   "$genesis" recipe show "$recipe" >/dev/null 2>"$work/err" && ok "recipe show $(basename "$recipe")" \
     || fail "recipe show $(basename "$recipe"): $(cat "$work/err")"
