@@ -218,6 +218,30 @@ void check_init_from(const RecipeSpec& spec) {
                 " (its config.json); set model.name = \"", type.empty() ? "..." : type, "\"");
 }
 
+void check_classifier_data(const RecipeSpec& spec) {
+  if (spec.data.name != "fashion_mnist") return;
+  const Shape samples{1, 28, 28};  // what load_fashion_mnist makes of an image
+  Shape input;
+  int64_t classes = 0;
+  bool flattens = false;
+  if (const auto* mlp = std::get_if<models::MlpConfig>(&spec.model.config)) {
+    input = mlp->input_shape;
+    classes = mlp->num_classes;
+    flattens = true;
+  } else if (const auto* cnn = std::get_if<models::CnnConfig>(&spec.model.config)) {
+    input = cnn->input_shape;
+    classes = cnn->num_classes;
+  } else {
+    return;  // a language model on samples: run_training names that mismatch
+  }
+  GENESIS_CHECK(flattens ? numel_of(input) == numel_of(samples) : input == samples, RecipeError, "model.input_shape ",
+                shape_str(input), " does not match the data's samples ", shape_str(samples), " (data.name = \"",
+                spec.data.name, "\"); set model.input_shape = ", shape_str(samples));
+  GENESIS_CHECK(classes >= data::kFashionMnistClasses, RecipeError, "model.num_classes = ", classes,
+                " is fewer than the data's ", data::kFashionMnistClasses, " classes (data.name = \"", spec.data.name,
+                "\"); set model.num_classes = ", data::kFashionMnistClasses);
+}
+
 Device resolve_device(const std::string& requested) {
   if (requested != "auto") return Device::parse(requested);
 #if GENESIS_WITH_CUDA

@@ -26,6 +26,13 @@ std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device);
 // of another family than model.name: the directory would silently decide the architecture.
 void check_init_from(const RecipeSpec& spec);
 
+// Refuses (RecipeError) a classifier that cannot take the samples of data.name: a
+// model.input_shape other than theirs (mlp, which flattens them, takes any shape of as many
+// values) or a model.num_classes below the data's classes. It reads no data: a run calls it
+// before its run directory is made, where the mismatch would otherwise be an op's shape error
+// at the first step.
+void check_classifier_data(const RecipeSpec& spec);
+
 // The autocast dtype of amp.dtype: bf16 or f16; nullopt for f32.
 std::optional<DType> amp_dtype(const RecipeSpec& spec);
 // Refuses (RecipeError) an amp.dtype the device cannot run: fp16 on the CPU, which has no fp16

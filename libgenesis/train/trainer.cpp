@@ -124,6 +124,7 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   // Before the run directory is touched:
   recipe::check_amp_device(spec, recipe::resolve_device(spec.run.device));
   recipe::check_init_from(spec);
+  recipe::check_classifier_data(spec);
   // From here on SIGINT/SIGTERM stop cleanly: data preparation and evaluation throw
   // Interrupted (exit 130), the loop stops at the next step or micro-batch with a checkpoint.
   StopSignal stop;

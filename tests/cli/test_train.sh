@@ -206,6 +206,16 @@ expect "unknown scheduler" 2 "cosine" -- "$genesis" train "$recipe" --set schedu
 expect "missing data file names path and package" 1 "dataset-fashion-mnist" -- "$genesis" train "$recipe" --set data.path=/nonexistent --out "$work/e7"
 expect "batch larger than the training set" 2 "exceeds the 60000 samples" -- "$genesis" train "$recipe" --set training.batch_size=100000 --out "$work/e10"
 expect "--resume without checkpoint" 2 "no checkpoint" -- "$genesis" train "$recipe" --resume --out "$work/e8"
+# A model that cannot take the data's samples: one line naming both keys, before any run directory.
+expect "input_shape other than the samples'" 2 \
+  'model.input_shape \[1, 32, 32\] does not match the data.s samples \[1, 28, 28\] (data.name = "fashion_mnist"); set model.input_shape = \[1, 28, 28\]' \
+  -- "$genesis" train "$recipe" --set 'model.input_shape=[1, 32, 32]' --out "$work/e12"
+expect "a cnn's input_shape other than the samples'" 2 "model.input_shape \[3, 28, 28\] does not match" \
+  -- "$genesis" train "$recipe" --set model.name=cnn --set 'model.input_shape=[3, 28, 28]' --out "$work/e13"
+expect "fewer classes than the labels'" 2 "model.num_classes = 5 is fewer than the data's 10 classes" \
+  -- "$genesis" train "$recipe" --set model.num_classes=5 --out "$work/e14"
+[ ! -e "$work/e12" ] && [ ! -e "$work/e13" ] && [ ! -e "$work/e14" ] && ok "no run directory for a model that does not fit the data" \
+  || fail "a run directory was made for a model that does not fit the data"
 # A run killed inside its first checkpoint write leaves recipe.toml and a stale temporary
 # (checkpoints/step_N.tmp-PID of a dead process): --resume removes it and starts from step 0.
 mkdir -p "$work/e11/checkpoints/step_00000003.tmp-3999999"
