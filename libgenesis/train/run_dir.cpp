@@ -1,5 +1,6 @@
 #include "libgenesis/train/run_dir.h"
 
+#include <cstdio>
 #include <iterator>
 #include <set>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/dir_lock.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/recipe/build.h"
 
 namespace genesis::train {
 
@@ -182,6 +184,42 @@ std::string check_resume_recipe(const RecipeSpec& spec, const fs::path& checkpoi
                 refused, "); resume with the run's own recipe (", (*checkpoint / "recipe.toml").string(),
                 ") or start a new run with --out");
   return accepted.empty() ? "" : "warning: --resume with changed settings: " + accepted;
+}
+
+std::string resume_schedule_note(const RecipeSpec& spec, const fs::path& checkpoint, int64_t batches_per_epoch,
+                                 int64_t step) {
+  const ScheduleKind kind = parse_schedule_kind(spec.scheduler.name);
+  if (kind != ScheduleKind::cosine && kind != ScheduleKind::linear && kind != ScheduleKind::wsd &&
+      kind != ScheduleKind::onecycle)
+    return "";
+  std::optional<RecipeSpec> trained;
+  try {
+    trained = checkpoint_recipe(checkpoint);
+  } catch (const std::exception&) {  // an unreadable checkpoint: load_for_resume has said so
+  }
+  if (!trained || step < 1) return "";
+  const int64_t before = recipe::total_steps(*trained, batches_per_epoch);
+  const int64_t after = recipe::total_steps(spec, batches_per_epoch);
+  if (before == after) return "";
+  // The rate of the last step trained against that of the next one.
+  const double last = recipe::build_schedule(*trained, before).lr(trained->optimizer.lr, step - 1);
+  const double next = recipe::build_schedule(spec, after).lr(spec.optimizer.lr, step);
+  auto rate = [](double lr) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1e", lr);
+    return std::string(text);
+  };
+  const std::string length = spec.training.steps_given()
+                                 ? "training.steps " + std::to_string(before) + " -> " + std::to_string(after)
+                                 : "training.epochs " + std::to_string(trained->training.epochs) + " -> " +
+                                       std::to_string(spec.training.epochs) + " (" + std::to_string(before) + " -> " +
+                                       std::to_string(after) + " steps)";
+  const std::string at = " at step " + std::to_string(step + 1);
+  const std::string change =
+      next == last ? "is " + rate(next) + at + " as before, then takes the new shape"
+                   : std::string(next > last ? "rises" : "falls") + " from " + rate(last) + " to " + rate(next) + at;
+  return "note: " + length + ": the " + spec.scheduler.name + " schedule is " +
+         (after > before ? "stretched" : "shortened") + " to the new total, so the learning rate " + change;
 }
 
 TrainerState load_for_resume(const fs::path& checkpoints, nn::Module& model, Optimizer* optimizer,

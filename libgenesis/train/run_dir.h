@@ -37,6 +37,14 @@ std::optional<RecipeSpec> checkpoint_recipe(const std::filesystem::path& path);
 // when a key that defines the run changed; the keys that may change are returned as a warning.
 std::string check_resume_recipe(const RecipeSpec& spec, const std::filesystem::path& checkpoints);
 
+// The note of a --resume that changes the run's length (training.steps or training.epochs) under a
+// schedule shaped by it (cosine, linear, wsd, onecycle): the learning rate does not go on from
+// where it was but follows the schedule fitted to the new total, from step `step` + 1 on (often
+// back up from the floor a finished run reached). "" when the length or the schedule kind leaves
+// it be, or the checkpoint's recipe cannot be read.
+std::string resume_schedule_note(const RecipeSpec& spec, const std::filesystem::path& checkpoint,
+                                 int64_t batches_per_epoch, int64_t step);
+
 // --resume's load: the checkpoint `latest` points at, or where it cannot be read (a damaged
 // trainer.json or weights file; `latest` missing, a loop or pointing elsewhere), the newest one
 // that can, with `warning` set; `latest` then points at it (written by rank 0). A recipe mismatch (UsageError) is raised at once; when no

@@ -152,6 +152,12 @@ void TrainingRun::resume() {
   data_->seek(state_.cursor);
   default_generator().set_state(state_.rng);
   log_->note("resumed " + run_dir_.string() + " at step " + std::to_string(state_.step));
+  // Rank 0 alone: `latest` points at the checkpoint loaded once it has moved the pointer.
+  if (rank0_ && !finished())
+    if (const std::string note =
+            resume_schedule_note(spec_, run_dir_ / "checkpoints" / "latest", data_->batches_per_epoch(), state_.step);
+        !note.empty())
+      log_->note(note);
   if (finished())
     // Its summary, metrics and checkpoints stay as they are.
     log_->note("the run finished at step " + std::to_string(state_.step) + " of " + std::to_string(total_) +

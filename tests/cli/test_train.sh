@@ -139,6 +139,22 @@ else
   fail "no checkpoint after SIGTERM"
 fi
 
+# 4c. --resume with more steps under a cosine schedule: the schedule is fitted to the new total,
+# and one note says where that takes the learning rate (from its floor back up).
+"$genesis" train "$recipe" --out "$work/cos" --set training.steps=20 -q >/dev/null 2>&1 || fail "20-step run failed"
+"$genesis" train "$recipe" --out "$work/cos" --resume --set training.steps=40 >/dev/null 2>"$work/cos.err"
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c "schedule is" "$work/cos.err")" = 1 ] && grep -qx "note: training.steps 20 -> 40: the cosine \
+schedule is stretched to the new total, so the learning rate rises from 6.2e-06 to 5.0e-04 at step 21" "$work/cos.err" \
+  && ok "--resume with more steps under cosine: one note with the learning rate before and after" \
+  || fail "--resume 20 -> 40 steps: exit $rc, $(cat "$work/cos.err")"
+"$genesis" train "$recipe" --out "$work/const" --set training.steps=10 --set scheduler.name=constant -q >/dev/null 2>&1
+"$genesis" train "$recipe" --out "$work/const" --resume --set training.steps=20 --set scheduler.name=constant \
+  >/dev/null 2>"$work/const.err"
+rc=$?
+[ $rc -eq 0 ] && grep -q "resumed" "$work/const.err" && ! grep -q "schedule is" "$work/const.err" \
+  && ok "no schedule note where the schedule ignores the total" || fail "constant schedule resume: exit $rc, $(cat "$work/const.err")"
+
 # 4b. SIGTERM inside a long gradient accumulation (a step of 100000 micro-batches never ends):
 # the stop is taken between micro-batches, the step dropped, exit 130 with a checkpoint.
 "$genesis" train "$recipe" --out "$work/accum" --set training.steps=2 --set training.batch_size=8 \
