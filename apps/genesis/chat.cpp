@@ -47,6 +47,13 @@ train::ChatFormat chat_format_of(const ChatArgs& a, const LoadedModel& m) {
   RecipeSpec spec;
   if (m.recipe) {
     spec = *m.recipe;
+    // The checkpoint's copies of the tokenizer files first: the recipe's paths are relative to
+    // where training ran.
+    const fs::path& dir = m.checkpoint_dir;
+    if (data::Tokenizer::found_in(dir)) spec.data.tokenizer = dir.string();
+    if ((spec.data.chat_template.empty() || !fs::exists(spec.data.chat_template)) &&
+        fs::exists(dir / "tokenizer_config.json"))
+      spec.data.chat_template = (dir / "tokenizer_config.json").string();
   } else {
     GENESIS_CHECK(data::Tokenizer::found_in(a.model.model_dir), UsageError, where,
                   " has no tokenizer (tokenizer.json, or encoder.json + vocab.bpe); copy the model's tokenizer there");

@@ -42,8 +42,9 @@ LoadedModel load_from_hf(const fs::path& dir, Device device) {
   return m;
 }
 
-// The model is rebuilt from the checkpoint's recipe.toml and its weights loaded; the recipe's
-// tokenizer comes along.
+// The model is rebuilt from the checkpoint's recipe.toml and its weights loaded; the tokenizer
+// comes along: the checkpoint's own copy (checkpoints keep the files of the tokenizer their data
+// used, so this works from any directory), else the recipe's data.tokenizer.
 LoadedModel load_from_checkpoint(const fs::path& path, Device device) {
   GENESIS_CHECK(fs::exists(path), UsageError, "--checkpoint ", path.string(), " does not exist");
   const fs::path dir = io::resolve_checkpoint(fs::exists(path / "checkpoints") ? path / "checkpoints" : path);
@@ -65,9 +66,12 @@ LoadedModel load_from_checkpoint(const fs::path& path, Device device) {
   train::load_checkpoint(dir, *m.model, nullptr);
   m.model->to(device);
   m.autocast = recipe::amp_dtype(spec);
-  if (spec.data.name == "tokens" && fs::exists(spec.data.tokenizer))
+  if (data::Tokenizer::found_in(dir))
+    m.tokenizer = data::Tokenizer::load(dir);
+  else if (spec.data.name == "tokens" && fs::exists(spec.data.tokenizer))
     m.tokenizer = data::Tokenizer::load(spec.data.tokenizer);
   m.recipe = std::move(spec);
+  m.checkpoint_dir = dir;
   return m;
 }
 

@@ -4,6 +4,7 @@
 // genesis checkpoint, and turning generated tokens into text as they come.
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,7 @@ struct LoadedModel {
   std::vector<int64_t> eos_ids;      // from config.json / generation_config.json
   std::optional<DType> autocast;     // the training recipe's amp.dtype (checkpoints)
   std::optional<RecipeSpec> recipe;  // the checkpoint's recipe.toml (checkpoints)
+  std::filesystem::path checkpoint_dir;  // the one checkpoint loaded (checkpoints)
   Device device = kCPU;
 };
 

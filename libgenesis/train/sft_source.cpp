@@ -4,6 +4,7 @@
 // seq_len tokens, attention kept inside each) or one example per row padded per batch.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <vector>
@@ -223,6 +224,18 @@ class SftSource final : public DataSource {
       std::erase_if(row, [&](int64_t e) { return lengths[static_cast<size_t>(e)] < 2; });
       return row.empty();
     });
+    if (pack_) {
+      // The packing's efficiency: the share of the rows' positions that hold tokens.
+      int64_t tokens = 0;
+      for (const std::vector<int64_t>& row : rows)
+        for (int64_t e : row) tokens += lengths[static_cast<size_t>(e)];
+      const double filled = rows.empty() ? 0.0 : static_cast<double>(tokens) / static_cast<double>(rows.size() * seq_len_);
+      char line[160];
+      std::snprintf(line, sizeof line, "packing: %lld %s examples into %zu rows of %lld tokens, %.1f%% of positions filled",
+                    static_cast<long long>(split.examples()), name, rows.size(), static_cast<long long>(seq_len_),
+                    100.0 * filled);
+      log.note(line);
+    }
     return rows;
   }
 

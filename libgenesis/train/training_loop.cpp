@@ -93,7 +93,8 @@ int TrainingRun::train() {
   // The training loop without its evaluations and checkpoints: what samples_per_s counts.
   const double train_s = seconds_since(start) - paused_s;
   if (data_->has_evaluation()) {
-    log_->note("final evaluation on the " + spec_.eval.split + " split");
+    // Language-model data evaluates on its validation set, whatever eval.split says.
+    log_->note("final evaluation on the " + (language_model_ ? std::string("validation") : spec_.eval.split) + " split");
     if (!evaluate_or_stop("the final evaluation")) return 130;
     log_->eval(state_.step, last_eval_);
   }
