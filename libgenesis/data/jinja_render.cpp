@@ -39,10 +39,6 @@ double list_bytes(const List& items) {
   type_error(detail::concat("integer overflow in '", op, "' (the template's integers are 64-bit)"));
 }
 
-int64_t checked(bool overflowed, int64_t result, std::string_view op) {
-  if (overflowed) integer_overflow(op);
-  return result;
-}
 
 // Python's int(x) of a float, refused when x is nan, infinite or past 64 bits.
 int64_t float_to_int(double d) {
@@ -295,10 +291,15 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (op == "/") return x / y;
     if (ints) {
       const int64_t i = a.as_int(), j = b.as_int();
-      int64_t r = 0;
-      if (op == "+") return checked(__builtin_add_overflow(i, j, &r), r, op);
-      if (op == "-") return checked(__builtin_sub_overflow(i, j, &r), r, op);
-      if (op == "*") return checked(__builtin_mul_overflow(i, j, &r), r, op);
+      if (op == "+" || op == "-" || op == "*") {
+        // The builtins write the wrapped result and say whether it wrapped; r is read after.
+        int64_t r = 0;
+        const bool wrapped = op == "+"   ? __builtin_add_overflow(i, j, &r)
+                             : op == "-" ? __builtin_sub_overflow(i, j, &r)
+                                         : __builtin_mul_overflow(i, j, &r);
+        if (wrapped) integer_overflow(op);
+        return r;
+      }
       if ((op == "//" || op == "%") && j == -1) {
         if (op == "%") return int64_t{0};
         if (i == INT64_MIN) integer_overflow(op);
