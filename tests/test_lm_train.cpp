@@ -100,6 +100,13 @@ TEST_CASE("lm MFU: training FLOPs per token and the peak rate", "[cpu][lm]") {
   const double untied = static_cast<double>(llama->num_parameters()) - 30 * 16;
   REQUIRE(train::training_flops_per_token(*llama, 7) == 6 * untied + 12.0 * 3 * 24 * 7);
 
+  // Frozen weights have no weight gradient (4 N), and no input gradient below the first trained
+  // one (2 N): freeze the embedding, layer 0 and the head; layers 1-2 and the final norm train.
+  const double layer = static_cast<double>(llama->num_parameters() - 2 * 30 * 16 - 16) / 3;  // final norm: 16
+  llama->set_trainable({"embed", "layers.0.", "lm_head"}, false);
+  REQUIRE(train::training_flops_per_token(*llama, 7) ==
+          2 * layer + 6 * (2 * layer + 16) + 4 * 30 * 16 + 12.0 * 3 * 24 * 7);
+
   REQUIRE(train::peak_flops(kCPU, 123.0).flops_per_s == 123e12);
   train::PeakRate cpu = train::peak_flops(kCPU, 0);
   REQUIRE(cpu.flops_per_s > 1e8);

@@ -117,6 +117,82 @@ steps = 1
   CHECK(recipe::total_steps(spec, 100) == 1);
 }
 
+TEST_CASE("frozen parameters: no gradient, no optimizer state, kept through to(), their own dtype", "[cpu][modules]") {
+  models::Mlp mlp({.input_shape = {1, 4, 4}, .hidden = {8, 6}, .num_classes = 3});
+  const std::vector<int64_t> matched = mlp.set_trainable({"layers.1.", "bias", "nothing"}, false);
+  CHECK(matched == std::vector<int64_t>{2, 3, 0});  // layers.1.bias counts for both patterns
+  auto names = [](const std::vector<NamedTensor>& ps) {
+    std::vector<std::string> out;
+    for (const NamedTensor& p : ps) out.push_back(p.name);
+    return out;
+  };
+  CHECK(names(mlp.named_parameters(nn::Params::trainable)) == std::vector<std::string>{"layers.3.weight",
+                                                                                       "layers.5.weight"});
+  CHECK(names(mlp.named_parameters(nn::Params::frozen)) ==
+        std::vector<std::string>{"layers.1.weight", "layers.1.bias", "layers.3.bias", "layers.5.bias"});
+  CHECK(mlp.num_parameters(nn::Params::trainable) + mlp.num_parameters(nn::Params::frozen) == mlp.num_parameters());
+  CHECK(mlp.summary().find("trainable parameters: 66 (") != std::string::npos);
+
+  // Backward reaches the trained weights only; a frozen weight's bytes are what they were.
+  const Tensor frozen_before = mlp.named_parameters()[0].tensor.clone();
+  mean(mlp(randn({5, 1, 4, 4}))).backward();
+  for (const NamedTensor& p : mlp.named_parameters())
+    CHECK(p.tensor.grad().defined() == p.tensor.requires_grad());
+
+  // Casting the frozen part leaves the trained part (and trainability) alone.
+  mlp.to(DType::bf16, nn::Params::frozen);
+  for (const NamedTensor& p : mlp.named_parameters()) {
+    CHECK(p.tensor.dtype() == (p.tensor.requires_grad() ? DType::f32 : DType::bf16));
+    CHECK(p.tensor.is_leaf());
+  }
+  mlp.to(DType::f32);
+  CHECK(mlp.named_parameters()[0].tensor.to_vector<float>() != frozen_before.to_vector<float>());  // bf16-rounded
+  CHECK(names(mlp.named_parameters(nn::Params::trainable)).size() == 2);
+
+  mlp.set_trainable(true);
+  CHECK(mlp.num_parameters(nn::Params::frozen) == 0);
+}
+
+TEST_CASE("training.freeze: the optimizer and clipping see the trained parameters; bad patterns are recipe errors",
+          "[cpu][modules]") {
+  const std::string base = R"(
+[run]
+name = "t"
+[model]
+name = "mlp"
+hidden = [4]
+[optimizer]
+name = "adamw"
+lr = 0.01
+[training]
+steps = 1
+)";
+  RecipeSpec spec = parse_recipe(base + "freeze = [\"layers.1.\"]\n", "inline.toml");
+  auto model = recipe::build_model(spec, kCPU);
+  auto opt = recipe::build_optimizer(spec, *model);
+  for (const ParamGroup& g : opt->param_groups())
+    for (const NamedTensor& p : g.params) CHECK(p.name.starts_with("layers.3."));
+  const Tensor w = model->named_parameters()[0].tensor;
+  const std::vector<float> before = w.to_vector<float>();
+  mean(mul((*model)(randn({3, 1, 28, 28})), 3.0)).backward();
+  opt->step();
+  CHECK(w.to_vector<float>() == before);
+  CHECK(opt->state().size() == 2 * 3);  // exp_avg, exp_avg_sq, step for layers.3.weight and .bias
+
+  auto error_of = [&](const std::string& freeze) {
+    try {
+      recipe::build_model(parse_recipe(base + "freeze = " + freeze + "\n", "inline.toml"), kCPU);
+    } catch (const RecipeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string none = error_of(R"(["layers.1.", "embed"])");
+  CHECK(none.find("training.freeze: 'embed' matches no parameter") != std::string::npos);
+  CHECK(none.find("layers.N.weight, layers.N.bias") != std::string::npos);
+  CHECK(error_of(R"(["layers"])").find("freezes every parameter") != std::string::npos);
+}
+
 TEST_CASE("training checkpoints round-trip model, optimizer and trainer state", "[cpu][modules]") {
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("genesis_ckpt_" + std::to_string(::getpid()));

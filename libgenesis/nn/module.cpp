@@ -23,8 +23,8 @@ Tensor Module::operator()(const Tensor& x) {
 Tensor& Module::register_parameter(std::string name, Tensor value) {
   GENESIS_CHECK(value.defined(), ValueError, "register_parameter: '", name, "' is undefined");
   if (!value.requires_grad()) value.requires_grad_(true);
-  params_.emplace_back(std::move(name), std::move(value));
-  return params_.back().second;
+  params_.push_back({std::move(name), std::move(value), true});
+  return params_.back().tensor;
 }
 
 Tensor& Module::register_buffer(std::string name, Tensor value) {
@@ -32,9 +32,16 @@ Tensor& Module::register_buffer(std::string name, Tensor value) {
   return buffers_.back().second;
 }
 
-void Module::collect_parameters(const std::string& prefix, std::vector<NamedTensor>& out) const {
-  for (const auto& [name, t] : params_) out.push_back({join(prefix, name), t});
-  for (const auto& [name, child] : children_) child->collect_parameters(join(prefix, name), out);
+namespace {
+bool selected(Params which, bool trainable) {
+  return which == Params::all || (which == Params::trainable) == trainable;
+}
+}  // namespace
+
+void Module::collect_parameters(const std::string& prefix, Params which, std::vector<NamedTensor>& out) const {
+  for (const Parameter& p : params_)
+    if (selected(which, p.trainable)) out.push_back({join(prefix, p.name), p.tensor});
+  for (const auto& [name, child] : children_) child->collect_parameters(join(prefix, name), which, out);
 }
 
 void Module::collect_buffers(const std::string& prefix, std::vector<NamedTensor>& out) const {
@@ -42,15 +49,15 @@ void Module::collect_buffers(const std::string& prefix, std::vector<NamedTensor>
   for (const auto& [name, child] : children_) child->collect_buffers(join(prefix, name), out);
 }
 
-std::vector<NamedTensor> Module::named_parameters() const {
+std::vector<NamedTensor> Module::named_parameters(Params which) const {
   std::vector<NamedTensor> out;
-  collect_parameters("", out);
+  collect_parameters("", which, out);
   return out;
 }
 
-std::vector<Tensor> Module::parameters() const {
+std::vector<Tensor> Module::parameters(Params which) const {
   std::vector<Tensor> out;
-  for (NamedTensor& p : named_parameters()) out.push_back(std::move(p.tensor));
+  for (NamedTensor& p : named_parameters(which)) out.push_back(std::move(p.tensor));
   return out;
 }
 
@@ -68,11 +75,36 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() const {
   return out;
 }
 
-int64_t Module::num_parameters() const {
+int64_t Module::num_parameters(Params which) const {
   int64_t n = 0;
-  for (const NamedTensor& p : named_parameters()) n += p.tensor.numel();
+  for (const NamedTensor& p : named_parameters(which)) n += p.tensor.numel();
   return n;
 }
+
+template <class F>
+void Module::for_each_parameter(const std::string& prefix, F&& f) {
+  for (Parameter& p : params_) f(join(prefix, p.name), p);
+  for (auto& [name, child] : children_) child->for_each_parameter(join(prefix, name), f);
+}
+
+std::vector<int64_t> Module::set_trainable(const std::vector<std::string>& patterns, bool trainable) {
+  std::vector<int64_t> matched(patterns.size(), 0);
+  for_each_parameter("", [&](const std::string& name, Parameter& p) {
+    bool hit = false;
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      if (name.find(patterns[i]) == std::string::npos) continue;
+      ++matched[i];
+      hit = true;
+    }
+    if (!hit) return;
+    p.trainable = trainable;
+    if (!trainable) p.tensor.zero_grad_(/*set_to_none=*/true);
+    p.tensor.requires_grad_(trainable);
+  });
+  return matched;
+}
+
+void Module::set_trainable(bool trainable) { set_trainable(std::vector<std::string>{""}, trainable); }
 
 std::vector<NamedTensor> Module::state_dict() const {
   std::vector<NamedTensor> out = named_parameters();
@@ -116,13 +148,16 @@ void Module::train(bool on) {
 }
 
 template <class F>
-void Module::for_each_tensor(F&& f) {
-  for (auto& [name, t] : params_) {
-    Tensor moved = f(t.detach());
-    t = moved.requires_grad() ? moved : moved.requires_grad_(true);
+void Module::for_each_tensor(F&& f, Params which, bool buffers) {
+  for (Parameter& p : params_) {
+    if (!selected(which, p.trainable)) continue;
+    Tensor moved = f(p.tensor.detach());  // a new leaf, even where f changes nothing
+    moved.requires_grad_(p.trainable);
+    p.tensor = std::move(moved);
   }
-  for (auto& [name, t] : buffers_) t = f(t);
-  for (auto& [name, child] : children_) child->for_each_tensor(f);
+  if (buffers)
+    for (auto& [name, t] : buffers_) t = f(t);
+  for (auto& [name, child] : children_) child->for_each_tensor(f, which, buffers);
 }
 
 void Module::to(Device device) {
@@ -135,16 +170,24 @@ void Module::to(DType dtype) {
   for_each_tensor([&](const Tensor& t) { return is_floating(t.dtype()) ? t.to(dtype) : t; });
 }
 
+void Module::to(DType dtype, Params which) {
+  NoGradGuard no_grad;
+  for_each_tensor([&](const Tensor& t) { return is_floating(t.dtype()) ? t.to(dtype) : t; }, which,
+                  /*buffers=*/false);
+}
+
 std::string Module::summary() const {
   std::ostringstream os;
   for (const auto& [name, m] : named_modules()) {
     int64_t own = 0;
-    for (const auto& [pname, t] : m->params_) own += t.numel();
+    for (const Parameter& p : m->params_) own += p.tensor.numel();
     os << (name.empty() ? "(model)" : name) << ": " << m->describe();
     if (own > 0) os << "  [" << own << " params]";
     os << "\n";
   }
   os << "total parameters: " << num_parameters() << "\n";
+  if (const int64_t frozen = num_parameters(Params::frozen); frozen > 0)
+    os << "trainable parameters: " << num_parameters() - frozen << " (" << frozen << " frozen)\n";
   return os.str();
 }
 

@@ -2,6 +2,11 @@
 // Module: named parameters, buffers and child modules, train/eval mode, and strict
 // state dicts whose names follow the PyTorch / Hugging Face convention ("0.weight",
 // "encoder.layers.3.bias").
+//
+// A parameter is trainable (the default) or frozen. A frozen parameter does not require grad:
+// backward computes no gradient for it, and the training layers (optimizer groups, clipping,
+// data-parallel buckets, the FLOPs count) take the trainable parameters only. Freezing keeps
+// the parameter's storage and dtype.
 #include <deque>
 #include <memory>
 #include <string>
@@ -12,6 +17,9 @@
 #include "libgenesis/core/tensor.h"
 
 namespace genesis::nn {
+
+// Which parameters a query returns.
+enum class Params { all, trainable, frozen };
 
 class Module {
  public:
@@ -32,11 +40,19 @@ class Module {
   virtual std::string describe() const = 0;
 
   // Recursive, in registration order, with dotted names.
-  std::vector<NamedTensor> named_parameters() const;
-  std::vector<Tensor> parameters() const;
+  std::vector<NamedTensor> named_parameters(Params which = Params::all) const;
+  std::vector<Tensor> parameters(Params which = Params::all) const;
   std::vector<NamedTensor> named_buffers() const;
   std::vector<std::pair<std::string, Module*>> named_modules() const;  // includes this module as ""
-  int64_t num_parameters() const;
+  int64_t num_parameters(Params which = Params::all) const;
+
+  // Freezes (trainable = false) or unfreezes every parameter whose dotted name contains one of
+  // `patterns` (plain substrings, as optimizer.no_decay matches). Returns how many parameters
+  // each pattern matched, in the patterns' order, so callers can name a pattern that matched
+  // nothing. A frozen parameter loses its gradient.
+  std::vector<int64_t> set_trainable(const std::vector<std::string>& patterns, bool trainable);
+  // Every parameter of this module and its children.
+  void set_trainable(bool trainable);
 
   // Parameters and buffers together.
   std::vector<NamedTensor> state_dict() const;
@@ -48,10 +64,13 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
-  // Moves/casts every parameter and buffer (parameters stay leaves that require grad).
-  // Call before building an optimizer: it replaces the tensors.
+  // Moves/casts every parameter and buffer (parameters stay leaves; the trainable ones require
+  // grad). Call before building an optimizer: it replaces the tensors. to(dtype, which) casts
+  // only the parameters `which` selects (buffers stay), e.g. a frozen base to bf16 while its
+  // adapters stay f32.
   void to(Device device);
   void to(DType dtype);
+  void to(DType dtype, Params which);
 
   // A multi-line summary: one line per module with its parameter count.
   std::string summary() const;
@@ -66,13 +85,21 @@ class Module {
   }
 
  private:
-  void collect_parameters(const std::string& prefix, std::vector<NamedTensor>& out) const;
+  struct Parameter {
+    std::string name;
+    Tensor tensor;
+    bool trainable = true;
+  };
+  void collect_parameters(const std::string& prefix, Params which, std::vector<NamedTensor>& out) const;
   void collect_buffers(const std::string& prefix, std::vector<NamedTensor>& out) const;
+  // f(name, parameter) over this module's and its children's parameters, with dotted names.
   template <class F>
-  void for_each_tensor(F&& f);
+  void for_each_parameter(const std::string& prefix, F&& f);
+  template <class F>
+  void for_each_tensor(F&& f, Params which = Params::all, bool buffers = true);
 
   // deques: register_* hands out references that must survive later registrations.
-  std::deque<std::pair<std::string, Tensor>> params_;
+  std::deque<Parameter> params_;
   std::deque<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;

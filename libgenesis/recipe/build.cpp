@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -112,6 +113,39 @@ void keep_modules_f32(const RecipeSpec& spec, nn::Module& model) {
     GENESIS_THROW(RecipeError, "amp.keep_f32: '", pattern, "' matches no module of model ", spec.model.name,
                   " (its modules: ", join(examples, ", "), modules.size() > examples.size() + 1 ? ", ..." : "", ")");
   }
+}
+
+// The model's parameter names, each kind once (layer indices as N), for errors that ask for one.
+std::string parameter_listing(const nn::Module& model) {
+  // Layer indices collapse to N, so a 32-layer model lists each kind of parameter once.
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (const NamedTensor& p : model.named_parameters()) {
+    std::string name;
+    size_t i = 0;
+    while (i < p.name.size()) {
+      const size_t end = std::min(p.name.find('.', i), p.name.size());
+      const std::string part = p.name.substr(i, end - i);
+      const bool index = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+      name += (name.empty() ? "" : ".") + (index ? std::string("N") : part);
+      i = end + 1;
+    }
+    if (seen.insert(name).second) names.push_back(name);
+  }
+  return join(names, ", ");
+}
+
+// Freezes the parameters training.freeze names; a pattern that matches none, or freezing all, is a
+// RecipeError.
+void freeze_parameters(const RecipeSpec& spec, nn::Module& model) {
+  const std::vector<std::string>& patterns = spec.training.freeze;
+  if (patterns.empty()) return;
+  const std::vector<int64_t> matched = model.set_trainable(patterns, false);
+  for (size_t i = 0; i < patterns.size(); ++i)
+    GENESIS_CHECK(matched[i] > 0, RecipeError, "training.freeze: '", patterns[i],
+                  "' matches no parameter of the model (its parameters: ", parameter_listing(model), ")");
+  GENESIS_CHECK(model.num_parameters(nn::Params::trainable) > 0, RecipeError,
+                "training.freeze freezes every parameter of the model: nothing would train (leave some out)");
 }
 
 }  // namespace
@@ -257,6 +291,7 @@ std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
       std::visit([&](const auto& config) { return make_model(config, spec.model, options); }, spec.model.config);
   if (!device.is_cpu()) model->to(device);
   keep_modules_f32(spec, *model);
+  freeze_parameters(spec, *model);
   return model;
 }
 
@@ -291,7 +326,7 @@ std::vector<ParamGroup> optimizer_groups(const RecipeSpec& spec, const nn::Modul
   decay.lr = decay.base_lr = no_decay.lr = no_decay.base_lr = o.lr;
   decay.weight_decay = o.weight_decay;
   no_decay.weight_decay = 0.0;
-  for (NamedTensor& p : model.named_parameters()) {
+  for (NamedTensor& p : model.named_parameters(nn::Params::trainable)) {
     bool excluded = false;
     for (const std::string& pattern : o.no_decay) excluded |= p.name.find(pattern) != std::string::npos;
     (excluded ? no_decay : decay).params.push_back(std::move(p));

@@ -18,8 +18,8 @@ namespace genesis::recipe {
 // "cpu", "cuda", "cuda:N"; "auto" picks CUDA when a GPU is present.
 Device resolve_device(const std::string& requested);
 
-// The model on `device`, with the modules amp.keep_f32 names kept out of autocast (a pattern
-// that matches no module is a RecipeError).
+// The model on `device`, with the modules amp.keep_f32 names kept out of autocast and the
+// parameters training.freeze names frozen (a pattern that matches nothing is a RecipeError).
 std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device);
 
 // Refuses (RecipeError) a model.init_from that is no model directory, or whose config.json is

@@ -125,6 +125,7 @@ struct RecipeSpec {
     int64_t checkpoint_every = 0;  // 0 = only at the end
     int64_t keep_last = 0;
     std::string on_nonfinite;  // "stop" or "skip": a step with a non-finite loss or gradient norm
+    std::vector<std::string> freeze;  // parameter-name substrings: those parameters do not train
     bool steps_given() const { return steps > 0; }
     bool operator==(const Training&) const = default;
   };

@@ -677,6 +677,15 @@ const std::vector<KeySpec>& recipe_schema() {
        .doc = "Micro-batches whose gradients are summed before each optimizer step.",
        .field = GENESIS_RECIPE_FIELD(training.grad_accum_steps)},
       {.section = "training",
+       .key = "freeze",
+       .fallback = Strings{},
+       .check = check_nonempty_strings,
+       .check_doc = "non-empty strings",
+       .doc = "Parameters whose name contains one of these strings are frozen: no gradient, no optimizer "
+              "state, kept as loaded (partial fine-tuning, e.g. [\"embed\", \"layers.0.\"]). A string "
+              "that matches no parameter is an error naming the model's parameters.",
+       .field = GENESIS_RECIPE_FIELD(training.freeze)},
+      {.section = "training",
        .key = "clip_grad_norm",
        .fallback = 0.0,
        .min = at_least(0),

@@ -74,11 +74,18 @@ std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::T
 double training_flops_per_token(const models::CausalLM& model, int64_t seq_len) {
   std::set<std::string> names;
   for (const NamedTensor& p : model.named_parameters()) names.insert(p.name);
-  double matmul_parameters = 0;
+  // Per matmul weight and token: 2 FLOPs forward, 2 for the input's gradient, 2 for the weight's.
+  // A frozen weight has no weight gradient, and no input gradient either while nothing before it
+  // (in registration order, which follows the forward here) trains.
+  double matmul_flops = 0;
+  bool trained_below = false;
   for (const NamedTensor& p : model.named_parameters()) {
     const bool lookup_only =
         p.name == "transformer.wpe.weight" || (p.name == "model.embed_tokens.weight" && names.count("lm_head.weight"));
-    if (!lookup_only) matmul_parameters += static_cast<double>(p.tensor.numel());
+    const bool trains = p.tensor.requires_grad();
+    const double per_weight = trains ? 6.0 : trained_below ? 4.0 : 2.0;
+    if (!lookup_only) matmul_flops += per_weight * static_cast<double>(p.tensor.numel());
+    trained_below |= trains;
   }
   const nlohmann::json config = nlohmann::json::parse(model.hf_config_json());
   double layers = 0, attention_width = 0;
@@ -93,7 +100,9 @@ double training_flops_per_token(const models::CausalLM& model, int64_t seq_len) 
                                 : config.at("hidden_size").get<double>() / heads;
     attention_width = heads * head_dim;
   }
-  return 6.0 * matmul_parameters + 12.0 * layers * attention_width * static_cast<double>(seq_len);
+  // Attention's score and value products: 4 L d T forward per token, twice that backward, as long
+  // as anything trains below the top layer (always, in practice).
+  return matmul_flops + 12.0 * layers * attention_width * static_cast<double>(seq_len);
 }
 
 namespace {

@@ -48,7 +48,8 @@ std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::T
 // Training FLOPs per token for sequences of seq_len: 6 N (forward and backward through every
 // weight a token meets in a matmul: embeddings used only as lookups are left out, the tied
 // output head counted) plus 12 L d seq_len for the attention scores and their weighted sum
-// (PaLM's estimate, appendix B; causal masking not discounted).
+// (PaLM's estimate, appendix B; causal masking not discounted). A frozen weight counts 4 N (no
+// weight gradient), or 2 N while no parameter registered before it trains (no input gradient).
 double training_flops_per_token(const models::CausalLM& model, int64_t seq_len);
 
 struct PeakRate {

@@ -30,6 +30,7 @@ void TrainingRun::write_summary(double train_s, double wall_s) {
                          {"peak_memory_bytes", static_cast<int64_t>(peaks[0])},
                          {"device", device_.str()},
                          {"parameters", model_->num_parameters()},
+                         {"trainable_parameters", model_->num_parameters(nn::Params::trainable)},
                          {"world_size", world_},
                          {"optimizer_state_bytes", static_cast<int64_t>(optimizer_bytes[0])}};
   if (data_parallel_) {

@@ -26,7 +26,7 @@ TrainStep::TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* s
       scaler_(scaler),
       settings_(settings),
       data_parallel_(data_parallel),
-      params_(model.parameters()) {}
+      params_(model.parameters(nn::Params::trainable)) {}
 
 void TrainStep::zero_grad() {
   // Under ZeRO-1 the optimizer holds only this rank's pieces: the model's gradients are the

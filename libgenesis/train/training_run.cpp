@@ -93,7 +93,7 @@ void TrainingRun::load_data_and_model() {
   data_->check_model(*model_);
   if (group_)
     data_parallel_ = std::make_unique<dist::DataParallel>(
-        model_->parameters(), group_->gradients(),
+        model_->parameters(nn::Params::trainable), group_->gradients(),
         dist::DataParallelOptions{
             .bucket_mb = spec_.dist.bucket_mb,
             .zero = static_cast<int>(spec_.dist.zero),
@@ -175,8 +175,13 @@ void TrainingRun::announce() {
     if (std::string hint = blas_core_note(); !hint.empty()) log_->note("note: " + hint);
     if (std::string hint = thread_note(threads_); !hint.empty()) log_->note(hint);
   }
+  const int64_t frozen = model_->num_parameters(nn::Params::frozen);
+  const std::string trained =
+      frozen == 0 ? std::string()
+                  : " (" + std::to_string(model_->num_parameters(nn::Params::trainable)) + " trained, " +
+                        std::to_string(frozen) + " frozen)";
   log_->note("training " + spec_.run.name + " on " + device_.str() + ": " + std::to_string(model_->num_parameters()) +
-             " parameters, " + std::to_string(total_) + " steps of " +
+             " parameters" + trained + ", " + std::to_string(total_) + " steps of " +
              std::to_string(t_.batch_size * t_.grad_accum_steps * world_) +
              " " + data_->row_noun() + " (" + std::to_string(data_->batches_per_epoch()) + " batches per epoch)");
   if (language_model_) {

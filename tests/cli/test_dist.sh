@@ -3,7 +3,8 @@
 # `mpirun -np 2` (mpi backend, when installed) give the losses of one process with the same
 # global batch; gradient accumulation x 2 ranks equals 1 rank x 4 micro-steps; a 2-rank resume
 # is bit-exact; ZeRO-1 (tcp and mpi) equals DDP with half the optimizer state per rank, its resume
-# is bit-exact and its checkpoint resumes in one process too; the tiny GPT reaches the same bits
+# is bit-exact and its checkpoint resumes in one process too; a partly frozen model trains the same on
+# 2 ranks, its frozen layer untouched; the tiny GPT reaches the same bits
 # per byte on 2 ranks as on 1; SIGTERM stops every rank at one step with one checkpoint (exit 130); a killed rank ends the run with an
 # error naming it, never a hang; bad launcher environments exit 2 with one line.
 #   tests/cli/test_dist.sh PATH_TO_GENESIS SOURCE_DIR
@@ -42,6 +43,37 @@ grep -q '"world_size": 2' "$work/two/summary.json" && grep -q '"dist_backend": "
   && ok "summary.json gives world_size, backend and per-rank peak memory" || fail "summary.json lacks the dist fields"
 [ ! -e "$work/two/metrics.jsonl.1" ] && [ "$(grep -cE '"step":5[,}]' "$work/two/metrics.jsonl")" = 1 ] \
   && ok "rank 0 alone writes metrics.jsonl" || fail "metrics.jsonl written by several ranks"
+
+# 1b. A partly frozen model (training.freeze): the gradient buckets hold the trained parameters only
+# (a frozen one never fires its hook, so a bucket holding it would never start), 2 ranks still
+# equal 1 process, and the frozen layer's bytes are those it started with.
+frozen=(--set 'training.freeze=["layers.1."]')
+"$genesis" train "$recipe" --out "$work/f1" --set training.batch_size=128 "${frozen[@]}" "${common[@]}" >/dev/null \
+  2>"$work/f1.err" || { cat "$work/f1.err"; fail "partly frozen 1-process run failed"; }
+"$genesis" train "$recipe" --out "$work/f2" --set training.batch_size=64 "${frozen[@]}" "${common[@]}" \
+  --nproc-per-node 2 >/dev/null 2>"$work/f2.err" || { cat "$work/f2.err"; fail "partly frozen 2-rank run failed"; }
+r=$(max_rel "$work/f1/metrics.jsonl" "$work/f2/metrics.jsonl")
+close_enough "$r" && ok "partly frozen: 2 ranks x 64 = 1 process x 128, losses within $r" || fail "partly frozen losses differ: $r"
+# The trained parameter counts and the frozen layer's bytes at steps 20 and 40 of the 2-rank run.
+python3 - "$work/f2" <<'PY' && ok "partly frozen: summary counts the trained parameters; layers.1 unchanged" \
+  || fail "partly frozen: the frozen layer changed or the summary miscounts"
+import json, struct, sys
+run = sys.argv[1]
+def tensor_bytes(path, name):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        begin, end = header[name]["data_offsets"]
+        f.seek(8 + n + begin)
+        return f.read(end - begin)
+s = json.load(open(run + "/summary.json"))
+assert 0 < s["trainable_parameters"] < s["parameters"], s
+for name in ("layers.1.weight", "layers.1.bias"):
+    a, b = (tensor_bytes(f"{run}/checkpoints/step_000000{k}/model.safetensors", name) for k in (20, 40))
+    assert a == b, name
+a, b = (tensor_bytes(f"{run}/checkpoints/step_000000{k}/model.safetensors", "layers.3.weight") for k in (20, 40))
+assert a != b
+PY
 
 # 2. Gradient accumulation: 2 ranks x 2 micro-batches of 32 = 1 process x 4 micro-batches of 32.
 "$genesis" train "$recipe" --out "$work/acc1" --set training.batch_size=32 --set training.grad_accum_steps=4 "${common[@]}" \
