@@ -4,21 +4,19 @@
 // row-major B is its A', the row-major A its B', and C^T its D.
 #include "kernels/cuda/linalg.h"
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
-
 #include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
-#include <type_traits>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cublas_check.h"
 #include "libgenesis/core/error.h"
 
@@ -133,24 +131,24 @@ cublasComputeType_t compute_type(DType dtype, bool tf32) {
 
 template <class T>
 void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  GENESIS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+  GENESIS_CUBLAS_CHECK(cublas_api().cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
 }
 
 template <class T>
 void set_layout(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attribute, const T& value) {
-  GENESIS_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value)));
+  GENESIS_CUBLAS_CHECK(cublas_api().cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value)));
 }
 
 template <class T>
 void set_preference(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attribute, const T& value) {
-  GENESIS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
+  GENESIS_CUBLAS_CHECK(cublas_api().cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
 }
 
 cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
                                    int64_t stride) {
   cublasLtMatrixLayout_t layout = nullptr;
-  GENESIS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows),
-                                                  static_cast<uint64_t>(cols), std::max<int64_t>(ld, 1)));
+  GENESIS_CUBLAS_CHECK(cublas_api().cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows),
+                                                               static_cast<uint64_t>(cols), std::max<int64_t>(ld, 1)));
   if (batch > 1) {
     set_layout(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, static_cast<int32_t>(batch));
     set_layout(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride);
@@ -173,7 +171,8 @@ void set_epilogue_pointers(const LtPlan& plan, const LtKey& key, const GemmEpilo
 LtPlan make_plan(const GemmResources& r, const LtKey& key, const GemmEpilogue* epilogue) {
   const cudaDataType_t type = data_type(key.dtype);
   LtPlan plan;
-  GENESIS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, compute_type(key.dtype, key.tf32), CUDA_R_32F));
+  GENESIS_CUBLAS_CHECK(
+      cublas_api().cublasLtMatmulDescCreate(&plan.desc, compute_type(key.dtype, key.tf32), CUDA_R_32F));
   set_desc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
   if (key.epilogue != CUBLASLT_EPILOGUE_DEFAULT) set_desc(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, key.epilogue);
@@ -187,7 +186,7 @@ LtPlan make_plan(const GemmResources& r, const LtKey& key, const GemmEpilogue* e
   plan.d = make_layout(type, key.n, key.m, key.ldc, key.batch, key.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
-  GENESIS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  GENESIS_CUBLAS_CHECK(cublas_api().cublasLtMatmulPreferenceCreate(&pref));
   set_preference(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(r.workspace_bytes));
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
@@ -195,9 +194,9 @@ LtPlan make_plan(const GemmResources& r, const LtKey& key, const GemmEpilogue* e
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
   cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int count = 0;
-  cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(r.lt, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
-                                                         autotune_enabled() ? kCandidates : 1, results, &count);
-  GENESIS_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  cublasStatus_t status = cublas_api().cublasLtMatmulAlgoGetHeuristic(
+      r.lt, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, autotune_enabled() ? kCandidates : 1, results, &count);
+  GENESIS_CUBLAS_CHECK(cublas_api().cublasLtMatmulPreferenceDestroy(pref));
   if (status != CUBLAS_STATUS_SUCCESS) count = 0;
   for (int i = 0; i < count; ++i)
     if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(results[i].algo);
@@ -295,8 +294,8 @@ bool run_lt(const GemmResources& r, DType dtype, const GemmArgs& args, const Gem
   set_epilogue_pointers(plan, key, epilogue);
   const float alpha = static_cast<float>(args.alpha), beta = static_cast<float>(args.beta);
   auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
-    return cublasLtMatmul(r.lt, plan.desc, &alpha, args.b, plan.a, args.a, plan.b, &beta, args.c, plan.d, args.c,
-                          plan.d, &algo, r.workspace, r.workspace_bytes, stream);
+    return cublas_api().cublasLtMatmul(r.lt, plan.desc, &alpha, args.b, plan.a, args.a, plan.b, &beta, args.c, plan.d,
+                                       args.c, plan.d, &algo, r.workspace, r.workspace_bytes, stream);
   };
   // Tuning runs overwrite C, so only a GEMM that does not read it (beta = 0) tunes its plan.
   if (!plan.tuned && beta == 0.0f && !capturing(stream)) tune(plan, matmul, stream);
@@ -323,9 +322,9 @@ void run_cublas(const GemmResources& r, DType dtype, const GemmArgs& args, DType
   const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = dtype == DType::f64 ? static_cast<const void*>(&beta64) : &beta32;
 
-  GENESIS_CUBLAS_CHECK(cublasGemmStridedBatchedEx(r.blas, op_b, op_a, n, m, k, alpha, args.b, type, ldb, args.stride_b,
-                                                  args.a, type, lda, args.stride_a, beta, args.c, data_type(c_dtype), ldc,
-                                                  args.stride_c, batch, compute, CUBLAS_GEMM_DEFAULT));
+  GENESIS_CUBLAS_CHECK(cublas_api().cublasGemmStridedBatchedEx(
+      r.blas, op_b, op_a, n, m, k, alpha, args.b, type, ldb, args.stride_b, args.a, type, lda, args.stride_a, beta,
+      args.c, data_type(c_dtype), ldc, args.stride_c, batch, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 bool lt_dtype(DType dtype) {

@@ -14,6 +14,8 @@
 namespace genesis::cuda {
 namespace {
 
+using kernels::cuda::cublas_api;
+
 // cuBLAS' recommended workspace on Hopper.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
@@ -37,8 +39,8 @@ std::mutex blas_mutex;
 DeviceBlas& device_blas(int device) {
   static auto* devices = new std::map<int, DeviceBlas>;
   DeviceBlas& d = (*devices)[device];
-  if (!d.blas) GENESIS_CUBLAS_CHECK(cublasCreate(&d.blas));
-  if (!d.lt) GENESIS_CUBLAS_CHECK(cublasLtCreate(&d.lt));
+  if (!d.blas) GENESIS_CUBLAS_CHECK(cublas_api().cublasCreate(&d.blas));
+  if (!d.lt) GENESIS_CUBLAS_CHECK(cublas_api().cublasLtCreate(&d.lt));
   if (!d.plans) d.plans = kernels::cuda::new_gemm_plan_cache();
   return d;
 }
@@ -76,8 +78,8 @@ void lend_gemm_resources(cudaStream_t stream, void* context,
   DeviceBlas& d = device_blas(device);
   void* ws = workspace(d, device, stream);
   if (d.bound_stream != stream) {
-    GENESIS_CUBLAS_CHECK(cublasSetStream(d.blas, stream));
-    GENESIS_CUBLAS_CHECK(cublasSetWorkspace(d.blas, ws, kWorkspaceBytes));
+    GENESIS_CUBLAS_CHECK(cublas_api().cublasSetStream(d.blas, stream));
+    GENESIS_CUBLAS_CHECK(cublas_api().cublasSetWorkspace(d.blas, ws, kWorkspaceBytes));
     d.bound_stream = stream;
   }
   use(context, {.blas = d.blas,
