@@ -15,6 +15,7 @@
 #include "libgenesis/ops/loss.h"
 #include "libgenesis/ops/nn.h"
 #include "libgenesis/ops/op_table.h"
+#include "libgenesis/ops/quant.h"
 #include "libgenesis/ops/reduce.h"
 #include "libgenesis/ops/transformer.h"
 #include "libgenesis/recipe/recipe.h"
