@@ -15,14 +15,16 @@ void add_convert_command(CLI::App& app) {
       "convert", "Convert a model: a Hugging Face directory <-> a genesis checkpoint or run (docs/convert.md)");
   struct Args {
     std::string src, dst, to, dtype, max_shard_size = "2GB";
-    bool model_only = false, overwrite = false, quiet = false;
+    bool model_only = false, overwrite = false, quiet = false, merge = false;
   };
   auto args = std::make_shared<Args>();
   sub->add_option("SRC", args->src, "Hugging Face directory, genesis checkpoint, checkpoints or run directory")
       ->required();
   sub->add_option("DST", args->dst, "New directory to write (must not exist unless --overwrite)")->required();
-  sub->add_option("--to", args->to, "hf or genesis (default: the other side of SRC's format)")
-      ->check(CLI::IsMember({"hf", "genesis"}));
+  sub->add_option("--to", args->to,
+                  "hf, genesis or peft (a LoRA run's adapters; default: the other side of SRC's format)")
+      ->check(CLI::IsMember({"hf", "genesis", "peft"}));
+  sub->add_flag("--merge", args->merge, "A LoRA run to hf: the base with the adapters merged into its weights");
   sub->add_option("--dtype", args->dtype, "Cast weights to f32, bf16 or f16 (round to nearest even)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   sub->add_option("--max-shard-size", args->max_shard_size,
@@ -37,6 +39,7 @@ void add_convert_command(CLI::App& app) {
     options.max_shard_bytes = io::parse_byte_size(args->max_shard_size);
     options.model_only = args->model_only;
     options.overwrite = args->overwrite;
+    options.merge = args->merge;
     train::RunLog log("", args->quiet);
     options.progress = [&log](int64_t done, int64_t total) { log.progress("converting", done, total); };
     const io::ConvertResult result = io::convert_model(args->src, args->dst, options);

@@ -8,6 +8,7 @@
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/data/tokenizer.h"
+#include "libgenesis/convert/lora_checkpoint.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/config_json.h"
@@ -280,13 +281,24 @@ json hf_config_for(const json& source_config, std::optional<DType> dtype) {
 }
 
 ConvertResult convert_model(const fs::path& src, const fs::path& dst, const ConvertOptions& options) {
-  GENESIS_CHECK(options.to.empty() || options.to == "hf" || options.to == "genesis", UsageError, "--to '", options.to,
-                "' is not a target (hf or genesis)");
+  GENESIS_CHECK(options.to.empty() || options.to == "hf" || options.to == "genesis" || options.to == "peft", UsageError,
+                "--to '", options.to, "' is not a target (hf, genesis or peft)");
   GENESIS_CHECK(
       !options.dtype || *options.dtype == DType::f32 || *options.dtype == DType::bf16 || *options.dtype == DType::f16,
       UsageError, "--dtype must be f32, bf16 or f16");
   check_destination(src, dst, options.overwrite);
-  const ModelSource source = open_model_source(src);
+  const ModelSource opened = open_model_source(src);
+  const std::optional<LoraCheckpoint> lora = open_lora_checkpoint(opened);
+  GENESIS_CHECK(lora || options.to != "peft", UsageError, "--to peft takes a LoRA run or checkpoint, and '",
+                src.string(), "' holds a whole model");
+  GENESIS_CHECK(lora || !options.merge, UsageError, "--merge takes a LoRA run or checkpoint, and '", src.string(),
+                "' holds a whole model");
+  if (lora && options.to == "peft") return write_peft(*lora, opened, dst, options);
+  GENESIS_CHECK(!lora || (options.merge && options.to != "genesis"), UsageError, "'", src.string(),
+                "' holds LoRA adapters for the base ", lora ? lora->base_dir.string() : "",
+                ": --to peft writes them as a PEFT adapter, --to hf --merge the base with them merged");
+  // A merge converts the base, each adapted weight read with its update added.
+  const ModelSource source = lora ? open_model_source(lora->base_dir) : opened;
   GENESIS_CHECK(source.format != "safetensors", UsageError, "'", src.string(),
                 "' is a bare safetensors file; convert takes a model directory (it needs the config)");
   ConvertResult result;
@@ -335,6 +347,7 @@ ConvertResult convert_model(const fs::path& src, const fs::path& dst, const Conv
   const TensorGetter get = [&](const std::string& name) {
     if (options.progress) options.progress(++done, result.tensors);
     Tensor stored = source.weights.tensor(name);
+    if (lora) stored = lora->merged(name, stored);
     return options.dtype && stored.dtype() != *options.dtype ? stored.to(*options.dtype) : stored;
   };
   // transformers refuses safetensors files whose metadata format is not "pt".

@@ -8,6 +8,9 @@
 //   classifier-export   an MLP/CNN written by `convert --to hf`: model.safetensors + config.json
 //                       whose "genesis_classifier" key names the architecture
 //   safetensors         a single .safetensors file (inspect only)
+// A LoRA run's checkpoint holds its adapters only and names its base (trainer.json "base"):
+// `--to peft` writes the adapters in PEFT's format (convert/peft.h), `--to hf --merge` the base
+// with the adapters merged into its weights (W + scale B A).
 // Parameter names and layouts are Hugging Face's in every format (GPT-2 keeps Conv1D's [in, out]
 // weights, the decoders keep transformers' rotate-half q/k layout), so conversion renames nothing:
 // it validates the tensors against the model the config describes, casts, drops tied copies and
@@ -49,19 +52,20 @@ nlohmann::json inspect_model(const std::filesystem::path& path);
 std::string format_inspect_report(const nlohmann::json& report);
 
 struct ConvertOptions {
-  std::string to = "";  // "hf" or "genesis"; empty: the other side of the source's format
+  std::string to = "";  // "hf", "genesis" or "peft"; empty: the other side of the source's format
   std::optional<DType> dtype =
       std::nullopt;  // f32, bf16 or f16 (round to nearest even); unset keeps each tensor's dtype
   uint64_t max_shard_bytes = 2'000'000'000;
   bool model_only = false;  // skip generation_config.json and tokenizer files
   bool overwrite = false;   // replace an existing destination (atomically)
+  bool merge = false;       // a LoRA checkpoint to hf: merge the adapters into the base's weights
   // Told as each tensor is read for writing: tensors done and in all.
   std::function<void(int64_t done, int64_t total)> progress = {};
 };
 
 struct ConvertResult {
   std::string from_format;
-  std::string to;  // "hf" or "genesis"
+  std::string to;  // "hf", "genesis" or "peft"
   std::string architecture;
   std::vector<std::filesystem::path> files;  // under the destination, relative
   int64_t tensors = 0;

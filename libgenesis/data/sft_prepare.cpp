@@ -9,6 +9,7 @@
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/interrupt.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/fnv.h"
 #include "libgenesis/io/safetensors.h"
 #include "libgenesis/ops/factory.h"
 
@@ -23,23 +24,10 @@ constexpr int32_t kIgnore = -100;
 // prepared again rather than misread.
 constexpr const char* kPreparedVersion = "sft-1";
 
-uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
+using io::fnv1a;
+using io::kFnvBasis;
 
-uint64_t fnv1a(uint64_t h, const std::string& s) {
-  const uint64_t size = s.size();
-  return fnv1a(fnv1a(h, &size, sizeof size), s.data(), s.size());  // length-prefixed: no ambiguity
-}
-
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
+std::string hex(uint64_t v) { return io::hex16(v); }
 
 // The examples of one split as they are prepared.
 struct Builder {

@@ -7,6 +7,7 @@
 #include "libgenesis/models/blocks.h"
 #include "libgenesis/models/config_json.h"
 #include "libgenesis/nn/init.h"
+#include "libgenesis/nn/lora.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/index.h"
@@ -54,8 +55,9 @@ Gpt2Config gpt2_config_from_json(std::string_view json_text) {
 
 namespace {
 
-// Hugging Face's Conv1D: y = x W + b with W stored [in, out].
-class Conv1D final : public nn::Module {
+// Hugging Face's Conv1D: y = x W + b with W stored [in, out]. LoRA adapts it as PEFT does with
+// fan_in_fan_out: the adapter's factors keep their [r, in] and [out, r] shapes.
+class Conv1D final : public nn::Module, public nn::LoraTarget {
  public:
   Conv1D(int64_t in, int64_t out, TensorOptions options) {
     weight_ = &register_parameter("weight", empty({in, out}, options));
@@ -64,9 +66,23 @@ class Conv1D final : public nn::Module {
   // One linear over the transposed view of W: the rows of x stay one GEMM (the weight gradient
   // too, instead of a batched GEMM plus a reduction), and under autocast the bias joins the
   // low-precision product as torch.addmm's does.
-  Tensor forward(const Tensor& x) override { return linear(x, weight_->t(), *bias_); }
-  // gelu_tanh(forward(x)) in one op: the bias and GELU ride on the GEMM (a cuBLASLt epilogue on CUDA).
-  Tensor forward_gelu(const Tensor& x) { return linear_gelu(x, weight_->t(), *bias_); }
+  Tensor forward(const Tensor& x) override {
+    const Tensor y = linear(x, weight_->t(), *bias_);
+    return lora_ ? lora_->add_to(y, x, is_training()) : y;
+  }
+  // gelu_tanh(forward(x)): without an adapter in one op, the bias and GELU riding on the GEMM (a
+  // cuBLASLt epilogue on CUDA); with one, GELU follows the adapted sum.
+  Tensor forward_gelu(const Tensor& x) {
+    if (!lora_) return linear_gelu(x, weight_->t(), *bias_);
+    return gelu(forward(x), GeluApproximation::tanh);
+  }
+  int64_t in_features() const override { return weight_->size(0); }
+  int64_t out_features() const override { return weight_->size(1); }
+  void attach_lora(nn::LoraAdapter adapter) override {
+    register_module("lora_A", adapter.a);
+    register_module("lora_B", adapter.b);
+    lora_ = std::move(adapter);
+  }
   std::string describe() const override {
     return "Conv1D(" + std::to_string(weight_->size(0)) + " -> " + std::to_string(weight_->size(1)) + ")";
   }

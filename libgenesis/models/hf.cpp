@@ -1,10 +1,12 @@
 #include "libgenesis/models/hf.h"
 
+#include <fstream>
 #include <map>
 #include <set>
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/fnv.h"
 #include "libgenesis/io/safetensors.h"
 #include "libgenesis/models/config_json.h"
 #include "libgenesis/models/gpt2.h"
@@ -72,6 +74,34 @@ std::vector<fs::path> weight_files(const fs::path& dir) {
 }
 
 }  // namespace
+
+std::string model_dir_fingerprint(const fs::path& dir) {
+  uint64_t h = io::fnv1a(io::kFnvBasis, io::read_file(dir / "config.json", io::kMaxConfigFileBytes));
+  constexpr uint64_t kSample = 64 << 10, kStride = 64 << 20;
+  std::vector<char> block(kSample);
+  for (const fs::path& file : weight_files(dir)) {
+    std::ifstream in(file, std::ios::binary);
+    GENESIS_CHECK(in.good(), IoError, "cannot read ", file.string());
+    const uint64_t size = fs::file_size(file);
+    h = io::fnv1a(h, file.filename().string());
+    h = io::fnv1a(h, &size, sizeof size);
+    auto sample = [&](uint64_t offset) {
+      in.seekg(static_cast<std::streamoff>(offset));
+      in.read(block.data(), static_cast<std::streamsize>(std::min(kSample, size - offset)));
+      GENESIS_CHECK(in.good() || in.eof(), IoError, "cannot read ", file.string());
+      h = io::fnv1a(h, block.data(), static_cast<size_t>(in.gcount()));
+      in.clear();
+    };
+    // The header: its length, then the JSON (sampled like the rest when it is huge).
+    uint64_t header = 0;
+    in.read(reinterpret_cast<char*>(&header), sizeof header);
+    in.clear();  // a file shorter than 8 bytes: its bytes are still sampled below
+    for (uint64_t at = 0; at < std::min(header + 8, size); at += kSample) sample(at);
+    for (uint64_t at = header + 8; at < size; at += kStride) sample(at);
+    if (size > kSample) sample(size - kSample);
+  }
+  return "fnv1a64-sampled-" + io::hex16(h);
+}
 
 void load_hf_weights(CausalLM& model, const fs::path& dir) {
   std::set<std::string> own;

@@ -29,6 +29,11 @@ void save_hf_model(const CausalLM& model, const std::filesystem::path& dir);
 // the config alone, without building the model.
 double config_parameter_count(std::string_view config_json);
 
+// A fingerprint of the model directory's config.json and weights that tells one base model from
+// another in a fraction of a second however large: FNV-1a over config.json, each weight file's
+// name, size and safetensors header, and 64 KiB of its bytes at every 64 MiB (and its last 64 KiB).
+// Equal for copies of a directory; a fine-tune of the same architecture differs in the samples.
+std::string model_dir_fingerprint(const std::filesystem::path& dir);
 // causal_lm_from_config(dir/config.json) + load_hf_weights(dir). Before building the model, its
 // config is checked against the weight files' headers: a config describing a far larger model
 // than the weights hold (a damaged or mismatched config.json) is a UsageError naming both counts,

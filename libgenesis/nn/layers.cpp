@@ -30,7 +30,16 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, LayerOption
   }
 }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, *weight_, bias_ ? *bias_ : Tensor()); }
+Tensor Linear::forward(const Tensor& x) {
+  const Tensor y = linear(x, *weight_, bias_ ? *bias_ : Tensor());
+  return lora_ ? lora_->add_to(y, x, is_training()) : y;
+}
+
+void Linear::attach_lora(LoraAdapter adapter) {
+  register_module("lora_A", adapter.a);
+  register_module("lora_B", adapter.b);
+  lora_ = std::move(adapter);
+}
 std::string Linear::describe() const {
   return "Linear(" + std::to_string(in_) + " -> " + std::to_string(out_) + (bias_ ? ")" : ", no bias)");
 }

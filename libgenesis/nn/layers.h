@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "libgenesis/nn/lora.h"
 #include "libgenesis/nn/module.h"
 #include "libgenesis/ops/conv.h"
 
@@ -16,12 +17,16 @@ struct LayerOptions {
   Device device = kCPU;
 };
 
-class Linear final : public Module {
+// y = x W^T + b, plus its LoRA adapter's update once one is attached (nn/lora.h).
+class Linear final : public Module, public LoraTarget {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, LayerOptions options = {});
   Tensor forward(const Tensor& x) override;
   std::string describe() const override;
   Tensor& weight() { return *weight_; }
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  void attach_lora(LoraAdapter adapter) override;
 
  private:
   int64_t in_, out_;

@@ -1,5 +1,6 @@
 #include "libgenesis/nn/module.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -112,10 +113,10 @@ std::vector<NamedTensor> Module::state_dict() const {
   return out;
 }
 
-void Module::load_state_dict(const std::vector<NamedTensor>& state) {
+void Module::load_state_dict(const std::vector<NamedTensor>& state, Params which) {
   std::map<std::string, const Tensor*> given;
   for (const NamedTensor& t : state) given[t.name] = &t.tensor;
-  std::vector<NamedTensor> own = state_dict();
+  std::vector<NamedTensor> own = which == Params::all ? state_dict() : named_parameters(which);
   std::string missing, unexpected, mismatched;
   for (const NamedTensor& t : own) {
     auto it = given.find(t.name);
@@ -174,6 +175,24 @@ void Module::to(DType dtype, Params which) {
   NoGradGuard no_grad;
   for_each_tensor([&](const Tensor& t) { return is_floating(t.dtype()) ? t.to(dtype) : t; }, which,
                   /*buffers=*/false);
+}
+
+std::string name_kinds(const std::vector<std::string>& names) {
+  std::vector<std::string> kinds;
+  for (const std::string& name : names) {
+    std::string kind;
+    for (size_t i = 0; i <= name.size();) {
+      const size_t end = std::min(name.find('.', i), name.size());
+      const std::string part = name.substr(i, end - i);
+      const bool index = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+      kind += (i == 0 ? "" : ".") + (index ? std::string("N") : part);
+      i = end + 1;
+    }
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+  }
+  std::string out;
+  for (const std::string& k : kinds) out += (out.empty() ? "" : ", ") + k;
+  return out;
 }
 
 std::string Module::summary() const {

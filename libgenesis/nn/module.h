@@ -57,8 +57,9 @@ class Module {
   // Parameters and buffers together.
   std::vector<NamedTensor> state_dict() const;
   // Copies values into the existing tensors (dtype cast, device move). Strict: every
-  // missing, unexpected or shape-mismatched name is reported in one error.
-  void load_state_dict(const std::vector<NamedTensor>& state);
+  // missing, unexpected or shape-mismatched name is reported in one error. With `which` other
+  // than all, `state` holds exactly those parameters (a LoRA checkpoint's adapters) and no buffer.
+  void load_state_dict(const std::vector<NamedTensor>& state, Params which = Params::all);
 
   void train(bool on = true);
   void eval() { train(false); }
@@ -107,5 +108,9 @@ class Module {
 };
 
 using ModulePtr = std::shared_ptr<Module>;
+
+// Dotted names with their numeric parts as N, each kind once, comma-separated: a deep model's
+// parameters or layers listed in one line of an error ("model.layers.N.self_attn.q_proj.weight").
+std::string name_kinds(const std::vector<std::string>& names);
 
 }  // namespace genesis::nn

@@ -115,24 +115,21 @@ void keep_modules_f32(const RecipeSpec& spec, nn::Module& model) {
   }
 }
 
-// The model's parameter names, each kind once (layer indices as N), for errors that ask for one.
-std::string parameter_listing(const nn::Module& model) {
-  // Layer indices collapse to N, so a 32-layer model lists each kind of parameter once.
+std::string parameter_names(const nn::Module& model) {
   std::vector<std::string> names;
-  std::set<std::string> seen;
-  for (const NamedTensor& p : model.named_parameters()) {
-    std::string name;
-    size_t i = 0;
-    while (i < p.name.size()) {
-      const size_t end = std::min(p.name.find('.', i), p.name.size());
-      const std::string part = p.name.substr(i, end - i);
-      const bool index = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-      name += (name.empty() ? "" : ".") + (index ? std::string("N") : part);
-      i = end + 1;
-    }
-    if (seen.insert(name).second) names.push_back(name);
+  for (const NamedTensor& p : model.named_parameters()) names.push_back(p.name);
+  return nn::name_kinds(names);
+}
+
+// Gives the model the adapters [lora] asks for (freezing the rest); a target that matches no layer,
+// or an r above a target's dimensions, is a RecipeError.
+void add_lora_adapters(const RecipeSpec& spec, nn::Module& model) {
+  if (!spec.lora.enabled()) return;
+  try {
+    nn::add_lora(model, lora_options(spec));
+  } catch (const ValueError& e) {
+    GENESIS_THROW(RecipeError, "lora: ", e.what());
   }
-  return join(names, ", ");
 }
 
 // Freezes the parameters training.freeze names; a pattern that matches none, or freezing all, is a
@@ -143,7 +140,7 @@ void freeze_parameters(const RecipeSpec& spec, nn::Module& model) {
   const std::vector<int64_t> matched = model.set_trainable(patterns, false);
   for (size_t i = 0; i < patterns.size(); ++i)
     GENESIS_CHECK(matched[i] > 0, RecipeError, "training.freeze: '", patterns[i],
-                  "' matches no parameter of the model (its parameters: ", parameter_listing(model), ")");
+                  "' matches no parameter of the model (its parameters: ", parameter_names(model), ")");
   GENESIS_CHECK(model.num_parameters(nn::Params::trainable) > 0, RecipeError,
                 "training.freeze freezes every parameter of the model: nothing would train (leave some out)");
 }
@@ -292,7 +289,21 @@ std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
   if (!device.is_cpu()) model->to(device);
   keep_modules_f32(spec, *model);
   freeze_parameters(spec, *model);
+  add_lora_adapters(spec, *model);
+  if (const DType frozen = frozen_dtype(spec); frozen != DType::f32) model->to(frozen, nn::Params::frozen);
   return model;
+}
+
+DType frozen_dtype(const RecipeSpec& spec) {
+  const std::string& d = spec.model.dtype;
+  if (d == "auto") return spec.lora.enabled() ? amp_dtype(spec).value_or(DType::f32) : DType::f32;
+  return d == "bf16" ? DType::bf16 : d == "f16" ? DType::f16 : DType::f32;
+}
+
+nn::LoraOptions lora_options(const RecipeSpec& spec) {
+  const RecipeSpec::Lora& l = spec.lora;
+  return {.r = l.r, .alpha = l.alpha, .dropout = l.dropout, .targets = l.targets, .use_rslora = l.use_rslora,
+          .init = l.init};
 }
 
 std::optional<DType> amp_dtype(const RecipeSpec& spec) {

@@ -8,6 +8,7 @@
 
 #include "libgenesis/amp/grad_scaler.h"
 #include "libgenesis/data/dataset.h"
+#include "libgenesis/nn/lora.h"
 #include "libgenesis/nn/module.h"
 #include "libgenesis/optim/lr_schedule.h"
 #include "libgenesis/optim/optimizer.h"
@@ -21,6 +22,12 @@ Device resolve_device(const std::string& requested);
 // The model on `device`, with the modules amp.keep_f32 names kept out of autocast and the
 // parameters training.freeze names frozen (a pattern that matches nothing is a RecipeError).
 std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device);
+
+// The dtype model.dtype keeps the frozen parameters in ("auto": a LoRA base in amp.dtype when
+// autocast runs in bf16/fp16, the precision its products take anyway; f32 otherwise).
+DType frozen_dtype(const RecipeSpec& spec);
+// [lora] as the adapters' options.
+nn::LoraOptions lora_options(const RecipeSpec& spec);
 
 // Refuses (RecipeError) a model.init_from that is no model directory, or whose config.json is
 // of another family than model.name: the directory would silently decide the architecture.

@@ -54,6 +54,7 @@ struct RecipeSpec {
     Config config;
     double dropout = 0;     // every family's: build_model sets the model's dropout from it
     std::string init_from;  // language models: a Hugging Face model directory to start from
+    std::string dtype;      // "auto", "f32", "bf16", "f16": the storage of the parameters that do not train
     bool is_language_model() const { return name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3"; }
     // The config of `name`'s family with that family's defaults: what the loader fills once it
     // has read model.name.
@@ -129,6 +130,17 @@ struct RecipeSpec {
     bool steps_given() const { return steps > 0; }
     bool operator==(const Training&) const = default;
   };
+  // LoRA (nn/lora.h): on when r > 0.
+  struct Lora {
+    int64_t r = 0;
+    double alpha = 0;
+    double dropout = 0;
+    std::vector<std::string> targets;
+    bool use_rslora = false;
+    std::string init;
+    bool enabled() const { return r > 0; }
+    bool operator==(const Lora&) const = default;
+  };
   struct Eval {
     std::string split;  // "test" or "val"
     int64_t batch_size = 0;  // 0 = unset: recipe::eval_batch_size decides
@@ -162,6 +174,7 @@ struct RecipeSpec {
   Optimizer optimizer;
   Scheduler scheduler;
   Training training;
+  Lora lora;
   Eval eval;
   Amp amp;
   Dist dist;

@@ -162,6 +162,10 @@ const std::vector<SectionSpec>& recipe_sections() {
       {"optimizer", "The optimizer. Keys marked with optimizer names are used by those only."},
       {"scheduler", "Learning-rate schedule, as a factor of optimizer.lr; step counts are optimizer steps."},
       {"training", "Length of the run, batching, gradient clipping, logging and checkpoints."},
+      {"lora",
+       "LoRA (Hu et al. 2021): the model loaded from model.init_from is frozen (kept in model.dtype) and each "
+       "target linear layer gains a trainable low-rank update scale * B A, with PEFT's names, initialization "
+       "and scale (alpha / r, or alpha / sqrt(r) with use_rslora). On when r is given; see docs/finetuning.md."},
       {"eval", "Evaluation during and after training."},
       {"amp",
        "Mixed precision: the forward pass under autocast in bf16 or fp16 (parameters, gradients reaching them "
@@ -392,6 +396,14 @@ const std::vector<KeySpec>& recipe_schema() {
               "from (relative paths start at the working directory); its config.json sets the architecture. "
               "Empty = random initialization.",
        .field = GENESIS_RECIPE_FIELD(model.init_from)},
+      {.section = "model",
+       .key = "dtype",
+       .fallback = S{"auto"},
+       .choices = {"auto", "f32", "bf16", "f16"},
+       .doc = "Storage dtype of the parameters that do not train (a LoRA base, training.freeze's); trained "
+              "parameters stay f32, their own master copy. auto: a LoRA base in amp.dtype when autocast runs in bf16 "
+              "or fp16 (the precision its products take anyway), f32 otherwise.",
+       .field = GENESIS_RECIPE_FIELD(model.dtype)},
       // [data]
       {.section = "data",
        .key = "name",
@@ -730,6 +742,47 @@ const std::vector<KeySpec>& recipe_schema() {
               "(no checkpoint of it is written); skip: training goes on and summary.json counts the skipped steps. "
               "fp16 runs leave this to the loss scaler.",
        .field = GENESIS_RECIPE_FIELD(training.on_nonfinite)},
+      // [lora]
+      {.section = "lora",
+       .key = "r",
+       .presence = Presence::Optional,
+       .min = at_least(1),
+       .doc = "The adapters' rank; setting it turns LoRA on (needs model.init_from).",
+       .field = GENESIS_RECIPE_FIELD(lora.r)},
+      {.section = "lora",
+       .key = "alpha",
+       .fallback = 8.0,
+       .min = above(0),
+       .doc = "Scale numerator (PEFT's lora_alpha): the update is multiplied by alpha / r.",
+       .field = GENESIS_RECIPE_FIELD(lora.alpha)},
+      {.section = "lora",
+       .key = "dropout",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .max = below(1),
+       .doc = "Dropout on each adapter's input while training (PEFT's lora_dropout).",
+       .field = GENESIS_RECIPE_FIELD(lora.dropout)},
+      {.section = "lora",
+       .key = "targets",
+       .fallback = Strings{"all-linear"},
+       .check = check_nonempty_strings,
+       .check_doc = "non-empty strings",
+       .doc = "Layers to adapt: names or dotted suffixes of linear layers (\"q_proj\", \"self_attn.v_proj\", "
+              "\"c_attn\"), or \"all-linear\" for every linear layer of the blocks (not the output head). A name "
+              "that matches no layer is an error listing the model's.",
+       .field = GENESIS_RECIPE_FIELD(lora.targets)},
+      {.section = "lora",
+       .key = "use_rslora",
+       .fallback = false,
+       .doc = "Rank-stabilized scale alpha / sqrt(r) (Kalajdzievski 2023) instead of alpha / r.",
+       .field = GENESIS_RECIPE_FIELD(lora.use_rslora)},
+      {.section = "lora",
+       .key = "init",
+       .fallback = S{"default"},
+       .choices = {"default", "gaussian"},
+       .doc = "default: A Kaiming-uniform, B zero (PEFT's init_lora_weights = true); gaussian: A normal(0, 1/r), "
+              "B zero. Either way the adapted model starts equal to its base.",
+       .field = GENESIS_RECIPE_FIELD(lora.init)},
       // [eval]
       {.section = "eval",
        .key = "split",
@@ -862,6 +915,30 @@ const std::vector<RecipeRule>& recipe_rules() {
        [](const RecipeSpec& r) -> std::string {
          return r.training.steps == 0 && r.training.epochs == 0
                     ? "training needs steps or epochs (steps wins when both are given)"
+                    : "";
+       }},
+      {{"lora.r", "model.init_from"},
+       "lora.r needs model.init_from: LoRA adapts a pretrained model.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.lora.enabled() && r.model.init_from.empty()
+                    ? "lora.r needs model.init_from: LoRA adapts a pretrained model (a Hugging Face directory)"
+                    : "";
+       }},
+      {{"lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.init"},
+       "The other lora keys need lora.r, which turns LoRA on.",
+       [](const RecipeSpec& r) -> std::string {
+         const RecipeSpec::Lora& l = r.lora;
+         const bool other_set = l.alpha != 8.0 || l.dropout != 0.0 || l.targets != std::vector<std::string>{"all-linear"} ||
+                                l.use_rslora || l.init != "default";
+         return !l.enabled() && other_set ? "lora keys are set but lora.r is not: set lora.r to train LoRA adapters"
+                                          : "";
+       }},
+      {{"training.freeze", "lora.r"},
+       "training.freeze and LoRA exclude each other: LoRA freezes the whole base.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.lora.enabled() && !r.training.freeze.empty()
+                    ? "training.freeze has no use under LoRA, which freezes the whole base and trains the adapters: "
+                      "leave training.freeze out"
                     : "";
        }},
       {{"optimizer.nesterov"},

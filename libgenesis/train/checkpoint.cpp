@@ -58,7 +58,12 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
                                       const std::filesystem::path& tokenizer) {
   std::string name = io::checkpoint_name(state.step);
   io::DirectoryTransaction tx(checkpoints_dir / name, /*replace=*/true);
-  io::save_safetensors(tx.path() / "model.safetensors", to_pairs(model.state_dict()), {{"format", "genesis"}});
+  if (state.base) {
+    io::save_safetensors(tx.path() / "model.safetensors", to_pairs(model.named_parameters(nn::Params::trainable)),
+                         {{"format", "genesis"}, {"contents", "trained parameters"}});
+  } else {
+    io::save_safetensors(tx.path() / "model.safetensors", to_pairs(model.state_dict()), {{"format", "genesis"}});
+  }
   io::save_safetensors(tx.path() / "optimizer.safetensors", to_pairs(optimizer_state),
                        {{"optimizer", std::string(optimizer_name)}});
   nlohmann::json trainer{{"step", state.step},
@@ -75,6 +80,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
     trainer["grad_scaler"] = {
         {"scale", g->scale}, {"growth_tracker", g->growth_tracker}, {"skipped_steps", g->skipped_steps}};
   }
+  if (state.base) trainer["base"] = {{"dir", state.base->dir}, {"fingerprint", state.base->fingerprint}};
   if (state.log_window_steps > 0 && std::isfinite(state.log_window_loss))
     trainer["log_window"] = {{"steps", state.log_window_steps}, {"loss_sum", state.log_window_loss}};
   io::write_file_atomic(tx.path() / "trainer.json", trainer.dump(2) + "\n");
@@ -150,6 +156,16 @@ TrainerState parse_trainer_json(const nlohmann::json& j, const std::string& file
                   ": field 'log_window.loss_sum' must be a finite number, not ", loss.dump());
     s.log_window_loss = loss.get<double>();
   }
+  if (j.contains("base")) {
+    const nlohmann::json& b = j["base"];
+    auto text = [&](const char* name) {
+      const nlohmann::json& v = field(b, name, std::string("base.") + name);
+      GENESIS_CHECK(v.is_string() && !v.get<std::string>().empty(), FormatError, file, ": field 'base.", name,
+                    "' must be a non-empty string, not ", v.dump());
+      return v.get<std::string>();
+    };
+    s.base = BaseModelRef{.dir = text("dir"), .fingerprint = text("fingerprint")};
+  }
   return s;
 }
 
@@ -177,7 +193,7 @@ TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& mode
   std::vector<NamedTensor> state = read_all(weights);
   for (const NamedTensor& t : state) io::require_finite(t.tensor, t.name, weights.path());
   try {
-    model.load_state_dict(state);
+    model.load_state_dict(state, s.base ? nn::Params::trainable : nn::Params::all);
   } catch (const ShapeError& e) {
     GENESIS_THROW(ValueError, "checkpoint ", (dir / "model.safetensors").string(), " does not fit the model: ", e.what());
   }

@@ -1,6 +1,8 @@
 #pragma once
 // A training checkpoint is a directory (checkpoints/step_00001200/) written atomically:
-//   model.safetensors      parameters and buffers, Hugging Face-style names
+//   model.safetensors      parameters and buffers, Hugging Face-style names; a run on a frozen
+//                          base (LoRA) holds its trained parameters only, and trainer.json
+//                          names the base: its directory and fingerprint
 //   optimizer.safetensors  per-parameter optimizer state ("<param>.exp_avg", "<param>.step")
 //   trainer.json           step, data cursor, RNG state, optimizer step count, world size, and
 //                          for fp16 runs the loss scaler (scale, growth tracker, skipped steps)
@@ -21,6 +23,13 @@
 
 namespace genesis::train {
 
+// The frozen model a run's trained parameters (LoRA adapters) apply to.
+struct BaseModelRef {
+  std::string dir;          // model.init_from as the recipe gave it
+  std::string fingerprint;  // models::model_dir_fingerprint of it
+  bool operator==(const BaseModelRef&) const = default;
+};
+
 struct TrainerState {
   int64_t step = 0;               // optimizer steps completed
   data::LoaderCursor cursor;      // the next training batch
@@ -35,6 +44,9 @@ struct TrainerState {
   // resumed run logs the same window means as an uninterrupted one.
   int64_t log_window_steps = 0;
   double log_window_loss = 0.0;
+  // Set for a run that trains adapters on a frozen base: its checkpoints hold the trained
+  // parameters only.
+  std::optional<BaseModelRef> base;
 };
 
 // Writes checkpoints_dir/step_<step>/ atomically, points `latest` at it and keeps the newest
@@ -58,7 +70,9 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
 // `file` and the field otherwise.
 TrainerState read_trainer_json(std::string_view text, const std::string& file);
 
-// Restores model (strict: names and shapes must match) and, when given, the optimizer.
+// Restores model (strict: names and shapes must match; the trained parameters alone when the
+// checkpoint names a base, which the caller has loaded and compares with state.base) and, when
+// given, the optimizer.
 // `path` may be a checkpoint directory, a `latest` pointer or a checkpoints directory.
 // `load_optimizer`, when given, takes the checkpoint's whole optimizer state in place of
 // Optimizer::load_state (ZeRO-1 cuts it to its rank's pieces).

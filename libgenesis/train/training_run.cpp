@@ -7,6 +7,7 @@
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/causal_lm.h"
+#include "libgenesis/models/hf.h"
 #include "libgenesis/ops/linalg.h"
 #include "libgenesis/recipe/build.h"
 #include "libgenesis/train/run_dir.h"
@@ -113,9 +114,14 @@ void TrainingRun::load_data_and_model() {
                                             data_parallel_.get());
   state_.optimizer_name = optimizer_->name();
   state_.scheduler_name = spec_.scheduler.name;
+  // A LoRA run's checkpoints hold its adapters and name the base they apply to.
+  if (spec_.lora.enabled())
+    state_.base = BaseModelRef{.dir = spec_.model.init_from,
+                               .fingerprint = models::model_dir_fingerprint(spec_.model.init_from)};
 }
 
 void TrainingRun::resume() {
+  const std::optional<BaseModelRef> base = state_.base;
   std::string fallback;
   state_ = load_for_resume(run_dir_ / "checkpoints", *model_, optimizer_.get(),
                            zero_ ? OptimizerStateLoader([this](Optimizer& o, const std::vector<NamedTensor>& saved,
@@ -131,6 +137,14 @@ void TrainingRun::resume() {
       truncate_metrics_after(run_dir_ / "metrics.jsonl", state_.step);
       log_->reopen_metrics();  // the truncation wrote a new file
     }
+  }
+  if (state_.base != base) {
+    auto describe = [](const std::optional<BaseModelRef>& b) {
+      return b ? "the base " + b->dir + " (fingerprint " + b->fingerprint + ")" : std::string("no base (full training)");
+    };
+    GENESIS_THROW(RecipeError, "--resume: the checkpoint in ", (run_dir_ / "checkpoints").string(), " was trained on ",
+                  describe(state_.base), " but this run has ", describe(base),
+                  ": resume with the model.init_from (and [lora]) it was trained with");
   }
   if (state_.world_size != world_)
     log_->note("warning: the checkpoint was written by " + std::to_string(state_.world_size) + " rank(s) and " +

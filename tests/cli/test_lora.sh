@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# LoRA end to end on the CPU: a tiny Llama trained a few SFT steps and exported as the base; a
+# [lora] run on it writes checkpoints that hold the adapters alone and name the base (directory
+# and fingerprint); --resume against a changed base exits 2; `convert --to peft` writes PEFT's
+# two files (its names and config); `convert --to hf --merge` writes the merged model, which
+# generates what the run's checkpoint (base + adapters) generates; `--to hf` without --merge is
+# a usage error.
+#   tests/cli/test_lora.sh PATH_TO_GENESIS SOURCE_DIR
+set -u
+source "$(dirname "$0")/common.sh" "$@"
+
+requires python3 command -v python3
+python3 "$src/data/make_sft.py" --out "$work/data" --train 200 --val 20 >/dev/null || fail "make_sft.py failed"
+recipe() {  # recipe NAME EXTRA_MODEL_TOML STEPS LR
+  cat <<EOF
+[run]
+name = "$1"
+seed = 0
+device = "cpu"
+
+[model]
+name = "llama"
+vocab_size = 259
+hidden_size = 32
+intermediate_size = 64
+num_hidden_layers = 2
+num_attention_heads = 2
+num_key_value_heads = 1
+max_position_embeddings = 128
+tie_word_embeddings = true
+$2
+[data]
+name = "sft"
+path = "$work/data/sft_reverse/train.jsonl"
+val_fraction = 0.1
+chat_template = "$work/data/bytes/tokenizer_config.json"
+cache_dir = "$work/cache"
+pack = true
+seq_len = 128
+
+[optimizer]
+name = "adamw"
+lr = $4
+
+[training]
+steps = $3
+batch_size = 4
+log_every = 1
+checkpoint_every = 10
+keep_last = 5
+EOF
+}
+recipe base 'dtype = "f32"' 300 1e-2 | sed -e "s|^\[data\]|[data]\ntokenizer = \"$work/data/bytes\"|" \
+  -e "s|^checkpoint_every = 10|checkpoint_every = 0|" >"$work/base.toml"
+"$genesis" train "$work/base.toml" --out "$work/base_run" -q >/dev/null 2>"$work/base.err" \
+  || { cat "$work/base.err"; fail "base training failed"; }
+"$genesis" convert "$work/base_run" "$work/base" --to hf -q >/dev/null || fail "base export failed"
+
+printf '%s\n[lora]\nr = 4\nalpha = 8.0\n' "$(recipe lora "init_from = \"$work/base\"" 30 3e-2)" >"$work/lora.toml"
+"$genesis" train "$work/lora.toml" --out "$work/lora" -q >/dev/null 2>"$work/lora.err"
+rc=$?
+check "genesis train with [lora]" 0 $rc
+[ $rc -eq 0 ] || cat "$work/lora.err"
+
+python3 - "$work/lora" "$work/base" <<'PY' && ok "checkpoints hold the 28 adapter tensors only and name the base" \
+  || fail "a LoRA checkpoint holds more than its adapters, or does not name its base"
+import json, struct, sys
+run, base = sys.argv[1:]
+for step in ("00000020", "00000030"):
+    ck = f"{run}/checkpoints/step_{step}"
+    with open(ck + "/model.safetensors", "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    names = [n for n in header if n != "__metadata__"]
+    assert len(names) == 2 * 7 * 2, names  # A and B of 7 projections in 2 layers
+    assert all(n.endswith((".lora_A.weight", ".lora_B.weight")) for n in names), names
+    trainer = json.load(open(ck + "/trainer.json"))
+    assert trainer["base"]["dir"] == base and trainer["base"]["fingerprint"], trainer
+s = json.load(open(run + "/summary.json"))
+# r (in + out) for q, o (32 -> 32), k, v (32 -> 16), gate, up, down (32 <-> 64), in 2 layers
+assert s["trainable_parameters"] == 2 * 4 * ((32 + 32) * 2 + (32 + 16) * 2 + (32 + 64) * 3), s
+PY
+
+# PEFT's format.
+"$genesis" convert "$work/lora" "$work/peft" --to peft -q >"$work/peft.out" 2>"$work/peft.err"
+check "convert --to peft" 0 $?
+python3 - "$work/peft" "$work/base" <<'PY' && ok "the PEFT adapter has PEFT's names, r, alpha and base" \
+  || fail "the PEFT adapter's names or config are wrong"
+import json, struct, sys
+out, base = sys.argv[1:]
+config = json.load(open(out + "/adapter_config.json"))
+assert config["peft_type"] == "LORA" and config["r"] == 4 and config["lora_alpha"] == 8, config
+assert config["base_model_name_or_path"] == base, config
+with open(out + "/adapter_model.safetensors", "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+names = [n for n in header if n != "__metadata__"]
+assert len(names) == 28 and all(n.startswith("base_model.model.model.layers.") for n in names), names
+PY
+
+# The merged model generates what base + adapters generate (greedy).
+"$genesis" convert "$work/lora" "$work/merged" --to hf -q >/dev/null 2>"$work/nomerge.err"
+rc=$?
+check "convert --to hf of a LoRA run without --merge" 2 $rc
+grep -q -- "--to hf --merge" "$work/nomerge.err" && ok "the error names --to peft and --merge" || fail "$(cat "$work/nomerge.err")"
+"$genesis" convert "$work/lora" "$work/merged" --to hf --merge -q >/dev/null 2>"$work/merge.err"
+check "convert --to hf --merge" 0 $?
+gen() { "$genesis" generate "$@" --prompt "<|im_start|>user\nReverse: cat dog owl<|im_end|>\n<|im_start|>assistant\n" --max-new-tokens 12 --temperature 0 --ids -q 2>/dev/null; }
+a=$(gen --checkpoint "$work/lora")
+b=$(gen --model "$work/merged")
+c=$(gen --model "$work/base")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "merged model = base + adapters: $a" || fail "merged '$b' vs adapters '$a'"
+[ "$a" != "$c" ] && ok "the adapters change the base's output" || fail "the adapters changed nothing: '$c'"
+
+# A changed base: --resume refuses it (exit 2) and names both fingerprints.
+python3 - "$work/base/model.safetensors" <<'PY'
+import struct, sys
+path = sys.argv[1]
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    f.seek(8 + n + 4)
+    byte = f.read(1)
+    f.seek(8 + n + 4)
+    f.write(bytes([byte[0] ^ 0x40]))
+PY
+"$genesis" train "$work/lora.toml" --out "$work/lora" --resume --set training.steps=9 -q >/dev/null 2>"$work/resume.err"
+rc=$?
+check "--resume against a changed base" 2 $rc
+tail -n 1 "$work/resume.err" | grep -q "was trained on the base $work/base (fingerprint .*) but this run has the base" \
+  && ok "one error line naming the base and both fingerprints" || fail "resume error: $(cat "$work/resume.err")"
+"$genesis" generate --checkpoint "$work/lora" --prompt "x" --max-new-tokens 2 -q >/dev/null 2>"$work/gen.err"
+check "generate --checkpoint with a changed base" 2 $?
+
+finish "lora_cli"

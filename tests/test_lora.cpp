@@ -1,0 +1,235 @@
+// LoRA (nn/lora.h): the adapter's forward and gradients (f64 gradcheck), target selection,
+// an adapted model equal to its base while B = 0, a frozen base left byte-identical by training,
+// and the [lora] recipe keys.
+#include <cmath>
+#include <filesystem>
+
+#include "libgenesis/models/hf.h"
+#include "libgenesis/nn/layers.h"
+#include "libgenesis/nn/lora.h"
+#include "libgenesis/recipe/build.h"
+#include "tests/testing.h"
+
+using namespace genesis;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kLlama = R"({"model_type": "llama", "vocab_size": 40, "hidden_size": 16, "intermediate_size": 24,
+                         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                         "tie_word_embeddings": false})";
+const char* kGpt2 = R"({"model_type": "gpt2", "vocab_size": 40, "n_positions": 16, "n_embd": 8, "n_layer": 2,
+                        "n_head": 2})";
+
+std::shared_ptr<models::CausalLM> tiny(const char* config) {
+  manual_seed(5);
+  return models::causal_lm_from_config(config);
+}
+
+Tensor ids_for(int64_t vocab) {
+  Tensor ids = empty({2, 7}, {.dtype = DType::i64});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 7 + 3) % vocab;
+  return ids;
+}
+
+std::vector<std::string> adapted(const nn::Module& model) {
+  std::vector<std::string> names;
+  for (const auto& [name, target] : nn::lora_targets(model))
+    if (target->lora()) names.push_back(name);
+  return names;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("LoRA: forward is base + scale (x A^T) B^T; gradients of x, A and B gradchecked in f64", "[cpu][lora]") {
+  manual_seed(3);
+  nn::Linear layer(5, 4, true);
+  layer.to(DType::f64);
+  layer.set_trainable(false);
+  nn::LoraOptions options{.r = 3, .alpha = 6, .targets = {"all-linear"}};
+  layer.attach_lora(nn::make_lora_adapter(5, 4, options, kCPU));
+  layer.to(DType::f64);
+  const nn::LoraAdapter& lora = *layer.lora();
+  CHECK(lora.scale == 2.0);
+  Tensor a = lora.a->weight(), b = lora.b->weight();
+  CHECK(a.shape() == Shape{3, 5});
+  CHECK(b.shape() == Shape{4, 3});
+  CHECK(b.to_vector<double>() == std::vector<double>(12, 0.0));  // PEFT's init: B = 0
+  {
+    NoGradGuard no_grad;
+    b.copy_(testing::rand_values({4, 3}, DType::f64));
+  }
+  const Tensor x = testing::rand_leaf({2, 3, 5});
+  // The closed form, in f64.
+  const Tensor w = layer.named_parameters()[0].tensor, bias = layer.named_parameters()[1].tensor;
+  const Tensor expected =
+      add(add(matmul(x, w.t()), bias), mul(matmul(matmul(x, a.t()), b.t()), 2.0));
+  testing::require_close(layer(x), expected, 1e-12, 1e-12);
+  testing::gradcheck([&](const TensorList& in) { return layer(in[0]); }, {x, a, b});
+  // The frozen base weight gets no gradient.
+  mean(layer(x)).backward();
+  CHECK(!w.grad().defined());
+  CHECK(a.grad().defined());
+
+  // Dropout acts on the adapter's input while training only.
+  nn::Linear dropped(5, 4, false);
+  dropped.attach_lora(nn::make_lora_adapter(5, 4, {.r = 2, .dropout = 0.5, .targets = {"all-linear"}}, kCPU));
+  {
+    NoGradGuard no_grad;
+    dropped.lora()->b->weight().fill_(1.0);
+  }
+  const Tensor x32 = testing::rand_values({8, 5});
+  dropped.eval();
+  const Tensor eval_out = dropped(x32);
+  testing::require_close(eval_out, dropped(x32), 0, 0);
+  dropped.train();
+  CHECK(!testing::allclose(dropped(x32), eval_out, 1e-3, 1e-3));
+}
+
+TEST_CASE("LoRA: targets by name or dotted suffix, all-linear, and errors naming the layers", "[cpu][lora]") {
+  CHECK(nn::lora_pattern_matches("model.layers.0.self_attn.q_proj", "q_proj"));
+  CHECK(nn::lora_pattern_matches("model.layers.0.self_attn.q_proj", "self_attn.q_proj"));
+  CHECK(nn::lora_pattern_matches("q_proj", "q_proj"));
+  CHECK(!nn::lora_pattern_matches("model.layers.0.self_attn.q_proj", "proj"));
+  CHECK(!nn::lora_pattern_matches("model.layers.0.self_attn.xq_proj", "q_proj"));
+
+  auto llama = tiny(kLlama);
+  const int64_t total = llama->num_parameters();
+  auto names = nn::add_lora(*llama, {.r = 2, .targets = {"q_proj", "mlp.down_proj"}});
+  CHECK(names == std::vector<std::string>{"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj",
+                                          "model.layers.1.self_attn.q_proj", "model.layers.1.mlp.down_proj"});
+  CHECK(adapted(*llama) == names);
+  // Only the adapters train: q_proj 16 -> 16 and down_proj 24 -> 16 at r = 2, two layers.
+  const int64_t adapters = 2 * (2 * (16 + 16) + 2 * (24 + 16));
+  CHECK(llama->num_parameters(nn::Params::trainable) == adapters);
+  CHECK(llama->num_parameters() == total + adapters);
+  for (const NamedTensor& p : llama->named_parameters(nn::Params::trainable))
+    CHECK((p.name.ends_with(".lora_A.weight") || p.name.ends_with(".lora_B.weight")));
+
+  // all-linear: the seven projections of each decoder layer; GPT-2's four Conv1D layers; never a head.
+  auto all = tiny(kLlama);
+  CHECK(nn::add_lora(*all, {.r = 2, .targets = {"all-linear"}}).size() == 2 * 7);
+  auto gpt2 = tiny(kGpt2);
+  CHECK(nn::add_lora(*gpt2, {.r = 2, .targets = {"all-linear"}}) ==
+        std::vector<std::string>{"transformer.h.0.attn.c_attn", "transformer.h.0.attn.c_proj",
+                                 "transformer.h.0.mlp.c_fc", "transformer.h.0.mlp.c_proj",
+                                 "transformer.h.1.attn.c_attn", "transformer.h.1.attn.c_proj",
+                                 "transformer.h.1.mlp.c_fc", "transformer.h.1.mlp.c_proj"});
+  for (const NamedTensor& p : gpt2->named_parameters(nn::Params::trainable)) {
+    if (p.name == "transformer.h.0.attn.c_attn.lora_A.weight") CHECK(p.tensor.shape() == Shape{2, 8});
+    if (p.name == "transformer.h.0.attn.c_attn.lora_B.weight") CHECK(p.tensor.shape() == Shape{24, 2});
+  }
+
+  const std::string none = error_of([] { nn::add_lora(*tiny(kLlama), {.r = 2, .targets = {"q_proj", "proj"}}); });
+  CHECK(none.find("LoRA target 'proj' matches no linear layer") != std::string::npos);
+  CHECK(none.find("model.layers.N.self_attn.q_proj, model.layers.N.self_attn.k_proj") != std::string::npos);
+  const std::string big = error_of([] { nn::add_lora(*tiny(kLlama), {.r = 9, .targets = {"k_proj"}}); });
+  CHECK(big.find("r = 9 exceeds the dimensions of 'model.layers.0.self_attn.k_proj' (16 -> 8): use r <= 8") !=
+        std::string::npos);
+  CHECK(error_of([] { nn::add_lora(*tiny(kLlama), {.r = 2, .targets = {}}); }).find("no target") != std::string::npos);
+
+  CHECK(nn::LoraOptions{.r = 16, .alpha = 32}.scale() == 2.0);
+  CHECK(nn::LoraOptions{.r = 16, .alpha = 32, .use_rslora = true}.scale() == 8.0);
+}
+
+TEST_CASE("LoRA: with B = 0 the adapted models give their base's logits bit for bit", "[cpu][lora]") {
+  for (const char* config : {kLlama, kGpt2}) {
+    auto model = tiny(config);
+    model->eval();
+    const Tensor ids = ids_for(40);
+    const std::vector<float> base = model->forward(ids).to_vector<float>();
+    nn::add_lora(*model, {.r = 4, .alpha = 16, .targets = {"all-linear"}});
+    CHECK(model->forward(ids).to_vector<float>() == base);
+  }
+}
+
+TEST_CASE("LoRA: training moves the adapters only; the frozen base stays byte-identical", "[cpu][lora]") {
+  for (const char* config : {kLlama, kGpt2}) {
+    auto model = tiny(config);
+    {
+      // A "pretrained" head: Hugging Face's init (std 0.02) leaves logits within about +-0.3 of
+      // each other behind the final norm, which no adapter below it can widen.
+      NoGradGuard no_grad;
+      for (NamedTensor p : model->named_parameters())
+        if (p.name.find("lm_head") != std::string::npos || p.name.find("wte") != std::string::npos)
+          p.tensor.copy_(mul(p.tensor, 50.0));
+    }
+    nn::add_lora(*model, {.r = 4, .alpha = 8, .dropout = 0.1, .targets = {"all-linear"}});
+    std::vector<std::pair<std::string, std::vector<float>>> frozen;
+    for (const NamedTensor& p : model->named_parameters(nn::Params::frozen))
+      frozen.emplace_back(p.name, p.tensor.to_vector<float>());
+    std::vector<ParamGroup> groups(1);
+    groups[0].params = model->named_parameters(nn::Params::trainable);
+    groups[0].lr = groups[0].base_lr = 3e-2;
+    auto adamw = make_adam(std::move(groups));
+    const Tensor ids = ids_for(40);
+    const Tensor targets = ids;  // learn to repeat the input: reachable through the adapters
+    double first = 0, last = 0;
+    for (int step = 0; step < 40; ++step) {
+      adamw->zero_grad(true);
+      const Tensor loss = model->loss(ids, targets, Reduction::mean, Tensor());
+      loss.backward();
+      adamw->step();
+      (step == 0 ? first : last) = loss.item();
+    }
+    INFO("loss " << first << " -> " << last);
+    CHECK(last < 0.7 * first);
+    const std::vector<NamedTensor> after = model->named_parameters(nn::Params::frozen);
+    REQUIRE(after.size() == frozen.size());
+    for (size_t i = 0; i < after.size(); ++i) {
+      CHECK(after[i].name == frozen[i].first);
+      CHECK(after[i].tensor.to_vector<float>() == frozen[i].second);
+      CHECK(!after[i].tensor.grad().defined());
+    }
+    // Two optimizer slots and a step count per adapter tensor, none for the base.
+    CHECK(adamw->state().size() == 3 * model->named_parameters(nn::Params::trainable).size());
+  }
+}
+
+TEST_CASE("LoRA recipes: [lora] adapts init_from's model in model.dtype; bad keys are recipe errors", "[cpu][lora]") {
+  const fs::path dir = fs::temp_directory_path() / "genesis_test_lora_base";
+  fs::remove_all(dir);
+  models::save_hf_model(*tiny(kLlama), dir);
+  const std::string base = "[run]\nname = \"t\"\n[model]\nname = \"llama\"\ninit_from = \"" + dir.string() +
+                           "\"\n[data]\nname = \"tokens\"\nshards = \"unused\"\nseq_len = 8\nval_fraction = 0.1\n[optimizer]\nname = \"adamw\"\nlr = 1e-3\n"
+                           "[training]\nsteps = 1\n[eval]\nsplit = \"val\"\n";
+  auto build = [&](const std::string& extra) { return recipe::build_model(parse_recipe(base + extra, "t.toml"), kCPU); };
+
+  // auto: f32 without autocast, bf16 under amp.dtype = bf16; adapters f32 either way.
+  for (const auto& [extra, frozen] : {std::pair{std::string("[lora]\nr = 4\n"), DType::f32},
+                                      std::pair{std::string("[amp]\ndtype = \"bf16\"\n[lora]\nr = 4\n"), DType::bf16}}) {
+    auto model = build(extra);
+    CHECK(adapted(*model).size() == 2 * 7);
+    for (const NamedTensor& p : model->named_parameters())
+      CHECK(p.tensor.dtype() == (p.tensor.requires_grad() ? DType::f32 : frozen));
+  }
+  auto qv = build("[lora]\nr = 2\nalpha = 4.0\ntargets = [\"q_proj\", \"v_proj\"]\n");
+  CHECK(adapted(*qv).size() == 4);
+
+  auto recipe_error = [&](const std::string& extra) {
+    return error_of([&] { build(extra); });
+  };
+  CHECK(recipe_error("[lora]\nr = 4\ntargets = [\"qkv\"]\n").find("lora: LoRA target 'qkv' matches no linear layer") !=
+        std::string::npos);
+  CHECK(recipe_error("[lora]\nr = 12\n").find("use r <= 8") != std::string::npos);
+  CHECK(recipe_error("[lora]\nalpha = 16.0\n").find("lora.r is not") != std::string::npos);
+  std::string frozen_too = base;
+  frozen_too.replace(frozen_too.find("steps = 1\n"), 10, "steps = 1\nfreeze = [\"embed\"]\n");
+  CHECK(error_of([&] { parse_recipe(frozen_too + "[lora]\nr = 4\n", "t.toml"); }).find("training.freeze has no use") !=
+        std::string::npos);
+  CHECK(error_of([] {
+          parse_recipe("[run]\nname = \"t\"\n[model]\nname = \"llama\"\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n"
+                       "[training]\nsteps = 1\n[lora]\nr = 4\n",
+                       "t.toml");
+        }).find("lora.r needs model.init_from") != std::string::npos);
+  fs::remove_all(dir);
+}
