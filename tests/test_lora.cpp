@@ -2,8 +2,14 @@
 // an adapted model equal to its base while B = 0, a frozen base left byte-identical by training,
 // and the [lora] recipe keys.
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
+#include "libgenesis/autograd/autocast.h"
+#include "libgenesis/convert/peft.h"
+#include "libgenesis/io/file_util.h"
 #include "libgenesis/models/hf.h"
 #include "libgenesis/nn/layers.h"
 #include "libgenesis/nn/lora.h"
@@ -232,4 +238,82 @@ TEST_CASE("LoRA recipes: [lora] adapts init_from's model in model.dtype; bad key
                        "t.toml");
         }).find("lora.r needs model.init_from") != std::string::npos);
   fs::remove_all(dir);
+}
+
+TEST_CASE("LoRA: adapters PEFT wrote (tests/fixtures/peft) give PEFT's logits on their bases", "[cpu][lora][peft]") {
+  // scripts/reference/make_peft_fixture.py: tiny llama, qwen2 and gpt2 bases, PEFT adapters of
+  // r 4 on every linear layer with random non-zero A and B, and the f32 logits of both models.
+  for (const std::string type : {"llama", "qwen2", "gpt2"}) {
+    fs::path dir;
+    for (const char* root : std::initializer_list<const char*>{std::getenv("GENESIS_SOURCE_DIR"), GENESIS_SOURCE_DIR})
+      if (root && fs::exists(fs::path(root) / "tests/fixtures/peft" / type)) dir = fs::path(root) / "tests/fixtures/peft" / type;
+    REQUIRE_FALSE(dir.empty());
+    const nlohmann::json reference = nlohmann::json::parse(io::read_file(dir / "reference.json"));
+    const auto ids_rows = reference.at("input_ids").get<std::vector<std::vector<int64_t>>>();
+    Tensor ids = empty({static_cast<int64_t>(ids_rows.size()), static_cast<int64_t>(ids_rows[0].size())},
+                       {.dtype = DType::i64});
+    for (size_t r = 0; r < ids_rows.size(); ++r)
+      for (size_t c = 0; c < ids_rows[r].size(); ++c) ids.data<int64_t>()[r * ids_rows[0].size() + c] = ids_rows[r][c];
+    auto compare = [&](const Tensor& logits, const char* key) {
+      const auto expected = reference.at(key).get<std::vector<std::vector<std::vector<float>>>>();
+      const std::vector<float> got = logits.contiguous().to_vector<float>();
+      double worst = 0;
+      size_t i = 0;
+      for (const auto& row : expected)
+        for (const auto& position : row)
+          for (float v : position) worst = std::max(worst, std::abs(static_cast<double>(got[i++]) - v));
+      REQUIRE(i == got.size());
+      INFO(type << " " << key << ": largest difference " << worst);
+      CHECK(worst < 2e-4);  // f32 through a 2-layer model: transformers and genesis sum in other orders
+    };
+    auto model = models::load_hf_model(dir / "base");
+    model->eval();
+    compare(model->forward(ids), "base_logits");
+    const io::PeftAdapter adapter = io::read_peft_adapter(dir / "adapter");
+    CHECK(io::apply_peft_adapter(*model, adapter).size() == (type == "gpt2" ? 2 * 4 : 2 * 7));
+    compare(model->forward(ids), "adapted_logits");
+  }
+}
+
+TEST_CASE("cuda LoRA: a bf16 base under autocast trains its adapters as the CPU's f32 run does", "[cuda][lora]") {
+  if (!testing::cuda_ready()) return;
+  constexpr Device kCuda0{DeviceType::cuda, 0};
+  // The same tiny Llama with non-zero adapters on both devices: the loss and the adapters'
+  // gradients of the CUDA step (bf16 base, bf16 autocast) against the CPU's in f32.
+  auto cpu = tiny(kLlama);
+  nn::add_lora(*cpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
+  {
+    NoGradGuard no_grad;
+    Generator gen(9);
+    for (NamedTensor p : cpu->named_parameters(nn::Params::trainable))
+      if (p.name.ends_with("lora_B.weight")) p.tensor.copy_(mul(randn(p.tensor.shape(), {}, &gen), 0.05));
+  }
+  auto gpu = tiny(kLlama);
+  nn::add_lora(*gpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
+  gpu->load_state_dict(cpu->state_dict());
+  gpu->to(DType::bf16, nn::Params::frozen);
+  gpu->to(kCuda0);
+  const Tensor ids = ids_for(40);
+  const Tensor cpu_loss = cpu->loss(ids, ids_for(39), Reduction::mean, Tensor());
+  cpu_loss.backward();
+  Tensor gpu_loss;
+  {
+    AutocastGuard autocast(DType::bf16);
+    gpu_loss = gpu->loss(ids.to(kCuda0), ids_for(39).to(kCuda0), Reduction::mean, Tensor());
+  }
+  gpu_loss.backward();
+  CHECK(gpu_loss.item() == Approx(cpu_loss.item()).epsilon(2e-2));
+  const std::vector<NamedTensor> a = cpu->named_parameters(nn::Params::trainable);
+  const std::vector<NamedTensor> b = gpu->named_parameters(nn::Params::trainable);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].name);
+    CHECK(b[i].tensor.dtype() == DType::f32);
+    const Tensor ga = a[i].tensor.grad(), gb = b[i].tensor.grad().to(kCPU);
+    // bf16 products: the gradients agree to about 1% of their norm.
+    const double err = std::sqrt(sum(mul(sub(ga, gb), sub(ga, gb))).item());
+    const double norm = std::sqrt(sum(mul(ga, ga)).item());
+    CHECK(err <= 0.03 * norm + 1e-6);
+  }
+  for (const NamedTensor& p : gpu->named_parameters(nn::Params::frozen)) CHECK(!p.tensor.grad().defined());
 }

@@ -334,6 +334,10 @@ void add_bench_command(CLI::App& app) {
   train_cmd->add_option("--packed", tf->packed,
                         "MIN:MAX: pack each row with documents of MIN to MAX tokens (uniform, seeded by run.seed), "
                         "as supervised fine-tuning packs them: attention and positions restart per document");
+  train_cmd->add_option("--lora", tf->options.lora_rank,
+                        "R: train LoRA adapters of rank R (alpha 2R) on every linear layer of the blocks, the base "
+                        "frozen in amp.dtype")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   train_cmd->add_flag("-q,--quiet", tf->options.quiet, "No progress on stderr");
   register_command(train_cmd, [tf] {
     if (!tf->packed.empty()) tf->options.packed = parse_packed_documents(tf->packed);

@@ -210,7 +210,13 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
   set_allow_tf32(spec.run.allow_tf32);
   configure_threads(spec.run.threads, {.measure_load = device.is_cpu()});
   manual_seed(static_cast<uint64_t>(spec.run.seed));
-  std::shared_ptr<nn::Module> model = recipe::build_model(spec, device);
+  RecipeSpec built = spec;
+  if (options.lora_rank > 0) {  // build_model adds the adapters (no init_from needed here)
+    built.lora.r = options.lora_rank;
+    built.lora.alpha = 2.0 * static_cast<double>(options.lora_rank);
+    built.lora.targets = {"all-linear"};
+  }
+  std::shared_ptr<nn::Module> model = recipe::build_model(built, device);
   auto* lm = dynamic_cast<models::CausalLM*>(model.get());
   GENESIS_CHECK(lm != nullptr, UsageError, "genesis bench train: the recipe's model is not a causal LM");
   std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, *model);
@@ -320,6 +326,7 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
                {"mean_docs_per_row", static_cast<double>(synthetic.documents) / static_cast<double>(synthetic.rows)},
                {"rows", synthetic.rows}};
   }
+  if (options.lora_rank > 0) name += " lora r" + std::to_string(options.lora_rank);
   json c{{"name", name},
          {"op", "train_step"},
          {"shapes", json::array({json::array({batch, seq})})},

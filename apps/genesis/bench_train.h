@@ -26,6 +26,10 @@ struct TrainBenchOptions {
   int64_t warmup = 5;                     // untimed steps first (GEMM autotuning, allocator warm-up)
   bool quiet = false;                     // no progress on stderr
   std::optional<PackedDocuments> packed;  // nullopt: each row is one sequence
+  // > 0: LoRA of this rank (alpha 2r, every linear layer of the blocks) on a base frozen in
+  // amp.dtype, as `torch_train_lm.py --lora` sets PEFT up; the recipe needs no init_from (the
+  // base is the recipe's random initialization: the step's time does not depend on its values).
+  int64_t lora_rank = 0;
 };
 
 // `--packed MIN:MAX` (1 <= MIN <= MAX); anything else is a UsageError naming the option.

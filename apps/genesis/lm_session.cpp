@@ -5,6 +5,7 @@
 
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/convert/peft.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/hf.h"
@@ -93,6 +94,8 @@ void add_model_options(CLI::App* sub, ModelArgs& a) {
   auto* checkpoint = sub->add_option("--checkpoint", a.checkpoint,
                                      "genesis run directory, its checkpoints/, or one checkpoint of a language model");
   model->excludes(checkpoint);
+  sub->add_option("--adapter", a.adapter,
+                  "A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) to apply");
   sub->add_option("--max-new-tokens", a.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -122,6 +125,13 @@ LoadedModel load_model(const ModelArgs& a) {
   const Device device = recipe::resolve_device(a.device);
   LoadedModel m = a.model_dir.empty() ? load_from_checkpoint(a.checkpoint, device) : load_from_hf(a.model_dir, device);
   m.device = device;
+  if (!a.adapter.empty()) {
+    try {
+      io::apply_peft_adapter(*m.model, io::read_peft_adapter(a.adapter));
+    } catch (const ValueError& e) {
+      GENESIS_THROW(UsageError, "--adapter ", a.adapter, ": ", e.what());
+    }
+  }
   return m;
 }
 

@@ -21,13 +21,14 @@ namespace genesis::cli {
 
 struct ModelArgs {
   std::string model_dir, checkpoint, device = "cpu";
+  std::string adapter;  // a PEFT adapter directory applied to the model; "" = none
   std::string dtype;  // autocast dtype; "" = the checkpoint recipe's amp.dtype (f32 for --model)
   int64_t max_new_tokens = 64;
   models::SamplingOptions sampling;
   uint64_t seed = 0;
 };
 
-// Adds --model, --checkpoint (one of them required when the command runs: check_model_args),
+// Adds --model, --checkpoint (one of them required when the command runs: check_model_args), --adapter,
 // --max-new-tokens, --temperature, --top-k, --top-p, --seed, --device and --dtype, showing the
 // defaults `a` holds.
 void add_model_options(CLI::App* sub, ModelArgs& a);

@@ -371,4 +371,22 @@ PeftAdapter read_peft_adapter(const fs::path& dir) {
   return adapter;
 }
 
+std::vector<std::string> apply_peft_adapter(nn::Module& model, const PeftAdapter& adapter) {
+  std::set<std::string> modules;
+  for (const NamedTensor& t : adapter.tensors) {
+    const size_t cut = t.name.rfind(".lora_");
+    GENESIS_CHECK(cut != std::string::npos, ValueError, "adapter tensor '", t.name, "' is not a LoRA factor");
+    modules.insert(t.name.substr(0, cut));
+  }
+  nn::LoraOptions options = adapter.options;
+  options.targets.assign(modules.begin(), modules.end());  // full names: each matches itself only
+  std::vector<std::string> adapted = nn::add_lora(model, options);
+  try {
+    model.load_state_dict(adapter.tensors, nn::Params::trainable);
+  } catch (const ShapeError& e) {
+    GENESIS_THROW(ValueError, "the adapter does not fit the model: ", e.what());
+  }
+  return adapted;
+}
+
 }  // namespace genesis::io

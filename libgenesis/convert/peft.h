@@ -58,4 +58,10 @@ void write_peft_adapter(const std::filesystem::path& dir, const PeftAdapter& ada
 // initializations that change the base model: PiSSA, OLoRA, CorDA, LoftQ).
 PeftAdapter read_peft_adapter(const std::filesystem::path& dir);
 
+// Gives `model` the adapter's layers (exactly the modules its tensors name, whatever its
+// target_modules said) with its r, alpha and rsLoRA scale, and copies its tensors in (cast to f32,
+// moved to the model's device); the base is frozen. Returns the adapted modules' names.
+// ValueError naming a module the model lacks or a shape that does not fit it.
+std::vector<std::string> apply_peft_adapter(nn::Module& model, const PeftAdapter& adapter);
+
 }  // namespace genesis::io

@@ -286,11 +286,12 @@ std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
   const nn::LayerOptions options{.dtype = DType::f32, .device = kCPU};
   std::shared_ptr<nn::Module> model =
       std::visit([&](const auto& config) { return make_model(config, spec.model, options); }, spec.model.config);
-  if (!device.is_cpu()) model->to(device);
-  keep_modules_f32(spec, *model);
   freeze_parameters(spec, *model);
   add_lora_adapters(spec, *model);
+  // The frozen part takes its dtype before the move: a bf16 base never exists in f32 on the GPU.
   if (const DType frozen = frozen_dtype(spec); frozen != DType::f32) model->to(frozen, nn::Params::frozen);
+  if (!device.is_cpu()) model->to(device);
+  keep_modules_f32(spec, *model);
   return model;
 }
 

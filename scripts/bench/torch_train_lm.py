@@ -38,6 +38,15 @@ MODELS = {
                        num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                        max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1e6,
                        tie_word_embeddings=True),
+    # the LoRA targets' shapes (TARGETS.md): Qwen2.5-1.5B and Llama-3-8B
+    "qwen2.5_1.5b": dict(kind="qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                         num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                         max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1e6,
+                         tie_word_embeddings=True),
+    "llama3_8b": dict(kind="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                      num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                      max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=500000.0,
+                      tie_word_embeddings=False),
 }
 
 
@@ -99,6 +108,9 @@ def build(name, hf, vocab, dropout=0.0):
         config = transformers.GPT2Config(**cfg, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
                                          activation_function="gelu_new")
         model = transformers.GPT2LMHeadModel(config)
+    elif kind == "llama":
+        config = transformers.LlamaConfig(**cfg, attention_dropout=dropout)
+        model = transformers.LlamaForCausalLM(config)
     else:
         config = transformers.Qwen2Config(**cfg, attention_dropout=dropout)
         model = transformers.Qwen2ForCausalLM(config)
@@ -160,6 +172,11 @@ def flex_document_attention(module, query, key, value, attention_mask, scaling=N
     return out.transpose(1, 2).contiguous(), None
 
 
+def peft_version():
+    import peft
+    return peft.__version__
+
+
 def compiled_graphs():
     """Graphs Dynamo has compiled so far: a count that grows during the timed steps means a guard
     failed and a step recompiled (a new block mask must not cost a compile)."""
@@ -176,6 +193,9 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--lora", type=int, default=0, metavar="R",
+                   help="PEFT LoRA of rank R (alpha 2R, dropout 0) on every linear layer of the blocks, the base "
+                        "frozen in bf16, AdamW on the adapters (f32)")
     p.add_argument("--dropout", type=float, default=0.0,
                    help="GPT-2: attention, residual and embedding dropout; Qwen2: attention (a recipe's model.dropout)")
     p.add_argument("--hf", action="store_true", help="GPT-2 from transformers instead of the compact module")
@@ -212,8 +232,16 @@ def main():
         model.config._attn_implementation = "flex_document"
     elif lengths:
         model.config._attn_implementation = "flex_attention"
+    if a.lora:
+        import peft
+        model.to(torch.bfloat16)
+        targets = ["c_attn", "c_proj", "c_fc"] if MODELS[a.model]["kind"] == "gpt2" else \
+            ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        model = peft.get_peft_model(model, peft.LoraConfig(r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0,
+                                                           target_modules=targets))  # adapters in f32
     model.to(dev).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=3e-4, betas=(0.9, 0.95),
+                            weight_decay=0.1, fused=True)
     gen = torch.Generator(device=dev).manual_seed(0)
     data_vocab = MODELS[a.model]["vocab_size"]  # tokens stay in the real vocabulary
 
@@ -300,7 +328,7 @@ def main():
     tokens_per_s = a.batch * a.seq / (ms / 1e3)
     framework = ("pytorch " + torch.__version__ + (" compile" if a.compile else " eager")
                  + (" transformers" if a.hf or a.model != "gpt2" else " nanogpt-style")
-                 + (f" flex ({a.flex})" if lengths else ""))
+                 + (f" flex ({a.flex})" if lengths else "") + (f" peft {peft_version()} lora r{a.lora}" if a.lora else ""))
     peak_gib = torch.cuda.max_memory_allocated() / 2**30
     packing = None
     if lengths:
@@ -316,7 +344,9 @@ def main():
         # genesis's count (libgenesis/train/lm_metrics.cpp): 6 per matmul parameter (position
         # embeddings are lookups), 12 L width T for attention; H100 dense bf16 peak 989 TFLOP/s.
         cfg = MODELS[a.model]
-        matmul_params = sum(p.numel() for n, p in model.named_parameters() if not n.endswith("wpe.weight"))
+        # A frozen weight needs no weight gradient: 4 instead of 6 per parameter (genesis counts so).
+        matmul_params = sum(p.numel() * (1.0 if p.requires_grad else 4.0 / 6.0)
+                            for n, p in model.named_parameters() if not n.endswith("wpe.weight"))
         layers = cfg.get("n_layer", cfg.get("num_hidden_layers"))
         width = cfg.get("n_embd", cfg.get("hidden_size"))
         flops_per_token = 6.0 * matmul_params + 12.0 * layers * width * a.seq
@@ -324,7 +354,7 @@ def main():
         peak = 756e12 if "H100 PCIe" in name else 989e12 if ("H100" in name or "H200" in name) else 0.0
         ordered = sorted(steps)
         pick = lambda q: ordered[int(q * (len(ordered) - 1) + 0.5)]
-        name_suffix = f" packed {lengths[0]}:{lengths[1]}" if lengths else ""
+        name_suffix = (f" packed {lengths[0]}:{lengths[1]}" if lengths else "") + (f" lora r{a.lora}" if a.lora else "")
         case = {"name": (a.case_name or a.model) + " train step" + name_suffix, "op": "train_step", "shapes": [[a.batch, a.seq]],
                 "dtype": a.dtype, "status": "ok", "median_ms": ms, "p10_ms": pick(0.1), "p90_ms": pick(0.9),
                 "reps": len(steps), "tokens_per_s": tokens_per_s,

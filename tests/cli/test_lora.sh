@@ -3,8 +3,8 @@
 # [lora] run on it writes checkpoints that hold the adapters alone and name the base (directory
 # and fingerprint); --resume against a changed base exits 2; `convert --to peft` writes PEFT's
 # two files (its names and config); `convert --to hf --merge` writes the merged model, which
-# generates what the run's checkpoint (base + adapters) generates; `--to hf` without --merge is
-# a usage error.
+# generates what the run's checkpoint (base + adapters) generates, and so does the base with the
+# PEFT adapter (`--adapter`); `--to hf` without --merge is a usage error.
 #   tests/cli/test_lora.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
 source "$(dirname "$0")/common.sh" "$@"
@@ -109,6 +109,10 @@ b=$(gen --model "$work/merged")
 c=$(gen --model "$work/base")
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "merged model = base + adapters: $a" || fail "merged '$b' vs adapters '$a'"
 [ "$a" != "$c" ] && ok "the adapters change the base's output" || fail "the adapters changed nothing: '$c'"
+d=$(gen --model "$work/base" --adapter "$work/peft")
+[ "$a" = "$d" ] && ok "--model BASE --adapter PEFT_DIR generates as the run does" || fail "--adapter gave '$d', the run '$a'"
+"$genesis" generate --model "$work/base" --adapter "$work/data" --prompt x -q >/dev/null 2>"$work/adapter.err"
+check "--adapter of a directory without an adapter" 1 $?
 
 # A changed base: --resume refuses it (exit 2) and names both fingerprints.
 python3 - "$work/base/model.safetensors" <<'PY'
