@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "libgenesis/autograd/autocast.h"
-#include "libgenesis/convert/peft.h"
+#include "libgenesis/io/peft.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/hf.h"
 #include "libgenesis/nn/layers.h"
@@ -237,6 +237,11 @@ TEST_CASE("LoRA recipes: [lora] adapts init_from's model in model.dtype; bad key
                        "[training]\nsteps = 1\n[lora]\nr = 4\n",
                        "t.toml");
         }).find("lora.r needs model.init_from") != std::string::npos);
+  CHECK(error_of([&] { parse_recipe(base + "[lora]\nr = 4\n", "t.toml").model.adapter; }) == "no error");
+  std::string with_adapter = base;
+  with_adapter.replace(with_adapter.find("init_from"), 0, "adapter = \"somewhere\"\n");
+  CHECK(error_of([&] { parse_recipe(with_adapter + "[lora]\nr = 4\n", "t.toml"); }).find("leave lora.r out") !=
+        std::string::npos);
   fs::remove_all(dir);
 }
 

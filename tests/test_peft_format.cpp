@@ -1,4 +1,4 @@
-// PEFT's LoRA adapter format (libgenesis/convert/peft.h): write -> read round trips, the files as PEFT
+// PEFT's LoRA adapter format (libgenesis/io/peft.h): write -> read round trips, the files as PEFT
 // reads them (adapter_config.json's keys, the safetensors names with PEFT's prefix), the destination
 // rules, and a one-line error naming the problem for each adapter genesis cannot take.
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "libgenesis/convert/convert.h"
-#include "libgenesis/convert/peft.h"
+#include "libgenesis/io/peft.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/io/safetensors.h"
 #include "tests/testing.h"

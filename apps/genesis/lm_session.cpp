@@ -5,7 +5,7 @@
 
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
-#include "libgenesis/convert/peft.h"
+#include "libgenesis/io/peft.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/hf.h"
@@ -57,7 +57,7 @@ LoadedModel load_from_checkpoint(const fs::path& path, Device device) {
   LoadedModel m;
   if (spec.model.init_from.empty()) {
     m.model = std::dynamic_pointer_cast<models::CausalLM>(recipe::build_model(spec, kCPU));
-  } else if (spec.lora.enabled()) {
+  } else if (spec.trains_adapters()) {
     // A LoRA run: the checkpoint holds the adapters; the base comes from init_from, as trained.
     GENESIS_CHECK(fs::exists(spec.model.init_from), UsageError, "--checkpoint ", dir.string(),
                   " holds LoRA adapters for the base ", spec.model.init_from, ", which is gone: restore it there");

@@ -9,7 +9,7 @@
 //                       whose "genesis_classifier" key names the architecture
 //   safetensors         a single .safetensors file (inspect only)
 // A LoRA run's checkpoint holds its adapters only and names its base (trainer.json "base"):
-// `--to peft` writes the adapters in PEFT's format (convert/peft.h), `--to hf --merge` the base
+// `--to peft` writes the adapters in PEFT's format (io/peft.h), `--to hf --merge` the base
 // with the adapters merged into its weights (W + scale B A).
 // Parameter names and layouts are Hugging Face's in every format (GPT-2 keeps Conv1D's [in, out]
 // weights, the decoders keep transformers' rotate-half q/k layout), so conversion renames nothing:

@@ -1,7 +1,7 @@
 #include "libgenesis/convert/lora_checkpoint.h"
 
 #include "libgenesis/autograd/grad_mode.h"
-#include "libgenesis/convert/peft.h"
+#include "libgenesis/io/peft.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/hf.h"
@@ -37,7 +37,8 @@ std::optional<LoraCheckpoint> open_lora_checkpoint(const ModelSource& source) {
   LoraCheckpoint lora;
   lora.base_dir = state.base->dir;
   lora.base_fingerprint = state.base->fingerprint;
-  lora.options = recipe::lora_options(spec);
+  // The run's adapters: new ones of [lora], or model.adapter's trained on.
+  lora.options = spec.model.adapter.empty() ? recipe::lora_options(spec) : read_peft_adapter(spec.model.adapter).options;
   lora.fan_in_fan_out = source.architecture == "gpt2";
   std::map<std::string, Tensor> factors;
   for (const std::string& name : source.weights.names()) {

@@ -13,6 +13,7 @@
 #include "libgenesis/data/tokenizer.h"
 #include "libgenesis/io/dir_lock.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/peft.h"
 #include "libgenesis/models/classifier.h"
 #include "libgenesis/models/hf.h"
 #include "libgenesis/recipe/schema.h"
@@ -124,6 +125,14 @@ std::string parameter_names(const nn::Module& model) {
 // Gives the model the adapters [lora] asks for (freezing the rest); a target that matches no layer,
 // or an r above a target's dimensions, is a RecipeError.
 void add_lora_adapters(const RecipeSpec& spec, nn::Module& model) {
+  if (!spec.model.adapter.empty()) {
+    try {
+      io::apply_peft_adapter(model, io::read_peft_adapter(spec.model.adapter));
+    } catch (const ValueError& e) {
+      GENESIS_THROW(RecipeError, "model.adapter ", spec.model.adapter, ": ", e.what());
+    }
+    return;
+  }
   if (!spec.lora.enabled()) return;
   try {
     nn::add_lora(model, lora_options(spec));
@@ -297,7 +306,7 @@ std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
 
 DType frozen_dtype(const RecipeSpec& spec) {
   const std::string& d = spec.model.dtype;
-  if (d == "auto") return spec.lora.enabled() ? amp_dtype(spec).value_or(DType::f32) : DType::f32;
+  if (d == "auto") return spec.trains_adapters() ? amp_dtype(spec).value_or(DType::f32) : DType::f32;
   return d == "bf16" ? DType::bf16 : d == "f16" ? DType::f16 : DType::f32;
 }
 

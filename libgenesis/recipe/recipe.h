@@ -55,6 +55,7 @@ struct RecipeSpec {
     double dropout = 0;     // every family's: build_model sets the model's dropout from it
     std::string init_from;  // language models: a Hugging Face model directory to start from
     std::string dtype;      // "auto", "f32", "bf16", "f16": the storage of the parameters that do not train
+    std::string adapter;    // a PEFT LoRA adapter directory applied to init_from's model (it trains on)
     bool is_language_model() const { return name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3"; }
     // The config of `name`'s family with that family's defaults: what the loader fills once it
     // has read model.name.
@@ -141,6 +142,8 @@ struct RecipeSpec {
     bool enabled() const { return r > 0; }
     bool operator==(const Lora&) const = default;
   };
+  // Whether the run trains LoRA adapters on a frozen base: new ones ([lora]) or model.adapter's.
+  bool trains_adapters() const { return lora.enabled() || !model.adapter.empty(); }
   struct Eval {
     std::string split;  // "test" or "val"
     int64_t batch_size = 0;  // 0 = unset: recipe::eval_batch_size decides

@@ -404,6 +404,13 @@ const std::vector<KeySpec>& recipe_schema() {
               "parameters stay f32, their own master copy. auto: a LoRA base in amp.dtype when autocast runs in bf16 "
               "or fp16 (the precision its products take anyway), f32 otherwise.",
        .field = GENESIS_RECIPE_FIELD(model.dtype)},
+      {.section = "model",
+       .key = "adapter",
+       .fallback = S{""},
+       .doc = "lm: a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) applied to "
+              "model.init_from's model: its r, alpha and layers replace [lora], and its adapters train on from "
+              "their values (or are evaluated). Empty = none.",
+       .field = GENESIS_RECIPE_FIELD(model.adapter)},
       // [data]
       {.section = "data",
        .key = "name",
@@ -923,6 +930,13 @@ const std::vector<RecipeRule>& recipe_rules() {
          return r.lora.enabled() && r.model.init_from.empty()
                     ? "lora.r needs model.init_from: LoRA adapts a pretrained model (a Hugging Face directory)"
                     : "";
+       }},
+      {{"model.adapter", "lora.r"},
+       "model.adapter needs model.init_from (its base) and no lora.r (the adapter brings its own).",
+       [](const RecipeSpec& r) -> std::string {
+         if (r.model.adapter.empty()) return "";
+         if (r.model.init_from.empty()) return "model.adapter needs model.init_from: the base model the adapter was trained on";
+         return r.lora.enabled() ? "model.adapter brings its own r, alpha and layers: leave lora.r out" : "";
        }},
       {{"lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.init"},
        "The other lora keys need lora.r, which turns LoRA on.",

@@ -115,7 +115,7 @@ void TrainingRun::load_data_and_model() {
   state_.optimizer_name = optimizer_->name();
   state_.scheduler_name = spec_.scheduler.name;
   // A LoRA run's checkpoints hold its adapters and name the base they apply to.
-  if (spec_.lora.enabled())
+  if (spec_.trains_adapters())
     state_.base = BaseModelRef{.dir = spec_.model.init_from,
                                .fingerprint = models::model_dir_fingerprint(spec_.model.init_from)};
 }

@@ -2,7 +2,8 @@
 # LoRA end to end on the CPU: a tiny Llama trained a few SFT steps and exported as the base; a
 # [lora] run on it writes checkpoints that hold the adapters alone and name the base (directory
 # and fingerprint); --resume against a changed base exits 2; `convert --to peft` writes PEFT's
-# two files (its names and config); `convert --to hf --merge` writes the merged model, which
+# two files (its names and config), which a run continues with model.adapter; `convert --to hf
+# --merge` writes the merged model, which
 # generates what the run's checkpoint (base + adapters) generates, and so does the base with the
 # PEFT adapter (`--adapter`); `--to hf` without --merge is a usage error.
 #   tests/cli/test_lora.sh PATH_TO_GENESIS SOURCE_DIR
@@ -109,6 +110,18 @@ b=$(gen --model "$work/merged")
 c=$(gen --model "$work/base")
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "merged model = base + adapters: $a" || fail "merged '$b' vs adapters '$a'"
 [ "$a" != "$c" ] && ok "the adapters change the base's output" || fail "the adapters changed nothing: '$c'"
+
+# model.adapter: a run that trains the exported adapter on starts from it (one step at lr 1e-12
+# leaves it as it was: the run's checkpoint generates what the LoRA run does).
+sed -e "s|^\[lora\]||; s|^r = 4||; s|^alpha = 8.0||" -e "s|^name = \"lora\"|name = \"again\"|" \
+  -e "s|^init_from = .*|&\nadapter = \"$work/peft\"|" "$work/lora.toml" >"$work/again.toml"
+"$genesis" train "$work/again.toml" --out "$work/again" --set training.steps=1 --set optimizer.lr=1e-12 -q \
+  >/dev/null 2>"$work/again.err"
+rc=$?
+check "genesis train with model.adapter" 0 $rc
+[ $rc -eq 0 ] || cat "$work/again.err"
+e=$(gen --checkpoint "$work/again")
+[ "$a" = "$e" ] && ok "model.adapter starts from the adapter: the same output" || fail "model.adapter run gave '$e', the LoRA run '$a'"
 d=$(gen --model "$work/base" --adapter "$work/peft")
 [ "$a" = "$d" ] && ok "--model BASE --adapter PEFT_DIR generates as the run does" || fail "--adapter gave '$d', the run '$a'"
 "$genesis" generate --model "$work/base" --adapter "$work/data" --prompt x -q >/dev/null 2>"$work/adapter.err"

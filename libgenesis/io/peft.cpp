@@ -1,5 +1,5 @@
 // PEFT's LoRA adapter directory (adapter_model.safetensors + adapter_config.json), written and read.
-#include "libgenesis/convert/peft.h"
+#include "libgenesis/io/peft.h"
 
 #include <algorithm>
 #include <cmath>
