@@ -116,10 +116,12 @@ template <class ErrorT>
 void require_targeted(const std::map<std::string, LoraPair>& pairs, const std::vector<std::string>& targets,
                       const std::string& where) {
   if (targets.size() == 1 && targets[0] == "all-linear") return;
-  for (const auto& [module, pair] : pairs)
+  for (const auto& entry : pairs) {
+    const std::string& module = entry.first;  // not a structured binding: clang 14 cannot capture those
     if (std::none_of(targets.begin(), targets.end(), [&](const std::string& t) { return target_matches(module, t); }))
       throw ErrorT(detail::concat(where, "module '", module, "' has adapter weights but no entry of target_modules ",
                                   json(targets).dump(), " matches it"));
+  }
 }
 
 // ---- writing ---------------------------------------------------------------------------------
