@@ -1,9 +1,11 @@
 // LoRA (nn/lora.h): the adapter's forward and gradients (f64 gradcheck), target selection,
 // an adapted model equal to its base while B = 0, a frozen base left byte-identical by training,
-// and the [lora] recipe keys.
+// the [lora] recipe keys, PEFT's adapters, and QLoRA's NF4 base.
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -13,7 +15,9 @@
 #include "libgenesis/models/hf.h"
 #include "libgenesis/nn/layers.h"
 #include "libgenesis/nn/lora.h"
+#include "libgenesis/ops/quant.h"
 #include "libgenesis/recipe/build.h"
+#include "libgenesis/train/lm_metrics.h"
 #include "tests/testing.h"
 
 using namespace genesis;
@@ -43,6 +47,47 @@ std::vector<std::string> adapted(const nn::Module& model) {
   for (const auto& [name, target] : nn::lora_targets(model))
     if (target->lora()) names.push_back(name);
   return names;
+}
+
+// Random non-zero B factors, so that the adapters change the output.
+void randomize_b(nn::Module& model, uint64_t seed) {
+  NoGradGuard no_grad;
+  Generator gen(seed);
+  for (NamedTensor p : model.named_parameters(nn::Params::trainable))
+    if (p.name.ends_with("lora_B.weight")) p.tensor.copy_(mul(randn(p.tensor.shape(), {}, &gen), 0.05));
+}
+
+// Stores every linear layer's weight of `model` in NF4 on `device`.
+void quantize_all(nn::Module& model, Device device, DType compute) {
+  for (const auto& target : nn::lora_targets(model)) target.second->quantize_nf4(device, compute);
+}
+
+// One loss and backward of `cpu` (f32) and of `gpu` (on cuda:0 under bf16 autocast) on the same
+// tokens: the losses within 2%, each adapter's gradient (f32 on both) within `tolerance` x its
+// norm.
+void check_cuda_step(models::CausalLM& cpu, models::CausalLM& gpu, double tolerance) {
+  constexpr Device kCuda0{DeviceType::cuda, 0};
+  const Tensor ids = ids_for(40);
+  const Tensor cpu_loss = cpu.loss(ids, ids_for(39), Reduction::mean, Tensor());
+  cpu_loss.backward();
+  Tensor gpu_loss;
+  {
+    AutocastGuard autocast(DType::bf16);
+    gpu_loss = gpu.loss(ids.to(kCuda0), ids_for(39).to(kCuda0), Reduction::mean, Tensor());
+  }
+  gpu_loss.backward();
+  CHECK(gpu_loss.item() == Approx(cpu_loss.item()).epsilon(2e-2));
+  const std::vector<NamedTensor> a = cpu.named_parameters(nn::Params::trainable);
+  const std::vector<NamedTensor> b = gpu.named_parameters(nn::Params::trainable);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].name);
+    CHECK(b[i].tensor.dtype() == DType::f32);
+    const Tensor ga = a[i].tensor.grad(), gb = b[i].tensor.grad().to(kCPU);
+    const double err = std::sqrt(sum(mul(sub(ga, gb), sub(ga, gb))).item());
+    const double norm = std::sqrt(sum(mul(ga, ga)).item());
+    CHECK(err <= tolerance * norm + 1e-6);
+  }
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -287,38 +332,164 @@ TEST_CASE("cuda LoRA: a bf16 base under autocast trains its adapters as the CPU'
   // gradients of the CUDA step (bf16 base, bf16 autocast) against the CPU's in f32.
   auto cpu = tiny(kLlama);
   nn::add_lora(*cpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
-  {
-    NoGradGuard no_grad;
-    Generator gen(9);
-    for (NamedTensor p : cpu->named_parameters(nn::Params::trainable))
-      if (p.name.ends_with("lora_B.weight")) p.tensor.copy_(mul(randn(p.tensor.shape(), {}, &gen), 0.05));
-  }
+  randomize_b(*cpu, 9);
   auto gpu = tiny(kLlama);
   nn::add_lora(*gpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
   gpu->load_state_dict(cpu->state_dict());
   gpu->to(DType::bf16, nn::Params::frozen);
   gpu->to(kCuda0);
-  const Tensor ids = ids_for(40);
-  const Tensor cpu_loss = cpu->loss(ids, ids_for(39), Reduction::mean, Tensor());
-  cpu_loss.backward();
-  Tensor gpu_loss;
-  {
-    AutocastGuard autocast(DType::bf16);
-    gpu_loss = gpu->loss(ids.to(kCuda0), ids_for(39).to(kCuda0), Reduction::mean, Tensor());
-  }
-  gpu_loss.backward();
-  CHECK(gpu_loss.item() == Approx(cpu_loss.item()).epsilon(2e-2));
-  const std::vector<NamedTensor> a = cpu->named_parameters(nn::Params::trainable);
-  const std::vector<NamedTensor> b = gpu->named_parameters(nn::Params::trainable);
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO(a[i].name);
-    CHECK(b[i].tensor.dtype() == DType::f32);
-    const Tensor ga = a[i].tensor.grad(), gb = b[i].tensor.grad().to(kCPU);
-    // bf16 products: the gradients agree to about 1% of their norm.
-    const double err = std::sqrt(sum(mul(sub(ga, gb), sub(ga, gb))).item());
-    const double norm = std::sqrt(sum(mul(ga, ga)).item());
-    CHECK(err <= 0.03 * norm + 1e-6);
-  }
+  // bf16 products: the gradients agree to about 1% of their norm.
+  check_cuda_step(*cpu, *gpu, 0.03);
   for (const NamedTensor& p : gpu->named_parameters(nn::Params::frozen)) CHECK(!p.tensor.grad().defined());
+}
+
+TEST_CASE("QLoRA: an NF4 base computes with its dequantized weights, leaves the state dict and counts as frozen",
+          "[cpu][lora][nf4]") {
+  for (const char* config : {kLlama, kGpt2}) {
+    const bool gpt2 = config == kGpt2;
+    auto q = tiny(config);
+    nn::add_lora(*q, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
+    randomize_b(*q, 4);
+    auto ref = tiny(config);
+    nn::add_lora(*ref, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
+    ref->load_state_dict(q->state_dict());
+    const int64_t total = q->num_parameters(), frozen = q->num_parameters(nn::Params::frozen);
+    const size_t tensors = q->named_parameters().size();
+    const double flops = train::training_flops_per_token(*q, 7);
+    quantize_all(*q, kCPU, DType::f32);
+
+    // The reference holds each weight as NF4 gives it back, in the layout the layer keeps.
+    const auto targets = nn::lora_targets(*q);
+    {
+      NoGradGuard no_grad;
+      std::map<std::string, Tensor> weights;
+      for (const NamedTensor& p : ref->named_parameters()) weights[p.name] = p.tensor;
+      for (const auto& [name, target] : targets) {
+        REQUIRE(target->nf4() != nullptr);
+        const Tensor w = dequantize_nf4(*target->nf4(), DType::f32);
+        weights.at(name + ".weight").copy_(gpt2 ? w.t() : w);
+      }
+    }
+    q->eval();
+    ref->eval();
+    const Tensor ids = ids_for(40);
+    const std::vector<float> got = q->forward(ids).to_vector<float>(), want = ref->forward(ids).to_vector<float>();
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(want[i]).margin(1e-5));
+
+    // Its tensors leave the parameters and the state dict; the counts (and the FLOPs) stay.
+    CHECK(q->named_parameters().size() == tensors - targets.size());
+    CHECK(q->state_dict().size() == ref->state_dict().size() - targets.size());
+    CHECK(q->num_parameters() == total);
+    CHECK(q->num_parameters(nn::Params::frozen) == frozen);
+    CHECK(train::training_flops_per_token(*q, 7) == flops);
+    int64_t quantized = 0;
+    for (const nn::ParameterInfo& p : q->parameter_info()) quantized += p.quantized ? 1 : 0;
+    CHECK(quantized == static_cast<int64_t>(targets.size()));
+    CHECK(q->summary().find("total parameters: " + std::to_string(total)) != std::string::npos);
+
+    // An NF4 weight cannot train, nor be quantized twice; a trained one cannot be quantized.
+    CHECK(error_of([&] { q->set_trainable({gpt2 ? "c_attn" : "q_proj"}, true); }).find("stored in NF4") !=
+          std::string::npos);
+    CHECK(error_of([&] { targets[0].second->quantize_nf4(kCPU, DType::f32); }).find("already quantized") !=
+          std::string::npos);
+    nn::Linear trained(8, 4);
+    CHECK(error_of([&] { trained.quantize_nf4(kCPU, DType::f32); }).find("freeze it first") != std::string::npos);
+  }
+}
+
+TEST_CASE("QLoRA: training moves the adapters; the NF4 base stays byte-identical", "[cpu][lora][nf4]") {
+  auto model = tiny(kLlama);
+  {
+    NoGradGuard no_grad;  // a "pretrained" head, as in the LoRA training test above
+    for (NamedTensor p : model->named_parameters())
+      if (p.name.find("lm_head") != std::string::npos) p.tensor.copy_(mul(p.tensor, 50.0));
+  }
+  nn::add_lora(*model, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
+  quantize_all(*model, kCPU, DType::f32);
+  std::vector<std::vector<uint8_t>> codes;
+  auto bytes_of = [](const Tensor& t) {
+    const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+    return std::vector<uint8_t>(p, p + t.numel());
+  };
+  for (const auto& target : nn::lora_targets(*model)) codes.push_back(bytes_of(target.second->nf4()->codes));
+  std::vector<ParamGroup> groups(1);
+  groups[0].params = model->named_parameters(nn::Params::trainable);
+  groups[0].lr = groups[0].base_lr = 3e-2;
+  auto adamw = make_adam(std::move(groups));
+  const Tensor ids = ids_for(40);
+  double first = 0, last = 0;
+  for (int step = 0; step < 40; ++step) {
+    adamw->zero_grad(true);
+    const Tensor loss = model->loss(ids, ids, Reduction::mean, Tensor());
+    loss.backward();
+    adamw->step();
+    (step == 0 ? first : last) = loss.item();
+  }
+  INFO("loss " << first << " -> " << last);
+  CHECK(last < 0.7 * first);
+  size_t i = 0;
+  for (const auto& target : nn::lora_targets(*model)) CHECK(bytes_of(target.second->nf4()->codes) == codes[i++]);
+}
+
+TEST_CASE("QLoRA recipes: lora.base_quant = \"nf4\" stores the base's linear layers in NF4 in model.dtype",
+          "[cpu][lora][nf4]") {
+  const fs::path dir = fs::temp_directory_path() / "genesis_test_qlora_base";
+  fs::remove_all(dir);
+  models::save_hf_model(*tiny(kLlama), dir);
+  const std::string base = "[run]\nname = \"t\"\n[model]\nname = \"llama\"\ninit_from = \"" + dir.string() +
+                           "\"\n[data]\nname = \"tokens\"\nshards = \"unused\"\nseq_len = 8\nval_fraction = 0.1\n"
+                           "[optimizer]\nname = \"adamw\"\nlr = 1e-3\n[training]\nsteps = 1\n[eval]\nsplit = \"val\"\n";
+  auto build = [&](const std::string& extra) { return recipe::build_model(parse_recipe(base + extra, "t.toml"), kCPU); };
+  for (const auto& [extra, compute] :
+       {std::pair{std::string("[lora]\nr = 4\nbase_quant = \"nf4\"\n"), DType::f32},
+        std::pair{std::string("[amp]\ndtype = \"bf16\"\n[lora]\nr = 4\nbase_quant = \"nf4\"\n"), DType::bf16},
+        std::pair{std::string("[lora]\nr = 2\ntargets = [\"q_proj\"]\nbase_quant = \"nf4\"\n"), DType::f32}}) {
+    auto model = build(extra);
+    // Every linear layer of the blocks, adapted or not (bitsandbytes' QLoRA does the same).
+    const auto targets = nn::lora_targets(*model);
+    REQUIRE(targets.size() == 14);
+    for (const auto& target : targets) {
+      REQUIRE(target.second->nf4() != nullptr);
+      CHECK(target.second->nf4()->compute_dtype == compute);
+    }
+    // What stays a tensor: embeddings, norms and the head in model.dtype, the adapters in f32.
+    for (const NamedTensor& p : model->named_parameters())
+      CHECK(p.tensor.dtype() == (p.tensor.requires_grad() ? DType::f32 : compute));
+  }
+  CHECK(error_of([&] { parse_recipe(base + "[lora]\nbase_quant = \"nf4\"\n", "t.toml"); })
+            .find("nothing trains adapters: set lora.r") != std::string::npos);
+  CHECK(error_of([&] { parse_recipe(base + "[lora]\nr = 4\nbase_quant = \"int8\"\n", "t.toml"); })
+            .find("base_quant") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("cuda QLoRA: an NF4 base quantized on the GPU trains its adapters as the CPU's does", "[cuda][lora][nf4]") {
+  if (!testing::cuda_ready()) return;
+  constexpr Device kCuda0{DeviceType::cuda, 0};
+  // The same tiny Llama, its base in NF4 on each device (the same codes: quantization is
+  // bit-identical across devices), computing in f32 on the CPU and in bf16 under autocast on CUDA.
+  auto cpu = tiny(kLlama);
+  nn::add_lora(*cpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
+  randomize_b(*cpu, 9);
+  auto gpu = tiny(kLlama);
+  nn::add_lora(*gpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
+  gpu->load_state_dict(cpu->state_dict());
+  quantize_all(*cpu, kCPU, DType::f32);
+  gpu->to(DType::bf16, nn::Params::frozen);
+  quantize_all(*gpu, kCuda0, DType::bf16);
+  gpu->to(kCuda0);
+  const auto cpu_targets = nn::lora_targets(*cpu), gpu_targets = nn::lora_targets(*gpu);
+  for (size_t i = 0; i < cpu_targets.size(); ++i) {
+    const Tensor a = cpu_targets[i].second->nf4()->codes, b = gpu_targets[i].second->nf4()->codes.to(kCPU);
+    CHECK(b.device().is_cpu());
+    // The bf16 base rounds each weight before quantization: codes may differ where that moves a
+    // value across a midpoint, a few in a thousand.
+    int64_t differ = 0;
+    for (int64_t k = 0; k < a.numel(); ++k)
+      differ += static_cast<const uint8_t*>(a.data_ptr())[k] != static_cast<const uint8_t*>(b.data_ptr())[k];
+    CHECK(differ <= a.numel() / 50 + 1);
+  }
+  // bf16 dequantized weights and products against f32 ones.
+  check_cuda_step(*cpu, *gpu, 0.05);
 }

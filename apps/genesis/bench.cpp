@@ -338,6 +338,9 @@ void add_bench_command(CLI::App& app) {
                         "R: train LoRA adapters of rank R (alpha 2R) on every linear layer of the blocks, the base "
                         "frozen in amp.dtype")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  train_cmd->add_option("--base-quant", tf->options.base_quant,
+                        "With --lora: nf4 stores the frozen base's linear layers in 4-bit NormalFloat (QLoRA)")
+      ->check(CLI::IsMember({"none", "nf4"}));
   train_cmd->add_flag("-q,--quiet", tf->options.quiet, "No progress on stderr");
   register_command(train_cmd, [tf] {
     if (!tf->packed.empty()) tf->options.packed = parse_packed_documents(tf->packed);

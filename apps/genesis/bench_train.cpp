@@ -215,7 +215,10 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
     built.lora.r = options.lora_rank;
     built.lora.alpha = 2.0 * static_cast<double>(options.lora_rank);
     built.lora.targets = {"all-linear"};
+    built.lora.base_quant = options.base_quant;
   }
+  GENESIS_CHECK(options.base_quant == "none" || options.lora_rank > 0, UsageError,
+                "genesis bench train: --base-quant quantizes the frozen base of a LoRA step: add --lora R");
   std::shared_ptr<nn::Module> model = recipe::build_model(built, device);
   auto* lm = dynamic_cast<models::CausalLM*>(model.get());
   GENESIS_CHECK(lm != nullptr, UsageError, "genesis bench train: the recipe's model is not a causal LM");
@@ -327,6 +330,7 @@ json run_train_bench(const RecipeSpec& spec, const TrainBenchOptions& options) {
                {"rows", synthetic.rows}};
   }
   if (options.lora_rank > 0) name += " lora r" + std::to_string(options.lora_rank);
+  if (options.base_quant != "none") name += " " + options.base_quant;
   json c{{"name", name},
          {"op", "train_step"},
          {"shapes", json::array({json::array({batch, seq})})},

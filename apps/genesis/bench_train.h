@@ -30,6 +30,8 @@ struct TrainBenchOptions {
   // amp.dtype, as `torch_train_lm.py --lora` sets PEFT up; the recipe needs no init_from (the
   // base is the recipe's random initialization: the step's time does not depend on its values).
   int64_t lora_rank = 0;
+  // With lora_rank: "nf4" stores the frozen base's linear layers in NF4 (QLoRA).
+  std::string base_quant = "none";
 };
 
 // `--packed MIN:MAX` (1 <= MIN <= MAX); anything else is a UsageError naming the option.

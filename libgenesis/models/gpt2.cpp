@@ -55,41 +55,23 @@ Gpt2Config gpt2_config_from_json(std::string_view json_text) {
 
 namespace {
 
-// Hugging Face's Conv1D: y = x W + b with W stored [in, out]. LoRA adapts it as PEFT does with
-// fan_in_fan_out: the adapter's factors keep their [r, in] and [out, r] shapes.
-class Conv1D final : public nn::Module, public nn::LoraTarget {
+// Hugging Face's Conv1D: y = x W + b with W stored [in, out], a LoRA target like nn::Linear. One
+// linear over the transposed view of W: the rows of x stay one GEMM (the weight gradient too,
+// instead of a batched GEMM plus a reduction), and under autocast the bias joins the
+// low-precision product as torch.addmm's does.
+class Conv1D final : public nn::LoraTarget {
  public:
-  Conv1D(int64_t in, int64_t out, TensorOptions options) {
-    weight_ = &register_parameter("weight", empty({in, out}, options));
-    bias_ = &register_parameter("bias", zeros({out}, options));
-  }
-  // One linear over the transposed view of W: the rows of x stay one GEMM (the weight gradient
-  // too, instead of a batched GEMM plus a reduction), and under autocast the bias joins the
-  // low-precision product as torch.addmm's does.
-  Tensor forward(const Tensor& x) override {
-    const Tensor y = linear(x, weight_->t(), *bias_);
-    return lora_ ? lora_->add_to(y, x, is_training()) : y;
-  }
-  // gelu_tanh(forward(x)): without an adapter in one op, the bias and GELU riding on the GEMM (a
-  // cuBLASLt epilogue on CUDA); with one, GELU follows the adapted sum.
+  Conv1D(int64_t in, int64_t out, TensorOptions options)
+      : nn::LoraTarget(empty({in, out}, options), zeros({out}, options), /*transposed=*/true) {}
+  // gelu_tanh(forward(x)): with the weight as it is stored and no adapter, in one op, the bias and
+  // GELU riding on the GEMM (a cuBLASLt epilogue on CUDA); otherwise GELU follows the sum.
   Tensor forward_gelu(const Tensor& x) {
-    if (!lora_) return linear_gelu(x, weight_->t(), *bias_);
+    if (!lora_ && !nf4()) return linear_gelu(x, stored_weight().t(), *bias());
     return gelu(forward(x), GeluApproximation::tanh);
   }
-  int64_t in_features() const override { return weight_->size(0); }
-  int64_t out_features() const override { return weight_->size(1); }
-  void attach_lora(nn::LoraAdapter adapter) override {
-    register_module("lora_A", adapter.a);
-    register_module("lora_B", adapter.b);
-    lora_ = std::move(adapter);
-  }
   std::string describe() const override {
-    return "Conv1D(" + std::to_string(weight_->size(0)) + " -> " + std::to_string(weight_->size(1)) + ")";
+    return "Conv1D(" + std::to_string(in_features()) + " -> " + std::to_string(out_features()) + ")";
   }
-
- private:
-  Tensor* weight_;
-  Tensor* bias_;
 };
 
 }  // namespace

@@ -17,31 +17,33 @@ TensorOptions opts(const LayerOptions& o) { return {.dtype = o.dtype, .device = 
 std::string pair_str(Pair p) { return std::to_string(p[0]) + "x" + std::to_string(p[1]); }
 }  // namespace
 
+namespace {
+
+// A Linear's weight [out, in], Kaiming-uniform (a = sqrt(5)) as PyTorch initializes it.
+Tensor linear_weight(int64_t in, int64_t out, LayerOptions o) {
+  GENESIS_CHECK(in > 0 && out > 0, ValueError, "Linear: sizes must be positive (got ", in, " -> ", out, ")");
+  Tensor w = empty({out, in}, opts(o));
+  init::kaiming_uniform_(w, std::sqrt(5.0));
+  return w;
+}
+
+// Its bias [out], uniform in +-1/sqrt(in).
+Tensor linear_bias(int64_t in, int64_t out, LayerOptions o) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  Tensor b = empty({out}, opts(o));
+  init::uniform_(b, -bound, bound);
+  return b;
+}
+
+}  // namespace
+
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias, LayerOptions o)
-    : in_(in_features), out_(out_features) {
-  GENESIS_CHECK(in_features > 0 && out_features > 0, ValueError, "Linear: sizes must be positive (got ", in_features,
-                " -> ", out_features, ")");
-  weight_ = &register_parameter("weight", empty({out_features, in_features}, opts(o)));
-  init::kaiming_uniform_(*weight_, std::sqrt(5.0));
-  if (bias) {
-    double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
-    bias_ = &register_parameter("bias", empty({out_features}, opts(o)));
-    init::uniform_(*bias_, -bound, bound);
-  }
-}
+    : LoraTarget(linear_weight(in_features, out_features, o),
+                 bias ? linear_bias(in_features, out_features, o) : Tensor(), /*transposed=*/false) {}
 
-Tensor Linear::forward(const Tensor& x) {
-  const Tensor y = linear(x, *weight_, bias_ ? *bias_ : Tensor());
-  return lora_ ? lora_->add_to(y, x, is_training()) : y;
-}
-
-void Linear::attach_lora(LoraAdapter adapter) {
-  register_module("lora_A", adapter.a);
-  register_module("lora_B", adapter.b);
-  lora_ = std::move(adapter);
-}
 std::string Linear::describe() const {
-  return "Linear(" + std::to_string(in_) + " -> " + std::to_string(out_) + (bias_ ? ")" : ", no bias)");
+  return "Linear(" + std::to_string(in_features()) + " -> " + std::to_string(out_features()) +
+         (bias() ? ")" : ", no bias)");
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, std::optional<int64_t> padding_idx, LayerOptions o)

@@ -17,21 +17,12 @@ struct LayerOptions {
   Device device = kCPU;
 };
 
-// y = x W^T + b, plus its LoRA adapter's update once one is attached (nn/lora.h).
-class Linear final : public Module, public LoraTarget {
+// y = x W^T + b with W [out, in], plus its LoRA adapter's update once one is attached
+// (nn/lora.h).
+class Linear final : public LoraTarget {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, LayerOptions options = {});
-  Tensor forward(const Tensor& x) override;
   std::string describe() const override;
-  Tensor& weight() { return *weight_; }
-  int64_t in_features() const override { return in_; }
-  int64_t out_features() const override { return out_; }
-  void attach_lora(LoraAdapter adapter) override;
-
- private:
-  int64_t in_, out_;
-  Tensor* weight_;
-  Tensor* bias_ = nullptr;
 };
 
 class Embedding final : public Module {

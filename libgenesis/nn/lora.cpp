@@ -28,6 +28,33 @@ Tensor LoraAdapter::add_to(const Tensor& y, const Tensor& x, bool training) cons
   return add(y, linear(down, b->weight()));
 }
 
+LoraTarget::LoraTarget(Tensor weight, Tensor bias, bool transposed)
+    : in_(weight.size(transposed ? 0 : 1)), out_(weight.size(transposed ? 1 : 0)), transposed_(transposed) {
+  weight_ = &register_parameter("weight", std::move(weight));
+  if (bias.defined()) bias_ = &register_parameter("bias", std::move(bias));
+}
+
+Tensor LoraTarget::base_forward(const Tensor& x) const {
+  const Tensor b = bias_ ? *bias_ : Tensor();
+  if (nf4_) return nf4_linear(x, *nf4_, b);
+  return linear(x, transposed_ ? weight_->t() : *weight_, b);
+}
+
+Tensor LoraTarget::forward(const Tensor& x) {
+  const Tensor y = base_forward(x);
+  return lora_ ? lora_->add_to(y, x, is_training()) : y;
+}
+
+void LoraTarget::attach_lora(LoraAdapter adapter) {
+  register_module("lora_A", adapter.a);
+  register_module("lora_B", adapter.b);
+  lora_ = std::move(adapter);
+}
+
+void LoraTarget::quantize_nf4(Device device, DType compute_dtype) {
+  nf4_ = &quantize_parameter("weight", device, compute_dtype, transposed_);
+}
+
 bool lora_pattern_matches(const std::string& name, const std::string& pattern) {
   if (pattern.empty() || name.size() < pattern.size() || !name.ends_with(pattern)) return false;
   return name.size() == pattern.size() || name[name.size() - pattern.size() - 1] == '.';

@@ -1,7 +1,7 @@
 #pragma once
 // LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"): a frozen linear
 // y = x W^T + b gains a trainable low-rank update, y += scale * (dropout(x) A^T) B^T, with
-// A [r, in] and B [out, r]. The adapter's tensors are named as PEFT saves them, beside the base
+// A [r, in] and B [out, r]. QLoRA (Dettmers et al. 2023) stores the frozen W in NF4 besides. The adapter's tensors are named as PEFT saves them, beside the base
 // weight they adapt: "<module>.lora_A.weight", "<module>.lora_B.weight".
 #include <cmath>
 #include <cstdint>
@@ -13,6 +13,7 @@
 
 #include "libgenesis/core/generator.h"
 #include "libgenesis/nn/module.h"
+#include "libgenesis/ops/quant.h"
 
 namespace genesis::nn {
 
@@ -57,18 +58,41 @@ struct LoraAdapter {
   Tensor add_to(const Tensor& y, const Tensor& x, bool training) const;
 };
 
-// A layer computing x W^T (+ b) that LoRA can adapt (nn::Linear, GPT-2's Conv1D).
-class LoraTarget {
+// A layer computing y = x W^T + b that LoRA can adapt and QLoRA can store in NF4: nn::Linear (W
+// kept [out, in]) and GPT-2's Conv1D (W kept [in, out], Hugging Face's layout, applied through its
+// transposed view). An adapter's factors keep their [r, in] and [out, r] shapes either way, as
+// PEFT's fan_in_fan_out does.
+class LoraTarget : public Module {
  public:
-  virtual ~LoraTarget() = default;
-  virtual int64_t in_features() const = 0;
-  virtual int64_t out_features() const = 0;
-  // Registers the adapter's factors as this module's children lora_A and lora_B.
-  virtual void attach_lora(LoraAdapter adapter) = 0;
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  // The base product plus the adapter's update once one is attached.
+  Tensor forward(const Tensor& x) override;
+  // Registers the adapter's factors as this layer's children lora_A and lora_B.
+  void attach_lora(LoraAdapter adapter);
   const std::optional<LoraAdapter>& lora() const { return lora_; }
+  // Stores the frozen weight in NF4 on `device`, dequantized to `compute_dtype` in each product
+  // (Module::quantize_parameter); the bias stays a tensor. ValueError while the weight trains.
+  void quantize_nf4(Device device, DType compute_dtype);
+  const Nf4Weight* nf4() const { return nf4_; }
 
  protected:
+  // `weight` [out, in], or [in, out] where `transposed`; `bias` [out] or undefined (no bias).
+  LoraTarget(Tensor weight, Tensor bias, bool transposed);
+  // x W^T + b through the stored weight (the NF4 one once quantized), without the adapter.
+  Tensor base_forward(const Tensor& x) const;
+  // The weight in its stored layout; undefined once quantized.
+  const Tensor& stored_weight() const { return *weight_; }
+  const Tensor* bias() const { return bias_; }
+
   std::optional<LoraAdapter> lora_;
+
+ private:
+  int64_t in_, out_;
+  bool transposed_;
+  Tensor* weight_;
+  Tensor* bias_ = nullptr;
+  const Nf4Weight* nf4_ = nullptr;
 };
 
 // Whether LoRA target `pattern` names the module `name`: equal to it, or a dotted suffix of it

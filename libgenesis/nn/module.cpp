@@ -7,6 +7,7 @@
 #include "libgenesis/autograd/autocast.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/ops/quant.h"
 
 namespace genesis::nn {
 
@@ -24,7 +25,7 @@ Tensor Module::operator()(const Tensor& x) {
 Tensor& Module::register_parameter(std::string name, Tensor value) {
   GENESIS_CHECK(value.defined(), ValueError, "register_parameter: '", name, "' is undefined");
   if (!value.requires_grad()) value.requires_grad_(true);
-  params_.push_back({std::move(name), std::move(value), true});
+  params_.push_back({.name = std::move(name), .tensor = std::move(value), .trainable = true, .nf4 = nullptr});
   return params_.back().tensor;
 }
 
@@ -41,7 +42,7 @@ bool selected(Params which, bool trainable) {
 
 void Module::collect_parameters(const std::string& prefix, Params which, std::vector<NamedTensor>& out) const {
   for (const Parameter& p : params_)
-    if (selected(which, p.trainable)) out.push_back({join(prefix, p.name), p.tensor});
+    if (!p.nf4 && selected(which, p.trainable)) out.push_back({join(prefix, p.name), p.tensor});
   for (const auto& [name, child] : children_) child->collect_parameters(join(prefix, name), which, out);
 }
 
@@ -76,10 +77,37 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() const {
   return out;
 }
 
+void Module::collect_info(const std::string& prefix, std::vector<ParameterInfo>& out) const {
+  for (const Parameter& p : params_)
+    out.push_back({join(prefix, p.name), p.nf4 ? p.nf4->numel() : p.tensor.numel(), p.trainable, p.nf4 != nullptr});
+  for (const auto& [name, child] : children_) child->collect_info(join(prefix, name), out);
+}
+
+std::vector<ParameterInfo> Module::parameter_info() const {
+  std::vector<ParameterInfo> out;
+  collect_info("", out);
+  return out;
+}
+
 int64_t Module::num_parameters(Params which) const {
   int64_t n = 0;
-  for (const NamedTensor& p : named_parameters(which)) n += p.tensor.numel();
+  for (const ParameterInfo& p : parameter_info())
+    if (selected(which, p.trainable)) n += p.numel;
   return n;
+}
+
+const Nf4Weight& Module::quantize_parameter(const std::string& name, Device device, DType compute_dtype,
+                                            bool transpose) {
+  auto it = std::find_if(params_.begin(), params_.end(), [&](const Parameter& p) { return p.name == name; });
+  GENESIS_CHECK(it != params_.end(), ValueError, "quantize_parameter: ", describe(), " has no parameter '", name, "'");
+  GENESIS_CHECK(!it->nf4, ValueError, "quantize_parameter: '", name, "' of ", describe(), " is already quantized");
+  GENESIS_CHECK(!it->trainable, ValueError, "quantize_parameter: '", name, "' of ", describe(),
+                " trains: only a frozen parameter can be stored in NF4 (freeze it first)");
+  NoGradGuard no_grad;
+  const Tensor weight = it->tensor.to(device);
+  it->nf4 = std::make_shared<Nf4Weight>(quantize_nf4(transpose ? weight.t().contiguous() : weight, compute_dtype));
+  it->tensor = Tensor();
+  return *it->nf4;
 }
 
 template <class F>
@@ -98,6 +126,9 @@ std::vector<int64_t> Module::set_trainable(const std::vector<std::string>& patte
       hit = true;
     }
     if (!hit) return;
+    GENESIS_CHECK(!p.nf4 || !trainable, ValueError, "'", name,
+                  "' is stored in NF4 (a quantized frozen base) and cannot train");
+    if (p.nf4) return;
     p.trainable = trainable;
     if (!trainable) p.tensor.zero_grad_(/*set_to_none=*/true);
     p.tensor.requires_grad_(trainable);
@@ -151,7 +182,7 @@ void Module::train(bool on) {
 template <class F>
 void Module::for_each_tensor(F&& f, Params which, bool buffers) {
   for (Parameter& p : params_) {
-    if (!selected(which, p.trainable)) continue;
+    if (p.nf4 || !selected(which, p.trainable)) continue;
     Tensor moved = f(p.tensor.detach());  // a new leaf, even where f changes nothing
     moved.requires_grad_(p.trainable);
     p.tensor = std::move(moved);
@@ -164,6 +195,9 @@ void Module::for_each_tensor(F&& f, Params which, bool buffers) {
 void Module::to(Device device) {
   NoGradGuard no_grad;
   for_each_tensor([&](const Tensor& t) { return t.to(device).contiguous(); });
+  for_each_parameter("", [&](const std::string&, Parameter& p) {
+    if (p.nf4) *p.nf4 = p.nf4->to(device);
+  });
 }
 
 void Module::to(DType dtype) {
@@ -199,7 +233,7 @@ std::string Module::summary() const {
   std::ostringstream os;
   for (const auto& [name, m] : named_modules()) {
     int64_t own = 0;
-    for (const Parameter& p : m->params_) own += p.tensor.numel();
+    for (const Parameter& p : m->params_) own += p.nf4 ? p.nf4->numel() : p.tensor.numel();
     os << (name.empty() ? "(model)" : name) << ": " << m->describe();
     if (own > 0) os << "  [" << own << " params]";
     os << "\n";

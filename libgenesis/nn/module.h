@@ -7,6 +7,10 @@
 // backward computes no gradient for it, and the training layers (optimizer groups, clipping,
 // data-parallel buckets, the FLOPs count) take the trainable parameters only. Freezing keeps
 // the parameter's storage and dtype.
+//
+// A frozen parameter may also be quantized (QLoRA's NF4 base, quantize_parameter): it then has
+// no tensor. It leaves named_parameters() and the state dict, and stays in parameter_info() and
+// num_parameters() as a frozen parameter.
 #include <deque>
 #include <memory>
 #include <string>
@@ -16,10 +20,22 @@
 #include "libgenesis/core/named_tensor.h"
 #include "libgenesis/core/tensor.h"
 
+namespace genesis {
+struct Nf4Weight;
+}  // namespace genesis
+
 namespace genesis::nn {
 
 // Which parameters a query returns.
 enum class Params { all, trainable, frozen };
+
+// One parameter as parameter_info() lists it, quantized ones included.
+struct ParameterInfo {
+  std::string name;  // dotted
+  int64_t numel = 0;
+  bool trainable = true;
+  bool quantized = false;  // stored in NF4 (frozen, no tensor)
+};
 
 class Module {
  public:
@@ -44,12 +60,16 @@ class Module {
   std::vector<Tensor> parameters(Params which = Params::all) const;
   std::vector<NamedTensor> named_buffers() const;
   std::vector<std::pair<std::string, Module*>> named_modules() const;  // includes this module as ""
+  // Quantized parameters count as frozen.
   int64_t num_parameters(Params which = Params::all) const;
+  // Every parameter in registration order, quantized ones included: what counting needs (the
+  // FLOPs of a step) where the tensors do not matter.
+  std::vector<ParameterInfo> parameter_info() const;
 
   // Freezes (trainable = false) or unfreezes every parameter whose dotted name contains one of
   // `patterns` (plain substrings, as optimizer.no_decay matches). Returns how many parameters
   // each pattern matched, in the patterns' order, so callers can name a pattern that matched
-  // nothing. A frozen parameter loses its gradient.
+  // nothing. A frozen parameter loses its gradient. Unfreezing a quantized one is a ValueError.
   std::vector<int64_t> set_trainable(const std::vector<std::string>& patterns, bool trainable);
   // Every parameter of this module and its children.
   void set_trainable(bool trainable);
@@ -68,7 +88,7 @@ class Module {
   // Moves/casts every parameter and buffer (parameters stay leaves; the trainable ones require
   // grad). Call before building an optimizer: it replaces the tensors. to(dtype, which) casts
   // only the parameters `which` selects (buffers stay), e.g. a frozen base to bf16 while its
-  // adapters stay f32.
+  // adapters stay f32. Quantized parameters move with to(Device) and keep their format.
   void to(Device device);
   void to(DType dtype);
   void to(DType dtype, Params which);
@@ -79,6 +99,12 @@ class Module {
  protected:
   Tensor& register_parameter(std::string name, Tensor value);
   Tensor& register_buffer(std::string name, Tensor value);
+  // Stores this module's frozen parameter `name` in NF4 on `device` (its transpose where
+  // `transpose`: a weight kept [in, out]), dequantizing to `compute_dtype`, and drops its tensor.
+  // The returned weight keeps its address for the module's life (to(Device) moves it in place).
+  // ValueError for an unknown, trainable or already quantized parameter.
+  const Nf4Weight& quantize_parameter(const std::string& name, Device device, DType compute_dtype,
+                                      bool transpose = false);
   template <class M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
     children_.emplace_back(std::move(name), module);
@@ -90,9 +116,11 @@ class Module {
     std::string name;
     Tensor tensor;
     bool trainable = true;
+    std::shared_ptr<Nf4Weight> nf4;  // set once quantized; `tensor` is then undefined
   };
   void collect_parameters(const std::string& prefix, Params which, std::vector<NamedTensor>& out) const;
   void collect_buffers(const std::string& prefix, std::vector<NamedTensor>& out) const;
+  void collect_info(const std::string& prefix, std::vector<ParameterInfo>& out) const;
   // f(name, parameter) over this module's and its children's parameters, with dotted names.
   template <class F>
   void for_each_parameter(const std::string& prefix, F&& f);

@@ -141,6 +141,12 @@ void add_lora_adapters(const RecipeSpec& spec, nn::Module& model) {
   }
 }
 
+// QLoRA: every frozen linear layer of the blocks (the layers "all-linear" names) stored in NF4 on
+// `device`, one at a time, dequantizing to `compute`.
+void quantize_base(nn::Module& model, Device device, DType compute) {
+  for (const auto& target : nn::lora_targets(model)) target.second->quantize_nf4(device, compute);
+}
+
 // Freezes the parameters training.freeze names; a pattern that matches none, or freezing all, is a
 // RecipeError.
 void freeze_parameters(const RecipeSpec& spec, nn::Module& model) {
@@ -297,8 +303,11 @@ std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
       std::visit([&](const auto& config) { return make_model(config, spec.model, options); }, spec.model.config);
   freeze_parameters(spec, *model);
   add_lora_adapters(spec, *model);
-  // The frozen part takes its dtype before the move: a bf16 base never exists in f32 on the GPU.
-  if (const DType frozen = frozen_dtype(spec); frozen != DType::f32) model->to(frozen, nn::Params::frozen);
+  // The frozen part takes its dtype before the move: a bf16 base never exists in f32 on the GPU,
+  // and an NF4 one arrives there layer by layer.
+  const DType frozen = frozen_dtype(spec);
+  if (frozen != DType::f32) model->to(frozen, nn::Params::frozen);
+  if (spec.lora.base_quant == "nf4") quantize_base(*model, device, frozen);
   if (!device.is_cpu()) model->to(device);
   keep_modules_f32(spec, *model);
   return model;

@@ -139,6 +139,7 @@ struct RecipeSpec {
     std::vector<std::string> targets;
     bool use_rslora = false;
     std::string init;
+    std::string base_quant;  // "none" or "nf4" (QLoRA)
     bool enabled() const { return r > 0; }
     bool operator==(const Lora&) const = default;
   };

@@ -790,6 +790,15 @@ const std::vector<KeySpec>& recipe_schema() {
        .doc = "default: A Kaiming-uniform, B zero (PEFT's init_lora_weights = true); gaussian: A normal(0, 1/r), "
               "B zero. Either way the adapted model starts equal to its base.",
        .field = GENESIS_RECIPE_FIELD(lora.init)},
+      {.section = "lora",
+       .key = "base_quant",
+       .fallback = S{"none"},
+       .choices = {"none", "nf4"},
+       .doc = "nf4: QLoRA (Dettmers et al. 2023), the frozen base's linear layers stored in 4-bit NormalFloat with "
+              "double-quantized block scales (blocks of 64, about 0.52 bytes a weight), dequantized to model.dtype "
+              "in each product; the embeddings, norms and output head stay in model.dtype. Also with "
+              "model.adapter.",
+       .field = GENESIS_RECIPE_FIELD(lora.base_quant)},
       // [eval]
       {.section = "eval",
        .key = "split",
@@ -946,6 +955,14 @@ const std::vector<RecipeRule>& recipe_rules() {
                                 l.use_rslora || l.init != "default";
          return !l.enabled() && other_set ? "lora keys are set but lora.r is not: set lora.r to train LoRA adapters"
                                           : "";
+       }},
+      {{"lora.base_quant", "lora.r", "model.adapter"},
+       "lora.base_quant quantizes the frozen base of a LoRA run: it needs lora.r or model.adapter.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.lora.base_quant != "none" && !r.trains_adapters()
+                    ? "lora.base_quant = \"" + r.lora.base_quant +
+                          "\" quantizes a frozen base, and nothing trains adapters: set lora.r (or model.adapter)"
+                    : "";
        }},
       {{"training.freeze", "lora.r"},
        "training.freeze and LoRA exclude each other: LoRA freezes the whole base.",

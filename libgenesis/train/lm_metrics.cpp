@@ -72,20 +72,21 @@ std::map<std::string, double> evaluate_lm(models::CausalLM& model, const data::T
 }
 
 double training_flops_per_token(const models::CausalLM& model, int64_t seq_len) {
+  // parameter_info(): an NF4 base's weights count as the frozen matmuls they still are.
+  const std::vector<nn::ParameterInfo> parameters = model.parameter_info();
   std::set<std::string> names;
-  for (const NamedTensor& p : model.named_parameters()) names.insert(p.name);
+  for (const nn::ParameterInfo& p : parameters) names.insert(p.name);
   // Per matmul weight and token: 2 FLOPs forward, 2 for the input's gradient, 2 for the weight's.
   // A frozen weight has no weight gradient, and no input gradient either while nothing before it
   // (in registration order, which follows the forward here) trains.
   double matmul_flops = 0;
   bool trained_below = false;
-  for (const NamedTensor& p : model.named_parameters()) {
+  for (const nn::ParameterInfo& p : parameters) {
     const bool lookup_only =
         p.name == "transformer.wpe.weight" || (p.name == "model.embed_tokens.weight" && names.count("lm_head.weight"));
-    const bool trains = p.tensor.requires_grad();
-    const double per_weight = trains ? 6.0 : trained_below ? 4.0 : 2.0;
-    if (!lookup_only) matmul_flops += per_weight * static_cast<double>(p.tensor.numel());
-    trained_below |= trains;
+    const double per_weight = p.trainable ? 6.0 : trained_below ? 4.0 : 2.0;
+    if (!lookup_only) matmul_flops += per_weight * static_cast<double>(p.numel);
+    trained_below |= p.trainable;
   }
   const nlohmann::json config = nlohmann::json::parse(model.hf_config_json());
   double layers = 0, attention_width = 0;

@@ -184,6 +184,23 @@ def compiled_graphs():
     return counters["stats"]["unique_graphs"]
 
 
+def quantize_blocks_nf4(model):
+    """Every nn.Linear but the output head becomes a bitsandbytes Linear4bit (NF4, double
+    quantization, bf16 compute); the weights are quantized when the model moves to the GPU."""
+    import bitsandbytes as bnb
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if not isinstance(child, torch.nn.Linear) or child_name == "lm_head":
+                continue
+            q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                  compute_dtype=torch.bfloat16, compress_statistics=True, quant_type="nf4")
+            q.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, compress_statistics=True,
+                                         quant_type="nf4")
+            if child.bias is not None:
+                q.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
+            setattr(module, child_name, q)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=sorted(MODELS), default="gpt2")
@@ -196,6 +213,11 @@ def main():
     p.add_argument("--lora", type=int, default=0, metavar="R",
                    help="PEFT LoRA of rank R (alpha 2R, dropout 0) on every linear layer of the blocks, the base "
                         "frozen in bf16, AdamW on the adapters (f32)")
+    p.add_argument("--qlora", action="store_true",
+                   help="with --lora: the base's block linears in bitsandbytes' NF4 (double quantization, block 64, "
+                        "bf16 compute), as QLoRA sets them up")
+    p.add_argument("--grad-ckpt", action="store_true",
+                   help="activation checkpointing of every decoder block (transformers' gradient_checkpointing_enable)")
     p.add_argument("--dropout", type=float, default=0.0,
                    help="GPT-2: attention, residual and embedding dropout; Qwen2: attention (a recipe's model.dropout)")
     p.add_argument("--hf", action="store_true", help="GPT-2 from transformers instead of the compact module")
@@ -232,9 +254,15 @@ def main():
         model.config._attn_implementation = "flex_document"
     elif lengths:
         model.config._attn_implementation = "flex_attention"
+    if a.qlora and not a.lora:
+        p.error("--qlora needs --lora R")
+    if a.grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if a.lora:
         import peft
         model.to(torch.bfloat16)
+        if a.qlora:
+            quantize_blocks_nf4(model)
         targets = ["c_attn", "c_proj", "c_fc"] if MODELS[a.model]["kind"] == "gpt2" else \
             ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
         model = peft.get_peft_model(model, peft.LoraConfig(r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0,
@@ -328,7 +356,8 @@ def main():
     tokens_per_s = a.batch * a.seq / (ms / 1e3)
     framework = ("pytorch " + torch.__version__ + (" compile" if a.compile else " eager")
                  + (" transformers" if a.hf or a.model != "gpt2" else " nanogpt-style")
-                 + (f" flex ({a.flex})" if lengths else "") + (f" peft {peft_version()} lora r{a.lora}" if a.lora else ""))
+                 + (f" flex ({a.flex})" if lengths else "") + (f" peft {peft_version()} lora r{a.lora}" if a.lora else "")
+                 + (" nf4" if a.qlora else "") + (" grad-ckpt" if a.grad_ckpt else ""))
     peak_gib = torch.cuda.max_memory_allocated() / 2**30
     packing = None
     if lengths:

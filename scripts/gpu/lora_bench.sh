@@ -7,6 +7,8 @@
 # The bars (issue 33): >= 1.3x PEFT + torch.compile's tokens/s at <= 0.8x its peak memory.
 #   scripts/gpu/lora_bench.sh BUNDLE.tar.xz
 #   SHAPES="qwen2.5_1.5b llama3_8b"  BATCH=4 SEQ=2048 STEPS=20 (timed; 5 warm-up)  EAGER=1 (also PEFT eager)
+#   QUANT=nf4: QLoRA, the base's block linears in NF4 (PyTorch: bitsandbytes' Linear4bit, where installed)
+#   CKPT=full: activation checkpointing of every block (PyTorch: gradient_checkpointing_enable)
 # $OUT receives lora_bench.txt (the table) and lora_bench.json.
 set -uo pipefail
 archive=${1:?bundle archive}
@@ -20,7 +22,18 @@ steps=${STEPS:-20}
 table="$out/lora_bench.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$table"
 python3 -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)' | tee -a "$table"
-echo "LoRA r16 alpha 32 on all linear layers, bf16 base, batch $batch x $seq, $steps timed steps" | tee -a "$table"
+echo "LoRA r16 alpha 32 on all linear layers, ${QUANT:-bf16} base, checkpointing ${CKPT:-none}," \
+  "batch $batch x $seq, $steps timed steps" | tee -a "$table"
+genesis_extra=() torch_extra=()
+if [ "${QUANT:-}" = nf4 ]; then
+  genesis_extra+=(--base-quant nf4)
+  if python3 -c 'import bitsandbytes' 2>/dev/null; then torch_extra+=(--qlora)
+  else echo "bitsandbytes is not installed: PyTorch runs with a bf16 base" | tee -a "$table"; fi
+fi
+if [ -n "${CKPT:-}" ]; then
+  genesis_extra+=(--set "training.activation_checkpointing=$CKPT")
+  torch_extra+=(--grad-ckpt)
+fi
 
 shape_args() {
   case $1 in
@@ -36,13 +49,13 @@ for shape in ${SHAPES:-qwen2.5_1.5b llama3_8b}; do
   # shellcheck disable=SC2046
   "$genesis" bench train recipes/qwen2_0.5b.toml $(shape_args "$shape") --set run.name="$shape" \
     --set data.seq_len="$seq" --set training.batch_size="$batch" --set amp.dtype=bf16 --lora 16 \
-    --steps "$steps" --warmup 5 -q --json "$out/genesis_$shape.json" > "$out/genesis_$shape.txt" 2>&1 \
+    "${genesis_extra[@]}" --steps "$steps" --warmup 5 -q --json "$out/genesis_$shape.json" > "$out/genesis_$shape.txt" 2>&1 \
     || echo "genesis $shape: rc=$? $(tail -1 "$out/genesis_$shape.txt")" | tee -a "$table"
   for mode in compile eager; do
     [ "$mode" = eager ] && [ "${EAGER:-1}" != 1 ] && continue
     flag=$([ "$mode" = compile ] && echo --compile)
     PYTHONUNBUFFERED=1 python3 scripts/bench/torch_train_lm.py --model "$shape" --batch "$batch" --seq "$seq" \
-      --dtype bf16 --steps "$steps" --warmup 5 $flag --lora 16 --case-name "$shape" --json "$out/torch_${mode}_$shape.json" \
+      --dtype bf16 --steps "$steps" --warmup 5 $flag --lora 16 "${torch_extra[@]}" --case-name "$shape" --json "$out/torch_${mode}_$shape.json" \
       > "$out/torch_${mode}_$shape.out" 2> "$out/torch_${mode}_$shape.err" \
       || echo "torch $mode $shape: rc=$? $(tail -1 "$out/torch_${mode}_$shape.err")" | tee -a "$table"
   done
