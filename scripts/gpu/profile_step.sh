@@ -2,14 +2,20 @@
 # On the GPU host: a per-kernel GPU time breakdown of genesis training steps under Nsight
 # Compute (one pass per kernel, gpu__time_duration only), grouped into kernel families.
 #   scripts/gpu/profile_step.sh BUNDLE.tar.xz RECIPE [--set k=v ...]
+#   BENCH=1 scripts/gpu/profile_step.sh BUNDLE.tar.xz RECIPE [bench train options ...]: the steps of
+#     `genesis bench train` instead (synthetic tokens, no data or init_from needed; --lora R)
 # Writes $OUT/profile.csv.gz (raw) and prints the families' shares of GPU time.
 set -uo pipefail
 archive=${1:?bundle archive}; recipe=${2:?recipe}; shift 2
 out=${OUT:-/tmp/genesis-profile}; mkdir -p "$out"
 source "$(dirname "$0")/bundle_env.sh" "$archive"
-ncu --metrics gpu__time_duration.sum --csv --page raw --log-file "$out/profile.csv" \
-  "$genesis" train "$recipe" --set training.steps=2 --set training.eval_every=0 \
-  --set training.checkpoint_every=0 --set scheduler.warmup_steps=0 "$@" --out /tmp/runs/profile --overwrite -q \
+if [ "${BENCH:-0}" = 1 ]; then
+  command=("$genesis" bench train "$recipe" --steps 1 --warmup 1 -q "$@")
+else
+  command=("$genesis" train "$recipe" --set training.steps=2 --set training.eval_every=0
+    --set training.checkpoint_every=0 --set scheduler.warmup_steps=0 "$@" --out /tmp/runs/profile --overwrite -q)
+fi
+ncu --metrics gpu__time_duration.sum --csv --page raw --log-file "$out/profile.csv" "${command[@]}" \
   > /dev/null 2> "$out/profile.err"
 echo "ncu rc=$?"
 gzip -f "$out/profile.csv"
