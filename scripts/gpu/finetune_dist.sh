@@ -7,7 +7,10 @@
 #     1 GPU x 16 rows and on 2 GPUs x 8 rows: the per-step losses of the two must agree (the step
 #     divides by the targets all ranks count, so unequal assistant lengths per rank still give
 #     the one-GPU gradient), and the LoRA run's frozen base gets no gradient collective;
-#   - QLoRA (lora.base_quant = "nf4") on 2 GPUs against QLoRA on 1.
+#   - QLoRA (lora.base_quant = "nf4") on 2 GPUs against QLoRA on 1;
+#   - PEFT reads genesis's adapter: the LoRA run exported with `genesis convert --to peft` and
+#     `--to hf --merge`; PEFT's PeftModel on the base gives the merged model's logits (f32), and its
+#     greedy continuation is `genesis generate --adapter`'s.
 #   scripts/gpu/finetune_dist.sh BUNDLE.tar.xz
 #   STEPS=60  BASE_STEPS=300
 # $OUT receives finetune_dist.txt (the report) and finetune_dist.tgz (logs, metrics, summaries).
@@ -54,6 +57,32 @@ run lora_one16 0 "${tune[@]}" "${lora[@]}" --set training.batch_size=16
 run lora_ddp2 0,1 "${tune[@]}" "${lora[@]}" --set training.batch_size=8 --nproc-per-node 2
 run qlora_one16 0 "${tune[@]}" "${lora[@]}" --set lora.base_quant=nf4 --set training.batch_size=16
 run qlora_ddp2 0,1 "${tune[@]}" "${lora[@]}" --set lora.base_quant=nf4 --set training.batch_size=8 --nproc-per-node 2
+
+"$genesis" convert "$out/lora_one16" "$out/adapter" --to peft > "$out/convert_peft.log" 2>&1 &&
+  "$genesis" convert "$out/lora_one16" "$out/merged" --to hf --merge > "$out/convert_merge.log" 2>&1 ||
+  echo "convert of the LoRA run failed: $(tail -n 1 "$out"/convert_*.log)" | tee -a "$report"
+prompt="1 2 3 4 5 6 7 8 9 10 11 12"
+CUDA_VISIBLE_DEVICES=0 "$genesis" generate --model "$out/base_hf" --adapter "$out/adapter" --prompt-ids "$prompt" \
+  --temperature 0 --max-new-tokens 24 --ids --dtype f32 --device cuda -q > "$out/genesis_ids.txt" 2> "$out/generate.err"
+CUDA_VISIBLE_DEVICES=0 python3 - "$out" "$prompt" <<'PY' 2>&1 | tail -n 4 | tee -a "$report"
+import sys, torch, transformers, peft
+out, prompt = sys.argv[1], [int(t) for t in sys.argv[2].split()]
+torch.backends.cuda.matmul.allow_tf32 = False
+base = transformers.AutoModelForCausalLM.from_pretrained(f"{out}/base_hf", torch_dtype=torch.float32).cuda().eval()
+model = peft.PeftModel.from_pretrained(base, f"{out}/adapter").eval()
+merged = transformers.AutoModelForCausalLM.from_pretrained(f"{out}/merged", torch_dtype=torch.float32).cuda().eval()
+ids = torch.randint(3, 259, (2, 64), generator=torch.Generator().manual_seed(0)).cuda()
+with torch.no_grad():
+    a, b = model(ids).logits, merged(ids).logits
+    with model.disable_adapter():
+        plain = model(ids).logits
+    greedy = model.generate(torch.tensor([prompt]).cuda(), max_new_tokens=24, do_sample=False)[0, len(prompt):]
+ours = [int(t) for t in open(f"{out}/genesis_ids.txt").read().split()]
+print(f"peft: PEFT on genesis's adapter vs genesis's merged model: max |logit difference| {(a - b).abs().max().item():.2e} "
+      f"(the adapter moves the logits by {(a - plain).abs().max().item():.2e})")
+print(f"peft: greedy continuation of PEFT {'equals' if greedy.tolist()[:len(ours)] == ours else 'DIFFERS from'} "
+      f"genesis generate --adapter's ({len(ours)} tokens)")
+PY
 
 python3 - "$out" <<'PY' | tee -a "$report"
 import json, os, sys
