@@ -1,5 +1,6 @@
 #pragma once
 // Umbrella header: the public API of libgenesis.
+#include "libgenesis/autograd/checkpoint.h"
 #include "libgenesis/autograd/engine.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/device.h"

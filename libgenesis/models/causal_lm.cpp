@@ -1,5 +1,6 @@
 #include "libgenesis/models/causal_lm.h"
 
+#include "libgenesis/autograd/checkpoint.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/ops/elementwise.h"
@@ -36,6 +37,23 @@ Tensor CausalLM::loss(const Tensor& ids, const Tensor& targets, Reduction reduct
   const int64_t rows = hidden.size(0) * hidden.size(1);
   return linear_cross_entropy(hidden.reshape({rows, hidden.size(2)}), head_weight(), targets.reshape({rows}),
                               {.reduction = reduction});
+}
+
+void CausalLM::set_activation_checkpointing(ActivationCheckpointing mode, int64_t every) {
+  GENESIS_CHECK(every >= 1, ValueError, model_type(), ": activation checkpointing every ", every,
+                " blocks: it must be >= 1");
+  checkpointing_ = mode;
+  checkpoint_every_ = every;
+}
+
+Tensor CausalLM::run_block(size_t layer, const nn::Module& module, const KVCache* cache, const Tensor& x,
+                           std::function<Tensor(const Tensor&)> block) {
+  const bool checkpointed = checkpointing_ != ActivationCheckpointing::none && cache == nullptr && grad_enabled() &&
+                            static_cast<int64_t>(layer) % checkpoint_every_ == 0;
+  if (!checkpointed) return block(x);
+  const CheckpointOptions options{.keep_products = checkpointing_ == ActivationCheckpointing::selective,
+                                  .inner_requires_grad = !module.parameters(nn::Params::trainable).empty()};
+  return checkpoint([run = std::move(block)](const TensorList& in) { return TensorList{run(in[0])}; }, {x}, options)[0];
 }
 
 Tensor causal_lm_loss(const Tensor& logits, const Tensor& ids) {

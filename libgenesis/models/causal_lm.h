@@ -2,6 +2,7 @@
 // Causal language models (GPT-2, the Llama / Qwen2 / Qwen3 decoders): the interface the
 // trainer, `genesis generate` and the Hugging Face loader share, a KV cache, the shifted
 // next-token loss and greedy decoding.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,12 @@ namespace genesis::models {
 
 // Keys and values of the positions seen so far: per layer [batch, kv_heads, capacity, head_dim],
 // of which the first `length` positions are filled. Filled under no-grad (generation only).
+// What the decoder blocks keep for the backward while training (training.activation_checkpointing):
+// every activation (none); only each block's input, the block recomputed in the backward (full);
+// each block's input and its GEMM and attention results, the cheap ops between them recomputed
+// (selective). Losses and gradients are the same in every mode.
+enum class ActivationCheckpointing { none, full, selective };
+
 struct KVCache {
   std::vector<Tensor> keys;
   std::vector<Tensor> values;
@@ -60,12 +67,25 @@ class CausalLM : public nn::Module {
   // Sets every dropout probability of the model (GPT-2: attention, residual and embedding;
   // Llama/Qwen: attention), applied while the model is training; p in [0, 1).
   virtual void set_dropout(double p) = 0;
+  // Checkpoints every `every`-th decoder block (blocks 0, every, 2 * every, ...) while a graph is
+  // recorded without a cache; every >= 1.
+  void set_activation_checkpointing(ActivationCheckpointing mode, int64_t every = 1);
+  ActivationCheckpointing activation_checkpointing() const { return checkpointing_; }
 
  protected:
   // hidden_states for checked input: positions [B, T] (i64) given for packed rows (doc_start
   // defined), undefined otherwise (positions start at the cache's length).
   virtual Tensor compute_hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start,
                                        const Tensor& positions) = 0;
+  // block(x) for decoder block `layer`, through a checkpoint when the model's activation
+  // checkpointing picks that block (block must capture by value what it reads besides x: it may
+  // run again in the backward).
+  Tensor run_block(size_t layer, const nn::Module& module, const KVCache* cache, const Tensor& x,
+                   std::function<Tensor(const Tensor&)> block);
+
+ private:
+  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
+  int64_t checkpoint_every_ = 1;
 };
 
 // Mean cross-entropy of logits [B, T, V] predicting ids [B, T] shifted by one (position t

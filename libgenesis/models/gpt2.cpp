@@ -155,7 +155,11 @@ Tensor Gpt2LM::compute_hidden_states(const Tensor& ids, KVCache* cache, const Te
   const bool training = is_training();
   const Gpt2Block::Dropout drop{training ? config_.attn_pdrop : 0.0, training ? config_.resid_pdrop : 0.0};
   Tensor x = dropout(add(embedding(ids, *wte_), embedding(positions, *wpe_)), training ? config_.embd_pdrop : 0.0);
-  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->run(x, cache, i, drop, doc_start);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    x = run_block(i, *blocks_[i], cache, x, [block = blocks_[i], cache, i, drop, doc_start](const Tensor& h) {
+      return block->run(h, cache, i, drop, doc_start);
+    });
+  }
   if (cache) cache->length += ids.size(1);
   return (*ln_f_)(x);
 }

@@ -179,7 +179,12 @@ Tensor DecoderLM::compute_hidden_states(const Tensor& ids, KVCache* cache, const
       rope_tables(start, ids.size(1), config_.head_dim, config_.rope_theta, {.dtype = x.dtype(), .device = x.device()});
   if (positions.defined()) tables = gather_rope_tables(tables, positions);  // packed: each document from 0
   const double attention_dropout = is_training() ? config_.attention_dropout : 0.0;
-  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->run(x, tables, cache, i, attention_dropout, doc_start);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    x = run_block(i, *layers_[i], cache, x,
+                  [layer = layers_[i], tables, cache, i, attention_dropout, doc_start](const Tensor& h) {
+                    return layer->run(h, tables, cache, i, attention_dropout, doc_start);
+                  });
+  }
   if (cache) cache->length += ids.size(1);
   return (*norm_)(x);
 }

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linalg.h"
+#include "libgenesis/autograd/checkpoint.h"
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
@@ -198,13 +199,13 @@ Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   auto [a, b] = detail::op_prologue<OpId::matmul>(a_arg, b_arg);
   GENESIS_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: both arguments need at least one dimension (got ",
                 a.shape(), " and ", b.shape(), ")");
-  Tensor out;
-  {
+  Tensor out = kept_or_computed("matmul", [&] {
     NoGradGuard forward_only;
-    out = batched_matmul("matmul", as_matrix_a(a), as_matrix_b(b), a.shape(), b.shape());
-    if (a.dim() == 1) out = out.squeeze(-2);
-    if (b.dim() == 1) out = out.squeeze(-1);
-  }
+    Tensor product = batched_matmul("matmul", as_matrix_a(a), as_matrix_b(b), a.shape(), b.shape());
+    if (a.dim() == 1) product = product.squeeze(-2);
+    if (b.dim() == 1) product = product.squeeze(-1);
+    return TensorList{product};
+  })[0];
   if (needs_grad({a, b})) {
     // Each operand is kept only for the other's gradient.
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
@@ -373,9 +374,14 @@ Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Te
   const DType dt = shapes.dtype;
   const int64_t rows = shapes.rows, in_features = weight.size(1);
   const bool grad = needs_grad({x, weight, bias});
-  LinearOutput forward =
-      linear_forward(op, x.to(dt).reshape({rows, in_features}), weight.to(dt),
-                     bias.defined() ? bias.to(dt).contiguous() : Tensor(), with_gelu, with_gelu && grad);
+  const Tensor x2 = x.to(dt).reshape({rows, in_features}), w = weight.to(dt);
+  const Tensor b = bias.defined() ? bias.to(dt).contiguous() : Tensor();
+  const bool keep_pre = with_gelu && (grad || keeping_products());
+  const TensorList results = kept_or_computed(op, [&] {
+    LinearOutput computed = linear_forward(op, x2, w, b, with_gelu, keep_pre);
+    return TensorList{computed.out, computed.pre};
+  });
+  const LinearOutput forward{results[0], results[1]};
   Tensor out = forward.out.view(shapes.out_shape);
   if (grad) {
     // x is kept for the weight's gradient, the weight for x's; never the output (linear_gelu

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/transformer.h"
+#include "libgenesis/autograd/checkpoint.h"
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
@@ -156,17 +157,23 @@ TensorList attention_grads(const Tensor& q, const Tensor& k, const Tensor& v, co
 // logsumexp are kept for the backward, which recomputes the probabilities.
 Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_start,
                             const kernels::cpu::AttentionShape& s, kernels::cuda::FlashDropout dropout) {
-  const TensorOptions options{.dtype = q.dtype(), .device = q.device()};
-  Tensor out = rows_major_heads(s.batch, s.q_heads, s.q_len, s.head_dim, options);
-  Tensor lse = empty({s.batch, s.q_heads, s.q_len}, {.dtype = DType::f32, .device = q.device()});
-  Tensor keep_bits;  // dropout: the mask, one bit per probability, for the backward
-  if (dropout.keep_prob < 1.0) {
-    keep_bits = empty({kernels::cuda::flash_dropout_keep_words(s)}, {.dtype = DType::i32, .device = q.device()});
-    dropout.keep_bits = reinterpret_cast<uint32_t*>(keep_bits.data_ptr());
-  }
-  kernels::cuda::flash_attention_forward(q.dtype(), s, flash_operand(q), flash_operand(k), flash_operand(v),
-                                         doc_start_data(doc_start), flash_output(out), lse.data<float>(), dropout,
-                                         cuda::current_stream());
+  const TensorList results = kept_or_computed("scaled_dot_product_attention", [&] {
+    const TensorOptions options{.dtype = q.dtype(), .device = q.device()};
+    Tensor out = rows_major_heads(s.batch, s.q_heads, s.q_len, s.head_dim, options);
+    Tensor lse = empty({s.batch, s.q_heads, s.q_len}, {.dtype = DType::f32, .device = q.device()});
+    Tensor keep_bits;  // dropout: the mask, one bit per probability, for the backward
+    kernels::cuda::FlashDropout forward_dropout = dropout;
+    if (dropout.keep_prob < 1.0) {
+      keep_bits = empty({kernels::cuda::flash_dropout_keep_words(s)}, {.dtype = DType::i32, .device = q.device()});
+      forward_dropout.keep_bits = reinterpret_cast<uint32_t*>(keep_bits.data_ptr());
+    }
+    kernels::cuda::flash_attention_forward(q.dtype(), s, flash_operand(q), flash_operand(k), flash_operand(v),
+                                           doc_start_data(doc_start), flash_output(out), lse.data<float>(),
+                                           forward_dropout, cuda::current_stream());
+    return TensorList{out, lse, keep_bits};
+  });
+  const Tensor &out = results[0], &lse = results[1], &keep_bits = results[2];
+  if (keep_bits.defined()) dropout.keep_bits = reinterpret_cast<uint32_t*>(keep_bits.data_ptr());
   if (needs_grad({q, k, v})) {
     record("scaled_dot_product_attention", {q, k, v}, {out},
            [s, dropout, qs = saved(q), ks = saved(k), vs = saved(v), ds = saved(doc_start), os = saved(out),
@@ -200,19 +207,24 @@ Tensor attention_cuda(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_
   const Tensor &q = q_arg, &k = k_arg, &v = v_arg;
   const Device device = q.device();
   Tensor qv, kv, vv;
-  Tensor out = empty(q.shape(), {.dtype = q.dtype(), .device = device});
-  const Shape scores_shape{s.batch, s.q_heads, s.q_len, s.kv_len};
-  Tensor probs = empty(scores_shape, {.dtype = q.dtype(), .device = device});
   {
     NoGradGuard forward_only;
     qv = attention_operand(q, s, true);
     kv = attention_operand(k, s, false);
     vv = attention_operand(v, s, false);
+  }
+  const TensorList results = kept_or_computed("scaled_dot_product_attention", [&] {
+    NoGradGuard forward_only;
+    Tensor out = empty(q.shape(), {.dtype = q.dtype(), .device = device});
+    const Shape scores_shape{s.batch, s.q_heads, s.q_len, s.kv_len};
+    Tensor probs = empty(scores_shape, {.dtype = q.dtype(), .device = device});
     Tensor scores = f32_scores_buffer(q, scores_shape);
     kernels::cuda::attention(q.dtype(), s, qv.data_ptr(), heads_layout(qv), kv.data_ptr(), heads_layout(kv),
                              vv.data_ptr(), heads_layout(vv), doc_start_data(doc_start), out.data_ptr(),
                              probs.data_ptr(), scores.defined() ? scores.data_ptr() : nullptr, cuda::current_stream());
-  }
+    return TensorList{out, probs};
+  });
+  const Tensor &out = results[0], &probs = results[1];
   if (needs_grad({q, k, v})) {
     record("scaled_dot_product_attention", {q, k, v}, {out},
            [s, qs = saved(qv), ks = saved(kv), vs = saved(vv), ds = saved(doc_start),
@@ -480,16 +492,20 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
   }
   const DType acc = q.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor qc, kc, vc;
-  Tensor out = empty(q.shape(), {.dtype = q.dtype()});
-  Tensor probs = empty({s.batch, s.q_heads, s.q_len, s.kv_len}, {.dtype = acc});
   {
     NoGradGuard forward_only;
     qc = q.contiguous();
     kc = k.contiguous();
     vc = v.contiguous();
+  }
+  const TensorList results = kept_or_computed(op, [&] {
+    Tensor out = empty(q.shape(), {.dtype = q.dtype()});
+    Tensor probs = empty({s.batch, s.q_heads, s.q_len, s.kv_len}, {.dtype = acc});
     kernels::cpu::attention(q.dtype(), s, qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), doc_start_data(doc_start),
                             out.data_ptr(), probs.data_ptr());
-  }
+    return TensorList{out, probs};
+  });
+  const Tensor &out = results[0], &probs = results[1];
   if (needs_grad({q, k, v})) {
     record(op, {q, k, v}, {out},
            [s, qs = saved(qc), ks = saved(kc), vs = saved(vc), ds = saved(doc_start),

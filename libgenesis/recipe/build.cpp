@@ -56,6 +56,15 @@ std::shared_ptr<nn::Module> make_model(const Config& config, const RecipeSpec::M
   return lm;
 }
 
+models::ActivationCheckpointing activation_checkpointing(const RecipeSpec& spec) {
+  const std::string& mode = spec.training.activation_checkpointing;
+  if (mode == "full") return models::ActivationCheckpointing::full;
+  if (mode == "selective") return models::ActivationCheckpointing::selective;
+  GENESIS_CHECK(mode == "none", RecipeError, "training.activation_checkpointing: unknown mode '", mode,
+                "' (valid: none, full, selective)");
+  return models::ActivationCheckpointing::none;
+}
+
 namespace fs = std::filesystem;
 
 std::string join(const std::vector<std::string>& words, const std::string& separator) {
@@ -303,6 +312,8 @@ std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
       std::visit([&](const auto& config) { return make_model(config, spec.model, options); }, spec.model.config);
   freeze_parameters(spec, *model);
   add_lora_adapters(spec, *model);
+  if (auto* lm = dynamic_cast<models::CausalLM*>(model.get()))
+    lm->set_activation_checkpointing(activation_checkpointing(spec), spec.training.activation_checkpointing_every);
   // The frozen part takes its dtype before the move: a bf16 base never exists in f32 on the GPU,
   // and an NF4 one arrives there layer by layer.
   const DType frozen = frozen_dtype(spec);

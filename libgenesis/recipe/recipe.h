@@ -128,6 +128,8 @@ struct RecipeSpec {
     int64_t keep_last = 0;
     std::string on_nonfinite;  // "stop" or "skip": a step with a non-finite loss or gradient norm
     std::vector<std::string> freeze;  // parameter-name substrings: those parameters do not train
+    std::string activation_checkpointing;        // "none", "full" or "selective" (models::ActivationCheckpointing)
+    int64_t activation_checkpointing_every = 0;  // every this many decoder blocks one is checkpointed
     bool steps_given() const { return steps > 0; }
     bool operator==(const Training&) const = default;
   };

@@ -749,6 +749,23 @@ const std::vector<KeySpec>& recipe_schema() {
               "(no checkpoint of it is written); skip: training goes on and summary.json counts the skipped steps. "
               "fp16 runs leave this to the loss scaler.",
        .field = GENESIS_RECIPE_FIELD(training.on_nonfinite)},
+      {.section = "training",
+       .key = "activation_checkpointing",
+       .fallback = S{"none"},
+       .choices = {"none", "full", "selective"},
+       .doc = "What the decoder blocks of a language model keep for the backward. none: every activation; "
+              "full: only each checkpointed block's input, the block's forward runs again in the backward (about "
+              "one more forward of compute); selective: also the results of its GEMMs and attention, only the "
+              "cheap ops between them (norms, activations, RoPE, dropout) run again. Losses and gradients are "
+              "the same in every mode (bit for bit on the CPU).",
+       .field = GENESIS_RECIPE_FIELD(training.activation_checkpointing)},
+      {.section = "training",
+       .key = "activation_checkpointing_every",
+       .fallback = int64_t{1},
+       .min = at_least(1),
+       .doc = "With activation_checkpointing: blocks 0, N, 2N, ... are checkpointed (1 = every block); the "
+              "others keep their activations.",
+       .field = GENESIS_RECIPE_FIELD(training.activation_checkpointing_every)},
       // [lora]
       {.section = "lora",
        .key = "r",
@@ -970,6 +987,15 @@ const std::vector<RecipeRule>& recipe_rules() {
          return r.lora.enabled() && !r.training.freeze.empty()
                     ? "training.freeze has no use under LoRA, which freezes the whole base and trains the adapters: "
                       "leave training.freeze out"
+                    : "";
+       }},
+      {{"training.activation_checkpointing", "model.name"},
+       "training.activation_checkpointing applies to the language models' decoder blocks.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.training.activation_checkpointing != "none" && !r.model.is_language_model()
+                    ? "training.activation_checkpointing = \"" + r.training.activation_checkpointing +
+                          "\" recomputes decoder blocks, and model " + r.model.name +
+                          " has none: use a language model (gpt2, llama, qwen2, qwen3) or leave it \"none\""
                     : "";
        }},
       {{"optimizer.nesterov"},

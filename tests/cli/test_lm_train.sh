@@ -4,6 +4,7 @@
 # `genesis eval` (bits per byte checked against the decoded bytes of the evaluated tokens);
 # tokens/s and MFU reported; resuming reproduces the uninterrupted losses bit for bit (dropout's
 # masks included);
+# activation checkpointing (full, selective) trains the same bits;
 # `genesis generate --checkpoint` continues text; data and recipe errors exit 2 with one line;
 # shards made from sources that changed since are prepared again; every recipe in recipes/
 # resolves with `genesis recipe show`.
@@ -119,6 +120,18 @@ if [ -n "$a" ] && [ "$a" = "$b" ]; then ok "resumed LM losses at steps 25..40 ar
 cmp -s "$work/full/checkpoints/step_00000040/model.safetensors" "$work/resumed/checkpoints/step_00000040/model.safetensors" \
   && ok "final LM weights are byte-identical" || fail "final LM weights differ after resume"
 
+# 3b. Activation checkpointing recomputes the block in the backward: the same losses and weights.
+all_losses() { grep -v '"eval"' "$1" | sed -n 's/.*"loss":\([^,}]*\).*"step":\([0-9]*\).*/\2 \1/p'; }
+for mode in full selective; do
+  "$genesis" train "$work/lm.toml" --out "$work/ckpt_$mode" -q --set training.activation_checkpointing=$mode \
+    >/dev/null 2>"$work/err" || fail "activation_checkpointing = $mode: $(cat "$work/err")"
+  a=$(all_losses "$work/full/metrics.jsonl"); b=$(all_losses "$work/ckpt_$mode/metrics.jsonl")
+  [ -n "$a" ] && [ "$a" = "$b" ] && cmp -s "$work/full/checkpoints/step_00000040/model.safetensors" \
+    "$work/ckpt_$mode/checkpoints/step_00000040/model.safetensors" \
+    && ok "activation_checkpointing = $mode: losses and final weights bit-identical" \
+    || fail "activation_checkpointing = $mode differs: none [$a] $mode [$b]"
+done
+
 # 4. generate from the run: text streams, --ids gives ids in the vocabulary.
 text=$("$genesis" generate --checkpoint "$work/full" --prompt "The recipe" --max-new-tokens 12 --seed 3 2>"$work/gen.err")
 rc=$?
@@ -141,6 +154,7 @@ bad "shards without sources" train "$work/lm.toml" --out "$work/bad2" --set data
 bad "seq_len beyond n_positions" train "$work/lm.toml" --out "$work/bad3" --set data.seq_len=64
 bad "language model on fashion_mnist" train "$work/lm.toml" --out "$work/bad4" --set data.name=fashion_mnist
 bad "tokens evaluated on test" train "$work/lm.toml" --out "$work/bad5" --set eval.split=test
+bad "unknown checkpointing mode" train "$work/lm.toml" --out "$work/bad9" --set training.activation_checkpointing=some
 bad "unknown fetch target" train "$work/lm.toml" --out "$work/bad6" --set 'data.fetch=["wikipedia"]'
 # Shards holding ids past the model's vocabulary: refused at start-up, naming the shard and the id.
 bad "token ids past the vocabulary" train "$work/lm.toml" --out "$work/bad8" --set model.vocab_size=300
