@@ -2,6 +2,7 @@
 // primitive gives the gradients of the function it wraps, bit for bit, and keeps less; full and
 // selective checkpointing train GPT-2 and a Llama decoder exactly as without (dropout, autocast,
 // LoRA, packed rows, every Nth block); the recipe keys.
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include "libgenesis/models/hf.h"
 #include "libgenesis/nn/lora.h"
 #include "libgenesis/optim/optimizer.h"
+#include "libgenesis/recipe/build.h"
 #include "libgenesis/recipe/recipe.h"
 #include "tests/generated_docs.h"
 #include "tests/testing.h"
@@ -164,6 +166,50 @@ TEST_CASE("activation checkpointing: under bf16 autocast, with LoRA, packed rows
     SECTION("packed") { check_same_training(config, {.packed = true}); }
     SECTION("every 2nd block") { check_same_training(config, {.dropout = 0.1, .every = 2}); }
   }
+}
+
+TEST_CASE("activation checkpointing: a [lora] recipe on a bf16 base under autocast trains the same bits",
+          "[cpu][checkpoint][lora]") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "genesis_test_checkpointing_base";
+  std::filesystem::remove_all(dir);
+  manual_seed(5);
+  models::save_hf_model(*models::causal_lm_from_config(kLlama), dir);
+  const std::string text = "[run]\nname = \"t\"\n[model]\nname = \"llama\"\ninit_from = \"" + dir.string() +
+                           "\"\ndropout = 0.1\n[data]\nname = \"tokens\"\nshards = \"unused\"\nseq_len = 7\n"
+                           "val_fraction = 0.1\n[optimizer]\nname = \"adamw\"\nlr = 1e-2\n[training]\nsteps = 4\n"
+                           "[eval]\nsplit = \"val\"\n[amp]\ndtype = \"bf16\"\n[lora]\nr = 4\ndropout = 0.1\n";
+  Tensor ids = empty({2, 7}, {.dtype = DType::i64});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 5 + 1) % 40;
+  auto run = [&](const std::string& mode, ActivationCheckpointing expected) {
+    const RecipeSpec spec = parse_recipe(text, "t.toml", {"training.activation_checkpointing=" + mode});
+    manual_seed(7);
+    const std::shared_ptr<nn::Module> model = recipe::build_model(spec, kCPU);
+    auto* lm = dynamic_cast<models::CausalLM*>(model.get());
+    REQUIRE(lm != nullptr);
+    CHECK(lm->activation_checkpointing() == expected);
+    const std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, *model);
+    model->train();
+    std::vector<std::vector<float>> trace;  // the losses, then the trained parameters
+    trace.emplace_back();
+    for (int step = 0; step < 4; ++step) {
+      optimizer->zero_grad();
+      Tensor loss;
+      {
+        AutocastGuard autocast(DType::bf16);
+        loss = lm->loss(ids, ids);
+      }
+      loss.backward();
+      optimizer->step();
+      trace.front().push_back(loss.item<float>());
+    }
+    for (const Tensor& p : model->parameters(nn::Params::trainable)) trace.push_back(p.to_vector<float>());
+    CHECK(model->parameters(nn::Params::frozen).front().dtype() == DType::bf16);
+    return trace;
+  };
+  const auto none = run("none", ActivationCheckpointing::none);
+  CHECK(run("full", ActivationCheckpointing::full) == none);
+  CHECK(run("selective", ActivationCheckpointing::selective) == none);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("activation checkpointing: the recipe keys", "[cpu][checkpoint][recipe]") {

@@ -376,7 +376,7 @@ Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Te
   const bool grad = needs_grad({x, weight, bias});
   const Tensor x2 = x.to(dt).reshape({rows, in_features}), w = weight.to(dt);
   const Tensor b = bias.defined() ? bias.to(dt).contiguous() : Tensor();
-  const bool keep_pre = with_gelu && (grad || keeping_products());
+  const bool keep_pre = with_gelu && (grad || in_checkpoint_forward());
   const TensorList results = kept_or_computed(op, [&] {
     LinearOutput computed = linear_forward(op, x2, w, b, with_gelu, keep_pre);
     return TensorList{computed.out, computed.pre};
