@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "libgenesis/autograd/autocast.h"
+#include "libgenesis/core/host_memory.h"
 #include "libgenesis/models/hf.h"
 #include "libgenesis/nn/lora.h"
 #include "libgenesis/optim/optimizer.h"
@@ -154,6 +155,35 @@ TEST_CASE("activation checkpointing: GPT-2 and Llama train bit for bit as withou
     INFO(config);
     check_same_training(config, {});
     check_same_training(config, {.dropout = 0.2});
+  }
+}
+
+TEST_CASE("activation checkpointing: the peak of host memory during a step drops", "[cpu][checkpoint][lm]") {
+  const char* gpt2 = R"({"model_type": "gpt2", "vocab_size": 64, "n_positions": 64, "n_embd": 64, "n_layer": 6,
+                         "n_head": 4})";
+  const char* llama = R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 64, "intermediate_size": 128,
+                          "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2})";
+  Tensor ids = empty({4, 64}, {.dtype = DType::i64});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 11 + 5) % 64;
+  for (const char* config : {gpt2, llama}) {
+    auto step_peak = [&](ActivationCheckpointing mode) {
+      manual_seed(3);
+      std::shared_ptr<models::CausalLM> model = models::causal_lm_from_config(config);
+      model->set_activation_checkpointing(mode);
+      model->train();
+      model->loss(ids, ids).backward();  // the gradient buffers exist from here on
+      reset_host_peak_memory();
+      const size_t before = host_memory_stats().allocated;
+      model->loss(ids, ids).backward();
+      return host_memory_stats().peak_allocated - before;
+    };
+    const size_t none = step_peak(ActivationCheckpointing::none);
+    const size_t selective = step_peak(ActivationCheckpointing::selective);
+    const size_t full = step_peak(ActivationCheckpointing::full);
+    INFO(config << "\npeak bytes above the model and its gradients: none " << none << ", selective " << selective
+                << ", full " << full);
+    CHECK(full < selective);
+    CHECK(selective < none);
   }
 }
 
