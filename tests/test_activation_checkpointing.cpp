@@ -133,6 +133,12 @@ TEST_CASE("checkpoint: the same outputs and gradients as without, bit for bit, k
     CHECK(std::get<5>(checkpointed) == std::get<5>(plain));  // the replayed draws leave the generator as it was
     CHECK(std::get<4>(checkpointed) < std::get<4>(plain));
   }
+  // Neither the inputs nor what the function reads need a gradient: no node is recorded.
+  const CheckpointFunction doubling = [](const TensorList& in) { return TensorList{mul(in[0], 2.0)}; };
+  CHECK(!checkpoint(doubling, {rand_values({3})}, {.inner_requires_grad = false})[0].requires_grad());
+  const Tensor unknowing = checkpoint(doubling, {rand_values({3})})[0];  // it cannot know: a node
+  CHECK(unknowing.requires_grad());
+  CHECK_NOTHROW(sum(unknowing).backward());  // whose recomputation needs no backward
   // Without grad mode it is the function itself.
   NoGradGuard no_grad;
   CHECK(!checkpoint(block, {rand_values({4, 8})})[0].requires_grad());
