@@ -2,6 +2,7 @@
 // primitive gives the gradients of the function it wraps, bit for bit, and keeps less; full and
 // selective checkpointing train GPT-2 and a Llama decoder exactly as without (dropout, autocast,
 // LoRA, packed rows, every Nth block); the recipe keys.
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -30,6 +31,19 @@ const char* kLlama = R"({"model_type": "llama", "vocab_size": 40, "hidden_size":
                          "tie_word_embeddings": false})";
 const char* kGpt2 = R"({"model_type": "gpt2", "vocab_size": 40, "n_positions": 16, "n_embd": 8, "n_layer": 3,
                         "n_head": 2})";
+
+// Wider and deeper, head_dim 32 (which CUDA's flash kernels take): for memory and one-step checks.
+const char* kGpt2Wide = R"({"model_type": "gpt2", "vocab_size": 64, "n_positions": 64, "n_embd": 128, "n_layer": 6,
+                            "n_head": 4})";
+const char* kLlamaWide = R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 128, "intermediate_size": 256,
+                             "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2})";
+
+// ids [batch, 64] cycling through a vocabulary of 64.
+Tensor wide_ids(int64_t batch) {
+  Tensor ids = empty({batch, 64}, {.dtype = DType::i64});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 11 + 5) % 64;
+  return ids;
+}
 
 struct RunOptions {
   double dropout = 0.0;
@@ -165,13 +179,8 @@ TEST_CASE("activation checkpointing: GPT-2 and Llama train bit for bit as withou
 }
 
 TEST_CASE("activation checkpointing: the peak of host memory during a step drops", "[cpu][checkpoint][lm]") {
-  const char* gpt2 = R"({"model_type": "gpt2", "vocab_size": 64, "n_positions": 64, "n_embd": 64, "n_layer": 6,
-                         "n_head": 4})";
-  const char* llama = R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 64, "intermediate_size": 128,
-                          "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2})";
-  Tensor ids = empty({4, 64}, {.dtype = DType::i64});
-  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 11 + 5) % 64;
-  for (const char* config : {gpt2, llama}) {
+  const Tensor ids = wide_ids(4);
+  for (const char* config : {kGpt2Wide, kLlamaWide}) {
     auto step_peak = [&](ActivationCheckpointing mode) {
       manual_seed(3);
       std::shared_ptr<models::CausalLM> model = models::causal_lm_from_config(config);
@@ -271,4 +280,60 @@ TEST_CASE("activation checkpointing: the recipe keys", "[cpu][checkpoint][recipe
              Catch::Contains("training.activation_checkpointing_every"));
   CHECK_THAT(error_of(testing::source_path("recipes/fashion_mnist_mlp.toml"), {"training.activation_checkpointing=full"}),
              Catch::Contains("model mlp has none"));
+}
+
+namespace {
+
+// One bf16-autocast step with dropout of the wide GPT-2 and Llama (on CUDA the flash kernels,
+// whose dropout bits selective keeps and full draws again): full's and selective's loss
+// and gradients against none's.
+void check_step_on(Device device) {
+  const Tensor ids = wide_ids(2).to(device);
+  for (const char* config : {kGpt2Wide, kLlamaWide}) {
+    INFO(config);
+    auto step = [&](ActivationCheckpointing mode) {
+      manual_seed(3);
+      std::shared_ptr<models::CausalLM> model = models::causal_lm_from_config(config);
+      model->to(device);
+      model->set_dropout(0.1);
+      model->set_activation_checkpointing(mode);
+      model->train();
+      Tensor loss;
+      {
+        AutocastGuard autocast(DType::bf16);
+        loss = model->loss(ids, ids);
+      }
+      loss.backward();
+      std::vector<Tensor> values{loss.to(kCPU)};
+      for (const Tensor& p : model->parameters()) values.push_back(p.grad().to(kCPU));
+      return values;
+    };
+    const std::vector<Tensor> none = step(ActivationCheckpointing::none);
+    for (ActivationCheckpointing mode : {ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
+      const std::vector<Tensor> other = step(mode);
+      REQUIRE(other.size() == none.size());
+      CHECK(other[0].item() == Approx(none[0].item()).epsilon(1e-6));
+      for (size_t i = 1; i < none.size(); ++i) {
+        // The same kernels on the same values (bit for bit on the CPU); on CUDA selective's GELU
+        // may differ from the GEMM epilogue's in the last bit.
+        const double err = std::sqrt(sum(mul(sub(other[i], none[i]), sub(other[i], none[i]))).item());
+        const double norm = std::sqrt(sum(mul(none[i], none[i])).item());
+        CHECK(err <= 1e-2 * norm + 1e-6);
+        if (device.is_cpu()) CHECK(other[i].to_vector<float>() == none[i].to_vector<float>());
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("activation checkpointing: a bf16 step with dropout at head_dim 32 gives none's loss and gradients",
+          "[cpu][checkpoint]") {
+  check_step_on(kCPU);
+}
+
+TEST_CASE("cuda activation checkpointing: bf16 flash attention with dropout gives none's loss and gradients",
+          "[cuda][checkpoint]") {
+  if (!testing::cuda_ready()) return;
+  check_step_on(Device(DeviceType::cuda, 0));
 }
