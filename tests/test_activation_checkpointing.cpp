@@ -2,6 +2,8 @@
 // primitive gives the gradients of the function it wraps, bit for bit, and keeps less; full and
 // selective checkpointing train GPT-2 and a Llama decoder exactly as without (dropout, autocast,
 // LoRA, packed rows, every Nth block); the recipe keys.
+#include <cmath>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -9,9 +11,11 @@
 #include <vector>
 
 #include "libgenesis/autograd/autocast.h"
+#include "libgenesis/core/host_memory.h"
 #include "libgenesis/models/hf.h"
 #include "libgenesis/nn/lora.h"
 #include "libgenesis/optim/optimizer.h"
+#include "libgenesis/recipe/build.h"
 #include "libgenesis/recipe/recipe.h"
 #include "tests/generated_docs.h"
 #include "tests/testing.h"
@@ -27,6 +31,19 @@ const char* kLlama = R"({"model_type": "llama", "vocab_size": 40, "hidden_size":
                          "tie_word_embeddings": false})";
 const char* kGpt2 = R"({"model_type": "gpt2", "vocab_size": 40, "n_positions": 16, "n_embd": 8, "n_layer": 3,
                         "n_head": 2})";
+
+// Wider and deeper, head_dim 32 (which CUDA's flash kernels take): for memory and one-step checks.
+const char* kGpt2Wide = R"({"model_type": "gpt2", "vocab_size": 64, "n_positions": 64, "n_embd": 128, "n_layer": 6,
+                            "n_head": 4})";
+const char* kLlamaWide = R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 128, "intermediate_size": 256,
+                             "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2})";
+
+// ids [batch, 64] cycling through a vocabulary of 64.
+Tensor wide_ids(int64_t batch) {
+  Tensor ids = empty({batch, 64}, {.dtype = DType::i64});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 11 + 5) % 64;
+  return ids;
+}
 
 struct RunOptions {
   double dropout = 0.0;
@@ -130,6 +147,12 @@ TEST_CASE("checkpoint: the same outputs and gradients as without, bit for bit, k
     CHECK(std::get<5>(checkpointed) == std::get<5>(plain));  // the replayed draws leave the generator as it was
     CHECK(std::get<4>(checkpointed) < std::get<4>(plain));
   }
+  // Neither the inputs nor what the function reads need a gradient: no node is recorded.
+  const CheckpointFunction doubling = [](const TensorList& in) { return TensorList{mul(in[0], 2.0)}; };
+  CHECK(!checkpoint(doubling, {rand_values({3})}, {.inner_requires_grad = false})[0].requires_grad());
+  const Tensor unknowing = checkpoint(doubling, {rand_values({3})})[0];  // it cannot know: a node
+  CHECK(unknowing.requires_grad());
+  CHECK_NOTHROW(sum(unknowing).backward());  // whose recomputation needs no backward
   // Without grad mode it is the function itself.
   NoGradGuard no_grad;
   CHECK(!checkpoint(block, {rand_values({4, 8})})[0].requires_grad());
@@ -155,6 +178,30 @@ TEST_CASE("activation checkpointing: GPT-2 and Llama train bit for bit as withou
   }
 }
 
+TEST_CASE("activation checkpointing: the peak of host memory during a step drops", "[cpu][checkpoint][lm]") {
+  const Tensor ids = wide_ids(4);
+  for (const char* config : {kGpt2Wide, kLlamaWide}) {
+    auto step_peak = [&](ActivationCheckpointing mode) {
+      manual_seed(3);
+      std::shared_ptr<models::CausalLM> model = models::causal_lm_from_config(config);
+      model->set_activation_checkpointing(mode);
+      model->train();
+      model->loss(ids, ids).backward();  // the gradient buffers exist from here on
+      reset_host_peak_memory();
+      const size_t before = host_memory_stats().allocated;
+      model->loss(ids, ids).backward();
+      return host_memory_stats().peak_allocated - before;
+    };
+    const size_t none = step_peak(ActivationCheckpointing::none);
+    const size_t selective = step_peak(ActivationCheckpointing::selective);
+    const size_t full = step_peak(ActivationCheckpointing::full);
+    INFO(config << "\npeak bytes above the model and its gradients: none " << none << ", selective " << selective
+                << ", full " << full);
+    CHECK(full < selective);
+    CHECK(selective < none);
+  }
+}
+
 TEST_CASE("activation checkpointing: under bf16 autocast, with LoRA, packed rows and every 2nd block",
           "[cpu][checkpoint][lm]") {
   for (const char* config : {kGpt2, kLlama}) {
@@ -164,6 +211,50 @@ TEST_CASE("activation checkpointing: under bf16 autocast, with LoRA, packed rows
     SECTION("packed") { check_same_training(config, {.packed = true}); }
     SECTION("every 2nd block") { check_same_training(config, {.dropout = 0.1, .every = 2}); }
   }
+}
+
+TEST_CASE("activation checkpointing: a [lora] recipe on a bf16 base under autocast trains the same bits",
+          "[cpu][checkpoint][lora]") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "genesis_test_checkpointing_base";
+  std::filesystem::remove_all(dir);
+  manual_seed(5);
+  models::save_hf_model(*models::causal_lm_from_config(kLlama), dir);
+  const std::string text = "[run]\nname = \"t\"\n[model]\nname = \"llama\"\ninit_from = \"" + dir.string() +
+                           "\"\ndropout = 0.1\n[data]\nname = \"tokens\"\nshards = \"unused\"\nseq_len = 7\n"
+                           "val_fraction = 0.1\n[optimizer]\nname = \"adamw\"\nlr = 1e-2\n[training]\nsteps = 4\n"
+                           "[eval]\nsplit = \"val\"\n[amp]\ndtype = \"bf16\"\n[lora]\nr = 4\ndropout = 0.1\n";
+  Tensor ids = empty({2, 7}, {.dtype = DType::i64});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 5 + 1) % 40;
+  auto run = [&](const std::string& mode, ActivationCheckpointing expected) {
+    const RecipeSpec spec = parse_recipe(text, "t.toml", {"training.activation_checkpointing=" + mode});
+    manual_seed(7);
+    const std::shared_ptr<nn::Module> model = recipe::build_model(spec, kCPU);
+    auto* lm = dynamic_cast<models::CausalLM*>(model.get());
+    REQUIRE(lm != nullptr);
+    CHECK(lm->activation_checkpointing() == expected);
+    const std::unique_ptr<Optimizer> optimizer = recipe::build_optimizer(spec, *model);
+    model->train();
+    std::vector<std::vector<float>> trace;  // the losses, then the trained parameters
+    trace.emplace_back();
+    for (int step = 0; step < 4; ++step) {
+      optimizer->zero_grad();
+      Tensor loss;
+      {
+        AutocastGuard autocast(DType::bf16);
+        loss = lm->loss(ids, ids);
+      }
+      loss.backward();
+      optimizer->step();
+      trace.front().push_back(loss.item<float>());
+    }
+    for (const Tensor& p : model->parameters(nn::Params::trainable)) trace.push_back(p.to_vector<float>());
+    CHECK(model->parameters(nn::Params::frozen).front().dtype() == DType::bf16);
+    return trace;
+  };
+  const auto none = run("none", ActivationCheckpointing::none);
+  CHECK(run("full", ActivationCheckpointing::full) == none);
+  CHECK(run("selective", ActivationCheckpointing::selective) == none);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("activation checkpointing: the recipe keys", "[cpu][checkpoint][recipe]") {
@@ -189,4 +280,60 @@ TEST_CASE("activation checkpointing: the recipe keys", "[cpu][checkpoint][recipe
              Catch::Contains("training.activation_checkpointing_every"));
   CHECK_THAT(error_of(testing::source_path("recipes/fashion_mnist_mlp.toml"), {"training.activation_checkpointing=full"}),
              Catch::Contains("model mlp has none"));
+}
+
+namespace {
+
+// One bf16-autocast step with dropout of the wide GPT-2 and Llama (on CUDA the flash kernels,
+// whose dropout bits selective keeps and full draws again): full's and selective's loss
+// and gradients against none's.
+void check_step_on(Device device) {
+  const Tensor ids = wide_ids(2).to(device);
+  for (const char* config : {kGpt2Wide, kLlamaWide}) {
+    INFO(config);
+    auto step = [&](ActivationCheckpointing mode) {
+      manual_seed(3);
+      std::shared_ptr<models::CausalLM> model = models::causal_lm_from_config(config);
+      model->to(device);
+      model->set_dropout(0.1);
+      model->set_activation_checkpointing(mode);
+      model->train();
+      Tensor loss;
+      {
+        AutocastGuard autocast(DType::bf16);
+        loss = model->loss(ids, ids);
+      }
+      loss.backward();
+      std::vector<Tensor> values{loss.to(kCPU)};
+      for (const Tensor& p : model->parameters()) values.push_back(p.grad().to(kCPU));
+      return values;
+    };
+    const std::vector<Tensor> none = step(ActivationCheckpointing::none);
+    for (ActivationCheckpointing mode : {ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
+      const std::vector<Tensor> other = step(mode);
+      REQUIRE(other.size() == none.size());
+      CHECK(other[0].item() == Approx(none[0].item()).epsilon(1e-6));
+      for (size_t i = 1; i < none.size(); ++i) {
+        // The same kernels on the same values (bit for bit on the CPU); on CUDA selective's GELU
+        // may differ from the GEMM epilogue's in the last bit.
+        const double err = std::sqrt(sum(mul(sub(other[i], none[i]), sub(other[i], none[i]))).item());
+        const double norm = std::sqrt(sum(mul(none[i], none[i])).item());
+        CHECK(err <= 1e-2 * norm + 1e-6);
+        if (device.is_cpu()) CHECK(other[i].to_vector<float>() == none[i].to_vector<float>());
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("activation checkpointing: a bf16 step with dropout at head_dim 32 gives none's loss and gradients",
+          "[cpu][checkpoint]") {
+  check_step_on(kCPU);
+}
+
+TEST_CASE("cuda activation checkpointing: bf16 flash attention with dropout gives none's loss and gradients",
+          "[cuda][checkpoint]") {
+  if (!testing::cuda_ready()) return;
+  check_step_on(Device(DeviceType::cuda, 0));
 }

@@ -31,13 +31,16 @@ struct Products {
 struct ActiveProducts {
   Products* products = nullptr;
   bool replay = false;
-  size_t next = 0;  // replay: the next entry to hand back
+  size_t next = 0;       // replay: the next entry to hand back
+  bool forward = false;  // inside a checkpoint's forward (with or without products)
 };
 thread_local ActiveProducts t_active;
 
 class ProductsScope {
  public:
-  ProductsScope(Products* products, bool replay) : previous_(t_active) { t_active = {products, replay, 0}; }
+  ProductsScope(Products* products, bool replay, bool forward) : previous_(t_active) {
+    t_active = {products, replay, 0, forward};
+  }
   ~ProductsScope() { t_active = previous_; }
   ProductsScope(const ProductsScope&) = delete;
   ProductsScope& operator=(const ProductsScope&) = delete;
@@ -57,7 +60,7 @@ class Recomputation {
     set_grad_enabled(true);
     set_autocast_dtype(autocast);
     default_generator().set_state(draws);
-    t_active = {products, true, 0};
+    t_active = {products, true, 0, false};
   }
   ~Recomputation() {
     set_grad_enabled(grad_);
@@ -104,7 +107,7 @@ TensorList checkpoint(const CheckpointFunction& fn, const TensorList& inputs, co
   TensorList outputs;
   {
     NoGradGuard no_graph;
-    ProductsScope keep(products.get(), false);
+    ProductsScope keep(products.get(), false, true);
     outputs = detached(fn(inputs));
   }
   std::vector<bool> input_requires_grad;
@@ -171,13 +174,13 @@ TensorList kept_or_computed(const char* op, const std::function<TensorList()>& c
   }
   TensorList results;
   {
-    ProductsScope inside_op(nullptr, false);
+    ProductsScope inside_op(nullptr, false, active.forward);
     results = compute();
   }
   active.products->entries.push_back({op, detached(results)});
   return results;
 }
 
-bool keeping_products() { return t_active.products != nullptr && !t_active.replay; }
+bool in_checkpoint_forward() { return t_active.forward; }
 
 }  // namespace genesis

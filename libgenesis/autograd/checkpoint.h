@@ -33,8 +33,8 @@ struct CheckpointOptions {
 
 // fn(inputs) with its activations recomputed in the backward (see above). fn must compute the
 // same thing when called again: read no state that changes between the forward and the backward
-// (other than the default generator, which is replayed), and modify none of its inputs. Under
-// no-grad it is simply fn(inputs).
+// (other than the default generator, which is replayed; a Generator passed to an op explicitly
+// is not), and modify none of its inputs. Under no-grad it is simply fn(inputs).
 TensorList checkpoint(const CheckpointFunction& fn, const TensorList& inputs, const CheckpointOptions& options = {});
 
 // The seam of selective checkpointing for the ops that keep their results. Outside a
@@ -42,8 +42,9 @@ TensorList checkpoint(const CheckpointFunction& fn, const TensorList& inputs, co
 // recomputation, what the forward kept at this point (the op named `op` must be the next one
 // to ask, else an AutogradError says the function computed something else the second time).
 TensorList kept_or_computed(const char* op, const std::function<TensorList()>& compute);
-// True inside the forward of a checkpoint with keep_products: an op keeps, besides its outputs,
-// what its backward reads even though no gradient is recorded now (linear_gelu's pre-activation).
-bool keeping_products();
+// True inside a checkpoint's forward (grad mode off): an op takes the path it takes when it
+// records a graph, keeping what its backward reads (linear_gelu's pre-activation), so that the
+// recomputation repeats the forward's arithmetic and selective checkpointing keeps enough.
+bool in_checkpoint_forward();
 
 }  // namespace genesis

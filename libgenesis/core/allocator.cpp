@@ -1,16 +1,17 @@
 #include "libgenesis/core/allocator.h"
 
-#include <atomic>
-#include <map>
-#include <mutex>
-#include <vector>
-#include <cstdlib>
-#include <new>
-#include <string_view>
-
 #include <sys/mman.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+#include <string_view>
+#include <vector>
+
 #include "libgenesis/core/error.h"
+#include "libgenesis/core/host_memory.h"
 #include "libgenesis/core/storage.h"
 #if GENESIS_WITH_CUDA
 #endif
@@ -44,6 +45,44 @@ class CpuAllocator final : public Allocator {
   }
 
   void* allocate(size_t nbytes) override {
+    void* p = allocate_block(nbytes);
+    const size_t now = allocated_.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+    size_t peak = peak_.load(std::memory_order_relaxed);
+    // A failed exchange reloads `peak` (another thread's higher one ends the loop).
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) continue;
+    return p;
+  }
+
+  HostMemoryStats stats() const {
+    return {allocated_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed)};
+  }
+  void reset_peak() { peak_.store(allocated_.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+
+  // Returns every idle cached block to the system.
+  void empty_cache() {
+    std::lock_guard lock(mutex_);
+    for (auto& [size, blocks] : free_)
+      for (void* p : blocks) std::free(p);
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+
+  void deallocate(void* ptr, size_t nbytes) override {
+    allocated_.fetch_sub(nbytes, std::memory_order_relaxed);
+    if (nbytes >= kCachedFrom) {
+      size_t rounded = (nbytes + kGranule - 1) / kGranule * kGranule;
+      std::lock_guard lock(mutex_);
+      if (cached_bytes_ + rounded <= kMaxCachedBytes) {
+        free_[rounded].push_back(ptr);
+        cached_bytes_ += rounded;
+        return;
+      }
+    }
+    std::free(ptr);
+  }
+
+ private:
+  void* allocate_block(size_t nbytes) {
     if (nbytes >= kCachedFrom) {
       size_t rounded = (nbytes + kGranule - 1) / kGranule * kGranule;
       {
@@ -62,29 +101,6 @@ class CpuAllocator final : public Allocator {
     return raw_allocate(rounded == 0 ? kAlign : rounded, nbytes);
   }
 
-  // Returns every idle cached block to the system.
-  void empty_cache() {
-    std::lock_guard lock(mutex_);
-    for (auto& [size, blocks] : free_)
-      for (void* p : blocks) std::free(p);
-    free_.clear();
-    cached_bytes_ = 0;
-  }
-
-  void deallocate(void* ptr, size_t nbytes) override {
-    if (nbytes >= kCachedFrom) {
-      size_t rounded = (nbytes + kGranule - 1) / kGranule * kGranule;
-      std::lock_guard lock(mutex_);
-      if (cached_bytes_ + rounded <= kMaxCachedBytes) {
-        free_[rounded].push_back(ptr);
-        cached_bytes_ += rounded;
-        return;
-      }
-    }
-    std::free(ptr);
-  }
-
- private:
   // On failure, frees the idle cache and tries once more before giving up.
   void* raw_allocate(size_t rounded, size_t requested) {
     // posix_memalign, not aligned_alloc: the size need not be a multiple of the alignment
@@ -112,6 +128,7 @@ class CpuAllocator final : public Allocator {
   std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;
   size_t cached_bytes_ = 0;
+  std::atomic<size_t> allocated_{0}, peak_{0};
 };
 
 CpuAllocator& cpu_allocator() {
@@ -127,6 +144,14 @@ std::atomic<DeviceAllocatorLookup>& lookup_slot(DeviceType type) {
 }
 
 }  // namespace
+
+HostMemoryStats host_memory_stats() {
+  return cpu_allocator().stats();
+}
+
+void reset_host_peak_memory() {
+  cpu_allocator().reset_peak();
+}
 
 void register_device_allocators(DeviceType type, DeviceAllocatorLookup lookup) {
   GENESIS_CHECK(type != DeviceType::cpu, ValueError, "the CPU allocator is built in");

@@ -12,14 +12,14 @@
 
 namespace genesis::models {
 
-// Keys and values of the positions seen so far: per layer [batch, kv_heads, capacity, head_dim],
-// of which the first `length` positions are filled. Filled under no-grad (generation only).
 // What the decoder blocks keep for the backward while training (training.activation_checkpointing):
 // every activation (none); only each block's input, the block recomputed in the backward (full);
 // each block's input and its GEMM and attention results, the cheap ops between them recomputed
 // (selective). Losses and gradients are the same in every mode.
 enum class ActivationCheckpointing { none, full, selective };
 
+// Keys and values of the positions seen so far: per layer [batch, kv_heads, capacity, head_dim],
+// of which the first `length` positions are filled. Filled under no-grad (generation only).
 struct KVCache {
   std::vector<Tensor> keys;
   std::vector<Tensor> values;

@@ -199,11 +199,11 @@ Tensor matmul(const Tensor& a_arg, const Tensor& b_arg) {
   auto [a, b] = detail::op_prologue<OpId::matmul>(a_arg, b_arg);
   GENESIS_CHECK(a.dim() >= 1 && b.dim() >= 1, ShapeError, "matmul: both arguments need at least one dimension (got ",
                 a.shape(), " and ", b.shape(), ")");
-  Tensor out = kept_or_computed("matmul", [&] {
+  Tensor out = kept_or_computed("matmul", [&lhs = a, &rhs = b] {
     NoGradGuard forward_only;
-    Tensor product = batched_matmul("matmul", as_matrix_a(a), as_matrix_b(b), a.shape(), b.shape());
-    if (a.dim() == 1) product = product.squeeze(-2);
-    if (b.dim() == 1) product = product.squeeze(-1);
+    Tensor product = batched_matmul("matmul", as_matrix_a(lhs), as_matrix_b(rhs), lhs.shape(), rhs.shape());
+    if (lhs.dim() == 1) product = product.squeeze(-2);
+    if (rhs.dim() == 1) product = product.squeeze(-1);
     return TensorList{product};
   })[0];
   if (needs_grad({a, b})) {
@@ -376,12 +376,17 @@ Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Te
   const bool grad = needs_grad({x, weight, bias});
   const Tensor x2 = x.to(dt).reshape({rows, in_features}), w = weight.to(dt);
   const Tensor b = bias.defined() ? bias.to(dt).contiguous() : Tensor();
-  const bool keep_pre = with_gelu && (grad || keeping_products());
-  const TensorList results = kept_or_computed(op, [&] {
-    LinearOutput computed = linear_forward(op, x2, w, b, with_gelu, keep_pre);
-    return TensorList{computed.out, computed.pre};
-  });
-  const LinearOutput forward{results[0], results[1]};
+  const bool keep_pre = with_gelu && (grad || in_checkpoint_forward());
+  LinearOutput forward;
+  // Selective checkpointing keeps linear_gelu's pre-activation alone; GELU is recomputed from it.
+  const Tensor kept = kept_or_computed(op, [&] {
+    forward = linear_forward(op, x2, w, b, with_gelu, keep_pre);
+    return TensorList{with_gelu ? forward.pre : forward.out};
+  })[0];
+  if (!forward.out.defined()) {  // taken back from a checkpoint's forward
+    NoGradGuard forward_only;
+    forward = with_gelu ? LinearOutput{gelu(kept, GeluApproximation::tanh), kept} : LinearOutput{kept, Tensor()};
+  }
   Tensor out = forward.out.view(shapes.out_shape);
   if (grad) {
     // x is kept for the weight's gradient, the weight for x's; never the output (linear_gelu

@@ -499,9 +499,9 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
     vc = v.contiguous();
   }
   const TensorList results = kept_or_computed(op, [&] {
-    Tensor out = empty(q.shape(), {.dtype = q.dtype()});
+    Tensor out = empty(qc.shape(), {.dtype = qc.dtype()});
     Tensor probs = empty({s.batch, s.q_heads, s.q_len, s.kv_len}, {.dtype = acc});
-    kernels::cpu::attention(q.dtype(), s, qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), doc_start_data(doc_start),
+    kernels::cpu::attention(qc.dtype(), s, qc.data_ptr(), kc.data_ptr(), vc.data_ptr(), doc_start_data(doc_start),
                             out.data_ptr(), probs.data_ptr());
     return TensorList{out, probs};
   });

@@ -5,7 +5,8 @@
 # decoded by bytes: ids below 256 are bytes); without a terminal the answer is inside [[ ]].
 # Chat reads one message per line and answers one line each, greedily (so the same message
 # gets the same answer), and drops the oldest turns when the conversation outgrows the
-# context. Bad input exits 2 with one line on stderr.
+# context. Activation checkpointing of the packed rows trains the same bits. Bad input exits 2
+# with one line on stderr.
 #   tests/cli/test_sft_cli.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
 source "$(dirname "$0")/common.sh" "$@"
@@ -56,6 +57,18 @@ EOF
 rc=$?
 check "genesis train (3 steps)" 0 $rc
 [ $rc -eq 0 ] || cat "$work/train.err"
+
+# Activation checkpointing on packed rows (document boundaries through the recomputation): the
+# same losses and weights as without.
+for mode in full selective; do
+  "$genesis" train "$work/sft.toml" --out "$work/run_$mode" -q --set training.activation_checkpointing=$mode \
+    >/dev/null 2>"$work/err" || fail "activation_checkpointing = $mode: $(cat "$work/err")"
+  losses() { sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$1/metrics.jsonl"; }
+  [ -n "$(losses "$work/run")" ] && [ "$(losses "$work/run")" = "$(losses "$work/run_$mode")" ] \
+    && cmp -s "$work/run/checkpoints/step_00000003/model.safetensors" "$work/run_$mode/checkpoints/step_00000003/model.safetensors" \
+    && ok "packed SFT rows, activation_checkpointing = $mode: losses and weights bit-identical" \
+    || fail "activation_checkpointing = $mode: losses [$(losses "$work/run" | tr '\n' ' ')] vs [$(losses "$work/run_$mode" | tr '\n' ' ')]"
+done
 
 # 1. --json: one object per example; labels -100 exactly outside the assistant's answer.
 "$genesis" data preview "$work/sft.toml" -n 4 --json >"$work/preview.jsonl" 2>"$work/err"
