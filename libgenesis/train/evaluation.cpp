@@ -123,8 +123,8 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::p
                 " --adapter ", adapter.string());
   RecipeSpec s = hf ? hf_evaluation_recipe(spec, checkpoint) : evaluation_recipe(spec, checkpoint);
   if (!split.empty()) s.eval.split = split;
-  GENESIS_CHECK(s.eval.split != "val" || s.data.val_fraction > 0.0, UsageError,
-                "--split val needs data.val_fraction > 0 in the recipe");
+  GENESIS_CHECK(s.eval.split != "val" || s.data.val_fraction > 0.0 || !s.data.val_path.empty(), UsageError,
+                "--split val needs data.val_fraction > 0 (sft: or data.val_path) in the recipe");
   set_allow_tf32(s.run.allow_tf32);
   Device device = recipe::resolve_device(s.run.device);
   configure_threads(s.run.threads, {.measure_load = device.is_cpu()});
