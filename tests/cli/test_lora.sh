@@ -146,4 +146,30 @@ check "generate --checkpoint with a changed base" 2 $?
 bad "eval --checkpoint with a changed base" 2 eval --checkpoint "$work/lora" -q
 grep -q "which has changed since" "$work/err" && ok "eval names the changed base" || fail "eval: $(cat "$work/err")"
 
+# The CPU example's chain, two steps each on the small data, from a working directory whose
+# data/cache holds it: recipes/sft_repeat_cpu.toml trains the base, exported where
+# recipes/lora_reverse_cpu.toml takes it from; the LoRA run trains its 155,648 adapter parameters
+# and scores exact match, in training and in genesis eval.
+mkdir -p "$work/example/data" && ln -s "$work/data" "$work/example/data/cache"
+exe=$(realpath "$genesis") recipes=$(realpath "$src/recipes")
+example() {  # example RECIPE: 2 steps in $work/example
+  (cd "$work/example" && "$exe" train "$recipes/$1" --set training.steps=2 --set scheduler.warmup_steps=1 --set eval.exact_match=2 \
+    --set "data.cache_dir=$work/cache" -q >/dev/null 2>"$work/example.err") || cat "$work/example.err"
+}
+example sft_repeat_cpu.toml && (cd "$work/example" && "$exe" convert runs/sft_repeat_cpu runs/sft_repeat_cpu_hf --to hf -q \
+  >/dev/null) && example lora_reverse_cpu.toml
+python3 - "$work/example/runs/lora_reverse_cpu" <<'PY' && ok "the CPU LoRA example's recipes chain: base, export, adapters" \
+  || fail "the CPU LoRA example (recipes/sft_repeat_cpu.toml, lora_reverse_cpu.toml) did not run through"
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert s["trainable_parameters"] == 155648 and s["final_step"] == 2, s
+evals = [json.loads(line)["eval"] for line in open(sys.argv[1] + "/metrics.jsonl") if '"eval"' in line]
+assert evals and "exact_match" in evals[-1], evals
+PY
+# genesis eval of it: its recipe's validation data is data.val_path (no val_fraction).
+(cd "$work/example" && "$exe" eval --checkpoint runs/lora_reverse_cpu --set eval.exact_match=2 -q >"$work/example.json" \
+  2>"$work/example.err")
+check "eval --checkpoint of the example's LoRA run (data.val_path)" 0 $?
+grep -q '"exact_match"' "$work/example.json" && ok "it scores exact match" || fail "eval printed $(cat "$work/example.json" "$work/example.err")"
+
 finish "lora_cli"
