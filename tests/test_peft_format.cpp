@@ -297,7 +297,8 @@ TEST_CASE("peft: read_peft_config reads the config alone, as read_peft_adapter d
   edit_config(dir, [](json& c) { c["target_modules"] = json::array({"q_proj"}); });
   CHECK_THAT(error_of<FormatError>([&] { io::read_peft_config(dir, {"model.layers.0.mlp.up_proj"}); }),
              Contains("'model.layers.0.mlp.up_proj' has adapter weights but no entry of target_modules"));
-  CHECK_THAT(error_of<IoError>([&] { io::read_peft_config(tmp / "none", {}); }), Contains("has no adapter_config.json"));
+  CHECK_THAT(error_of<IoError>([&] { io::read_peft_config(tmp / "none", {}); }),
+             Contains("has no adapter_config.json"));
 }
 
 TEST_CASE("peft: each adapter genesis cannot take is a one-line error naming the problem and the file", "[cpu][peft]") {
