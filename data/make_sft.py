@@ -10,6 +10,10 @@ Produces
                                            order of 3 to 6 words ("Reverse: red fox ran" ->
                                            "ran fox red"); the validation word lists never
                                            occur in training
+  OUT/sft_repeat/train.jsonl, val.jsonl    the same words repeated in their order ("Repeat: red
+                                           fox ran" -> "red fox ran"): the task of the base
+                                           model that recipes/lora_reverse_cpu.toml adapts; it
+                                           never holds sft_reverse's validation word lists
   OUT/bytes/tokenizer.json                 a byte-level BPE without merges (ids 0..255 are the
                                            bytes) plus ChatML's <|im_start|>, <|im_end|> and
                                            <|endoftext|> (256, 257, 258)
@@ -24,7 +28,11 @@ WORDS = """red blue green gold gray pink black white fox cat dog owl bee ant elk
 ram sun moon star rain snow wind fire ice sea lake hill road tree leaf rose oak fig plum pear
 lime corn rice bread milk salt tea jam pie cake soup""".split()
 
-SYSTEM = "You reverse the order of words."
+# task: (directory, system prompt, user prefix, answer of a word list)
+TASKS = {
+    "reverse": ("sft_reverse", "You reverse the order of words.", "Reverse: ", lambda words: reversed(words)),
+    "repeat": ("sft_repeat", "You repeat the words.", "Repeat: ", lambda words: words),
+}
 
 CHATML = (
     "{% for message in messages %}"
@@ -73,18 +81,20 @@ def write_tokenizer(out):
         json.dump(config, f, indent=2)
 
 
-def conversation(words):
+def conversation(task, words):
+    _, system, prefix, answer = TASKS[task]
     return {"messages": [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": "Reverse: " + " ".join(words)},
-        {"role": "assistant", "content": " ".join(reversed(words))},
+        {"role": "system", "content": system},
+        {"role": "user", "content": prefix + " ".join(words)},
+        {"role": "assistant", "content": " ".join(answer(words))},
     ]}
 
 
-def write_task(out, train, val, seed):
+def write_task(out, task, train, val, seed, seen):
+    """Writes the task's train and val files from word lists not in `seen` (which gains them)."""
+    out = os.path.join(out, TASKS[task][0])
     os.makedirs(out, exist_ok=True)
     rng = random.Random(seed)
-    seen = set()
 
     def fresh():
         while True:
@@ -99,7 +109,7 @@ def write_task(out, train, val, seed):
         tmp = os.path.join(out, name + ".tmp")
         with open(tmp, "w") as f:
             for words in rows:
-                f.write(json.dumps(conversation(words)) + "\n")
+                f.write(json.dumps(conversation(task, words)) + "\n")
         os.replace(tmp, os.path.join(out, name))
 
 
@@ -111,8 +121,13 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     write_tokenizer(os.path.join(a.out, "bytes"))
-    write_task(os.path.join(a.out, "sft_reverse"), a.train, a.val, a.seed)
-    print(f"make_sft: {a.out}/sft_reverse (train {a.train}, val {a.val}) and {a.out}/bytes")
+    seen = set()
+    write_task(a.out, "reverse", a.train, a.val, a.seed, seen)
+    # The repeat task draws after reverse from its own generator, so sft_reverse stays as it was
+    # and the base trained on sft_repeat never sees a word list of sft_reverse (val or train).
+    write_task(a.out, "repeat", a.train, a.val, a.seed + 1, seen)
+    print(f"make_sft: {a.out}/sft_reverse and {a.out}/sft_repeat (train {a.train}, val {a.val} each) "
+          f"and {a.out}/bytes")
 
 
 if __name__ == "__main__":

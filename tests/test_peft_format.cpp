@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "libgenesis/convert/convert.h"
@@ -273,6 +274,31 @@ TEST_CASE("peft: target_modules as a regular expression, \"all-linear\" or null"
   CHECK(minimal.options.alpha == 8.0);
   CHECK(minimal.options.dropout == 0.0);
   CHECK_FALSE(minimal.options.use_rslora);
+}
+
+TEST_CASE("peft: read_peft_config reads the config alone, as read_peft_adapter does", "[cpu][peft]") {
+  TempDir tmp("peft");
+  const fs::path dir = written(tmp, "adapter");
+  const io::PeftAdapter whole = io::read_peft_adapter(dir);
+  std::set<std::string> modules;
+  for (const NamedTensor& t : whole.tensors) modules.insert(t.name.substr(0, t.name.rfind(".lora_")));
+  fs::remove(dir / io::kPeftWeightsFile);  // the config is all it reads
+  const io::PeftAdapter config = io::read_peft_config(dir, modules);
+  CHECK(config.tensors.empty());
+  CHECK(config.options.r == whole.options.r);
+  CHECK(config.options.alpha == whole.options.alpha);
+  CHECK(config.options.targets == whole.options.targets);
+  CHECK(config.base_model == whole.base_model);
+  // Targets that need the adapted modules: a regular expression gives their full names.
+  edit_config(dir, [](json& c) { c["target_modules"] = ".*_proj"; });
+  CHECK(io::read_peft_config(dir, {"model.layers.0.self_attn.q_proj"}).options.targets ==
+        std::vector<std::string>{"model.layers.0.self_attn.q_proj"});
+  // A target list must match every adapted module.
+  edit_config(dir, [](json& c) { c["target_modules"] = json::array({"q_proj"}); });
+  CHECK_THAT(error_of<FormatError>([&] { io::read_peft_config(dir, {"model.layers.0.mlp.up_proj"}); }),
+             Contains("'model.layers.0.mlp.up_proj' has adapter weights but no entry of target_modules"));
+  CHECK_THAT(error_of<IoError>([&] { io::read_peft_config(tmp / "none", {}); }),
+             Contains("has no adapter_config.json"));
 }
 
 TEST_CASE("peft: each adapter genesis cannot take is a one-line error naming the problem and the file", "[cpu][peft]") {

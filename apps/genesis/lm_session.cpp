@@ -59,8 +59,8 @@ LoadedModel load_from_checkpoint(const fs::path& path, Device device) {
     m.model = std::dynamic_pointer_cast<models::CausalLM>(recipe::build_model(spec, kCPU));
   } else if (spec.trains_adapters()) {
     // A LoRA run: the checkpoint holds the adapters; the base comes from init_from, as trained.
-    GENESIS_CHECK(fs::exists(spec.model.init_from), UsageError, "--checkpoint ", dir.string(),
-                  " holds LoRA adapters for the base ", spec.model.init_from, ", which is gone: restore it there");
+    if (const std::optional<train::BaseModelRef> base = train::checkpoint_base(dir))
+      train::require_base_unchanged(*base, dir);
     m.model = std::dynamic_pointer_cast<models::CausalLM>(recipe::build_model(spec, kCPU));
   } else {
     // A fine-tuned run: the architecture is init_from's config.json, the weights the checkpoint's.
@@ -69,13 +69,7 @@ LoadedModel load_from_checkpoint(const fs::path& path, Device device) {
                   spec.model.init_from, ", whose config.json is gone (it defines the architecture)");
     m.model = models::causal_lm_from_config(io::read_file(config));
   }
-  const train::TrainerState state = train::load_checkpoint(dir, *m.model, nullptr);
-  if (state.base) {
-    const std::string now = models::model_dir_fingerprint(state.base->dir);
-    GENESIS_CHECK(now == state.base->fingerprint, UsageError, "--checkpoint ", dir.string(),
-                  " holds LoRA adapters trained on ", state.base->dir, " (fingerprint ", state.base->fingerprint,
-                  "), which has changed since (now ", now, "): the adapters need the base they were trained on");
-  }
+  train::load_checkpoint(dir, *m.model, nullptr);
   m.model->to(device);
   m.autocast = recipe::amp_dtype(spec);
   if (data::Tokenizer::found_in(dir))

@@ -1,6 +1,6 @@
 // genesis train RECIPE [--set k=v]... [--out DIR] [--resume] [--overwrite] [--device D] [--seed N]
 //               [--nproc-per-node N]
-// genesis eval [RECIPE] --checkpoint DIR [--split test|val] [--device D] [--set k=v]...
+// genesis eval [RECIPE] --checkpoint DIR [--adapter DIR] [--split test|val] [--device D] [--set k=v]...
 // genesis recipe show RECIPE [--set k=v]...
 #include <nlohmann/json.hpp>
 
@@ -99,6 +99,7 @@ void add_train_commands(CLI::App& app) {
     auto checkpoint = std::make_shared<std::string>();
     auto split = std::make_shared<std::string>();
     auto device = std::make_shared<std::string>();
+    auto adapter = std::make_shared<std::string>();
     sub->add_option("recipe", a->path,
                     "Recipe file (TOML); default: the checkpoint's own recipe.toml (where the data is, how to "
                     "evaluate: the model always comes from the checkpoint)")
@@ -108,6 +109,9 @@ void add_train_commands(CLI::App& app) {
                     "Checkpoint directory, run directory, its checkpoints/, latest, or a Hugging Face model "
                     "directory (config.json + model.safetensors; the recipe then gives the data)")
         ->required();
+    sub->add_option("--adapter", *adapter,
+                    "A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) applied to the "
+                    "checkpoint's model");
     sub->add_option("--split", *split, "Evaluation split (default: eval.split)")->check(CLI::IsMember({"test", "val"}));
     sub->add_option("--device", *device, "cpu, cuda, cuda:N or auto (overrides run.device)")->check(device_validator());
     sub->add_flag("--json")->description("The metrics as one JSON object on stdout (what eval always prints)");
@@ -124,7 +128,7 @@ void add_train_commands(CLI::App& app) {
                     " has no recipe.toml; give the recipe it was trained with (for a Hugging Face directory, "
                     "a recipe whose [data] names the token shards to evaluate on)");
       RecipeSpec spec = load_recipe(recipe, sets);
-      std::map<std::string, double> metrics = train::run_evaluation(spec, *checkpoint, *split, *quiet);
+      std::map<std::string, double> metrics = train::run_evaluation(spec, *checkpoint, *split, *quiet, *adapter);
       nlohmann::json out(metrics);
       out["split"] = split->empty() ? spec.eval.split : *split;
       std::cout << out.dump() << "\n";

@@ -1,10 +1,11 @@
 #include "libgenesis/convert/lora_checkpoint.h"
 
+#include <set>
+
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/io/peft.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/io/file_util.h"
-#include "libgenesis/models/hf.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/linalg.h"
 #include "libgenesis/recipe/build.h"
@@ -37,8 +38,6 @@ std::optional<LoraCheckpoint> open_lora_checkpoint(const ModelSource& source) {
   LoraCheckpoint lora;
   lora.base_dir = state.base->dir;
   lora.base_fingerprint = state.base->fingerprint;
-  // The run's adapters: new ones of [lora], or model.adapter's trained on.
-  lora.options = spec.model.adapter.empty() ? recipe::lora_options(spec) : read_peft_adapter(spec.model.adapter).options;
   lora.fan_in_fan_out = source.architecture == "gpt2";
   std::map<std::string, Tensor> factors;
   for (const std::string& name : source.weights.names()) {
@@ -58,12 +57,17 @@ std::optional<LoraCheckpoint> open_lora_checkpoint(const ModelSource& source) {
   }
   GENESIS_CHECK(lora.adapters.size() * 2 == factors.size(), FormatError, source.dir.string(),
                 ": every lora_B.weight needs its lora_A.weight");
-  GENESIS_CHECK(fs::exists(lora.base_dir), UsageError, source.dir.string(), " holds LoRA adapters for the base ",
-                lora.base_dir.string(), ", which is gone: restore it there (or run from the directory the run used)");
-  const std::string now = models::model_dir_fingerprint(lora.base_dir);
-  GENESIS_CHECK(now == lora.base_fingerprint, UsageError, source.dir.string(), " holds LoRA adapters trained on ",
-                lora.base_dir.string(), " (fingerprint ", lora.base_fingerprint, "), which has changed since (now ", now,
-                "): the adapters need the base they were trained on");
+  // The run's adapters: new ones of [lora], or model.adapter's trained on (its config gives their
+  // options; the checkpoint holds their weights).
+  if (spec.model.adapter.empty()) {
+    lora.options = recipe::lora_options(spec);
+  } else {
+    std::set<std::string> modules;
+    for (const auto& entry : lora.adapters)
+      modules.insert(entry.first.substr(0, entry.first.size() - std::string(".weight").size()));
+    lora.options = read_peft_config(spec.model.adapter, modules).options;
+  }
+  train::require_base_unchanged(*state.base, source.dir);
   return lora;
 }
 

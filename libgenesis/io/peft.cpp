@@ -111,13 +111,18 @@ void require_rank(const std::map<std::string, LoraPair>& pairs, int64_t r, const
                                   pair.a.shape(), ", lora_B ", pair.b.shape(), "): r and the tensors must agree"));
 }
 
+std::set<std::string> module_names(const std::map<std::string, LoraPair>& pairs) {
+  std::set<std::string> names;
+  for (const auto& entry : pairs) names.insert(entry.first);
+  return names;
+}
+
 // Throws ErrorT unless each adapted module is matched by an entry of `targets` ("all-linear" matches all).
 template <class ErrorT>
-void require_targeted(const std::map<std::string, LoraPair>& pairs, const std::vector<std::string>& targets,
+void require_targeted(const std::set<std::string>& modules, const std::vector<std::string>& targets,
                       const std::string& where) {
   if (targets.size() == 1 && targets[0] == "all-linear") return;
-  for (const auto& entry : pairs) {
-    const std::string& module = entry.first;  // not a structured binding: clang 14 cannot capture those
+  for (const std::string& module : modules) {
     if (std::none_of(targets.begin(), targets.end(), [&](const std::string& t) { return target_matches(module, t); }))
       throw ErrorT(detail::concat(where, "module '", module, "' has adapter weights but no entry of target_modules ",
                                   json(targets).dump(), " matches it"));
@@ -262,14 +267,15 @@ T config_value(const json& config, const char* key, T fallback, const fs::path& 
   return value->get<T>();
 }
 
-// Sets options.targets (and adapter.target_modules_regex) from target_modules; see peft.h.
-void read_targets(const json& config, const std::map<std::string, LoraPair>& pairs, PeftAdapter& adapter,
+// Sets options.targets (and adapter.target_modules_regex) from target_modules and the adapted
+// `modules`; see peft.h.
+void read_targets(const json& config, const std::set<std::string>& modules, PeftAdapter& adapter,
                   const fs::path& file) {
   const json* targets = field(config, "target_modules");
   std::vector<std::string>& out = adapter.options.targets;
   if (!targets) {
     std::set<std::string> names;
-    for (const auto& [module, pair] : pairs) names.insert(last_component(module));
+    for (const std::string& module : modules) names.insert(last_component(module));
     out.assign(names.begin(), names.end());
   } else if (targets->is_string()) {
     const std::string text = targets->get<std::string>();
@@ -278,7 +284,7 @@ void read_targets(const json& config, const std::map<std::string, LoraPair>& pai
       out = {text};
     } else {
       adapter.target_modules_regex = text;
-      for (const auto& [module, pair] : pairs) out.push_back(module);
+      out.assign(modules.begin(), modules.end());
     }
   } else {
     GENESIS_CHECK(targets->is_array() && !targets->empty() &&
@@ -286,8 +292,28 @@ void read_targets(const json& config, const std::map<std::string, LoraPair>& pai
                   FormatError, "'", file.string(), "': target_modules is ", targets->dump(),
                   "; PEFT writes a list of module names or one regular expression");
     out = targets->get<std::vector<std::string>>();
-    require_targeted<FormatError>(pairs, out, "'" + file.string() + "': ");
+    require_targeted<FormatError>(modules, out, "'" + file.string() + "': ");
   }
+}
+
+// The adapter that `config` (read_config's, from `file`) describes, without tensors; `modules`
+// are the modules it adapts.
+PeftAdapter adapter_of_config(const json& config, const fs::path& file, const std::set<std::string>& modules) {
+  PeftAdapter adapter;
+  nn::LoraOptions& o = adapter.options;
+  o.r = config_value<int64_t>(config, "r", 8, file);
+  GENESIS_CHECK(o.r > 0, FormatError, "'", file.string(), "': r must be positive, got ", o.r);
+  o.alpha = config_value<double>(config, "lora_alpha", 8.0, file);
+  o.dropout = config_value<double>(config, "lora_dropout", 0.0, file);
+  GENESIS_CHECK(std::isfinite(o.alpha) && o.dropout >= 0.0 && o.dropout < 1.0, FormatError, "'", file.string(),
+                "': lora_alpha ", o.alpha, " and lora_dropout ", o.dropout, " must be finite, the dropout in [0, 1)");
+  o.use_rslora = config_value<bool>(config, "use_rslora", false, file);
+  const json* init = field(config, "init_lora_weights");
+  o.init = init && *init == "gaussian" ? "gaussian" : "default";
+  read_targets(config, modules, adapter, file);
+  adapter.base_model = config_value<std::string>(config, "base_model_name_or_path", "", file);
+  adapter.fan_in_fan_out = config_value<bool>(config, "fan_in_fan_out", false, file);
+  return adapter;
 }
 
 }  // namespace
@@ -302,7 +328,7 @@ void write_peft_adapter(const fs::path& dir, const PeftAdapter& adapter, bool ov
                 "no target modules (options.targets is empty)");
   const std::map<std::string, LoraPair> pairs = lora_pairs<ValueError>(adapter.tensors, where);
   require_rank<ValueError>(pairs, o.r, where);
-  if (adapter.target_modules_regex.empty()) require_targeted<ValueError>(pairs, o.targets, where);
+  if (adapter.target_modules_regex.empty()) require_targeted<ValueError>(module_names(pairs), o.targets, where);
   const json config = peft_config_json(adapter, pairs);
 
   std::error_code ec;
@@ -334,11 +360,11 @@ PeftAdapter read_peft_adapter(const fs::path& dir) {
                 "adapter again with PEFT's save_pretrained(safe_serialization=True)");
   GENESIS_CHECK(fs::is_regular_file(weights_file, ec), IoError, "'", dir.string(), "' has no ", kPeftWeightsFile,
                 " beside its ", kPeftConfigFile, "; copy the adapter's weights there");
-  const json config = read_config(config_file);
+  const json config = read_config(config_file);  // the config's errors first
 
   const SafetensorsFile file(weights_file);
   const std::string in_weights = "'" + weights_file.string() + "': ";
-  PeftAdapter adapter;
+  std::vector<NamedTensor> tensors;
   for (const std::string& stored : file.names()) {
     const std::optional<LoraName> n = stored.rfind(kPrefix, 0) == 0
                                           ? parse_lora_name(std::string_view(stored).substr(kPrefix.size()), true)
@@ -350,27 +376,23 @@ PeftAdapter read_peft_adapter(const fs::path& dir) {
                   file.info(stored).dtype, "; LoRA weights are F32, BF16, F16 or F64");
     Tensor tensor = file.tensor(stored);
     require_finite(tensor, stored, weights_file);
-    adapter.tensors.push_back({genesis_name(*n), tensor});
+    tensors.push_back({genesis_name(*n), tensor});
   }
-  std::sort(adapter.tensors.begin(), adapter.tensors.end(),
-            [](const NamedTensor& a, const NamedTensor& b) { return a.name < b.name; });
-  const std::map<std::string, LoraPair> pairs = lora_pairs<FormatError>(adapter.tensors, in_weights);
-
-  nn::LoraOptions& o = adapter.options;
-  o.r = config_value<int64_t>(config, "r", 8, config_file);
-  GENESIS_CHECK(o.r > 0, FormatError, "'", config_file.string(), "': r must be positive, got ", o.r);
-  require_rank<FormatError>(pairs, o.r, "'" + config_file.string() + "': ");
-  o.alpha = config_value<double>(config, "lora_alpha", 8.0, config_file);
-  o.dropout = config_value<double>(config, "lora_dropout", 0.0, config_file);
-  GENESIS_CHECK(std::isfinite(o.alpha) && o.dropout >= 0.0 && o.dropout < 1.0, FormatError, "'", config_file.string(),
-                "': lora_alpha ", o.alpha, " and lora_dropout ", o.dropout, " must be finite, the dropout in [0, 1)");
-  o.use_rslora = config_value<bool>(config, "use_rslora", false, config_file);
-  const json* init = field(config, "init_lora_weights");
-  o.init = init && *init == "gaussian" ? "gaussian" : "default";
-  read_targets(config, pairs, adapter, config_file);
-  adapter.base_model = config_value<std::string>(config, "base_model_name_or_path", "", config_file);
-  adapter.fan_in_fan_out = config_value<bool>(config, "fan_in_fan_out", false, config_file);
+  std::sort(tensors.begin(), tensors.end(), [](const NamedTensor& a, const NamedTensor& b) { return a.name < b.name; });
+  const std::map<std::string, LoraPair> pairs = lora_pairs<FormatError>(tensors, in_weights);
+  PeftAdapter adapter = adapter_of_config(config, config_file, module_names(pairs));
+  require_rank<FormatError>(pairs, adapter.options.r, "'" + config_file.string() + "': ");
+  adapter.tensors = std::move(tensors);
   return adapter;
+}
+
+PeftAdapter read_peft_config(const fs::path& dir, const std::set<std::string>& modules) {
+  const fs::path config_file = dir / kPeftConfigFile;
+  std::error_code ec;
+  GENESIS_CHECK(fs::is_regular_file(config_file, ec), IoError, "'", dir.string(), "' has no ", kPeftConfigFile,
+                ": not a PEFT adapter directory (PEFT's save_pretrained writes ", kPeftConfigFile, " and ",
+                kPeftWeightsFile, ")");
+  return adapter_of_config(read_config(config_file), config_file, modules);
 }
 
 std::vector<std::string> apply_peft_adapter(nn::Module& model, const PeftAdapter& adapter) {

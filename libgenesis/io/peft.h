@@ -16,6 +16,7 @@
 // the same in genesis. A missing or null target_modules (PEFT's per-architecture default) becomes the
 // adapted modules' last name components ("q_proj", "v_proj").
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,13 @@ void write_peft_adapter(const std::filesystem::path& dir, const PeftAdapter& ada
 // layers_to_transform, exclude_modules, layer_replication, trainable tokens, target_parameters, and
 // initializations that change the base model: PiSSA, OLoRA, CorDA, LoftQ).
 PeftAdapter read_peft_adapter(const std::filesystem::path& dir);
+
+// adapter_config.json of the adapter in `dir` alone, for what needs its options and not its weights
+// (a LoRA run trained from model.adapter: its checkpoint holds the weights): a PeftAdapter without
+// tensors, read and checked as read_peft_adapter reads the config. `modules` are the modules the
+// adapter adapts ("model.layers.0.self_attn.q_proj"): a missing target_modules or a regular
+// expression becomes targets as above, and a target list must match each of them (FormatError).
+PeftAdapter read_peft_config(const std::filesystem::path& dir, const std::set<std::string>& modules);
 
 // Gives `model` the adapter's layers (exactly the modules its tensors name, whatever its
 // target_modules said) with its r, alpha and rsLoRA scale, and copies its tensors in (cast to f32,

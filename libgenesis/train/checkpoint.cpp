@@ -11,6 +11,7 @@
 #include "libgenesis/io/json_text.h"
 #include "libgenesis/io/safetensors.h"
 #include "libgenesis/models/causal_lm.h"
+#include "libgenesis/models/hf.h"
 
 namespace genesis::train {
 
@@ -205,6 +206,23 @@ TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& mode
     else optimizer->load_state(saved, s.optimizer_steps);
   }
   return s;
+}
+
+std::optional<BaseModelRef> checkpoint_base(const std::filesystem::path& path) {
+  const std::filesystem::path file = io::resolve_checkpoint(path) / "trainer.json";
+  GENESIS_CHECK(std::filesystem::exists(file), ValueError, "checkpoint ", file.parent_path().string(),
+                " has no trainer.json");
+  return read_trainer_json(io::read_file(file, io::kMaxConfigFileBytes), file.string()).base;
+}
+
+void require_base_unchanged(const BaseModelRef& base, const std::filesystem::path& checkpoint) {
+  GENESIS_CHECK(std::filesystem::exists(base.dir), UsageError, checkpoint.string(),
+                " holds LoRA adapters for the base ", base.dir,
+                ", which is gone: restore it there (a relative path starts at the directory the run was started in)");
+  const std::string now = models::model_dir_fingerprint(base.dir);
+  GENESIS_CHECK(now == base.fingerprint, UsageError, checkpoint.string(), " holds LoRA adapters trained on ", base.dir,
+                " (fingerprint ", base.fingerprint, "), which has changed since (now ", now,
+                "): the adapters need the base they were trained on");
 }
 
 }  // namespace genesis::train

@@ -81,4 +81,12 @@ using OptimizerStateLoader =
 TrainerState load_checkpoint(const std::filesystem::path& path, nn::Module& model, Optimizer* optimizer,
                              const OptimizerStateLoader& load_optimizer = {});
 
+// The base that the adapters of the checkpoint at `path` (as load_checkpoint takes it) were trained
+// on: trainer.json's "base"; nullopt for a checkpoint of a whole model.
+std::optional<BaseModelRef> checkpoint_base(const std::filesystem::path& path);
+
+// Adapters apply to the weights they were trained on: UsageError naming `checkpoint` unless
+// base.dir still exists and has base.fingerprint.
+void require_base_unchanged(const BaseModelRef& base, const std::filesystem::path& checkpoint);
+
 }  // namespace genesis::train

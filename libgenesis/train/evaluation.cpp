@@ -9,6 +9,7 @@
 #include "libgenesis/core/interrupt.h"
 #include "libgenesis/core/threads.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/peft.h"
 #include "libgenesis/models/causal_lm.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
@@ -112,12 +113,18 @@ RecipeSpec hf_evaluation_recipe(const RecipeSpec& given, const fs::path& dir) {
 }  // namespace
 
 std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::path& checkpoint,
-                                             const std::string& split, bool quiet) {
+                                             const std::string& split, bool quiet, const fs::path& adapter) {
   const bool hf = is_hf_directory(checkpoint);
+  const std::optional<BaseModelRef> base = hf ? std::nullopt : checkpoint_base(checkpoint);
+  if (base) require_base_unchanged(*base, checkpoint);  // before its weights load as the model's
+  GENESIS_CHECK(adapter.empty() || !base, UsageError, "eval: --checkpoint ", checkpoint.string(),
+                " is a LoRA run, which brings its own adapters; leave out --adapter ", adapter.string(),
+                ", or evaluate that adapter on a base model: --checkpoint ", base ? base->dir : std::string(),
+                " --adapter ", adapter.string());
   RecipeSpec s = hf ? hf_evaluation_recipe(spec, checkpoint) : evaluation_recipe(spec, checkpoint);
   if (!split.empty()) s.eval.split = split;
-  GENESIS_CHECK(s.eval.split != "val" || s.data.val_fraction > 0.0, UsageError,
-                "--split val needs data.val_fraction > 0 in the recipe");
+  GENESIS_CHECK(s.eval.split != "val" || s.data.val_fraction > 0.0 || !s.data.val_path.empty(), UsageError,
+                "--split val needs data.val_fraction > 0 (sft: or data.val_path) in the recipe");
   set_allow_tf32(s.run.allow_tf32);
   Device device = recipe::resolve_device(s.run.device);
   configure_threads(s.run.threads, {.measure_load = device.is_cpu()});
@@ -131,6 +138,13 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::p
   GENESIS_CHECK(data->has_evaluation(), UsageError, "eval: ", data->missing_evaluation());
   std::shared_ptr<nn::Module> model = recipe::build_model(s, device);  // with init_from: its weights too
   if (!hf) load_checkpoint(checkpoint, *model, nullptr);
+  if (!adapter.empty()) {
+    try {
+      io::apply_peft_adapter(*model, io::read_peft_adapter(adapter));
+    } catch (const ValueError& e) {
+      GENESIS_THROW(UsageError, "eval: --adapter ", adapter.string(), ": ", e.what());
+    }
+  }
   data->check_model(*model);
   AutocastGuard autocast(recipe::amp_dtype(s));
   return data->evaluate(*model);

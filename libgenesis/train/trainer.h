@@ -38,8 +38,12 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
 // perplexity, bits_per_byte, tokens and bytes on val.bin for a language model (whose shards
 // are prepared first when missing).
 // Progress (a bar on a terminal, a line every 10 s otherwise) and notes go to stderr unless quiet.
+// A LoRA run's checkpoint is refused (UsageError) when its base has changed since training.
+// `adapter`, when given, is a PEFT adapter directory applied to the loaded model (UsageError for
+// an adapter that does not fit it, or for a LoRA run's checkpoint, which has its adapters).
 std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const std::filesystem::path& checkpoint,
-                                             const std::string& split, bool quiet = false);
+                                             const std::string& split, bool quiet = false,
+                                             const std::filesystem::path& adapter = {});
 
 // What `--nproc-per-node N` checks before it starts the ranks, so that a bad combination is one
 // error line rather than one per rank: no other process holds run_dir, the device resolves,

@@ -52,3 +52,56 @@ finish() {
   echo "$1: $failures check(s) failed"
   exit 1
 }
+# make_sft_data: data/make_sft.py's word-reversal conversations (200 train, 20 val) and byte
+# tokenizer, in $work/data.
+make_sft_data() {
+  python3 "$src/data/make_sft.py" --out "$work/data" --train 200 --val 20 >/dev/null || fail "make_sft.py failed"
+}
+# sft_recipe NAME LAYERS STEPS LR [MODEL_KEYS]: on stdout, the recipe of a tiny Llama (hidden 32,
+# LAYERS blocks) fine-tuned STEPS steps at LR on make_sft_data's conversations, on the CPU, 10% of
+# them for validation. MODEL_KEYS are more [model] lines; with model.init_from among them the
+# tokenizer is the model's, else $work/data/bytes.
+sft_recipe() {
+  local tokenizer="tokenizer = \"$work/data/bytes\""
+  case "${5:-}" in *init_from*) tokenizer="" ;; esac
+  cat <<EOF
+[run]
+name = "$1"
+seed = 0
+device = "cpu"
+
+[model]
+name = "llama"
+vocab_size = 259
+hidden_size = 32
+intermediate_size = 64
+num_hidden_layers = $2
+num_attention_heads = 2
+num_key_value_heads = 1
+max_position_embeddings = 128
+tie_word_embeddings = true
+${5:-}
+
+[data]
+name = "sft"
+path = "$work/data/sft_reverse/train.jsonl"
+val_fraction = 0.1
+$tokenizer
+chat_template = "$work/data/bytes/tokenizer_config.json"
+cache_dir = "$work/cache"
+pack = true
+seq_len = 128
+
+[optimizer]
+name = "adamw"
+lr = $4
+
+[training]
+steps = $3
+batch_size = 4
+log_every = 1
+
+[eval]
+split = "val"
+EOF
+}

@@ -5,60 +5,23 @@
 # two files (its names and config), which a run continues with model.adapter; `convert --to hf
 # --merge` writes the merged model, which
 # generates what the run's checkpoint (base + adapters) generates, and so does the base with the
-# PEFT adapter (`--adapter`); `--to hf` without --merge is a usage error.
+# PEFT adapter (`--adapter`); `--to hf` without --merge is a usage error. `genesis eval` scores the
+# run's checkpoint as it scores the base with the exported adapter (--adapter), and refuses a LoRA
+# run whose base is gone or changed (exit 2, as --resume and generate do).
 #   tests/cli/test_lora.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
 source "$(dirname "$0")/common.sh" "$@"
 
 requires python3 command -v python3
-python3 "$src/data/make_sft.py" --out "$work/data" --train 200 --val 20 >/dev/null || fail "make_sft.py failed"
-recipe() {  # recipe NAME EXTRA_MODEL_TOML STEPS LR
-  cat <<EOF
-[run]
-name = "$1"
-seed = 0
-device = "cpu"
-
-[model]
-name = "llama"
-vocab_size = 259
-hidden_size = 32
-intermediate_size = 64
-num_hidden_layers = 2
-num_attention_heads = 2
-num_key_value_heads = 1
-max_position_embeddings = 128
-tie_word_embeddings = true
-$2
-[data]
-name = "sft"
-path = "$work/data/sft_reverse/train.jsonl"
-val_fraction = 0.1
-chat_template = "$work/data/bytes/tokenizer_config.json"
-cache_dir = "$work/cache"
-pack = true
-seq_len = 128
-
-[optimizer]
-name = "adamw"
-lr = $4
-
-[training]
-steps = $3
-batch_size = 4
-log_every = 1
-checkpoint_every = 10
-keep_last = 5
-EOF
-}
-recipe base 'dtype = "f32"' 300 1e-2 | sed -e "s|^\[data\]|[data]\ntokenizer = \"$work/data/bytes\"|" \
-  -e "s|^checkpoint_every = 10|checkpoint_every = 0|" >"$work/base.toml"
+make_sft_data
+sft_recipe base 2 300 1e-2 'dtype = "f32"' >"$work/base.toml"
 "$genesis" train "$work/base.toml" --out "$work/base_run" -q >/dev/null 2>"$work/base.err" \
   || { cat "$work/base.err"; fail "base training failed"; }
 "$genesis" convert "$work/base_run" "$work/base" --to hf -q >/dev/null || fail "base export failed"
 
-printf '%s\n[lora]\nr = 4\nalpha = 8.0\n' "$(recipe lora "init_from = \"$work/base\"" 30 3e-2)" >"$work/lora.toml"
-"$genesis" train "$work/lora.toml" --out "$work/lora" -q >/dev/null 2>"$work/lora.err"
+printf '%s\n[lora]\nr = 4\nalpha = 8.0\n' "$(sft_recipe lora 2 30 3e-2 "init_from = \"$work/base\"")" >"$work/lora.toml"
+"$genesis" train "$work/lora.toml" --out "$work/lora" --set training.checkpoint_every=10 --set training.keep_last=5 -q \
+  >/dev/null 2>"$work/lora.err"
 rc=$?
 check "genesis train with [lora]" 0 $rc
 [ $rc -eq 0 ] || cat "$work/lora.err"
@@ -127,6 +90,41 @@ d=$(gen --model "$work/base" --adapter "$work/peft")
 "$genesis" generate --model "$work/base" --adapter "$work/data" --prompt x -q >/dev/null 2>"$work/adapter.err"
 check "--adapter of a directory without an adapter" 1 $?
 
+# genesis eval: the run's checkpoint, and the base with the exported adapter (--adapter), score
+# the same on the validation conversations; --adapter with a LoRA run's checkpoint is a usage error.
+"$genesis" eval --checkpoint "$work/lora" --set eval.exact_match=4 -q >"$work/eval_run.json" 2>"$work/eval.err"
+check "eval --checkpoint of a LoRA run" 0 $?
+"$genesis" eval "$work/base.toml" --checkpoint "$work/base" --adapter "$work/peft" --split val --set eval.exact_match=4 \
+  -q >"$work/eval_adapter.json" 2>"$work/eval.err"
+check "eval --checkpoint BASE --adapter PEFT_DIR" 0 $?
+python3 - "$work/eval_run.json" "$work/eval_adapter.json" <<'PY' && ok "eval --adapter scores as the run's checkpoint does" \
+  || fail "eval --adapter and the run's checkpoint disagree: $(cat "$work/eval_run.json" "$work/eval_adapter.json")"
+import json, sys
+run, adapter = (json.load(open(f)) for f in sys.argv[1:])
+assert "exact_match" in run and run["exact_match"] == adapter["exact_match"], (run, adapter)
+assert abs(run["loss"] - adapter["loss"]) <= 1e-5 * abs(run["loss"]), (run, adapter)
+PY
+"$genesis" eval "$work/base.toml" --checkpoint "$work/base" -q >"$work/eval_base.json" 2>/dev/null
+python3 -c 'import json, sys; a, b = (json.load(open(f)) for f in sys.argv[1:]); assert a["loss"] != b["loss"]' \
+  "$work/eval_base.json" "$work/eval_adapter.json" && ok "without --adapter the base scores otherwise" \
+  || fail "the adapter changed nothing in eval"
+bad() {  # bad NAME EXPECTED_RC COMMAND...: exit EXPECTED_RC with one line on stderr
+  local name=$1 expected=$2
+  shift 2
+  "$genesis" "$@" </dev/null >/dev/null 2>"$work/err"
+  local rc=$?
+  if [ $rc -eq "$expected" ] && [ "$(wc -l <"$work/err")" -eq 1 ]; then ok "$name: exit $expected, one line"
+  else fail "$name: exit $rc, stderr: $(cat "$work/err")"; fi
+}
+bad "eval --adapter with a LoRA run's checkpoint" 2 eval --checkpoint "$work/lora" --adapter "$work/peft" -q
+grep -q "is a LoRA run, which brings its own adapters" "$work/err" || fail "the error does not say why: $(cat "$work/err")"
+bad "eval --adapter of a directory without an adapter" 1 eval "$work/base.toml" --checkpoint "$work/base" \
+  --adapter "$work/data" --split val -q
+mv "$work/base" "$work/base.away"
+bad "eval of a LoRA run whose base is gone" 2 eval --checkpoint "$work/lora" -q
+grep -q "which is gone" "$work/err" || fail "the error does not say the base is gone: $(cat "$work/err")"
+mv "$work/base.away" "$work/base"
+
 # A changed base: --resume refuses it (exit 2) and names both fingerprints.
 python3 - "$work/base/model.safetensors" <<'PY'
 import struct, sys
@@ -145,5 +143,33 @@ tail -n 1 "$work/resume.err" | grep -q "was trained on the base $work/base (fing
   && ok "one error line naming the base and both fingerprints" || fail "resume error: $(cat "$work/resume.err")"
 "$genesis" generate --checkpoint "$work/lora" --prompt "x" --max-new-tokens 2 -q >/dev/null 2>"$work/gen.err"
 check "generate --checkpoint with a changed base" 2 $?
+bad "eval --checkpoint with a changed base" 2 eval --checkpoint "$work/lora" -q
+grep -q "which has changed since" "$work/err" && ok "eval names the changed base" || fail "eval: $(cat "$work/err")"
+
+# The CPU example's chain, two steps each on the small data, from a working directory whose
+# data/cache holds it: recipes/sft_repeat_cpu.toml trains the base, exported where
+# recipes/lora_reverse_cpu.toml takes it from; the LoRA run trains its 155,648 adapter parameters
+# and scores exact match, in training and in genesis eval.
+mkdir -p "$work/example/data" && ln -s "$work/data" "$work/example/data/cache"
+exe=$(realpath "$genesis") recipes=$(realpath "$src/recipes")
+example() {  # example RECIPE: 2 steps in $work/example
+  (cd "$work/example" && "$exe" train "$recipes/$1" --set training.steps=2 --set scheduler.warmup_steps=1 --set eval.exact_match=2 \
+    --set "data.cache_dir=$work/cache" -q >/dev/null 2>"$work/example.err") || cat "$work/example.err"
+}
+example sft_repeat_cpu.toml && (cd "$work/example" && "$exe" convert runs/sft_repeat_cpu runs/sft_repeat_cpu_hf --to hf -q \
+  >/dev/null) && example lora_reverse_cpu.toml
+python3 - "$work/example/runs/lora_reverse_cpu" <<'PY' && ok "the CPU LoRA example's recipes chain: base, export, adapters" \
+  || fail "the CPU LoRA example (recipes/sft_repeat_cpu.toml, lora_reverse_cpu.toml) did not run through"
+import json, sys
+s = json.load(open(sys.argv[1] + "/summary.json"))
+assert s["trainable_parameters"] == 155648 and s["final_step"] == 2, s
+evals = [json.loads(line)["eval"] for line in open(sys.argv[1] + "/metrics.jsonl") if '"eval"' in line]
+assert evals and "exact_match" in evals[-1], evals
+PY
+# genesis eval of it: its recipe's validation data is data.val_path (no val_fraction).
+(cd "$work/example" && "$exe" eval --checkpoint runs/lora_reverse_cpu --set eval.exact_match=2 -q >"$work/example.json" \
+  2>"$work/example.err")
+check "eval --checkpoint of the example's LoRA run (data.val_path)" 0 $?
+grep -q '"exact_match"' "$work/example.json" && ok "it scores exact match" || fail "eval printed $(cat "$work/example.json" "$work/example.err")"
 
 finish "lora_cli"

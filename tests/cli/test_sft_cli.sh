@@ -12,46 +12,8 @@ set -u
 source "$(dirname "$0")/common.sh" "$@"
 
 requires python3 command -v python3
-python3 "$src/data/make_sft.py" --out "$work/data" --train 200 --val 20 >/dev/null || fail "make_sft.py failed"
-cat >"$work/sft.toml" <<EOF
-[run]
-name = "sft_tiny"
-seed = 0
-device = "cpu"
-
-[model]
-name = "llama"
-vocab_size = 259
-hidden_size = 32
-intermediate_size = 64
-num_hidden_layers = 1
-num_attention_heads = 2
-num_key_value_heads = 1
-max_position_embeddings = 128
-tie_word_embeddings = true
-
-[data]
-name = "sft"
-path = "$work/data/sft_reverse/train.jsonl"
-val_fraction = 0.1
-tokenizer = "$work/data/bytes"
-chat_template = "$work/data/bytes/tokenizer_config.json"
-cache_dir = "$work/cache"
-pack = true
-seq_len = 128
-
-[optimizer]
-name = "adamw"
-lr = 3e-3
-
-[training]
-steps = 3
-batch_size = 4
-log_every = 1
-
-[eval]
-split = "val"
-EOF
+make_sft_data
+sft_recipe sft_tiny 1 3 3e-3 >"$work/sft.toml"
 
 "$genesis" train "$work/sft.toml" --out "$work/run" -q >"$work/train.out" 2>"$work/train.err"
 rc=$?
