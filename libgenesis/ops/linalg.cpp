@@ -378,14 +378,23 @@ Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Te
   const Tensor b = bias.defined() ? bias.to(dt).contiguous() : Tensor();
   const bool keep_pre = with_gelu && (grad || in_checkpoint_forward());
   LinearOutput forward;
-  // Selective checkpointing keeps linear_gelu's pre-activation alone; GELU is recomputed from it.
-  const Tensor kept = kept_or_computed(op, [&] {
+  // Selective checkpointing keeps linear_gelu's pre-activation and recomputes GELU from it, on the
+  // CPU, where the forward runs that same elementwise GELU. On CUDA the GELU rides on the GEMM's
+  // epilogue, computed from the f32 accumulator before rounding: recomputed from the rounded
+  // pre-activation it would differ (bf16: by a rounding step), so the output is kept as well.
+  const bool keep_output = with_gelu && x2.device().is_cuda();
+  const TensorList kept = kept_or_computed(op, [&] {
     forward = linear_forward(op, x2, w, b, with_gelu, keep_pre);
-    return TensorList{with_gelu ? forward.pre : forward.out};
-  })[0];
+    if (!with_gelu) return TensorList{forward.out};
+    return keep_output ? TensorList{forward.out, forward.pre} : TensorList{forward.pre};
+  });
   if (!forward.out.defined()) {  // taken back from a checkpoint's forward
     NoGradGuard forward_only;
-    forward = with_gelu ? LinearOutput{gelu(kept, GeluApproximation::tanh), kept} : LinearOutput{kept, Tensor()};
+    if (!with_gelu) {
+      forward = {kept[0], Tensor()};
+    } else {
+      forward = keep_output ? LinearOutput{kept[0], kept[1]} : LinearOutput{gelu(kept[0], GeluApproximation::tanh), kept[0]};
+    }
   }
   Tensor out = forward.out.view(shapes.out_shape);
   if (grad) {
