@@ -314,8 +314,8 @@ void check_step_on(Device device) {
       REQUIRE(other.size() == none.size());
       CHECK(other[0].item() == Approx(none[0].item()).epsilon(1e-6));
       for (size_t i = 1; i < none.size(); ++i) {
-        // The same kernels on the same values (bit for bit on the CPU); on CUDA selective's GELU
-        // may differ from the GEMM epilogue's in the last bit.
+        // The same kernels on the same values: bit for bit on the CPU; on CUDA within the
+        // tolerance of GEMM reordering (selective keeps linear_gelu's output there).
         const double err = std::sqrt(sum(mul(sub(other[i], none[i]), sub(other[i], none[i]))).item());
         const double norm = std::sqrt(sum(mul(none[i], none[i])).item());
         CHECK(err <= 1e-2 * norm + 1e-6);

@@ -1,6 +1,8 @@
 // Activation checkpointing on CUDA: full and selective train a Llama decoder and GPT-2 as without
-// checkpointing (bf16 autocast, dropout through its saved Philox offsets, odd sizes), with a
-// LoRA adapter on an NF4 base too, and keep less memory at the step's peak.
+// checkpointing (bf16 autocast, dropout replayed from the generator's saved state, odd sizes:
+// head_dim 12 takes the composed attention, test_activation_checkpointing.cpp's head_dim 32 the
+// flash kernels), with a LoRA adapter on an NF4 base too, and keep less memory at the step's
+// peak.
 #if GENESIS_WITH_CUDA
 #include <cmath>
 #include <optional>

@@ -107,6 +107,11 @@ RecipeSpec hf_evaluation_recipe(const RecipeSpec& given, const fs::path& dir) {
                 typed ? config["model_type"].dump() : std::string("(none)"), "; genesis reads gpt2, llama, qwen2 and qwen3");
   s.model.config = RecipeSpec::Model::default_config(s.model.name);
   s.model.init_from = dir.string();
+  // The directory is the model as it is: the recipe (a LoRA run's own, say) lends its data and
+  // evaluation settings, never its adapters or their NF4 base (--adapter brings one).
+  s.lora = RecipeSpec::Lora();
+  s.lora.base_quant = "none";
+  s.model.adapter.clear();
   return s;
 }
 

@@ -69,6 +69,7 @@ sft_recipe() {
 name = "$1"
 seed = 0
 device = "cpu"
+threads = 1
 
 [model]
 name = "llama"

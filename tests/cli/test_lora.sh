@@ -92,9 +92,10 @@ check "--adapter of a directory without an adapter" 1 $?
 
 # genesis eval: the run's checkpoint, and the base with the exported adapter (--adapter), score
 # the same on the validation conversations; --adapter with a LoRA run's checkpoint is a usage error.
+# The LoRA run's own recipe lends its data to the evaluation of BASE + adapter, not its [lora].
 "$genesis" eval --checkpoint "$work/lora" --set eval.exact_match=4 -q >"$work/eval_run.json" 2>"$work/eval.err"
 check "eval --checkpoint of a LoRA run" 0 $?
-"$genesis" eval "$work/base.toml" --checkpoint "$work/base" --adapter "$work/peft" --split val --set eval.exact_match=4 \
+"$genesis" eval "$work/lora.toml" --checkpoint "$work/base" --adapter "$work/peft" --split val --set eval.exact_match=4 \
   -q >"$work/eval_adapter.json" 2>"$work/eval.err"
 check "eval --checkpoint BASE --adapter PEFT_DIR" 0 $?
 python3 - "$work/eval_run.json" "$work/eval_adapter.json" <<'PY' && ok "eval --adapter scores as the run's checkpoint does" \
