@@ -62,6 +62,25 @@ void quantize_all(nn::Module& model, Device device, DType compute) {
   for (const auto& target : nn::lora_targets(model)) target.second->quantize_nf4(device, compute);
 }
 
+// The text of a recipe that trains the tiny Llama saved in `dir` (model.init_from) on the CPU.
+std::string llama_recipe(const fs::path& dir) {
+  return "[run]\nname = \"t\"\n[model]\nname = \"llama\"\ninit_from = \"" + dir.string() +
+         "\"\n[data]\nname = \"tokens\"\nshards = \"unused\"\nseq_len = 8\nval_fraction = 0.1\n"
+         "[optimizer]\nname = \"adamw\"\nlr = 1e-3\n[training]\nsteps = 1\n[eval]\nsplit = \"val\"\n";
+}
+
+// Two copies of the tiny Llama with the same non-zero adapters on every linear layer, both on the
+// CPU in f32: one to stay there, one to move to the GPU.
+std::pair<std::shared_ptr<models::CausalLM>, std::shared_ptr<models::CausalLM>> adapted_pair() {
+  auto cpu = tiny(kLlama);
+  nn::add_lora(*cpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
+  randomize_b(*cpu, 9);
+  auto gpu = tiny(kLlama);
+  nn::add_lora(*gpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
+  gpu->load_state_dict(cpu->state_dict());
+  return {cpu, gpu};
+}
+
 // One loss and backward of `cpu` (f32) and of `gpu` (on cuda:0 under bf16 autocast) on the same
 // tokens: the losses within 2%, each adapter's gradient (f32 on both) within `tolerance` x its
 // norm.
@@ -250,9 +269,7 @@ TEST_CASE("LoRA recipes: [lora] adapts init_from's model in model.dtype; bad key
   const fs::path dir = fs::temp_directory_path() / "genesis_test_lora_base";
   fs::remove_all(dir);
   models::save_hf_model(*tiny(kLlama), dir);
-  const std::string base = "[run]\nname = \"t\"\n[model]\nname = \"llama\"\ninit_from = \"" + dir.string() +
-                           "\"\n[data]\nname = \"tokens\"\nshards = \"unused\"\nseq_len = 8\nval_fraction = 0.1\n[optimizer]\nname = \"adamw\"\nlr = 1e-3\n"
-                           "[training]\nsteps = 1\n[eval]\nsplit = \"val\"\n";
+  const std::string base = llama_recipe(dir);
   auto build = [&](const std::string& extra) { return recipe::build_model(parse_recipe(base + extra, "t.toml"), kCPU); };
 
   // auto: f32 without autocast, bf16 under amp.dtype = bf16; adapters f32 either way.
@@ -330,12 +347,7 @@ TEST_CASE("cuda LoRA: a bf16 base under autocast trains its adapters as the CPU'
   constexpr Device kCuda0{DeviceType::cuda, 0};
   // The same tiny Llama with non-zero adapters on both devices: the loss and the adapters'
   // gradients of the CUDA step (bf16 base, bf16 autocast) against the CPU's in f32.
-  auto cpu = tiny(kLlama);
-  nn::add_lora(*cpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
-  randomize_b(*cpu, 9);
-  auto gpu = tiny(kLlama);
-  nn::add_lora(*gpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
-  gpu->load_state_dict(cpu->state_dict());
+  auto [cpu, gpu] = adapted_pair();
   gpu->to(DType::bf16, nn::Params::frozen);
   gpu->to(kCuda0);
   // bf16 products: the gradients agree to about 1% of their norm.
@@ -437,9 +449,7 @@ TEST_CASE("QLoRA recipes: lora.base_quant = \"nf4\" stores the base's linear lay
   const fs::path dir = fs::temp_directory_path() / "genesis_test_qlora_base";
   fs::remove_all(dir);
   models::save_hf_model(*tiny(kLlama), dir);
-  const std::string base = "[run]\nname = \"t\"\n[model]\nname = \"llama\"\ninit_from = \"" + dir.string() +
-                           "\"\n[data]\nname = \"tokens\"\nshards = \"unused\"\nseq_len = 8\nval_fraction = 0.1\n"
-                           "[optimizer]\nname = \"adamw\"\nlr = 1e-3\n[training]\nsteps = 1\n[eval]\nsplit = \"val\"\n";
+  const std::string base = llama_recipe(dir);
   auto build = [&](const std::string& extra) { return recipe::build_model(parse_recipe(base + extra, "t.toml"), kCPU); };
   for (const auto& [extra, compute] :
        {std::pair{std::string("[lora]\nr = 4\nbase_quant = \"nf4\"\n"), DType::f32},
@@ -469,12 +479,7 @@ TEST_CASE("cuda QLoRA: an NF4 base quantized on the GPU trains its adapters as t
   constexpr Device kCuda0{DeviceType::cuda, 0};
   // The same tiny Llama, its base in NF4 on each device: from the f32 weights computing in f32 on
   // the CPU, from their bf16 rounding computing in bf16 under autocast on CUDA.
-  auto cpu = tiny(kLlama);
-  nn::add_lora(*cpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
-  randomize_b(*cpu, 9);
-  auto gpu = tiny(kLlama);
-  nn::add_lora(*gpu, {.r = 4, .alpha = 8, .targets = {"all-linear"}});
-  gpu->load_state_dict(cpu->state_dict());
+  auto [cpu, gpu] = adapted_pair();
   quantize_all(*cpu, kCPU, DType::f32);
   gpu->to(DType::bf16, nn::Params::frozen);
   // The CPU's NF4 codes of the same bf16 weights: quantization gives the same bits on both devices.
