@@ -172,6 +172,17 @@ Storage::Storage(size_t nbytes, Device device)
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> release)
     : data_(data), nbytes_(nbytes), device_(device), release_(std::move(release)) {}
 
+void Storage::release() {
+  GENESIS_CHECK(!release_, ValueError, "Storage::release: wrapped memory cannot be released");
+  if (data_) allocator_for(device_).deallocate(data_, nbytes_);
+  data_ = nullptr;
+}
+
+void Storage::restore() {
+  GENESIS_CHECK(!release_, ValueError, "Storage::restore: wrapped memory cannot be restored");
+  if (!data_ && nbytes_ > 0) data_ = allocator_for(device_).allocate(nbytes_);
+}
+
 Storage::~Storage() {
   if (release_) {
     release_(data_);

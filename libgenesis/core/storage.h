@@ -27,6 +27,15 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // Sharded parameters (ZeRO-3) come and go while the tensors that view them stay: release()
+  // hands the memory back to the allocator (data() is null until restore(); reading a view
+  // then is the caller's bug) and restore() takes nbytes() again, contents undefined. The
+  // version is untouched: refilling the same values keeps saved-for-backward views valid.
+  // Only for storage this class allocated (not wrapped memory).
+  void release();
+  void restore();
+  bool resident() const { return data_ != nullptr || nbytes_ == 0; }
+
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;

@@ -1,5 +1,7 @@
 #include "libgenesis/models/causal_lm.h"
 
+#include <set>
+
 #include "libgenesis/autograd/checkpoint.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
@@ -18,6 +20,7 @@ Tensor CausalLM::forward_with_cache(const Tensor& ids, KVCache* cache) {
 
 Tensor CausalLM::hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start) {
   detail::check_lm_input(*this, ids, cache ? cache->length : 0);
+  if (unit_hooks_) unit_hooks_->begin_forward();
   if (!doc_start.defined()) return compute_hidden_states(ids, cache, {}, {});
   GENESIS_CHECK(cache == nullptr, ValueError, "causal LM: packed rows (doc_start) cannot use a KV cache");
   GENESIS_CHECK(doc_start.shape() == ids.shape() && doc_start.dtype() == DType::i32, ShapeError,
@@ -50,10 +53,30 @@ Tensor CausalLM::run_block(size_t layer, const nn::Module& module, const KVCache
                            std::function<Tensor(const Tensor&)> block) {
   const bool checkpointed = checkpointing_ != ActivationCheckpointing::none && cache == nullptr && grad_enabled() &&
                             static_cast<int64_t>(layer) % checkpoint_every_ == 0;
-  if (!checkpointed) return block(x);
-  const CheckpointOptions options{.keep_products = checkpointing_ == ActivationCheckpointing::selective,
-                                  .inner_requires_grad = !module.parameters(nn::Params::trainable).empty()};
-  return checkpoint([run = std::move(block)](const TensorList& in) { return TensorList{run(in[0])}; }, {x}, options)[0];
+  const Tensor input = unit_hooks_ ? unit_hooks_->enter_block(layer, x) : x;
+  Tensor y;
+  if (!checkpointed) {
+    y = block(input);
+  } else {
+    const CheckpointOptions options{.keep_products = checkpointing_ == ActivationCheckpointing::selective,
+                                    .inner_requires_grad = !module.parameters(nn::Params::trainable).empty()};
+    y = checkpoint([run = std::move(block)](const TensorList& in) { return TensorList{run(in[0])}; }, {input},
+                   options)[0];
+  }
+  return unit_hooks_ ? unit_hooks_->leave_block(layer, y) : y;
+}
+
+std::vector<std::vector<Tensor>> CausalLM::shard_units(nn::Params which) const {
+  const std::vector<const nn::Module*> layers = blocks();
+  std::vector<std::vector<Tensor>> units(1 + layers.size());
+  std::set<const TensorImpl*> in_blocks;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    units[1 + i] = layers[i]->parameters(which);
+    for (const Tensor& p : units[1 + i]) in_blocks.insert(p.impl_ptr().get());
+  }
+  for (const Tensor& p : parameters(which))
+    if (!in_blocks.contains(p.impl_ptr().get())) units[0].push_back(p);
+  return units;
 }
 
 Tensor causal_lm_loss(const Tensor& logits, const Tensor& ids) {

@@ -27,6 +27,24 @@ struct KVCache {
   int64_t capacity() const { return keys.empty() ? 0 : keys.front().size(2); }
 };
 
+// What sharded data parallel (ZeRO-3) hangs on a model's forward: the parameters of the model
+// are cut into units (unit 0: what lies outside the decoder blocks, the embeddings, final norm
+// and head; unit 1 + i: decoder block i), each gathered whole just before it computes and
+// released after. The model calls these around its computation; CausalLM::shard_units names the
+// units' parameters.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  // Before hidden_states computes anything: unit 0 is whole when it returns.
+  virtual void begin_forward() = 0;
+  // Before block `block` computes x: its unit is whole when it returns. Returns x, or x through
+  // a step whose backward tells the hooks that the block's backward has passed.
+  virtual Tensor enter_block(size_t block, const Tensor& x) = 0;
+  // After the block's forward gave y: returns y, or y through a step whose backward gathers the
+  // unit again before the block's backward runs.
+  virtual Tensor leave_block(size_t block, const Tensor& y) = 0;
+};
+
 class CausalLM : public nn::Module {
  public:
   // ids [B, T] (i32 or i64) -> logits [B, T, vocab_size].
@@ -71,6 +89,11 @@ class CausalLM : public nn::Module {
   // recorded without a cache; every >= 1.
   void set_activation_checkpointing(ActivationCheckpointing mode, int64_t every = 1);
   ActivationCheckpointing activation_checkpointing() const { return checkpointing_; }
+  // The parameters `which` selects, by sharding unit (see UnitHooks): [0] those outside the
+  // decoder blocks, [1 + i] block i's. Every parameter lies in exactly one unit.
+  std::vector<std::vector<Tensor>> shard_units(nn::Params which) const;
+  // Installs (or, with null, removes) the hooks the forward calls; the model keeps them alive.
+  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { unit_hooks_ = std::move(hooks); }
 
  protected:
   // hidden_states for checked input: positions [B, T] (i64) given for packed rows (doc_start
@@ -82,8 +105,11 @@ class CausalLM : public nn::Module {
   // run again in the backward).
   Tensor run_block(size_t layer, const nn::Module& module, const KVCache* cache, const Tensor& x,
                    std::function<Tensor(const Tensor&)> block);
+  // The decoder blocks in order (what run_block's `module` is for each layer).
+  virtual std::vector<const nn::Module*> blocks() const = 0;
 
  private:
+  std::shared_ptr<UnitHooks> unit_hooks_;
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
   int64_t checkpoint_every_ = 1;
 };

@@ -145,6 +145,12 @@ Gpt2LM::Gpt2LM(const Gpt2Config& c, nn::LayerOptions o) : config_(c) {
       nn::init::normal_(p.tensor, 0.0, 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)));
 }
 
+std::vector<const nn::Module*> Gpt2LM::blocks() const {
+  std::vector<const nn::Module*> out;
+  for (const auto& block : blocks_) out.push_back(block.get());
+  return out;
+}
+
 Tensor Gpt2LM::compute_hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start,
                                      const Tensor& packed_positions) {
   const int64_t start = cache ? cache->length : 0;

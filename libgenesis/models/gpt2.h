@@ -57,6 +57,7 @@ class Gpt2LM final : public CausalLM {
  protected:
   Tensor compute_hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start,
                                const Tensor& positions) override;
+  std::vector<const nn::Module*> blocks() const override;
 
  private:
   Gpt2Config config_;

@@ -171,6 +171,12 @@ DecoderLM::DecoderLM(const DecoderConfig& c, nn::LayerOptions o) : config_(c) {
   detail::init_like_hugging_face(*this, 0.02);
 }
 
+std::vector<const nn::Module*> DecoderLM::blocks() const {
+  std::vector<const nn::Module*> out;
+  for (const auto& block : layers_) out.push_back(block.get());
+  return out;
+}
+
 Tensor DecoderLM::compute_hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start,
                                         const Tensor& positions) {
   const int64_t start = cache ? cache->length : 0;

@@ -66,6 +66,7 @@ class DecoderLM final : public CausalLM {
  protected:
   Tensor compute_hidden_states(const Tensor& ids, KVCache* cache, const Tensor& doc_start,
                                const Tensor& positions) override;
+  std::vector<const nn::Module*> blocks() const override;
 
  private:
   DecoderConfig config_;
