@@ -112,7 +112,7 @@ TEST_CASE("weights holding NaN or inf are refused at load, naming the tensor", "
   state.step = 1;
   state.optimizer_name = "adamw";
   state.scheduler_name = "constant";
-  genesis::train::save_checkpoint(dir / "checkpoints", saved, "adamw", {}, state, "", 1);
+  genesis::train::save_checkpoint(dir / "checkpoints", saved, saved.state_dict(), "adamw", {}, state, "", 1);
   genesis::models::Mlp loaded({.input_shape = {4}, .hidden = {3}, .num_classes = 2});
   CHECK_THROWS_WITH(
       genesis::train::load_checkpoint(dir / "checkpoints", loaded, nullptr),

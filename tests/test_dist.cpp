@@ -607,17 +607,20 @@ void require_same_state(const std::vector<NamedTensor>& got, const std::vector<N
 
 }  // namespace
 
-TEST_CASE("ZeRO-1: sharded AdamW steps equal DDP's; the gathered state is DDP's and resumes on another world size",
+TEST_CASE("ZeRO-1 and ZeRO-2: sharded AdamW steps equal DDP's; the gathered state is DDP's and resumes on another "
+          "world size",
           "[cpu][dist]") {
   std::vector<Tensor> init;
   int seed = 3;
   for (const Shape& shape : std::vector<Shape>{{7, 5}, {5}, {5, 3}, {3}, {11}})
     init.push_back(mul(rank_values(seed++, numel_of(shape), DType::f32), 0.3).reshape(shape));
 
+  const int level = GENERATE(1, 2);
+  INFO("zero " << level);
   for (int world : {2, 3}) {
     INFO("world " << world);
     const ZeroRun ddp = run_adamw(world, 0, 3, init, {}, 0);
-    const ZeroRun zero = run_adamw(world, 1, 3, init, {}, 0);
+    const ZeroRun zero = run_adamw(world, level, 3, init, {}, 0);
     for (size_t i = 0; i < init.size(); ++i) require_close(zero.weights[i], ddp.weights[i], "weight " + std::to_string(i));
     for (size_t s = 0; s < ddp.norms.size(); ++s) CHECK(zero.norms[s] == Approx(ddp.norms[s]).epsilon(1e-6));
     // The whole state under the names a single process uses: exp_avg, exp_avg_sq and step per parameter.
@@ -628,19 +631,130 @@ TEST_CASE("ZeRO-1: sharded AdamW steps equal DDP's; the gathered state is DDP's 
   // Gradients on the wire in bf16: ZeRO-1's reduce-scatter rounds as DDP's all-reduce does.
   {
     const ZeroRun ddp = run_adamw(2, 0, 3, init, {}, 0, false, DType::bf16);
-    const ZeroRun zero = run_adamw(2, 1, 3, init, {}, 0, false, DType::bf16);
+    const ZeroRun zero = run_adamw(2, level, 3, init, {}, 0, false, DType::bf16);
     for (size_t i = 0; i < init.size(); ++i) require_close(zero.weights[i], ddp.weights[i], "bf16 wire, weight " + std::to_string(i));
     require_same_state(zero.state, ddp.state);
   }
 
   // A 2-rank ZeRO-1 checkpoint resumed on 3 ranks continues as DDP does from the same state.
-  const ZeroRun first = run_adamw(2, 1, 2, init, {}, 0);
+  const ZeroRun first = run_adamw(2, level, 2, init, {}, 0);
   const ZeroRun ddp = run_adamw(3, 0, 2, first.weights, first.state, 2);
-  const ZeroRun zero = run_adamw(3, 1, 2, first.weights, first.state, 2);
+  const ZeroRun zero = run_adamw(3, level, 2, first.weights, first.state, 2);
   for (size_t i = 0; i < init.size(); ++i) require_close(zero.weights[i], ddp.weights[i], "resumed weight " + std::to_string(i));
   require_same_state(zero.state, ddp.state);
   // The weights moved (the test would pass on a no-op otherwise).
   CHECK(max(abs(sub(zero.weights[0], first.weights[0]))).item() > 1e-3);
+}
+
+namespace {
+
+// A tiny Llama (3 blocks, odd sizes) trained data-parallel over `world` ranks for `steps` AdamW
+// steps of `accum` micro-batches each; rank r takes its rows of each micro-batch of 6 sequences.
+struct LmRun {
+  std::vector<double> losses;        // each step's loss, the ranks' mean
+  std::vector<NamedTensor> weights;  // the whole weights at the end (rank 0, on the host)
+  std::vector<float> logits;         // rank 0's no-grad forward after the steps
+  bool released = true;              // after each step, no trained parameter whole on any rank
+};
+
+LmRun run_lm(int world, int zero, models::ActivationCheckpointing checkpointing, int accum, int steps,
+             bool nccl = false) {
+  const char* config = R"({"model_type": "llama", "vocab_size": 61, "hidden_size": 24, "intermediate_size": 26,
+                           "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+                           "head_dim": 6, "max_position_embeddings": 32})";
+  // Every rank's model from one set of weights, built here (the default generator is the process's).
+  manual_seed(11);
+  const std::vector<NamedTensor> init = models::causal_lm_from_config(config)->state_dict();
+  std::vector<std::shared_ptr<models::CausalLM>> models;
+  for (int r = 0; r < world; ++r) {
+    models.push_back(models::causal_lm_from_config(config));
+    models.back()->load_state_dict(init);
+    models.back()->set_activation_checkpointing(checkpointing);
+  }
+  Tensor ids = empty({static_cast<int64_t>(steps * accum * 6), 9}, {.dtype = DType::i64});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 13 + i / 9 * 5 + 1) % 61;
+  LmRun out;
+  std::mutex mutex;
+  require_all_ok(run_ranks(world, 60.0, [&](Communicator& c) {
+    const Device device = nccl ? Device(DeviceType::cuda, c.rank()) : kCPU;
+    models::CausalLM& model = *models[static_cast<size_t>(c.rank())];
+    model.to(device);
+    DataParallelOptions options{.bucket_mb = 1e-3, .zero = zero};
+    if (zero == 3) options.units = model.shard_units(nn::Params::trainable);
+    DataParallel dp(model.parameters(nn::Params::trainable), c, options);
+    if (zero == 3) model.set_unit_hooks(dp.unit_hooks());
+    dp.broadcast_parameters();
+    std::vector<ParamGroup> groups{
+        {.params = model.named_parameters(nn::Params::trainable), .lr = 0.01, .base_lr = 0.01, .weight_decay = 0.1}};
+    if (zero > 0) groups = dp.shard_groups(groups);
+    std::unique_ptr<Optimizer> opt = make_adam(groups, {.decoupled_weight_decay = true});
+    const int64_t rows = 6 / world;
+    std::vector<double> losses;
+    bool released = true;
+    for (int step = 0; step < steps; ++step) {
+      Tensor total = zeros({}, {.device = device});
+      for (int micro = 0; micro < accum; ++micro) {
+        const Tensor batch = ids.narrow(0, (step * accum + micro) * 6 + c.rank() * rows, rows).to(device);
+        const Tensor targets = cat({batch.narrow(1, 1, 8), batch.narrow(1, 0, 1)}, 1);
+        if (micro == accum - 1) dp.arm();
+        Tensor loss = div(model.loss(batch, targets), static_cast<double>(accum));
+        loss.backward();
+        total = add(total, loss.detach());
+      }
+      dp.finish();
+      losses.push_back(dp.average(total).item());
+      dp.clip_grad_norm(1.0);
+      opt->step();
+      dp.gather_parameters();
+      dp.zero_grad();
+      for (const Tensor& p : model.parameters(nn::Params::trainable)) released = released && !p.storage()->resident();
+    }
+    Tensor logits;
+    {
+      NoGradGuard no_grad;
+      logits = model(ids.narrow(0, 0, 2).to(device)).to(kCPU);
+    }
+    std::vector<NamedTensor> whole = dp.whole_on_rank0(model.state_dict());
+    std::lock_guard lock(mutex);
+    out.released = out.released && released;
+    if (c.rank() != 0) return;
+    out.losses = losses;
+    for (const NamedTensor& t : whole) out.weights.push_back({t.name, t.tensor.to(kCPU).clone()});
+    out.logits = logits.to_vector<float>();
+  }, nccl));
+  return out;
+}
+
+void require_same_lm_run(const LmRun& got, const LmRun& want) {
+  REQUIRE(got.losses.size() == want.losses.size());
+  for (size_t s = 0; s < want.losses.size(); ++s) CHECK(got.losses[s] == Approx(want.losses[s]).epsilon(1e-5));
+  require_same_state(got.weights, want.weights);
+  REQUIRE(got.logits.size() == want.logits.size());
+  for (size_t k = 0; k < want.logits.size(); ++k) REQUIRE(got.logits[k] == Approx(want.logits[k]).epsilon(1e-4).margin(1e-5));
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-3: a language model sharded by blocks trains as DDP does, with checkpointing and accumulation; "
+          "between steps no rank holds a whole parameter",
+          "[cpu][dist]") {
+  using models::ActivationCheckpointing;
+  const int world = GENERATE(2, 3);
+  const ActivationCheckpointing checkpointing =
+      GENERATE(ActivationCheckpointing::none, ActivationCheckpointing::full, ActivationCheckpointing::selective);
+  const int accum = GENERATE(1, 2);
+  INFO("world " << world << ", checkpointing " << static_cast<int>(checkpointing) << ", accumulation " << accum);
+  const LmRun ddp = run_lm(world, 0, ActivationCheckpointing::none, accum, 3);
+  // The run learned something (the comparisons would pass on a no-op otherwise).
+  CHECK(ddp.losses.back() < ddp.losses.front());
+  CHECK_FALSE(ddp.released);
+  const LmRun zero1 = run_lm(world, 1, checkpointing, accum, 3);
+  require_same_lm_run(zero1, ddp);
+  const LmRun zero2 = run_lm(world, 2, checkpointing, accum, 3);
+  require_same_lm_run(zero2, ddp);
+  const LmRun zero3 = run_lm(world, 3, checkpointing, accum, 3);
+  require_same_lm_run(zero3, ddp);
+  CHECK(zero3.released);
 }
 
 #if GENESIS_WITH_NCCL
@@ -715,7 +829,27 @@ TEST_CASE("nccl: all_reduce, reduce_scatter, in-place all_gather and broadcast o
   }
 }
 
-TEST_CASE("nccl: ZeRO-1 AdamW steps on the GPUs equal DDP's, and the gathered state is DDP's", "[cuda][dist]") {
+TEST_CASE("nccl: ZeRO-2 and ZeRO-3 of a tiny Llama on the GPUs train as DDP does, checkpointed and accumulated",
+          "[cuda][dist]") {
+  const int world = nccl_world();
+  if (world == 0) {
+    WARN("skipped: no CUDA device on this machine");
+    return;
+  }
+  using models::ActivationCheckpointing;
+  const ActivationCheckpointing checkpointing = GENERATE(ActivationCheckpointing::none, ActivationCheckpointing::full);
+  const int accum = GENERATE(1, 2);
+  INFO("world " << world << ", checkpointing " << static_cast<int>(checkpointing) << ", accumulation " << accum);
+  const LmRun ddp = run_lm(world, 0, ActivationCheckpointing::none, accum, 3, /*nccl=*/true);
+  const LmRun zero3 = run_lm(world, 3, checkpointing, accum, 3, /*nccl=*/true);
+  const LmRun zero2 = run_lm(world, 2, checkpointing, accum, 3, /*nccl=*/true);
+  require_same_lm_run(zero3, ddp);
+  require_same_lm_run(zero2, ddp);
+  CHECK(zero3.released);
+  CHECK(ddp.losses.back() < ddp.losses.front());
+}
+
+TEST_CASE("nccl: ZeRO-1 and ZeRO-2 AdamW steps on the GPUs equal DDP's, and the gathered state is DDP's", "[cuda][dist]") {
   const int world = nccl_world();
   if (world == 0) {
     WARN("skipped: no CUDA device on this machine");
@@ -725,8 +859,10 @@ TEST_CASE("nccl: ZeRO-1 AdamW steps on the GPUs equal DDP's, and the gathered st
   int seed = 3;
   for (const Shape& shape : std::vector<Shape>{{7, 5}, {5}, {5, 3}, {3}, {11}})
     init.push_back(mul(rank_values(seed++, numel_of(shape), DType::f32), 0.3).reshape(shape));
+  const int level = GENERATE(1, 2);
+  INFO("zero " << level);
   const ZeroRun ddp = run_adamw(world, 0, 3, init, {}, 0, /*nccl=*/true);
-  const ZeroRun zero = run_adamw(world, 1, 3, init, {}, 0, /*nccl=*/true);
+  const ZeroRun zero = run_adamw(world, level, 3, init, {}, 0, /*nccl=*/true);
   const ZeroRun cpu = run_adamw(world, 0, 3, init, {}, 0);
   for (size_t i = 0; i < init.size(); ++i) {
     require_close(zero.weights[i], ddp.weights[i], "weight " + std::to_string(i));
@@ -736,7 +872,7 @@ TEST_CASE("nccl: ZeRO-1 AdamW steps on the GPUs equal DDP's, and the gathered st
   // Gradients on the wire in bf16 (cast on the nccl stream): ZeRO-1 equals DDP, and both stay
   // within a bf16 rounding's effect on three AdamW steps of the f32-gradient run.
   const ZeroRun ddp16 = run_adamw(world, 0, 3, init, {}, 0, /*nccl=*/true, DType::bf16);
-  const ZeroRun zero16 = run_adamw(world, 1, 3, init, {}, 0, /*nccl=*/true, DType::bf16);
+  const ZeroRun zero16 = run_adamw(world, level, 3, init, {}, 0, /*nccl=*/true, DType::bf16);
   for (size_t i = 0; i < init.size(); ++i) {
     require_close(zero16.weights[i], ddp16.weights[i], "bf16 wire, weight " + std::to_string(i));
     const double err = max(abs(sub(ddp16.weights[i], ddp.weights[i]))).item();

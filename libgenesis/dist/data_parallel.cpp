@@ -2,16 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
+#include <set>
 
 #include "libgenesis/autograd/grad_mode.h"
+#include "libgenesis/autograd/record.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #if GENESIS_WITH_CUDA
 #include <cuda_runtime_api.h>
-
-#include <deque>
 
 #include "libgenesis/cuda/device_guard.h"
 #include "libgenesis/cuda/runtime.h"
@@ -22,34 +23,127 @@ namespace genesis::dist {
 namespace {
 
 struct Bucket {
-  Tensor flat;                   // the gradients of its parameters, back to back (ZeRO-1: padded to chunk * ranks)
+  Tensor flat;                   // the gradients of its parameters, back to back (ZeRO: padded to chunk * ranks;
+                                 // ZeRO-2/3: resident from the armed backward's first gradient to its reduce-scatter's end)
   std::vector<Tensor> params;    // in the order they are laid out
   std::vector<int64_t> offsets;  // of each parameter in flat
-  std::vector<std::string> names;  // ZeRO-1: the optimizer's name of each parameter ("" when it has none)
-  int64_t chunk = 0;             // ZeRO-1: elements per rank
-  Tensor param_flat;             // ZeRO-1: the parameters' storage, laid out as flat
-  Tensor grad_shard;             // ZeRO-1: this rank's chunk of the averaged gradients
+  std::vector<std::string> names;  // ZeRO: the optimizer's name of each parameter ("" when it has none)
+  std::vector<char> arrived;     // ZeRO-2/3: the parameter's gradient is in flat (this armed backward)
+  int64_t chunk = 0;             // ZeRO: elements per rank
+  Tensor param_flat;             // ZeRO: the parameters' storage, laid out as flat (ZeRO-3: resident while whole)
+  Tensor param_shard;            // ZeRO: this rank's chunk of param_flat (ZeRO-3: its own storage, kept)
+  Tensor grad_shard;             // ZeRO: this rank's chunk of the averaged gradients
   int64_t pending = 0;           // gradients not yet accumulated in the armed backward
-  WorkHandle work;               // the running collective, once started
+  WorkHandle work;               // the running collective, once started (reset once waited for)
+  bool started = false;          // its collective started in this armed backward
+  // ZeRO-3: whether the whole parameters are resident (arriving: an all-gather is filling them).
+  enum class Whole { no, arriving, yes } whole = Whole::yes;
+  WorkHandle gather;
+  // ZeRO-3, while counting: what the backward has yet to pass before the unit is freed (its
+  // gradients, and the block's input gradient when one flows).
+  int64_t until_free = 0;
+  bool counting = false;
 };
 
 }  // namespace
 
 struct DataParallel::State {
   Communicator* comm;
-  bool sharded = false;
+  int zero = 0;
   DType wire = DType::f32;  // the dtype the buckets travel in
   std::vector<Bucket> buckets;
+  std::vector<size_t> unit_bucket;  // ZeRO-3: unit -> its bucket
+  std::deque<size_t> in_flight;     // ZeRO-2/3: buckets whose reduce-scatter runs, oldest first
   bool armed = false;
 
-  void start(Bucket& b) {
-    // A parameter the backward did not reach still holds a zeroed-lazily gradient: make it zero.
-    for (const Tensor& p : b.params) (void)p.grad();
-    b.work = sharded ? comm->reduce_scatter_as(b.flat, b.grad_shard, ReduceOp::avg, wire)
-                     : comm->all_reduce_as(b.flat, ReduceOp::avg, wire);
-  }
-};
+  bool sharded() const { return zero > 0; }
+  bool copies_grads() const { return zero >= 2; }
 
+  void start(Bucket& b) {
+    if (copies_grads()) {
+      // A parameter whose gradient did not arrive in this backward: what earlier micro-batches
+      // accumulated, or zero; the padding is zero.
+      b.flat.storage()->restore();
+      for (size_t i = 0; i < b.params.size(); ++i) {
+        if (b.arrived[i]) continue;
+        Tensor slot = b.flat.narrow(0, b.offsets[i], b.params[i].numel());
+        if (b.params[i].autograd_meta() && b.params[i].autograd_meta()->grad.defined())
+          slot.copy_(b.params[i].grad().reshape({-1}));
+        else
+          slot.zero_();
+      }
+      const int64_t used = b.offsets.back() + b.params.back().numel();
+      if (used < b.flat.numel()) b.flat.narrow(0, used, b.flat.numel() - used).zero_();
+    } else {
+      // A parameter the backward did not reach still holds a zeroed-lazily gradient: make it zero.
+      for (const Tensor& p : b.params) (void)p.grad();
+    }
+    b.started = true;
+    b.work = sharded() ? comm->reduce_scatter_as(b.flat, b.grad_shard, ReduceOp::avg, wire)
+                       : comm->all_reduce_as(b.flat, ReduceOp::avg, wire);
+    if (copies_grads()) in_flight.push_back(static_cast<size_t>(&b - buckets.data()));
+  }
+
+  // Waits for a started bucket; ZeRO-2/3 free its whole gradients.
+  void retire(Bucket& b) {
+    b.work->wait();
+    b.work.reset();
+    if (copies_grads()) b.flat.storage()->release();
+  }
+
+  // ZeRO-2/3, in the armed backward: parameter i of bucket bi has its gradient.
+  void take_gradient(size_t bi, size_t i) {
+    Bucket& b = buckets[bi];
+    Tensor& p = b.params[i];
+    b.flat.storage()->restore();
+    b.flat.narrow(0, b.offsets[i], p.numel()).copy_(p.grad().reshape({-1}));
+    p.set_grad(Tensor());
+    b.arrived[i] = 1;
+  }
+
+  void on_gradient(size_t bi, size_t i) {
+    Bucket& b = buckets[bi];
+    if (armed) {
+      if (copies_grads()) take_gradient(bi, i);
+      if (--b.pending == 0) {
+        start(b);
+        // At most two buckets' whole gradients in flight: the oldest goes once a third starts.
+        while (in_flight.size() > 2) {
+          retire(buckets[in_flight.front()]);
+          in_flight.pop_front();
+        }
+      }
+    }
+    if (b.counting) passed(b);
+  }
+
+  // --- ZeRO-3 units ---
+  void gather(Bucket& b, bool wait) {
+    if (b.whole == Bucket::Whole::no && b.params.empty()) b.whole = Bucket::Whole::yes;
+    if (b.whole == Bucket::Whole::no) {
+      b.param_flat.storage()->restore();
+      b.gather = comm->all_gather(b.param_shard, b.param_flat);
+      b.whole = Bucket::Whole::arriving;
+    }
+    if (wait && b.whole == Bucket::Whole::arriving) {
+      b.gather->wait();
+      b.gather.reset();
+      b.whole = Bucket::Whole::yes;
+    }
+  }
+  void free(Bucket& b) {
+    if (b.whole == Bucket::Whole::no) return;
+    if (b.whole == Bucket::Whole::arriving) gather(b, /*wait=*/true);  // an all-gather still writing ends first
+    b.param_flat.storage()->release();
+    b.whole = Bucket::Whole::no;
+  }
+  void passed(Bucket& b) {
+    if (--b.until_free > 0) return;
+    b.counting = false;
+    free(b);
+  }
+  Bucket& unit(size_t u) { return buckets[unit_bucket[u]]; }
+};
 
 #if GENESIS_WITH_CUDA
 // The compute stream's stall on the collectives: an event before finish()'s waits and one after
@@ -114,14 +208,80 @@ DataParallel::~DataParallel() = default;
 
 double DataParallel::wait_seconds() const { return stall_ ? stall_->seconds() : wait_seconds_; }
 
+// ZeRO-3's models::UnitHooks: gathers and frees the units around the model's computation.
+class DataParallel::Units final : public models::UnitHooks {
+ public:
+  explicit Units(std::weak_ptr<State> state) : state_(std::move(state)) {}
+
+  void begin_forward() override {
+    const std::shared_ptr<State> s = state_.lock();
+    if (!s) return;
+    s->gather(s->unit(0), /*wait=*/true);
+    if (s->unit_bucket.size() > 1) s->gather(s->unit(1), /*wait=*/false);
+  }
+
+  Tensor enter_block(size_t block, const Tensor& x) override {
+    const std::shared_ptr<State> s = state_.lock();
+    if (!s) return x;
+    const size_t u = 1 + block;
+    Bucket& b = s->unit(u);
+    s->gather(b, /*wait=*/true);
+    if (u + 1 < s->unit_bucket.size()) s->gather(s->unit(u + 1), /*wait=*/false);  // the next block's, meanwhile
+    if (!grad_enabled()) return x;
+    // The backward frees the unit once it has passed every gradient of the block and its input.
+    b.counting = true;
+    b.until_free = static_cast<int64_t>(b.params.size()) + (x.requires_grad() ? 1 : 0);
+    if (!x.requires_grad()) return x;
+    return through(x, "unit_input", [weak = state_, u] {
+      if (const std::shared_ptr<State> st = weak.lock(); st && st->unit(u).counting) st->passed(st->unit(u));
+    });
+  }
+
+  Tensor leave_block(size_t block, const Tensor& y) override {
+    const std::shared_ptr<State> s = state_.lock();
+    if (!s) return y;
+    const size_t u = 1 + block;
+    Bucket& b = s->unit(u);
+    Tensor out = y;
+    if (grad_enabled() && y.requires_grad()) {
+      // Before the block's backward: its parameters again, and the previous block's meanwhile.
+      out = through(y, "unit_output", [weak = state_, u] {
+        const std::shared_ptr<State> st = weak.lock();
+        if (!st) return;
+        st->gather(st->unit(u), /*wait=*/true);
+        if (u > 1) st->gather(st->unit(u - 1), /*wait=*/false);
+      });
+    }
+    s->free(b);
+    if (b.until_free <= 0) b.counting = false;
+    return out;
+  }
+
+ private:
+  // x itself, through a step whose backward calls `on_backward` and passes the gradient on.
+  static Tensor through(const Tensor& x, const char* name, std::function<void()> on_backward) {
+    Tensor out = x.detach();
+    record(name, {x}, {out}, [f = std::move(on_backward)](const TensorList& g) {
+      f();
+      return TensorList{g[0]};
+    });
+    return out;
+  }
+
+  std::weak_ptr<State> state_;
+};
+
 DataParallel::DataParallel(std::vector<Tensor> params, Communicator& comm, DataParallelOptions options)
     : params_(std::move(params)), comm_(comm), options_(options), state_(std::make_shared<State>()) {
   GENESIS_CHECK(!params_.empty(), ValueError, "data parallel: the model has no parameters");
   GENESIS_CHECK(options.bucket_mb >= 0, ValueError, "data parallel: bucket_mb must be >= 0");
-  GENESIS_CHECK(options.zero == 0 || options.zero == 1, ValueError, "data parallel: zero must be 0 or 1 (got ",
+  GENESIS_CHECK(options.zero >= 0 && options.zero <= 3, ValueError, "data parallel: zero must be 0, 1, 2 or 3 (got ",
                 options.zero, ")");
+  GENESIS_CHECK(options.zero == 3 || options.units.empty(), ValueError, "data parallel: units are for zero = 3");
+  GENESIS_CHECK(options.zero != 3 || !options.units.empty(), ValueError,
+                "data parallel: zero = 3 needs the model's units (a language model)");
   state_->comm = &comm;
-  state_->sharded = sharded();
+  state_->zero = options.zero;
   const DType dtype = params_.front().dtype();
   const Device device = params_.front().device();
   state_->wire = options.reduce_dtype.value_or(dtype);
@@ -133,21 +293,37 @@ DataParallel::DataParallel(std::vector<Tensor> params, Communicator& comm, DataP
 #endif
   const auto bucket_bytes = static_cast<int64_t>(options.bucket_mb * 1024 * 1024);
   const int64_t ranks = comm.size(), rank = comm.rank();
-
-  // Reverse order: the last layers' gradients arrive first in the backward.
-  std::vector<std::vector<Tensor>> groups(1);
-  int64_t group_bytes = 0;
-  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
-    const Tensor& p = *it;
+  for (const Tensor& p : params_)
     GENESIS_CHECK(p.dtype() == dtype && p.device() == device, ValueError,
                   "data parallel: parameters of one dtype and device are expected; found ", dtype_name(p.dtype()),
                   " on ", p.device().str(), " next to ", dtype_name(dtype), " on ", device.str());
-    if (bucket_bytes > 0 && group_bytes >= bucket_bytes) {
-      groups.emplace_back();
-      group_bytes = 0;
+
+  // Reverse order: the last layers' gradients arrive first in the backward.
+  std::vector<std::vector<Tensor>> groups;
+  if (options.zero == 3) {
+    std::set<const TensorImpl*> given, placed;
+    for (const Tensor& p : params_) given.insert(p.impl_ptr().get());
+    state_->unit_bucket.resize(options.units.size());
+    for (size_t u = options.units.size(); u-- > 0;) {
+      for (const Tensor& p : options.units[u])
+        GENESIS_CHECK(given.contains(p.impl_ptr().get()) && placed.insert(p.impl_ptr().get()).second, ValueError,
+                      "data parallel: every unit's parameter must be one of the parameters, in one unit only");
+      state_->unit_bucket[u] = groups.size();
+      groups.push_back(options.units[u]);  // an empty unit is an empty bucket, never started
     }
-    groups.back().push_back(p);
-    group_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    GENESIS_CHECK(placed.size() == given.size(), ValueError, "data parallel: ", given.size() - placed.size(),
+                  " parameter(s) lie in no unit");
+  } else {
+    groups.emplace_back();
+    int64_t group_bytes = 0;
+    for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+      if (bucket_bytes > 0 && group_bytes >= bucket_bytes) {
+        groups.emplace_back();
+        group_bytes = 0;
+      }
+      groups.back().push_back(*it);
+      group_bytes += it->numel() * static_cast<int64_t>(it->element_size());
+    }
   }
 
   NoGradGuard no_grad;
@@ -160,14 +336,19 @@ DataParallel::DataParallel(std::vector<Tensor> params, Communicator& comm, DataP
       numel += p.numel();
     }
     b.names.resize(b.params.size());
+    b.arrived.resize(b.params.size());
     b.chunk = (numel + ranks - 1) / ranks;
     const int64_t padded = sharded() ? b.chunk * ranks : numel;
     b.flat = zeros({padded}, {.dtype = dtype, .device = device});
-    for (size_t i = 0; i < b.params.size(); ++i) {
-      Tensor& p = b.params[i];
-      Tensor view = b.flat.narrow(0, b.offsets[i], p.numel()).view(p.shape());
-      if (Tensor g = p.grad(); g.defined()) view.copy_(g);
-      p.set_grad(view);
+    if (state_->copies_grads()) {
+      b.flat.storage()->release();  // taken at the bucket's first gradient
+    } else {
+      for (size_t i = 0; i < b.params.size(); ++i) {
+        Tensor& p = b.params[i];
+        Tensor view = b.flat.narrow(0, b.offsets[i], p.numel()).view(p.shape());
+        if (Tensor g = p.grad(); g.defined()) view.copy_(g);
+        p.set_grad(view);
+      }
     }
     if (sharded()) {
       // The parameters move into one buffer of the gradients' layout: chunk r of it is what rank r
@@ -180,7 +361,11 @@ DataParallel::DataParallel(std::vector<Tensor> params, Communicator& comm, DataP
         p.set_data(home);
       }
       b.grad_shard = zeros({b.chunk}, {.dtype = dtype, .device = device});
-      Tensor shard = b.param_flat.narrow(0, rank * b.chunk, b.chunk).detach();
+      b.param_shard = b.param_flat.narrow(0, rank * b.chunk, b.chunk).detach();
+      // ZeRO-3: the chunk has its own storage, filled by broadcast_parameters(); the whole
+      // parameters stay resident until then (a resume loads into them).
+      if (options.zero == 3) b.param_shard = b.param_shard.clone();
+      Tensor shard = b.param_shard.detach();
       shard.requires_grad_(true);
       shard.set_grad(b.grad_shard);
       shards_.push_back(shard);
@@ -189,16 +374,19 @@ DataParallel::DataParallel(std::vector<Tensor> params, Communicator& comm, DataP
   }
 
   // The hooks hold the state weakly: the parameters may outlive this object.
-  for (size_t i = 0; i < state_->buckets.size(); ++i) {
-    for (Tensor& p : state_->buckets[i].params) {
-      p.register_post_accumulate_grad_hook([weak = std::weak_ptr<State>(state_), i](const Tensor&) {
-        const std::shared_ptr<State> state = weak.lock();
-        if (!state || !state->armed) return;
-        Bucket& b = state->buckets[i];
-        if (--b.pending == 0) state->start(b);
-      });
+  for (size_t bi = 0; bi < state_->buckets.size(); ++bi) {
+    for (size_t i = 0; i < state_->buckets[bi].params.size(); ++i) {
+      state_->buckets[bi].params[i].register_post_accumulate_grad_hook(
+          [weak = std::weak_ptr<State>(state_), bi, i](const Tensor&) {
+            if (const std::shared_ptr<State> state = weak.lock()) state->on_gradient(bi, i);
+          });
     }
   }
+}
+
+std::shared_ptr<models::UnitHooks> DataParallel::unit_hooks() {
+  GENESIS_CHECK(options_.zero == 3, ValueError, "data parallel: unit hooks are ZeRO-3's");
+  return std::make_shared<Units>(state_);
 }
 
 int64_t DataParallel::bucket_count() const { return static_cast<int64_t>(state_->buckets.size()); }
@@ -209,6 +397,7 @@ void DataParallel::broadcast_parameters() {
   std::vector<Tensor> sent;
   if (sharded()) {
     for (Bucket& b : state_->buckets) {
+      state_->gather(b, /*wait=*/true);
       works.push_back(comm_.broadcast(b.param_flat, 0));
       b.param_flat.storage()->bump_version();
     }
@@ -220,10 +409,43 @@ void DataParallel::broadcast_parameters() {
     }
   }
   for (const WorkHandle& w : works) w->wait();
+  if (options_.zero != 3) return;
+  // Each rank keeps its chunks; the whole parameters go until the forward needs them.
+  const int64_t rank = comm_.rank();
+  for (Bucket& b : state_->buckets) {
+    b.param_shard.copy_(b.param_flat.narrow(0, rank * b.chunk, b.chunk));
+    state_->free(b);
+  }
+}
+
+std::vector<NamedTensor> DataParallel::whole_on_rank0(const std::vector<NamedTensor>& tensors) {
+  const bool root = comm_.rank() == 0;
+  if (options_.zero != 3) return root ? tensors : std::vector<NamedTensor>{};
+  NoGradGuard no_grad;
+  std::map<const TensorImpl*, Tensor> host;  // a sharded parameter -> its whole value on the host
+  for (Bucket& b : state_->buckets) {
+    const bool was_whole = b.whole != Bucket::Whole::no;
+    state_->gather(b, /*wait=*/true);
+    if (root)
+      for (const Tensor& p : b.params) host[p.impl_ptr().get()] = p.detach().to(kCPU).clone();
+    if (!was_whole) state_->free(b);
+  }
+  if (!root) return {};
+  std::vector<NamedTensor> out;
+  for (const NamedTensor& t : tensors) {
+    auto it = host.find(t.tensor.impl_ptr().get());
+    out.push_back({t.name, it != host.end() ? it->second : t.tensor});
+  }
+  return out;
 }
 
 void DataParallel::arm() {
   for (Bucket& b : state_->buckets) {
+    b.pending = static_cast<int64_t>(b.params.size());
+    b.work.reset();
+    b.started = false;
+    std::fill(b.arrived.begin(), b.arrived.end(), 0);
+    if (state_->copies_grads()) continue;
     // Something replaced a .grad (zero_grad(set_to_none), a load): make it a view of the bucket again.
     for (size_t i = 0; i < b.params.size(); ++i) {
       Tensor& p = b.params[i];
@@ -238,9 +460,8 @@ void DataParallel::arm() {
         p.set_grad(view);
       }
     }
-    b.pending = static_cast<int64_t>(b.params.size());
-    b.work.reset();
   }
+  state_->in_flight.clear();
   state_->armed = true;
 }
 
@@ -248,14 +469,19 @@ void DataParallel::finish() {
   GENESIS_CHECK(state_->armed, ValueError, "data parallel: finish() without arm() before the backward");
   state_->armed = false;
   for (Bucket& b : state_->buckets)
-    if (!b.work) state_->start(b);
+    if (!b.started && !b.params.empty()) state_->start(b);
   const auto t0 = std::chrono::steady_clock::now();
   if (stall_) stall_->begin();
-  for (Bucket& b : state_->buckets) {
-    b.work->wait();
-    b.work.reset();
-  }
+  for (Bucket& b : state_->buckets)
+    if (b.work) state_->retire(b);
+  state_->in_flight.clear();
   if (stall_) stall_->end();
+  // ZeRO-3: what the backward left whole (unit 0, a unit with a parameter that got no gradient) goes.
+  if (options_.zero == 3)
+    for (Bucket& b : state_->buckets) {
+      b.counting = false;
+      state_->free(b);
+    }
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -292,6 +518,10 @@ void DataParallel::agree_found_inf(const Tensor& found_inf) {
 void DataParallel::gather_parameters() {
   if (!sharded()) return;
   NoGradGuard no_grad;
+  if (options_.zero == 3) {
+    for (Bucket& b : state_->buckets) state_->free(b);  // stale now: the next forward gathers the update
+    return;
+  }
   std::vector<WorkHandle> works;
   for (Bucket& b : state_->buckets) {
     Tensor mine = b.param_flat.narrow(0, comm_.rank() * b.chunk, b.chunk);
@@ -303,11 +533,12 @@ void DataParallel::gather_parameters() {
 
 void DataParallel::zero_grad() {
   NoGradGuard no_grad;
-  for (Tensor& p : params_) p.zero_grad_();
+  // ZeRO-2/3 drop them: the next armed backward copies fresh ones into the buckets.
+  for (Tensor& p : params_) p.zero_grad_(/*set_to_none=*/state_->copies_grads());
 }
 
 std::vector<ParamGroup> DataParallel::shard_groups(const std::vector<ParamGroup>& groups) {
-  GENESIS_CHECK(sharded(), ValueError, "data parallel: shard_groups needs zero = 1");
+  GENESIS_CHECK(sharded(), ValueError, "data parallel: shard_groups needs zero >= 1");
   GENESIS_CHECK(pieces_.empty(), ValueError, "data parallel: shard_groups was called before");
   std::map<const TensorImpl*, std::pair<size_t, size_t>> where;  // parameter -> (bucket, index)
   for (size_t bi = 0; bi < state_->buckets.size(); ++bi)
@@ -330,7 +561,7 @@ std::vector<ParamGroup> DataParallel::shard_groups(const std::vector<ParamGroup>
       const int64_t lo = std::max(offset, rank * b.chunk);
       const int64_t hi = std::min(offset + p.tensor.numel(), (rank + 1) * b.chunk);
       if (lo >= hi) continue;  // all of it lies in other ranks' chunks
-      Tensor piece = b.param_flat.narrow(0, lo, hi - lo).detach();
+      Tensor piece = b.param_shard.narrow(0, lo - rank * b.chunk, hi - lo).detach();
       piece.requires_grad_(true);
       piece.set_grad(b.grad_shard.narrow(0, lo - rank * b.chunk, hi - lo));
       cut.params.push_back({p.name, piece});
@@ -342,7 +573,7 @@ std::vector<ParamGroup> DataParallel::shard_groups(const std::vector<ParamGroup>
 }
 
 std::vector<NamedTensor> DataParallel::full_optimizer_state(const Optimizer& optimizer) {
-  GENESIS_CHECK(sharded(), ValueError, "data parallel: full_optimizer_state needs zero = 1");
+  GENESIS_CHECK(sharded(), ValueError, "data parallel: full_optimizer_state needs zero >= 1");
   NoGradGuard no_grad;
   std::map<std::string, Tensor> local;
   for (NamedTensor& t : optimizer.state()) local[t.name] = t.tensor;
@@ -389,7 +620,7 @@ std::vector<NamedTensor> DataParallel::full_optimizer_state(const Optimizer& opt
 
 void DataParallel::load_full_optimizer_state(Optimizer& optimizer, const std::vector<NamedTensor>& state,
                                              int64_t step_count) {
-  GENESIS_CHECK(sharded(), ValueError, "data parallel: load_full_optimizer_state needs zero = 1");
+  GENESIS_CHECK(sharded(), ValueError, "data parallel: load_full_optimizer_state needs zero >= 1");
   std::map<std::string, Tensor> by_name;
   for (const NamedTensor& t : state) by_name[t.name] = t.tensor;
   std::vector<NamedTensor> mine;

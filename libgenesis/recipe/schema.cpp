@@ -911,11 +911,15 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "zero",
        .fallback = int64_t{0},
        .min = at_least(0),
-       .max = at_most(1),
+       .max = at_most(3),
        .doc = "0: every rank keeps the whole optimizer state (DDP). 1: ZeRO-1, the gradients are reduce-scattered "
               "and each rank updates and keeps the optimizer state of 1/world_size of the parameters, then the "
-              "updated parameters are all-gathered; checkpoints still hold the whole state (resumable on any "
-              "number of ranks).",
+              "updated parameters are all-gathered. 2: ZeRO-2, also each bucket's whole gradients live only "
+              "until their reduce-scatter. 3: ZeRO-3 (fully sharded; language models), also the trained "
+              "parameters: each rank keeps 1/world_size of them, and each decoder block's are gathered just "
+              "before its forward and again before its backward (the next block's gathered meanwhile), then "
+              "freed; the embeddings, final norm and head are gathered for the step. Checkpoints hold the "
+              "whole state (resumable on any number of ranks).",
        .field = GENESIS_RECIPE_FIELD(dist.zero)},
       {.section = "dist",
        .key = "reduce_dtype",
@@ -948,6 +952,14 @@ const std::vector<RecipeRule>& recipe_rules() {
        [](const RecipeSpec& r) -> std::string {
          return r.training.steps == 0 && r.training.epochs == 0
                     ? "training needs steps or epochs (steps wins when both are given)"
+                    : "";
+       }},
+      {{"dist.zero", "model.name"},
+       "dist.zero = 3 shards decoder blocks: it needs a language model.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.dist.zero == 3 && !r.model.is_language_model()
+                    ? "dist.zero = 3 shards the decoder blocks of a language model; model.name = \"" + r.model.name +
+                          "\" has none: use dist.zero = 2"
                     : "";
        }},
       {{"lora.r", "model.init_from"},

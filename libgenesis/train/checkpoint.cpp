@@ -48,22 +48,26 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
                                       const Optimizer& optimizer, const TrainerState& state,
                                       const std::string& recipe_toml, size_t keep_last,
                                       const std::filesystem::path& tokenizer) {
-  return save_checkpoint(checkpoints_dir, model, optimizer.name(), optimizer.state(), state, recipe_toml, keep_last,
-                         tokenizer);
+  return save_checkpoint(checkpoints_dir, model, checkpoint_tensors(model, state), optimizer.name(), optimizer.state(),
+                         state, recipe_toml, keep_last, tokenizer);
+}
+
+std::vector<NamedTensor> checkpoint_tensors(const nn::Module& model, const TrainerState& state) {
+  return state.base ? model.named_parameters(nn::Params::trainable) : model.state_dict();
 }
 
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const nn::Module& model,
-                                      std::string_view optimizer_name,
+                                      const std::vector<NamedTensor>& model_tensors, std::string_view optimizer_name,
                                       const std::vector<NamedTensor>& optimizer_state, const TrainerState& state,
                                       const std::string& recipe_toml, size_t keep_last,
                                       const std::filesystem::path& tokenizer) {
   std::string name = io::checkpoint_name(state.step);
   io::DirectoryTransaction tx(checkpoints_dir / name, /*replace=*/true);
   if (state.base) {
-    io::save_safetensors(tx.path() / "model.safetensors", to_pairs(model.named_parameters(nn::Params::trainable)),
+    io::save_safetensors(tx.path() / "model.safetensors", to_pairs(model_tensors),
                          {{"format", "genesis"}, {"contents", "trained parameters"}});
   } else {
-    io::save_safetensors(tx.path() / "model.safetensors", to_pairs(model.state_dict()), {{"format", "genesis"}});
+    io::save_safetensors(tx.path() / "model.safetensors", to_pairs(model_tensors), {{"format", "genesis"}});
   }
   io::save_safetensors(tx.path() / "optimizer.safetensors", to_pairs(optimizer_state),
                        {{"optimizer", std::string(optimizer_name)}});

@@ -58,10 +58,14 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
                                       const Optimizer& optimizer, const TrainerState& state,
                                       const std::string& recipe_toml, size_t keep_last,
                                       const std::filesystem::path& tokenizer = {});
-// The same with the optimizer's state given as a list (ZeRO-1 gathers it from every rank):
-// `optimizer_name` and state() as Optimizer::name() and Optimizer::state() would give them.
+// What a checkpoint of `model` holds in model.safetensors: its state_dict, or for a run on a
+// frozen base (state.base) its trained parameters alone.
+std::vector<NamedTensor> checkpoint_tensors(const nn::Module& model, const TrainerState& state);
+// The same with the model's tensors (checkpoint_tensors' list, values possibly on the host) and
+// the optimizer's state given as lists (ZeRO gathers them from every rank): `optimizer_name` and
+// state() as Optimizer::name() and Optimizer::state() would give them. `model` gives the config.
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const nn::Module& model,
-                                      std::string_view optimizer_name,
+                                      const std::vector<NamedTensor>& model_tensors, std::string_view optimizer_name,
                                       const std::vector<NamedTensor>& optimizer_state, const TrainerState& state,
                                       const std::string& recipe_toml, size_t keep_last,
                                       const std::filesystem::path& tokenizer = {});

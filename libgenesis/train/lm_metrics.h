@@ -21,9 +21,13 @@ struct EvalShare {
   // Told after each batch this rank evaluated: batches done and in all (progress on stderr).
   std::function<void(int64_t done, int64_t total)> progress;
 
-  bool mine(int64_t batch) const { return batch % world == rank; }
+  // Every rank evaluates every batch and keeps its own sums (ZeRO-3: each forward gathers the
+  // parameters, a collective, so the ranks must run the same forwards).
+  bool lockstep = false;
+
+  bool mine(int64_t batch) const { return lockstep || batch % world == rank; }
   void reduce(std::vector<double>& partial) const {
-    if (sum) sum(partial);
+    if (sum && !lockstep) sum(partial);
   }
   void report(int64_t done, int64_t total) const {
     if (progress) progress(done, total);

@@ -167,7 +167,28 @@ std::optional<RecipeSpec> checkpoint_recipe(const fs::path& path) {
   }
 }
 
-std::string check_resume_recipe(const RecipeSpec& spec, const fs::path& checkpoints) {
+namespace {
+
+// The checkpoint's world size (trainer.json), or nullopt where it cannot be read.
+std::optional<int64_t> checkpoint_world(const fs::path& checkpoint) {
+  try {
+    const nlohmann::json j =
+        nlohmann::json::parse(io::read_file(checkpoint / "trainer.json", io::kMaxConfigFileBytes));
+    if (j.is_object() && j.contains("world_size") && j["world_size"].is_number_integer())
+      return j["world_size"].get<int64_t>();
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+data::LoaderCursor convert_cursor(const data::LoaderCursor& cursor, int64_t saved_rows, int64_t rows) {
+  if (saved_rows == rows || rows <= 0 || (cursor.batch * saved_rows) % rows != 0) return cursor;
+  return {.epoch = cursor.epoch, .batch = cursor.batch * saved_rows / rows};
+}
+
+std::string check_resume_recipe(const RecipeSpec& spec, const fs::path& checkpoints, int world) {
   std::string problem;
   std::optional<fs::path> checkpoint = latest_checkpoint(checkpoints, problem);
   if (!checkpoint) {
@@ -177,14 +198,28 @@ std::string check_resume_recipe(const RecipeSpec& spec, const fs::path& checkpoi
   }
   const std::optional<RecipeSpec> trained = checkpoint_recipe(*checkpoint);
   if (!trained) return "";
+  // The global batch: what a step averages over, whatever the split into ranks and micro-batches.
+  const std::optional<int64_t> saved_world = checkpoint_world(*checkpoint);
+  const bool same_global_batch =
+      saved_world && trained->training.batch_size * trained->training.grad_accum_steps * *saved_world ==
+                         spec.training.batch_size * spec.training.grad_accum_steps * world;
   std::string refused, accepted;
   for (const RecipeChange& c : recipe_changes(*trained, spec)) {
-    std::string& list = may_change_on_resume(c.key) ? accepted : refused;
+    const bool split = c.key == "training.batch_size" || c.key == "training.grad_accum_steps";
+    std::string& list = may_change_on_resume(c.key) || (split && same_global_batch) ? accepted : refused;
     list += (list.empty() ? "" : ", ") + c.key + " " + c.before + " -> " + c.after;
   }
+  const std::string split_hint =
+      saved_world && (refused.find("training.batch_size") != std::string::npos ||
+                      refused.find("training.grad_accum_steps") != std::string::npos)
+          ? " (training.batch_size and training.grad_accum_steps may change when batch_size x grad_accum_steps x "
+            "ranks stays the checkpoint's " +
+                std::to_string(trained->training.batch_size * trained->training.grad_accum_steps * *saved_world) +
+                ")"
+          : std::string();
   GENESIS_CHECK(refused.empty(), UsageError, "--resume: the recipe changes what the checkpoint was trained with (",
-                refused, "); resume with the run's own recipe (", (*checkpoint / "recipe.toml").string(),
-                ") or start a new run with --out");
+                refused, ")", split_hint, "; resume with the run's own recipe (",
+                (*checkpoint / "recipe.toml").string(), ") or start a new run with --out");
   return accepted.empty() ? "" : "warning: --resume with changed settings: " + accepted;
 }
 

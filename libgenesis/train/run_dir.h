@@ -35,7 +35,15 @@ std::optional<RecipeSpec> checkpoint_recipe(const std::filesystem::path& path);
 
 // --resume against the checkpoint's recipe: refused (UsageError, every offending key listed)
 // when a key that defines the run changed; the keys that may change are returned as a warning.
-std::string check_resume_recipe(const RecipeSpec& spec, const std::filesystem::path& checkpoints);
+// training.batch_size and training.grad_accum_steps may change when, with `world` ranks, they
+// make the checkpoint's global batch (batch_size x grad_accum_steps x its world size): a run
+// saved on 2 ranks resumes on 1 with twice the accumulation and continues as it would have.
+std::string check_resume_recipe(const RecipeSpec& spec, const std::filesystem::path& checkpoints, int world);
+
+// The data cursor of a checkpoint written with `saved_rows` rows per loader batch (batch_size x
+// ranks) for a run reading `rows` per batch: the same place in the epoch's order. Where that
+// place falls inside a batch of the new size, the cursor as it was.
+data::LoaderCursor convert_cursor(const data::LoaderCursor& cursor, int64_t saved_rows, int64_t rows);
 
 // The note of a --resume that changes the run's length (training.steps or training.epochs) under a
 // schedule shaped by it (cosine, linear, wsd, onecycle): the learning rate does not go on from

@@ -146,12 +146,17 @@ void TrainingRun::checkpoint() {
   state_.optimizer_steps = optimizer_->step_count();
   state_.cpu_threads = device_.is_cpu() ? threads_.threads : 0;
   state_.world_size = world_;
-  // DDP ranks hold the same weights and optimizer state; ZeRO-1 ranks gather theirs at rank 0.
+  // DDP ranks hold the same weights and optimizer state; ZeRO ranks gather theirs at rank 0 (the
+  // weights too under ZeRO-3, one unit at a time to the host).
   std::vector<NamedTensor> optimizer_state = zero_    ? data_parallel_->full_optimizer_state(*optimizer_)
                                              : rank0_ ? optimizer_->state()
                                                       : std::vector<NamedTensor>{};
+  const std::vector<NamedTensor> model_tensors =
+      data_parallel_ ? data_parallel_->whole_on_rank0(checkpoint_tensors(*model_, state_))
+                     : checkpoint_tensors(*model_, state_);
   if (rank0_)
-    save_checkpoint(run_dir_ / "checkpoints", *model_, optimizer_->name(), optimizer_state, state_, recipe_toml_,
+    save_checkpoint(run_dir_ / "checkpoints", *model_, model_tensors, optimizer_->name(), optimizer_state, state_,
+                    recipe_toml_,
                     static_cast<size_t>(t_.keep_last), data_->tokenizer());
 }
 

@@ -37,6 +37,7 @@ TrainingRun::TrainingRun(const RecipeSpec& spec, const TrainOptions& options, co
     share_.rank = env_.rank;
     share_.world = world_;
     share_.sum = [this](std::vector<double>& v) { group_->sum(v); };
+    share_.lockstep = spec.dist.zero == 3;
   }
   prepare_run_directory();
   load_data_and_model();
@@ -59,7 +60,7 @@ void TrainingRun::prepare_run_directory() {
         // start, which --resume begins again from step 0.
         stale_ = io::remove_stale_temporaries(run_dir_ / "checkpoints");
         resuming_ = prepare_run_dir(run_dir_, options_, start_note_);
-        if (resuming_) resume_note_ = check_resume_recipe(spec_, run_dir_ / "checkpoints");
+        if (resuming_) resume_note_ = check_resume_recipe(spec_, run_dir_ / "checkpoints", env_.world_size);
         if (!resuming_) io::write_file_atomic(run_dir_ / "recipe.toml", recipe_toml_);
         if (resuming_) {
           // Peek at the checkpoint's step first: lines a crashed run logged after it are dropped
@@ -92,13 +93,20 @@ void TrainingRun::load_data_and_model() {
   detail::rank0_first(group_.get(), open_data, open_data);
   model_ = recipe::build_model(spec_, device_);
   data_->check_model(*model_);
-  if (group_)
+  if (group_) {
+    // ZeRO-3 cuts a language model into units (its decoder blocks and the rest), gathered around
+    // their computation by hooks in the model's forward.
+    auto* lm = dynamic_cast<models::CausalLM*>(model_.get());
+    const bool units = spec_.dist.zero == 3 && lm != nullptr;
     data_parallel_ = std::make_unique<dist::DataParallel>(
         model_->parameters(nn::Params::trainable), group_->gradients(),
         dist::DataParallelOptions{
             .bucket_mb = spec_.dist.bucket_mb,
             .zero = static_cast<int>(spec_.dist.zero),
+            .units = units ? lm->shard_units(nn::Params::trainable) : std::vector<std::vector<Tensor>>{},
             .reduce_dtype = parse_dtype(spec_.dist.reduce_dtype)});
+    if (units) lm->set_unit_hooks(data_parallel_->unit_hooks());
+  }
   zero_ = data_parallel_ && data_parallel_->sharded();
   std::vector<ParamGroup> groups = recipe::optimizer_groups(spec_, *model_);
   if (zero_) groups = data_parallel_->shard_groups(groups);
@@ -146,11 +154,24 @@ void TrainingRun::resume() {
                   describe(state_.base), " but this run has ", describe(base),
                   ": resume with the model.init_from (and [lora]) it was trained with");
   }
-  if (state_.world_size != world_)
+  // A global batch split anew (check_resume_recipe allows it when it stays the checkpoint's): the
+  // data cursor moves to the same place in the epoch's order, counted in the new loader batches.
+  const std::optional<RecipeSpec> trained = checkpoint_recipe(run_dir_ / "checkpoints" / "latest");
+  const int64_t saved_rows = trained ? trained->training.batch_size * state_.world_size : 0;
+  const int64_t rows = t_.batch_size * world_;
+  const bool same_global_batch =
+      trained && saved_rows * trained->training.grad_accum_steps == rows * t_.grad_accum_steps;
+  if (same_global_batch) state_.cursor = convert_cursor(state_.cursor, saved_rows, rows);
+  if (state_.world_size != world_ && same_global_batch)
+    log_->note("the checkpoint was written by " + std::to_string(state_.world_size) + " rank(s) and " +
+               std::to_string(world_) + " resume it with the same global batch of " +
+               std::to_string(rows * t_.grad_accum_steps) + ": the run continues as it would have");
+  else if (state_.world_size != world_)
     log_->note("warning: the checkpoint was written by " + std::to_string(state_.world_size) + " rank(s) and " +
                std::to_string(world_) +
                " resume it: the weights and optimizer state carry over, but each global batch now holds other "
-               "examples, so the run does not continue exactly as it would have");
+               "examples, so the run does not continue exactly as it would have (keeping batch_size x "
+               "grad_accum_steps x ranks continues it exactly)");
   if (scaler_ && state_.grad_scaler) scaler_->load_state_dict(*state_.grad_scaler);
   // An automatic thread count follows the machine's load; a resumed CPU run keeps the count
   // the checkpoint was written with, since CPU reductions split by threads (bit-exact resume).

@@ -3,7 +3,8 @@
 # `mpirun -np 2` (mpi backend, when installed) give the losses of one process with the same
 # global batch; gradient accumulation x 2 ranks equals 1 rank x 4 micro-steps; a 2-rank resume
 # is bit-exact; ZeRO-1 (tcp and mpi) equals DDP with half the optimizer state per rank, its resume
-# is bit-exact and its checkpoint resumes in one process too; a partly frozen model trains the same on
+# is bit-exact and its checkpoint resumes in one process too; ZeRO-2 and ZeRO-3 on the tiny GPT
+# equal one process step by step and a 2-rank ZeRO-3 checkpoint resumes in one; a partly frozen model trains the same on
 # 2 ranks, its frozen layer untouched; the tiny GPT reaches the same bits
 # per byte on 2 ranks as on 1; SIGTERM stops every rank at one step with one checkpoint (exit 130); a killed rank ends the run with an
 # error naming it, never a hang; bad launcher environments exit 2 with one line.
@@ -195,6 +196,58 @@ else
   fail "tiny GPT bits/byte: 1 process '$bpb1', 2 ranks '$bpb2'"
 fi
 
+# 5b. ZeRO-2 and ZeRO-3 on the tiny GPT: 2 tcp ranks of 4 give the per-step losses of 1 process of 8
+# within 1e-5 (ZeRO-3 under full activation checkpointing too), and on mpi ranks as well. A ZeRO-3
+# checkpoint written by 2 ranks of 4 resumes in 1 process of 2 micro-batches of 4 (the same global
+# batch) and continues as the 2-rank run did.
+close_1e5() { [ "$1" != count ] && awk -v r="$1" 'BEGIN { exit !(r <= 1e-5) }'; }
+per_step=(--set training.log_every=1 --set training.checkpoint_every=15 --set training.keep_last=2 -q)
+"$genesis" train "$work/lm.toml" --out "$work/lms1" "${per_step[@]}" >/dev/null 2>"$work/lms1.err" \
+  || { cat "$work/lms1.err"; fail "LM 1-process per-step run failed"; }
+for level in 2 3; do
+  extra=()
+  [ "$level" = 3 ] && extra=(--set training.activation_checkpointing=full)
+  "$genesis" train "$work/lm.toml" --out "$work/lmz$level" --set training.batch_size=4 --set dist.zero=$level \
+    "${extra[@]}" "${per_step[@]}" --nproc-per-node 2 >/dev/null 2>"$work/lmz$level.err" \
+    || { cat "$work/lmz$level.err"; fail "LM ZeRO-$level 2-rank run failed"; }
+  r=$(max_rel "$work/lms1/metrics.jsonl" "$work/lmz$level/metrics.jsonl")
+  close_1e5 "$r" && ok "ZeRO-$level, 2 tcp ranks x 4 = 1 process x 8: 30 per-step losses within $r" \
+    || fail "ZeRO-$level per-step losses differ from 1 process: $r"
+done
+mkdir -p "$work/lmz3_one/checkpoints"
+cp -r "$work/lmz3/checkpoints/step_00000015" "$work/lmz3_one/checkpoints/"
+ln -s step_00000015 "$work/lmz3_one/checkpoints/latest"
+cp "$work/lmz3/recipe.toml" "$work/lmz3_one/recipe.toml"
+"$genesis" train "$work/lm.toml" --out "$work/lmz3_one" --resume --set dist.zero=3 --set training.batch_size=4 \
+  --set training.grad_accum_steps=2 --set training.activation_checkpointing=full "${per_step[@]:0:6}" >/dev/null \
+  2>"$work/lmz3_one.err" || { cat "$work/lmz3_one.err"; fail "a 2-rank ZeRO-3 checkpoint did not resume in one process"; }
+grep -q "written by 2 rank(s) and 1 resume it with the same global batch of 8" "$work/lmz3_one.err" \
+  && ok "the 1-process resume says it keeps the global batch" || { cat "$work/lmz3_one.err"; fail "no global-batch note"; }
+after15() { grep -E '"step":(1[6-9]|2[0-9]|30)[,}]' "$1" >"$1.after15"; echo "$1.after15"; }
+r=$(max_rel "$(after15 "$work/lmz3/metrics.jsonl")" "$(after15 "$work/lmz3_one/metrics.jsonl")")
+[ "$(grep -c '"loss"' "$work/lmz3_one/metrics.jsonl.after15")" -ge 15 ] && close_1e5 "$r" \
+  && ok "a 2-rank ZeRO-3 checkpoint resumed in 1 process: steps 16-30 within $r of the 2-rank run" \
+  || fail "ZeRO-3 resumed on 1 process differs from the 2-rank run: $r"
+if command -v mpirun >/dev/null 2>&1; then
+  for level in 2 3; do
+    "${mpi_env[@]}" mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS "$genesis" train "$work/lm.toml" \
+      --out "$work/lmz${level}_mpi" --set training.batch_size=4 --set dist.zero=$level "${per_step[@]}" >/dev/null \
+      2>"$work/lmz${level}_mpi.err" || { cat "$work/lmz${level}_mpi.err"; fail "mpirun -np 2 with dist.zero = $level failed"; }
+    r=$(max_rel "$work/lms1/metrics.jsonl" "$work/lmz${level}_mpi/metrics.jsonl")
+    close_1e5 "$r" && ok "ZeRO-$level, mpirun -np 2 x 4 = 1 process x 8: losses within $r" \
+      || fail "mpi ZeRO-$level losses differ: $r"
+  done
+fi
+expect_recipe_error() {
+  "$genesis" train "$recipe" --out "$work/bad_zero" --nproc-per-node 2 "$@" >/dev/null 2>"$work/bad_zero.err"
+  local rc=$?
+  [ $rc -eq 2 ] && [ "$(wc -l <"$work/bad_zero.err")" = 1 ] && [ ! -e "$work/bad_zero" ]
+}
+expect_recipe_error --set dist.zero=3 && grep -q "dist.zero = 3 shards the decoder blocks" "$work/bad_zero.err" \
+  && ok "dist.zero = 3 on a classifier: $(cat "$work/bad_zero.err")" || { cat "$work/bad_zero.err"; fail "zero = 3 on a classifier"; }
+expect_recipe_error --set dist.zero=4 && ok "dist.zero = 4: $(cat "$work/bad_zero.err")" \
+  || { cat "$work/bad_zero.err"; fail "dist.zero = 4 accepted"; }
+
 # 6. SIGTERM to the launcher: every rank stops at the same step, one checkpoint, exit 130.
 "$genesis" train "$recipe" --out "$work/sig" --set training.steps=100000 --set training.log_every=1 \
   --set training.checkpoint_every=0 --nproc-per-node 2 >/dev/null 2>"$work/sig.err" &
@@ -240,6 +293,28 @@ for victim in 1 0; do
     fail "killed rank $victim: rank $survivor exit $rc after ${took}s"
   fi
 done
+# ... and a rank killed while the other waits in ZeRO-3's parameter gathers (the tiny GPT).
+port=$(free_port)
+for rank in 0 1; do
+  RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    "$genesis" train "$work/lm.toml" --out "$work/killed_z3" --set training.steps=100000 --set training.log_every=1 \
+    --set training.batch_size=4 --set dist.zero=3 --set dist.timeout_s=30 -q >/dev/null 2>"$work/killed_z3_$rank.err" &
+  pids+=($!)
+  eval "pid$rank=$!"
+done
+for _ in $(seq 1 300); do grep -qE '"step":2[,}]' "$work/killed_z3/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+start=$(date +%s)
+kill -9 "$pid1"
+wait "$pid0"
+rc=$?
+took=$(($(date +%s) - start))
+if [ $rc -ne 0 ] && [ $took -lt 20 ] && grep -qE "rank 1 closed its connection|connection to rank 1 broke" "$work/killed_z3_0.err" &&
+  [ "$(grep -c 'genesis: error:' "$work/killed_z3_0.err")" = 1 ]; then
+  ok "ZeRO-3: a killed rank 1 ends rank 0 in ${took}s with exit $rc: $(tail -n 1 "$work/killed_z3_0.err")"
+else
+  cat "$work/killed_z3_0.err"
+  fail "ZeRO-3, killed rank 1: rank 0 exit $rc after ${took}s"
+fi
 # ... and under the launcher, which stops the other rank and names the dead one.
 "$genesis" train "$recipe" --out "$work/killed2" --set training.steps=100000 --set training.log_every=1 -q \
   --nproc-per-node 2 >/dev/null 2>"$work/killed2.err" &
