@@ -8,6 +8,7 @@
 #include "libgenesis/data/chat_template.h"
 #include "libgenesis/io/file_util.h"
 #include "tests/testing.h"
+#include "tests/generated_docs.h"
 
 using genesis::data::ChatTemplate;
 using genesis::data::Conversation;
@@ -16,7 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kFixtures = fs::path(GENESIS_SOURCE_DIR) / "tests/fixtures/chat_templates";
+const fs::path kFixtures = fs::path(genesis::testing::source_path("tests/fixtures/chat_templates"));
 
 ChatTemplate family(const std::string& name) {
   return ChatTemplate::from_tokenizer_config(kFixtures / name / "tokenizer_config.json");

@@ -677,7 +677,9 @@ LmRun run_lm(int world, int zero, models::ActivationCheckpointing checkpointing,
   std::mutex mutex;
   require_all_ok(run_ranks(world, 60.0, [&](Communicator& c) {
     const Device device = nccl ? Device(DeviceType::cuda, c.rank()) : kCPU;
-    models::CausalLM& model = *models[static_cast<size_t>(c.rank())];
+    // Owned by this thread from here: its device memory goes before the rank's CUDA context does.
+    const std::shared_ptr<models::CausalLM> owned = std::move(models[static_cast<size_t>(c.rank())]);
+    models::CausalLM& model = *owned;
     model.to(device);
     DataParallelOptions options{.bucket_mb = 1e-3, .zero = zero};
     if (zero == 3) options.units = model.shard_units(nn::Params::trainable);

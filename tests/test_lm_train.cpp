@@ -10,6 +10,7 @@
 #include "libgenesis/models/hf.h"
 #include "libgenesis/train/lm_metrics.h"
 #include "tests/testing.h"
+#include "tests/generated_docs.h"
 
 using namespace genesis;
 namespace fs = std::filesystem;
@@ -71,8 +72,7 @@ TEST_CASE("lm eval: loss, perplexity and bits per byte over every window", "[cpu
 }
 
 TEST_CASE("lm eval: token byte lengths add up to the decoded bytes", "[cpu][lm]") {
-  fs::path dir = GENESIS_SOURCE_DIR;
-  const fs::path tokenizer_json = dir / "tests/fixtures/tokenizer_bpe/tokenizer.json";
+  const fs::path tokenizer_json = genesis::testing::source_path("tests/fixtures/tokenizer_bpe/tokenizer.json");
   if (!fs::exists(tokenizer_json)) {
     WARN("skipped: tests/fixtures/tokenizer_bpe is missing");
     return;

@@ -9,13 +9,14 @@
 #include "libgenesis/recipe/build.h"
 #include "libgenesis/recipe/recipe.h"
 #include "tests/testing.h"
+#include "tests/generated_docs.h"
 
 using namespace genesis;
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kTokenizer = fs::path(GENESIS_SOURCE_DIR) / "tests/fixtures/tokenizer_bpe/tokenizer.json";
+const fs::path kTokenizer = fs::path(genesis::testing::source_path("tests/fixtures/tokenizer_bpe/tokenizer.json"));
 
 RecipeSpec token_recipe(const testing::TempDir& dir, const std::vector<std::string>& overrides = {}) {
   const std::string toml = R"([run]

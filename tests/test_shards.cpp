@@ -9,6 +9,7 @@
 #include "libgenesis/data/shards.h"
 #include "libgenesis/io/file_util.h"
 #include "tests/testing.h"
+#include "tests/generated_docs.h"
 
 using namespace genesis::data;
 namespace fs = std::filesystem;
@@ -213,7 +214,7 @@ TEST_CASE("a saved cursor resumes the same windows", "[cpu][shards]") {
 // with Interrupted before anything is written.
 TEST_CASE("tokenize_to_shards stops on a stop request and writes nothing", "[cpu][shards]") {
   genesis::testing::TempDir dir;
-  Tokenizer tok = Tokenizer::load(fs::path(GENESIS_SOURCE_DIR) / "tests/fixtures/tokenizer_bpe/tokenizer.json");
+  Tokenizer tok = Tokenizer::load(fs::path(genesis::testing::source_path("tests/fixtures/tokenizer_bpe/tokenizer.json")));
   std::ofstream(dir / "a.txt") << "Call me Ishmael.";
   std::ofstream(dir / "b.txt") << "Some years ago.";
   TokenizeOptions opt;
@@ -225,7 +226,7 @@ TEST_CASE("tokenize_to_shards stops on a stop request and writes nothing", "[cpu
 
 TEST_CASE("tokenize_to_shards: documents start with the separator; each one's tail goes to val", "[cpu][shards]") {
   genesis::testing::TempDir dir;
-  Tokenizer tok = Tokenizer::load(fs::path(GENESIS_SOURCE_DIR) / "tests/fixtures/tokenizer_bpe/tokenizer.json");
+  Tokenizer tok = Tokenizer::load(fs::path(genesis::testing::source_path("tests/fixtures/tokenizer_bpe/tokenizer.json")));
   std::ofstream(dir / "a.txt") << "Call me Ishmael. Some years ago, never mind how long precisely.";
   std::ofstream(dir / "b.txt") << "<|im_end|> is text here";
   std::vector<fs::path> docs = {dir / "a.txt", dir / "b.txt"};

@@ -14,6 +14,7 @@
 #include "libgenesis/train/tensorboard.h"
 #include "libgenesis/train/trainer.h"
 #include "tests/testing.h"
+#include "tests/generated_docs.h"
 
 using namespace genesis;
 namespace fs = std::filesystem;
@@ -143,7 +144,7 @@ TEST_CASE("tensorboard: a training run's curves are its metrics.jsonl's", "[cpu]
     return;
   }
   testing::TempDir dir;
-  const RecipeSpec spec = load_recipe(fs::path(GENESIS_SOURCE_DIR) / "recipes/fashion_mnist_mlp.toml",
+  const RecipeSpec spec = load_recipe(fs::path(genesis::testing::source_path("recipes/fashion_mnist_mlp.toml")),
                                       {"training.steps=30", "training.log_every=10", "training.eval_every=15",
                                        "run.threads=1"});
   REQUIRE(train::run_training(spec, {.run_dir = dir / "run", .quiet = true}) == 0);

@@ -10,6 +10,7 @@
 #include "libgenesis/data/tokenizer_impl.h"
 #include "libgenesis/io/file_util.h"
 #include "tests/testing.h"
+#include "tests/generated_docs.h"
 
 using genesis::data::TokenId;
 using genesis::data::Tokenizer;
@@ -17,7 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSource = GENESIS_SOURCE_DIR;
+const fs::path kSource = fs::path(genesis::testing::source_path("tests/fixtures")).parent_path().parent_path();
 const fs::path kGpt2Dir = kSource / "data/cache/gpt2";
 const fs::path kFixture = kSource / "tests/fixtures/tokenizer_bpe";
 

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# On the GPU host, in the repository root: one decoder-LM training recipe under DDP and ZeRO-1/2/3
+# (and ZeRO-3 with selective checkpointing) through `genesis train --nproc-per-node N`; prints
+# tokens/s per GPU and the peak memory per rank of each, and the ZeRO-3 losses against DDP's.
+# The model is a Llama of the shape given (defaults: hidden 1024, 8 layers) on the repository's
+# own docs tokenized with the test fixture's BPE, so nothing is downloaded.
+#   scripts/gpu/zero_bench.sh BUNDLE.tar.xz [NPROC]
+#   HIDDEN=1024 LAYERS=8 INTER=2816 HEADS=16 SEQ=512 BATCH=8 STEPS=40 (per-GPU batch)
+set -uo pipefail
+source "$(dirname "$0")/bundle_env.sh" "${1:?bundle archive}"
+nproc=${2:-1}
+out=${OUT:-/tmp/genesis-zero-out}
+mkdir -p "$out"
+work=$(mktemp -d)
+cat >"$work/zero.toml" <<TOML
+[run]
+name = "zero_bench"
+seed = 1
+device = "cuda"
+[model]
+name = "llama"
+vocab_size = 703
+hidden_size = ${HIDDEN:-1024}
+intermediate_size = ${INTER:-2816}
+num_hidden_layers = ${LAYERS:-8}
+num_attention_heads = ${HEADS:-16}
+num_key_value_heads = ${HEADS:-16}
+max_position_embeddings = ${SEQ:-512}
+[data]
+name = "tokens"
+shards = "$work/shards"
+tokenizer = "$PWD/tests/fixtures/tokenizer_bpe/tokenizer.json"
+source = ["$PWD/docs", "$PWD/README.md"]
+val_fraction = 0.05
+seq_len = ${SEQ:-512}
+[optimizer]
+name = "adamw"
+lr = 3e-4
+[training]
+steps = ${STEPS:-40}
+batch_size = ${BATCH:-8}
+log_every = 1
+eval_every = 0
+checkpoint_every = 0
+[amp]
+dtype = "bf16"
+TOML
+run() {
+  local name=$1
+  shift
+  "$genesis" train "$work/zero.toml" --out "$work/$name" --nproc-per-node "$nproc" -q "$@" >/dev/null 2>"$out/$name.err" \
+    || { echo "$name: failed"; tail -n 3 "$out/$name.err"; return; }
+  cp "$work/$name/summary.json" "$out/$name.summary.json"
+  cp "$work/$name/metrics.jsonl" "$out/$name.metrics.jsonl"
+  python3 - "$work/$name/summary.json" "$name" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+peak = max(s.get("peak_memory_bytes_per_rank", [s["peak_memory_bytes"]])) / 2**30
+print(f"{sys.argv[2]:>10}: {s['tokens_per_s'] / s['world_size']:>9.0f} tok/s per GPU, peak {peak:.2f} GiB per rank")
+PY
+}
+echo "zero_bench: $nproc GPU(s), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
+run ddp --set dist.zero=0
+run zero1 --set dist.zero=1
+run zero2 --set dist.zero=2
+run zero3 --set dist.zero=3
+run zero3sel --set dist.zero=3 --set training.activation_checkpointing=selective
+python3 - "$out" <<'PY'
+import json, sys
+def losses(name):
+    return [json.loads(l)["loss"] for l in open(f"{sys.argv[1]}/{name}.metrics.jsonl") if '"loss"' in l]
+base = losses("ddp")
+for name in ("zero1", "zero2", "zero3", "zero3sel"):
+    try:
+        other = losses(name)
+    except OSError:
+        continue
+    d = max(abs(a - b) / abs(b) for a, b in zip(other, base))
+    print(f"{name}: {len(other)} losses, max relative difference from DDP {d:.2e}")
+PY
