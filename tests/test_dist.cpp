@@ -649,80 +649,90 @@ TEST_CASE("ZeRO-1 and ZeRO-2: sharded AdamW steps equal DDP's; the gathered stat
 namespace {
 
 // A tiny Llama (3 blocks, odd sizes) trained data-parallel over `world` ranks for `steps` AdamW
-// steps of `accum` micro-batches each; rank r takes its rows of each micro-batch of 6 sequences.
+// steps of `accum` micro-batches each, once per configuration (one communicator for all, as one
+// run has); rank r takes its rows of each micro-batch of 6 sequences.
 struct LmRun {
   std::vector<double> losses;        // each step's loss, the ranks' mean
   std::vector<NamedTensor> weights;  // the whole weights at the end (rank 0, on the host)
   std::vector<float> logits;         // rank 0's no-grad forward after the steps
   bool released = true;              // after each step, no trained parameter whole on any rank
 };
+struct LmConfig {
+  int zero = 0;
+  models::ActivationCheckpointing checkpointing = models::ActivationCheckpointing::none;
+};
 
-LmRun run_lm(int world, int zero, models::ActivationCheckpointing checkpointing, int accum, int steps,
-             bool nccl = false) {
+std::vector<LmRun> run_lm(int world, const std::vector<LmConfig>& configs, int accum, int steps, bool nccl = false) {
   const char* config = R"({"model_type": "llama", "vocab_size": 61, "hidden_size": 24, "intermediate_size": 26,
                            "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
                            "head_dim": 6, "max_position_embeddings": 32})";
   // Every rank's model from one set of weights, built here (the default generator is the process's).
   manual_seed(11);
   const std::vector<NamedTensor> init = models::causal_lm_from_config(config)->state_dict();
-  std::vector<std::shared_ptr<models::CausalLM>> models;
-  for (int r = 0; r < world; ++r) {
-    models.push_back(models::causal_lm_from_config(config));
-    models.back()->load_state_dict(init);
-    models.back()->set_activation_checkpointing(checkpointing);
-  }
+  std::vector<std::vector<std::shared_ptr<models::CausalLM>>> models(configs.size());
+  for (size_t k = 0; k < configs.size(); ++k)
+    for (int r = 0; r < world; ++r) {
+      models[k].push_back(models::causal_lm_from_config(config));
+      models[k].back()->load_state_dict(init);
+      models[k].back()->set_activation_checkpointing(configs[k].checkpointing);
+    }
   Tensor ids = empty({static_cast<int64_t>(steps * accum * 6), 9}, {.dtype = DType::i64});
   for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 13 + i / 9 * 5 + 1) % 61;
-  LmRun out;
+  std::vector<LmRun> out(configs.size());
   std::mutex mutex;
   require_all_ok(run_ranks(world, 60.0, [&](Communicator& c) {
     const Device device = nccl ? Device(DeviceType::cuda, c.rank()) : kCPU;
-    // Owned by this thread from here: its device memory goes before the rank's CUDA context does.
-    const std::shared_ptr<models::CausalLM> owned = std::move(models[static_cast<size_t>(c.rank())]);
-    models::CausalLM& model = *owned;
-    model.to(device);
-    DataParallelOptions options{.bucket_mb = 1e-3, .zero = zero};
-    if (zero == 3) options.units = model.shard_units(nn::Params::trainable);
-    DataParallel dp(model.parameters(nn::Params::trainable), c, options);
-    if (zero == 3) model.set_unit_hooks(dp.unit_hooks());
-    dp.broadcast_parameters();
-    std::vector<ParamGroup> groups{
-        {.params = model.named_parameters(nn::Params::trainable), .lr = 0.01, .base_lr = 0.01, .weight_decay = 0.1}};
-    if (zero > 0) groups = dp.shard_groups(groups);
-    std::unique_ptr<Optimizer> opt = make_adam(groups, {.decoupled_weight_decay = true});
-    const int64_t rows = 6 / world;
-    std::vector<double> losses;
-    bool released = true;
-    for (int step = 0; step < steps; ++step) {
-      Tensor total = zeros({}, {.device = device});
-      for (int micro = 0; micro < accum; ++micro) {
-        const Tensor batch = ids.narrow(0, (step * accum + micro) * 6 + c.rank() * rows, rows).to(device);
-        const Tensor targets = cat({batch.narrow(1, 1, 8), batch.narrow(1, 0, 1)}, 1);
-        if (micro == accum - 1) dp.arm();
-        Tensor loss = div(model.loss(batch, targets), static_cast<double>(accum));
-        loss.backward();
-        total = add(total, loss.detach());
+    for (size_t k = 0; k < configs.size(); ++k) {
+      const int zero = configs[k].zero;
+      // Owned by this thread from here: its device memory goes before the rank's communicator.
+      const std::shared_ptr<models::CausalLM> owned = std::move(models[k][static_cast<size_t>(c.rank())]);
+      models::CausalLM& model = *owned;
+      model.to(device);
+      DataParallelOptions options{.bucket_mb = 1e-3, .zero = zero};
+      if (zero == 3) options.units = model.shard_units(nn::Params::trainable);
+      DataParallel dp(model.parameters(nn::Params::trainable), c, options);
+      if (zero == 3) model.set_unit_hooks(dp.unit_hooks());
+      dp.broadcast_parameters();
+      std::vector<ParamGroup> groups{
+          {.params = model.named_parameters(nn::Params::trainable), .lr = 0.01, .base_lr = 0.01, .weight_decay = 0.1}};
+      if (zero > 0) groups = dp.shard_groups(groups);
+      std::unique_ptr<Optimizer> opt = make_adam(groups, {.decoupled_weight_decay = true});
+      const int64_t rows = 6 / world;
+      std::vector<double> losses;
+      bool released = true;
+      for (int step = 0; step < steps; ++step) {
+        Tensor total = zeros({}, {.device = device});
+        for (int micro = 0; micro < accum; ++micro) {
+          const Tensor batch = ids.narrow(0, (step * accum + micro) * 6 + c.rank() * rows, rows).to(device);
+          const Tensor targets = cat({batch.narrow(1, 1, 8), batch.narrow(1, 0, 1)}, 1);
+          if (micro == accum - 1) dp.arm();
+          Tensor loss = div(model.loss(batch, targets), static_cast<double>(accum));
+          loss.backward();
+          total = add(total, loss.detach());
+        }
+        dp.finish();
+        losses.push_back(dp.average(total).item());
+        dp.clip_grad_norm(1.0);
+        opt->step();
+        dp.gather_parameters();
+        dp.zero_grad();
+        for (const Tensor& p : model.parameters(nn::Params::trainable))
+          released = released && !p.storage()->resident();
       }
-      dp.finish();
-      losses.push_back(dp.average(total).item());
-      dp.clip_grad_norm(1.0);
-      opt->step();
-      dp.gather_parameters();
-      dp.zero_grad();
-      for (const Tensor& p : model.parameters(nn::Params::trainable)) released = released && !p.storage()->resident();
+      Tensor logits;
+      {
+        NoGradGuard no_grad;
+        logits = model(ids.narrow(0, 0, 2).to(device)).to(kCPU);
+      }
+      std::vector<NamedTensor> whole = dp.whole_on_rank0(model.state_dict());
+      std::lock_guard lock(mutex);
+      out[k].released = out[k].released && released;
+      if (c.rank() != 0) continue;
+      out[k].losses = losses;
+      // Detached: a copy recorded by autograd would keep the device parameter alive past the rank.
+      for (const NamedTensor& t : whole) out[k].weights.push_back({t.name, t.tensor.detach().to(kCPU).clone()});
+      out[k].logits = logits.to_vector<float>();
     }
-    Tensor logits;
-    {
-      NoGradGuard no_grad;
-      logits = model(ids.narrow(0, 0, 2).to(device)).to(kCPU);
-    }
-    std::vector<NamedTensor> whole = dp.whole_on_rank0(model.state_dict());
-    std::lock_guard lock(mutex);
-    out.released = out.released && released;
-    if (c.rank() != 0) return;
-    out.losses = losses;
-    for (const NamedTensor& t : whole) out.weights.push_back({t.name, t.tensor.to(kCPU).clone()});
-    out.logits = logits.to_vector<float>();
   }, nccl));
   return out;
 }
@@ -746,17 +756,18 @@ TEST_CASE("ZeRO-3: a language model sharded by blocks trains as DDP does, with c
       GENERATE(ActivationCheckpointing::none, ActivationCheckpointing::full, ActivationCheckpointing::selective);
   const int accum = GENERATE(1, 2);
   INFO("world " << world << ", checkpointing " << static_cast<int>(checkpointing) << ", accumulation " << accum);
-  const LmRun ddp = run_lm(world, 0, ActivationCheckpointing::none, accum, 3);
+  const std::vector<LmRun> runs =
+      run_lm(world, {{0, ActivationCheckpointing::none}, {1, checkpointing}, {2, checkpointing}, {3, checkpointing}},
+             accum, 3);
+  const LmRun& ddp = runs[0];
   // The run learned something (the comparisons would pass on a no-op otherwise).
   CHECK(ddp.losses.back() < ddp.losses.front());
   CHECK_FALSE(ddp.released);
-  const LmRun zero1 = run_lm(world, 1, checkpointing, accum, 3);
-  require_same_lm_run(zero1, ddp);
-  const LmRun zero2 = run_lm(world, 2, checkpointing, accum, 3);
-  require_same_lm_run(zero2, ddp);
-  const LmRun zero3 = run_lm(world, 3, checkpointing, accum, 3);
-  require_same_lm_run(zero3, ddp);
-  CHECK(zero3.released);
+  for (int level = 1; level <= 3; ++level) {
+    INFO("zero " << level);
+    require_same_lm_run(runs[static_cast<size_t>(level)], ddp);
+  }
+  CHECK(runs[3].released);
 }
 
 #if GENESIS_WITH_NCCL
@@ -842,13 +853,12 @@ TEST_CASE("nccl: ZeRO-2 and ZeRO-3 of a tiny Llama on the GPUs train as DDP does
   const ActivationCheckpointing checkpointing = GENERATE(ActivationCheckpointing::none, ActivationCheckpointing::full);
   const int accum = GENERATE(1, 2);
   INFO("world " << world << ", checkpointing " << static_cast<int>(checkpointing) << ", accumulation " << accum);
-  const LmRun ddp = run_lm(world, 0, ActivationCheckpointing::none, accum, 3, /*nccl=*/true);
-  const LmRun zero3 = run_lm(world, 3, checkpointing, accum, 3, /*nccl=*/true);
-  const LmRun zero2 = run_lm(world, 2, checkpointing, accum, 3, /*nccl=*/true);
-  require_same_lm_run(zero3, ddp);
-  require_same_lm_run(zero2, ddp);
-  CHECK(zero3.released);
-  CHECK(ddp.losses.back() < ddp.losses.front());
+  const std::vector<LmRun> runs =
+      run_lm(world, {{0, ActivationCheckpointing::none}, {2, checkpointing}, {3, checkpointing}}, accum, 3, /*nccl=*/true);
+  CHECK(runs[0].losses.back() < runs[0].losses.front());
+  require_same_lm_run(runs[1], runs[0]);
+  require_same_lm_run(runs[2], runs[0]);
+  CHECK(runs[2].released);
 }
 
 TEST_CASE("nccl: ZeRO-1 and ZeRO-2 AdamW steps on the GPUs equal DDP's, and the gathered state is DDP's", "[cuda][dist]") {

@@ -30,7 +30,7 @@ max_position_embeddings = ${SEQ:-512}
 name = "tokens"
 shards = "$work/shards"
 tokenizer = "$PWD/tests/fixtures/tokenizer_bpe/tokenizer.json"
-source = ["$PWD/docs", "$PWD/README.md"]
+source = [$(printf '"%s", ' "$PWD"/docs/*.md)"$PWD/README.md"]
 val_fraction = 0.05
 seq_len = ${SEQ:-512}
 [optimizer]
@@ -42,6 +42,8 @@ batch_size = ${BATCH:-8}
 log_every = 1
 eval_every = 0
 checkpoint_every = 0
+[eval]
+split = "val"
 [amp]
 dtype = "bf16"
 TOML
@@ -68,7 +70,8 @@ run zero3sel --set dist.zero=3 --set training.activation_checkpointing=selective
 python3 - "$out" <<'PY'
 import json, sys
 def losses(name):
-    return [json.loads(l)["loss"] for l in open(f"{sys.argv[1]}/{name}.metrics.jsonl") if '"loss"' in l]
+    lines = (json.loads(l) for l in open(f"{sys.argv[1]}/{name}.metrics.jsonl"))
+    return [j["loss"] for j in lines if "loss" in j and "step" in j]
 base = losses("ddp")
 for name in ("zero1", "zero2", "zero3", "zero3sel"):
     try:
