@@ -262,6 +262,10 @@ TEST_CASE("language models: config errors name the key and what is supported", "
                     Catch::Contains("mamba") && Catch::Contains("gpt2, llama, qwen2, qwen3"));
   CHECK_THROWS_WITH(causal_lm_from_config(R"({"vocab_size": 4})"), Catch::Contains("model_type"));
   CHECK_THROWS_AS(causal_lm_from_config("{not json"), UsageError);
+  // One "config" in the message, not "model config config: ..." (issue 40, item 5).
+  CHECK_THROWS_WITH(config_parameter_count(R"({"model_type": 5})"),
+                    Catch::StartsWith("model config: 'model_type' must be a string") &&
+                        !Catch::Contains("config config"));
   CHECK_THROWS_WITH(
       causal_lm_from_config(decoder_json("llama", R"(, "rope_scaling": {"rope_type": "linear", "factor": 2.0})")),
       Catch::Contains("rope_scaling") && Catch::Contains("default"));

@@ -4,7 +4,10 @@
 
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <iostream>
+#include <new>
+#include <string>
 
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
@@ -14,6 +17,27 @@
 
 // A bounded OpenMP spin before libgomp starts (libgenesis/core/threads.h).
 GENESIS_PREINIT;
+
+namespace {
+
+// A path for a one-line message: quoted, cut in the middle past 200 characters.
+std::string short_path(const std::filesystem::path& path) {
+  std::string text = path.string();
+  if (text.size() > 200) text = text.substr(0, 96) + "[... " + std::to_string(text.size() - 192) + " characters ...]" +
+                                text.substr(text.size() - 96);
+  return "'" + text + "'";
+}
+
+// What a file-system call that no genesis check caught says, in genesis's form: the paths, the
+// system's reason, and what to look at (the library's own text repeats "filesystem error").
+std::string filesystem_message(const std::filesystem::filesystem_error& e) {
+  std::string where = e.path1().empty() ? std::string() : " " + short_path(e.path1());
+  if (!e.path2().empty()) where += " and " + short_path(e.path2());
+  return "a file operation on" + (where.empty() ? std::string(" a path") : where) + " failed: " + e.code().message() +
+         " (check that the path exists, is writable by you and is not a symlink loop, and that the disk has room)";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   genesis::reexec_for_blas_core(argv);  // before anything else: OpenBLAS's generic kernels on a newer CPU
@@ -62,6 +86,15 @@ int main(int argc, char** argv) {
     // work that will never finish, so leave at once, as PyTorch's NCCL watchdog does.
     if (!genesis::dist::failure_reported()) std::cerr << "genesis: error: " << e.what() << std::endl;
     std::_Exit(1);
+  } catch (const std::filesystem::filesystem_error& e) {
+    if (genesis::dist::failure_reported()) std::_Exit(1);
+    std::cerr << "genesis: error: " << filesystem_message(e) << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    if (genesis::dist::failure_reported()) std::_Exit(1);
+    std::cerr << "genesis: error: out of host memory (an allocation failed): free memory on this machine, or give the "
+                 "command less to hold at once (smaller or fewer input files, training.batch_size, data.prefetch)\n";
+    return 1;
   } catch (const std::exception& e) {
     if (genesis::dist::failure_reported()) std::_Exit(1);  // a consequence of the failure already named
     std::cerr << "genesis: error: " << e.what() << "\n";

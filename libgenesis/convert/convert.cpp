@@ -239,7 +239,7 @@ LanguageModelLayout language_model_layout(const json& config) {
 
 json hf_config_for(const json& source_config, std::optional<DType> dtype) {
   json config = source_config;
-  const std::string type = models::detail::ConfigReader(config, "model config").string("model_type", std::string());
+  const std::string type = models::detail::ConfigReader(config, "model").string("model_type", std::string());
   complete(config, "architectures", json::array({hf_architecture(type)}));
   if (type == "gpt2") {
     const models::Gpt2Config c = models::gpt2_config_from_json(source_config.dump());

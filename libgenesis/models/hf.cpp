@@ -27,7 +27,7 @@ std::shared_ptr<CausalLM> causal_lm_from_config(std::string_view config_json, nn
 
 double config_parameter_count(std::string_view config_json) {
   const nlohmann::json config = detail::parse_config_object(config_json, "model config");
-  const std::string type = detail::ConfigReader(config, "model config").string("model_type", std::string());
+  const std::string type = detail::ConfigReader(config, "model").string("model_type", std::string());
   if (type == "gpt2") {
     const Gpt2Config c = gpt2_config_from_json(config_json);
     const double e = static_cast<double>(c.n_embd), inner = static_cast<double>(c.n_inner > 0 ? c.n_inner : 4 * c.n_embd);

@@ -81,6 +81,16 @@ wait $pid; rc=$?
   && [ ! -e "$work/stopped/train.bin" ] && ok "SIGTERM during tokenize exits 130 with one line" \
   || fail "SIGTERM during tokenize: rc $rc, $(cat "$work/err")"
 
+# Out of host memory (issue 40, item 2): a 3 GB input under a 2.5 GB address-space limit ends
+# with genesis's own line and exit 1, never "std::bad_alloc".
+truncate -s 3G "$work/huge.txt"
+(ulimit -v 2500000; "$genesis" data tokenize --tokenizer "$fixture" --input "$work/huge.txt" --out "$work/huge" -q \
+  >/dev/null 2>"$work/err"); rc=$?
+rm -f "$work/huge.txt"
+[ $rc -eq 1 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "out of host memory" "$work/err" \
+  && ! grep -q "bad_alloc" "$work/err" && ok "out of host memory: exit 1, $(cat "$work/err")" \
+  || fail "out of host memory: rc $rc, $(cat "$work/err")"
+
 # 2. Errors: one line on stderr, exit 1 (bad data) or 2 (bad usage).
 echo "5 999999" | "$genesis" data decode --tokenizer "$fixture" >/dev/null 2>"$work/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "999999" "$work/err" && ok "decode of an unknown id exits 1 naming it" || fail "decode of id 999999: rc $rc, '$(cat "$work/err")'"
