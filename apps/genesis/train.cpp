@@ -1,7 +1,7 @@
 // genesis train RECIPE [--set k=v]... [--out DIR] [--resume] [--overwrite] [--device D] [--seed N]
 //               [--nproc-per-node N]
 // genesis eval [RECIPE] --checkpoint DIR [--adapter DIR] [--split test|val] [--device D] [--set k=v]...
-// genesis recipe show RECIPE [--set k=v]...
+// genesis recipe show RECIPE [--set k=v]... [--json] [--memory [--world-size N]]
 #include <nlohmann/json.hpp>
 
 #include <iostream>
@@ -11,7 +11,9 @@
 #include "libgenesis/dist/env.h"
 #include "libgenesis/dist/launcher.h"
 #include "libgenesis/io/checkpoint_dir.h"
+#include "libgenesis/recipe/build.h"
 #include "libgenesis/recipe/recipe.h"
+#include "libgenesis/train/memory_estimate.h"
 #include "libgenesis/train/trainer.h"
 
 namespace genesis::cli {
@@ -142,9 +144,26 @@ void add_train_commands(CLI::App& app) {
     auto a = std::make_shared<RecipeArgs>();
     auto as_json = std::make_shared<bool>(false);
     add_recipe_args(show, *a);
-    show->add_flag("--json", *as_json, "Print it as JSON ({section: {key: value}}) instead of TOML");
+    auto memory = std::make_shared<bool>(false);
+    auto world_size = std::make_shared<int64_t>(1);
+    show->add_flag("--json", *as_json,
+                   "Print it as JSON ({section: {key: value}}) instead of TOML; with --memory, the estimate");
+    show->add_flag("--memory", *memory,
+                   "Print the estimated memory per rank instead (parameters, gradients, optimizer state, "
+                   "activations of each activation checkpointing mode) on run.device; nothing is allocated");
+    show->add_option("--world-size", *world_size,
+                     "--memory: the ranks of data parallelism (dist.zero shards over them)")
+        ->default_val(1)
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
     register_command(show, [=] {
       const RecipeSpec spec = load_recipe(a->path, a->sets);
+      if (*memory) {
+        const train::MemoryEstimate estimate = train::estimate_memory(
+            spec, {.world_size = *world_size, .device = recipe::resolve_device(spec.run.device)});
+        if (*as_json) std::cout << train::memory_json(estimate).dump(2) << "\n";
+        else std::cout << train::memory_table(estimate);
+        return 0;
+      }
       if (*as_json) std::cout << recipe_json(spec).dump(2) << "\n";
       else std::cout << spec.to_toml();
       return 0;

@@ -133,6 +133,13 @@ int device_count() {
   return cached_device_count();
 }
 
+DeviceMemory device_memory(int device) {
+  DeviceGuard guard(device);
+  DeviceMemory memory;
+  GENESIS_CUDA_CHECK(cudaMemGetInfo(&memory.free, &memory.total));
+  return memory;
+}
+
 cudaStream_t current_stream() {
   int device = current_device();
   auto slot = static_cast<size_t>(device);

@@ -14,6 +14,12 @@ namespace genesis::cuda {
 // True when the driver answers and at least one device is present (never throws).
 bool is_available();
 int device_count();
+// A device's free and total memory as the driver reports them (cudaMemGetInfo): what other
+// processes and this one's caches hold is not free.
+struct DeviceMemory {
+  size_t free = 0, total = 0;
+};
+DeviceMemory device_memory(int device);
 // The stream ops enqueue on for the current device (a non-blocking stream per device,
 // created on first use). Nothing in the op layer synchronizes it.
 cudaStream_t current_stream();

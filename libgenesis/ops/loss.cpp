@@ -129,15 +129,7 @@ int fault_op(const char* name) {
 // B16 T1024 batch the 1.6 GB of bf16 logits a whole-batch buffer kept from the forward to the
 // backward become two chunks of 0.8 GB in turn (each chunk after the first costs one more read
 // and write of the f32 weight gradient).
-// GENESIS_LOGITS_CHUNK_MB overrides the chunk size (MiB; for measurements).
-int64_t logits_chunk_bytes() {
-  static const int64_t bytes = [] {
-    const char* value = std::getenv("GENESIS_LOGITS_CHUNK_MB");
-    return value ? std::max<int64_t>(1, std::atoll(value)) << 20 : int64_t{1} << 30;
-  }();
-  return bytes;
-}
-
+// GENESIS_LOGITS_CHUNK_MB overrides the chunk size (linear_cross_entropy_chunk_bytes).
 Tensor linear_cross_entropy_cuda(const Tensor& x, const Tensor& weight, const Tensor& target,
                                  const CrossEntropyOptions& options) {
   constexpr int64_t kClassPad = 64;
@@ -158,7 +150,7 @@ Tensor linear_cross_entropy_cuda(const Tensor& x, const Tensor& weight, const Te
     wc.narrow(0, classes, ld - classes).zero_();
   }
   const auto elt = static_cast<int64_t>(dtype_size(dt));
-  const int64_t chunk_bytes = logits_chunk_bytes();
+  const int64_t chunk_bytes = linear_cross_entropy_chunk_bytes();
   const int64_t chunks = std::max<int64_t>(1, (rows * ld * elt + chunk_bytes - 1) / chunk_bytes);
   const int64_t chunk_rows = std::max<int64_t>(1, (rows + chunks - 1) / chunks);
   const TensorOptions f32{.dtype = DType::f32, .device = device};
@@ -312,6 +304,14 @@ Tensor cross_entropy(const Tensor& logits_arg, const Tensor& target_arg, CrossEn
            });
   }
   return single && options.reduction == Reduction::none ? loss.squeeze(0) : loss;
+}
+
+int64_t linear_cross_entropy_chunk_bytes() {
+  static const int64_t bytes = [] {
+    const char* value = std::getenv("GENESIS_LOGITS_CHUNK_MB");
+    return value ? std::max<int64_t>(1, std::atoll(value)) << 20 : int64_t{1} << 30;
+  }();
+  return bytes;
 }
 
 Tensor linear_cross_entropy(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& target_arg,

@@ -27,6 +27,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, CrossEntropyOpt
 // run in the low dtype; the loss of 16-bit inputs is f32.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& target,
                             CrossEntropyOptions options = {});
+// The most bytes of logits linear_cross_entropy computes at once on CUDA (its rows go in chunks):
+// 1 GiB, or GENESIS_LOGITS_CHUNK_MB MiB (for measurements).
+int64_t linear_cross_entropy_chunk_bytes();
 // log_probs [N, C] (or [N, C, d...]); same target rules as cross_entropy.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::mean,
                 int64_t ignore_index = -100);

@@ -89,6 +89,11 @@ int64_t Nf4Weight::bytes() const {
          static_cast<int64_t>(sizeof(absmax_offset));
 }
 
+int64_t Nf4Weight::bytes_for(int64_t numel) {
+  const Nf4Sizes s(numel);
+  return s.code_bytes + s.blocks + (s.groups + 1) * static_cast<int64_t>(sizeof(float));  // + the offset
+}
+
 Nf4Weight Nf4Weight::to(Device device) const {
   Nf4Weight moved = *this;
   moved.codes = codes.to(device);

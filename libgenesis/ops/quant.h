@@ -62,6 +62,8 @@ struct Nf4Weight {
   Device device() const { return codes.device(); }
   // Memory held: codes, absmax codes, scales and the offset (about 0.5159 bytes an element).
   int64_t bytes() const;
+  // What bytes() holds for a weight of `numel` elements, known without quantizing one (memory estimates).
+  static int64_t bytes_for(int64_t numel);
   // The same weight on `device` (the tensors copied).
   Nf4Weight to(Device device) const;
 };

@@ -75,15 +75,6 @@ kernels::cuda::HeadsLayout heads_layout(const Tensor& t) {
   return {t.stride(0), t.stride(1), t.stride(2)};
 }
 
-// GENESIS_FLASH_ATTENTION=0 sends 16-bit attention through the GEMM path (for comparisons).
-bool flash_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("GENESIS_FLASH_ATTENTION");
-    return !value || std::string_view(value) != "0";
-  }();
-  return enabled;
-}
-
 // t itself when the attention GEMMs can read it through its strides (unit-stride head_dim,
 // evenly strided rows; q's group rows stackable), else a contiguous copy.
 Tensor attention_operand(const Tensor& t, const kernels::cpu::AttentionShape& s, bool is_query) {
@@ -199,7 +190,7 @@ Tensor flash_attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, c
 // (the second product reads them so, as in flash attention): half the saved bytes of f32.
 Tensor attention_cuda(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, const Tensor& doc_start,
                       const kernels::cpu::AttentionShape& s) {
-  if (kernels::cuda::flash_attention_supported(q_arg.dtype(), s, {}) && flash_enabled()) {
+  if (kernels::cuda::flash_attention_supported(q_arg.dtype(), s, {}) && flash_attention_enabled()) {
     // Operands the kernels cannot read through their strides are copied first.
     auto readable = [&s](const Tensor& t) { return flash_readable(t, s) ? t : t.contiguous(); };
     return flash_attention_cuda(readable(q_arg), readable(k_arg), readable(v_arg), doc_start, s, {});
@@ -447,6 +438,14 @@ Tensor swiglu(const Tensor& gate_arg, const Tensor& up_arg) {
   return y;
 }
 
+bool flash_attention_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("GENESIS_FLASH_ATTENTION");
+    return !value || std::string_view(value) != "0";
+  }();
+  return enabled;
+}
+
 Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg, bool causal,
                                     std::optional<double> scale, double dropout_p, Generator* gen,
                                     const Tensor& doc_start_arg) {
@@ -476,7 +475,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
   const Tensor doc_start = checked_doc_start(doc_start_given, s, dropout_p);
   if (dropout_p > 0.0) {
 #if GENESIS_WITH_CUDA
-    if (!q.device().is_cpu() && kernels::cuda::flash_attention_supported(q.dtype(), s, {}) && flash_enabled()) {
+    if (!q.device().is_cpu() && kernels::cuda::flash_attention_supported(q.dtype(), s, {}) && flash_attention_enabled()) {
       auto readable = [&s](const Tensor& t) { return flash_readable(t, s) ? t : t.contiguous(); };
       const GeneratorState state = (gen ? *gen : default_generator()).advance(attention_dropout_counters(s));
       return flash_attention_cuda(readable(q), readable(k), readable(v), Tensor(), s,

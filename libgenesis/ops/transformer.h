@@ -51,5 +51,8 @@ Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
                                     std::optional<double> scale = std::nullopt, double dropout_p = 0.0,
                                     Generator* gen = nullptr, const Tensor& doc_start = {});
+// Whether 16-bit attention on CUDA may take the flash kernels: GENESIS_FLASH_ATTENTION=0 sends it
+// through the GEMM path (for comparisons).
+bool flash_attention_enabled();
 
 }  // namespace genesis

@@ -273,6 +273,16 @@ void check_init_from(const RecipeSpec& spec) {
                 " (its config.json); set model.name = \"", type.empty() ? "..." : type, "\"");
 }
 
+std::string language_model_config_json(const RecipeSpec& spec) {
+  GENESIS_CHECK(spec.model.is_language_model(), RecipeError, "model.name = \"", spec.model.name,
+                "\" is not a language model");
+  check_init_from(spec);
+  if (!spec.model.init_from.empty())
+    return io::read_file(fs::path(spec.model.init_from) / "config.json", io::kMaxConfigFileBytes);
+  if (const auto* gpt2 = std::get_if<models::Gpt2Config>(&spec.model.config)) return language_model_config(*gpt2);
+  return language_model_config(std::get<models::DecoderConfig>(spec.model.config));
+}
+
 void check_classifier_data(const RecipeSpec& spec) {
   if (spec.data.name != "fashion_mnist") return;
   const Shape samples{1, 28, 28};  // what load_fashion_mnist makes of an image

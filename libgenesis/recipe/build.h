@@ -23,6 +23,10 @@ Device resolve_device(const std::string& requested);
 // parameters training.freeze names frozen (a pattern that matches nothing is a RecipeError).
 std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device);
 
+// A language-model recipe's config.json (JSON text): model.init_from's, else the recipe's [model]
+// numbers with the unset ones (0) left to the model type's defaults. Reads no weights.
+std::string language_model_config_json(const RecipeSpec& spec);
+
 // The dtype model.dtype keeps the frozen parameters in ("auto": a LoRA base in amp.dtype when
 // autocast runs in bf16/fp16, the precision its products take anyway; f32 otherwise).
 DType frozen_dtype(const RecipeSpec& spec);

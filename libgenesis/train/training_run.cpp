@@ -10,6 +10,7 @@
 #include "libgenesis/models/hf.h"
 #include "libgenesis/ops/linalg.h"
 #include "libgenesis/recipe/build.h"
+#include "libgenesis/train/memory_estimate.h"
 #include "libgenesis/train/run_dir.h"
 
 namespace genesis::train {
@@ -33,6 +34,8 @@ TrainingRun::TrainingRun(const RecipeSpec& spec, const TrainOptions& options, co
     group_ = dist::join_process_group(env_, spec.dist.backend, device_, spec.dist.timeout_s);
   rank0_ = env_.rank == 0;
   world_ = env_.world_size;
+  // A run that cannot fit stops here, with the numbers, before its run directory, data and model.
+  check_memory_fits(spec, device_, world_);
   if (group_) {
     share_.rank = env_.rank;
     share_.world = world_;
