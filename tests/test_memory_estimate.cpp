@@ -142,6 +142,9 @@ TEST_CASE("memory estimate: dist.zero shards optimizer state, then gradients, th
     CHECK(four.gradient_bytes == (zero >= 2 ? (one.gradient_bytes + 3) / 4 : one.gradient_bytes));
     CHECK(four.trainable_bytes == (zero >= 3 ? (one.trainable_bytes + 3) / 4 : one.trainable_bytes));
     CHECK(four.activations().total() == one.activations().total());  // per rank, per micro-batch
+    // ZeRO-3's working set: the gathered units beyond the shard, less than the whole model.
+    if (zero < 3) CHECK(four.gathered_bytes == 0);
+    else CHECK((four.gathered_bytes > 0 && four.trainable_bytes + four.gathered_bytes <= one.trainable_bytes));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string_view>
@@ -212,6 +213,22 @@ MemoryEstimate estimate_memory(const RecipeSpec& spec, const MemoryEstimateOptio
   e.optimizer_slots = optimizer_slots(spec.optimizer);
   e.gradient_bytes = shard(4 * e.trainable_parameters, e.world_size, e.zero >= 2);
   e.optimizer_bytes = shard(4 * e.optimizer_slots * e.trainable_parameters, e.world_size, e.zero >= 1);
+  if (e.zero >= 3 && e.world_size > 1) {
+    // Unit 0 (outside the decoder blocks) whole for the step, and about three blocks at a time.
+    static const std::regex block(R"(\.(layers|h)\.(\d+)\.)");
+    std::map<std::string, int64_t> blocks;
+    int64_t outside = 0;
+    for (const ParamEntry& p : params) {
+      if (!p.trainable) continue;
+      std::smatch m;
+      if (std::regex_search(p.name, m, block)) blocks[m[2].str()] += 4 * p.numel;
+      else outside += 4 * p.numel;
+    }
+    int64_t largest = 0;
+    for (const auto& [index, bytes] : blocks) largest = std::max(largest, bytes);
+    const int64_t units = std::min<int64_t>(3, static_cast<int64_t>(blocks.size()));
+    e.gathered_bytes = (outside + units * largest) - shard(outside + units * largest, e.world_size, true);
+  }
   e.trainable_bytes = shard(e.trainable_bytes, e.world_size, e.zero >= 3);
   e.gradients_overlap = options.device.is_cuda() && e.world_size == 1 && spec.training.grad_accum_steps <= 1;
 
@@ -272,6 +289,7 @@ std::string memory_table(const MemoryEstimate& e) {
             (e.quantized_parameters > 0 ? count_text(e.quantized_parameters) + " NF4, the rest " : std::string()) +
             e.frozen_dtype + ")",
         e.frozen_bytes);
+  if (e.gathered_bytes > 0) row("", "gathered while computing (ZeRO-3: unit 0, ~3 blocks)", e.gathered_bytes);
   row("gradients", std::string("f32") + (e.zero >= 2 ? ", sharded" : ""), e.gradient_bytes);
   row("optimizer state",
       std::to_string(e.optimizer_slots) + " f32 slot" + (e.optimizer_slots == 1 ? "" : "s") + " per trained parameter" +
@@ -312,6 +330,7 @@ nlohmann::json memory_json(const MemoryEstimate& e) {
             {"quantized", e.quantized_parameters},
             {"trainable_bytes", e.trainable_bytes},
             {"frozen_bytes", e.frozen_bytes},
+            {"gathered_bytes", e.gathered_bytes},
             {"frozen_dtype", e.frozen_dtype},
             {"bytes", e.parameter_bytes()}}},
           {"gradient_bytes", e.gradient_bytes},
@@ -332,7 +351,12 @@ void check_memory_fits(const RecipeSpec& spec, Device device, int64_t world_size
   const char* skip = std::getenv("GENESIS_SKIP_MEMORY_CHECK");
   if (skip && std::string_view(skip) == "1") return;
 #if GENESIS_WITH_CUDA
-  const MemoryEstimate e = estimate_memory(spec, {.world_size = world_size, .device = device});
+  MemoryEstimate e;
+  try {
+    e = estimate_memory(spec, {.world_size = world_size, .device = device});
+  } catch (const std::exception&) {
+    return;  // what the estimate could not read (a missing init_from, say), the run names in its own words
+  }
   const auto free = static_cast<int64_t>(cuda::device_memory(device.index).free);
   const int64_t needed = e.total_bytes();
   if (static_cast<double>(needed) <= 1.1 * static_cast<double>(free)) return;

@@ -39,6 +39,10 @@ struct MemoryEstimate {
   int64_t trainable_parameters = 0, frozen_parameters = 0, quantized_parameters = 0;
   int64_t trainable_bytes = 0, frozen_bytes = 0;
   std::string frozen_dtype;             // "f32", "bf16", "f16" (the NF4 ones aside)
+  // ZeRO-3 over more than one rank: the trained parameters gathered whole while the step runs
+  // (unit 0, the embeddings, final norm and head, for the whole step; about three decoder blocks
+  // at a time: the one computing, the next prefetched, the last not yet freed), beyond the shard.
+  int64_t gathered_bytes = 0;
   int64_t gradient_bytes = 0;           // f32, of the trained parameters
   int64_t optimizer_bytes = 0;          // f32 slots of the trained parameters
   int64_t optimizer_slots = 0;          // per trained parameter: 2 for Adam(W), 3 with amsgrad, ...
@@ -52,7 +56,7 @@ struct MemoryEstimate {
   // two rather than both.
   bool gradients_overlap = false;
 
-  int64_t parameter_bytes() const { return trainable_bytes + frozen_bytes; }
+  int64_t parameter_bytes() const { return trainable_bytes + frozen_bytes + gathered_bytes; }
   const ActivationBytes& activations() const;  // of the recipe's mode
   // The step's peak: parameters + optimizer state + gradients and activations (see gradients_overlap).
   int64_t total_bytes() const;
