@@ -11,13 +11,13 @@ ranks, per-GPU tokens/s and peak memory.
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dist_timing import time_steps  # noqa: E402
 from torch_train_lm import MODELS, build  # noqa: E402
 
 
@@ -69,19 +69,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss
 
-    for _ in range(a.warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(a.steps + 1)]
-    events[0].record()
-    for i in range(a.steps):
-        loss = step()
-        events[i + 1].record()
-    torch.cuda.synchronize()
-    ms = statistics.median(events[i].elapsed_time(events[i + 1]) for i in range(a.steps))
-    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], device=dev)
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    ms, peak, loss = time_steps(step, a.warmup, a.steps, dev)
     if rank == 0:
         tokens = world * a.batch * a.seq / (ms / 1e3)
         print(json.dumps({
@@ -89,7 +77,7 @@ def main():
                          + (" optimize_ddp off" if a.no_optimize_ddp else ""),
             "model": a.model, "vocab": vocab, "world_size": world, "batch_per_gpu": a.batch, "seq": a.seq,
             "ms_per_step": round(ms, 2), "tokens_per_s": round(tokens), "tokens_per_s_per_gpu": round(tokens / world),
-            "peak_memory_gib": round(peak.item(), 2), "final_loss": round(loss.item(), 4),
+            "peak_memory_gib": round(peak, 2), "final_loss": round(loss.item(), 4),
             "gpu": torch.cuda.get_device_name()}), flush=True)
     dist.destroy_process_group()
 

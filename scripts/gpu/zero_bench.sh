@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # On the GPU host, in the repository root: one decoder-LM training recipe under DDP and ZeRO-1/2/3
 # (and ZeRO-3 with selective checkpointing) through `genesis train --nproc-per-node N`; prints
-# tokens/s per GPU and the peak memory per rank of each, and the ZeRO-3 losses against DDP's.
+# tokens/s per GPU and the peak memory per rank of each, and the losses against DDP's.
 # The model is a Llama of the shape given (defaults: hidden 1024, 8 layers) on the repository's
 # own docs tokenized with the test fixture's BPE, so nothing is downloaded.
 #   scripts/gpu/zero_bench.sh BUNDLE.tar.xz [NPROC]
-#   HIDDEN=1024 LAYERS=8 INTER=2816 HEADS=16 SEQ=512 BATCH=8 STEPS=40 (per-GPU batch)
+#   HIDDEN=1024 LAYERS=8 INTER=2816 HEADS=16 KV=HEADS VOCAB=703 SEQ=512 BATCH=8 STEPS=40 (per-GPU batch)
+#   LEVELS="0 1 2 3 3sel" (which runs; 3sel: ZeRO-3 with selective checkpointing)
+#   SHAPE=llama3_8b: Llama-3-8B's dimensions, B2 T2048 per GPU, LEVELS="3sel", and PyTorch FSDP2 +
+#   torch.compile of the same shape in the same call (scripts/bench/torch_fsdp.py; TORCH_AC=full
+#   or none), as issue 34's multi-GPU bar compares them
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh" "${1:?bundle archive}"
 nproc=${2:-1}
+if [ "${SHAPE:-}" = llama3_8b ]; then
+  HIDDEN=4096 LAYERS=32 INTER=14336 HEADS=32 KV=8 VOCAB=128256 SEQ=${SEQ:-2048} BATCH=${BATCH:-2}
+  LEVELS=${LEVELS:-3sel} STEPS=${STEPS:-20}
+fi
 out=${OUT:-/tmp/genesis-zero-out}
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -19,12 +27,12 @@ seed = 1
 device = "cuda"
 [model]
 name = "llama"
-vocab_size = 703
+vocab_size = ${VOCAB:-703}
 hidden_size = ${HIDDEN:-1024}
 intermediate_size = ${INTER:-2816}
 num_hidden_layers = ${LAYERS:-8}
 num_attention_heads = ${HEADS:-16}
-num_key_value_heads = ${HEADS:-16}
+num_key_value_heads = ${KV:-${HEADS:-16}}
 max_position_embeddings = ${SEQ:-512}
 [data]
 name = "tokens"
@@ -62,17 +70,27 @@ print(f"{sys.argv[2]:>10}: {s['tokens_per_s'] / s['world_size']:>9.0f} tok/s per
 PY
 }
 echo "zero_bench: $nproc GPU(s), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)"
-run ddp --set dist.zero=0
-run zero1 --set dist.zero=1
-run zero2 --set dist.zero=2
-run zero3 --set dist.zero=3
-run zero3sel --set dist.zero=3 --set training.activation_checkpointing=selective
+for level in ${LEVELS:-0 1 2 3 3sel}; do
+  case $level in
+    0) run ddp --set dist.zero=0 ;;
+    3sel) run zero3sel --set dist.zero=3 --set training.activation_checkpointing=selective ;;
+    *) run "zero$level" --set dist.zero="$level" ;;
+  esac
+done
+if [ "${SHAPE:-}" = llama3_8b ]; then
+  torchrun --standalone --nproc-per-node "$nproc" scripts/bench/torch_fsdp.py --model llama3_8b --batch "$BATCH" \
+    --seq "$SEQ" --compile --ac "${TORCH_AC:-full}" 2>"$out/fsdp.err" | tee "$out/fsdp.json" \
+    || { echo "FSDP2: failed"; tail -n 5 "$out/fsdp.err"; }
+fi
 python3 - "$out" <<'PY'
 import json, sys
 def losses(name):
     lines = (json.loads(l) for l in open(f"{sys.argv[1]}/{name}.metrics.jsonl"))
     return [j["loss"] for j in lines if "loss" in j and "step" in j]
-base = losses("ddp")
+try:
+    base = losses("ddp")
+except OSError:
+    sys.exit(0)  # no DDP run to compare with
 for name in ("zero1", "zero2", "zero3", "zero3sel"):
     try:
         other = losses(name)
