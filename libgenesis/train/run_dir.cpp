@@ -169,13 +169,12 @@ std::optional<RecipeSpec> checkpoint_recipe(const fs::path& path) {
 
 namespace {
 
-// The checkpoint's world size (trainer.json), or nullopt where it cannot be read.
-std::optional<int64_t> checkpoint_world(const fs::path& checkpoint) {
+// An integer field of the checkpoint's trainer.json, or nullopt where it cannot be read.
+std::optional<int64_t> trainer_json_integer(const fs::path& checkpoint, const char* field) {
   try {
     const nlohmann::json j =
-        nlohmann::json::parse(io::read_file(checkpoint / "trainer.json", io::kMaxConfigFileBytes));
-    if (j.is_object() && j.contains("world_size") && j["world_size"].is_number_integer())
-      return j["world_size"].get<int64_t>();
+        nlohmann::json::parse(io::read_file(io::resolve_checkpoint(checkpoint) / "trainer.json", io::kMaxConfigFileBytes));
+    if (j.is_object() && j.contains(field) && j[field].is_number_integer()) return j[field].get<int64_t>();
   } catch (const std::exception&) {
   }
   return std::nullopt;
@@ -199,7 +198,7 @@ std::string check_resume_recipe(const RecipeSpec& spec, const fs::path& checkpoi
   const std::optional<RecipeSpec> trained = checkpoint_recipe(*checkpoint);
   if (!trained) return "";
   // The global batch: what a step averages over, whatever the split into ranks and micro-batches.
-  const std::optional<int64_t> saved_world = checkpoint_world(*checkpoint);
+  const std::optional<int64_t> saved_world = trainer_json_integer(*checkpoint, "world_size");
   const bool same_global_batch =
       saved_world && trained->training.batch_size * trained->training.grad_accum_steps * *saved_world ==
                          spec.training.batch_size * spec.training.grad_accum_steps * world;
@@ -293,14 +292,7 @@ TrainerState load_for_resume(const fs::path& checkpoints, nn::Module& model, Opt
   std::rethrow_exception(first);
 }
 
-std::optional<int64_t> checkpoint_step(const fs::path& path) {
-  try {
-    const nlohmann::json j = nlohmann::json::parse(io::read_file(io::resolve_checkpoint(path) / "trainer.json", io::kMaxConfigFileBytes));
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
-}
+std::optional<int64_t> checkpoint_step(const fs::path& path) { return trainer_json_integer(path, "step"); }
 
 void truncate_metrics_after(const fs::path& metrics, int64_t step) {
   if (!fs::exists(metrics)) return;
