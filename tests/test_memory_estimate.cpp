@@ -4,6 +4,7 @@
 // each checkpointing mode within 35% of the peak a real step adds on the CPU (and on CUDA).
 #include <cstdlib>
 #include <string>
+#include <nlohmann/json.hpp>
 
 #include "libgenesis/autograd/autocast.h"
 #include "libgenesis/core/host_memory.h"
@@ -146,6 +147,20 @@ TEST_CASE("memory estimate: dist.zero shards optimizer state, then gradients, th
     if (zero < 3) CHECK(four.gathered_bytes == 0);
     else CHECK((four.gathered_bytes > 0 && four.trainable_bytes + four.gathered_bytes <= one.trainable_bytes));
   }
+}
+
+TEST_CASE("memory estimate: dist.offload_optimizer takes the optimizer state off the device's peak",
+          "[cpu][memory]") {
+  const Device cuda{DeviceType::cuda, 0};
+  RecipeSpec spec = load_recipe(kGpt2, {"amp.dtype=bf16"});
+  const train::MemoryEstimate on_device = estimate(spec, 1, cuda);
+  spec.dist.offload_optimizer = true;
+  const train::MemoryEstimate offloaded = estimate(spec, 1, cuda);
+  CHECK(offloaded.optimizer_offloaded);
+  CHECK(offloaded.optimizer_bytes == on_device.optimizer_bytes);  // still counted, on the host
+  CHECK(offloaded.total_bytes() == on_device.total_bytes() - on_device.optimizer_bytes);
+  CHECK(train::memory_table(offloaded).find("in host memory (not counted)") != std::string::npos);
+  CHECK(train::memory_json(offloaded)["optimizer"]["offloaded"] == true);
 }
 
 TEST_CASE("memory estimate: a GPU step without data parallelism holds gradients or activations at its peak",

@@ -8,6 +8,7 @@
 #include "kernels/cpu/reduce.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/core/storage.h"
 #include "libgenesis/ops/dispatch.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
@@ -51,6 +52,10 @@ void Optimizer::step(const Tensor& skip_if, const Tensor& clip_norm, double max_
   GENESIS_CHECK(!clip_norm.defined() || (clip_norm.dtype() == DType::f32 && clip_norm.numel() == 1 && max_norm > 0.0),
                 ValueError, "optimizer: clip_norm must be one f32 element (a global gradient norm) with max_norm > 0");
   ++step_count_;
+  if (exchange_) {
+    offloaded_step(skip_if, clip_norm, max_norm);
+    return;
+  }
   size_t index = 0;
   for (ParamGroup& g : groups_) {
     // Consecutive parameters that one kernel launch can update together.
@@ -103,6 +108,69 @@ void Optimizer::step(const Tensor& skip_if, const Tensor& clip_norm, double max_
   }
 }
 
+namespace {
+
+// A CPU tensor over n elements of memory owned elsewhere (an offload chunk's host buffer).
+Tensor host_view(void* data, int64_t n, DType dtype) {
+  auto storage = std::make_shared<Storage>(data, static_cast<size_t>(n) * dtype_size(dtype), kCPU, [](void*) {});
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), Shape{n}, Strides{1}, 0, dtype));
+}
+
+}  // namespace
+
+void Optimizer::offload_to_host(int64_t chunk_bytes) {
+  const bool fresh = std::all_of(states_.begin(), states_.end(), [](const ParamState& s) { return s.steps == 0; });
+  GENESIS_CHECK(fresh, ValueError, "optimizer offload: call offload_to_host before the first step and load_state");
+  exchange_ = std::make_unique<HostExchange>(chunk_bytes);
+}
+
+void Optimizer::offloaded_step(const Tensor& skip_if, const Tensor& clip_norm, double max_norm) {
+  // The host runs the update, so the host decides whether it happens (one read of the flag).
+  if (skip_if.defined() && skip_if.item() != 0.0) return;
+  struct Entry {
+    ParamGroup* group;
+    ParamState* state;
+  };
+  std::vector<HostExchange::Item> items;
+  std::vector<Entry> entries;
+  size_t index = 0;
+  for (ParamGroup& g : groups_) {
+    for (NamedTensor& p : g.params) {
+      ParamState& state = states_[index++];
+      const Tensor grad = p.tensor.grad();
+      if (!grad.defined()) continue;
+      GENESIS_CHECK(p.tensor.is_contiguous(), ValueError, "optimizer: parameter '", p.name, "' is not contiguous");
+      GENESIS_CHECK(grad.shape() == p.tensor.shape(), ShapeError, "optimizer: gradient of '", p.name, "' has shape ",
+                    grad.shape(), " but the parameter has shape ", p.tensor.shape());
+      GENESIS_CHECK(p.tensor.dtype() == DType::f32 || p.tensor.dtype() == DType::f64, ValueError,
+                    "optimizer offload: parameter '", p.name, "' is ", dtype_name(p.tensor.dtype()),
+                    "; the host update takes f32 or f64 parameters (keep f32 weights and train under [amp])");
+      if (state.slots.empty()) {
+        for (size_t s = 0; s < slot_names().size(); ++s)
+          state.slots.push_back(zeros(p.tensor.shape(), {.dtype = p.tensor.dtype()}));  // host memory
+      }
+      ++state.steps;
+      p.tensor.storage()->bump_version();  // an in-place update: graphs that saved it are stale
+      items.push_back({.param = p.tensor, .grad = grad.to(p.tensor.dtype()).contiguous()});
+      entries.push_back({.group = &g, .state = &state});
+    }
+  }
+  if (clip_norm.defined()) {  // scaled where they are, before they travel
+    std::vector<Tensor> grads;
+    for (const HostExchange::Item& item : items) grads.push_back(item.grad);
+    scale_grads_by_clip(grads, clip_norm, max_norm);
+  }
+  exchange_->run(items, [&](const HostChunk& c) {
+    const DType dtype = items[c.item].param.dtype();
+    ParamUpdate u{.param = host_view(c.param, c.n, dtype),
+                  .grad = host_view(const_cast<void*>(c.grad), c.n, dtype),
+                  .state = entries[c.item].state,
+                  .gate = {},
+                  .offset = c.offset};
+    update(*entries[c.item].group, std::span<ParamUpdate>(&u, 1));
+  });
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   NoGradGuard no_grad;
   for (ParamGroup& g : groups_)
@@ -148,7 +216,8 @@ void Optimizer::load_state(const std::vector<NamedTensor>& state, int64_t step_c
         GENESIS_CHECK(it != by_name.end(), ValueError, "optimizer state: missing '", key, "'");
         GENESIS_CHECK(it->second.shape() == p.tensor.shape(), ShapeError, "optimizer state: '", key, "' has shape ",
                       it->second.shape(), " but the parameter has shape ", p.tensor.shape());
-        ps.slots.push_back(it->second.to(p.tensor.dtype()).to(p.tensor.device()).clone());
+        const Device home = exchange_ ? kCPU : p.tensor.device();  // offloaded state lives on the host
+        ps.slots.push_back(it->second.to(p.tensor.dtype()).to(home).clone());
         by_name.erase(it);
       }
     }
@@ -175,7 +244,7 @@ std::vector<kernels::cuda::OptimTensor> cuda_tensors(const Batch& batch) {
   for (const auto& u : batch) {
     kernels::cuda::OptimTensor t{
         .param = u.param.data_ptr(), .grad = u.grad.data_ptr(), .n = u.param.numel(), .step = u.gate.step};
-    for (size_t s = 0; s < u.state->slots.size(); ++s) t.slots[s] = u.state->slots[s].data_ptr();
+    for (size_t s = 0; s < u.state->slots.size(); ++s) t.slots[s] = u.slot(s);
     tensors.push_back(t);
   }
   return tensors;
@@ -206,7 +275,7 @@ class Sgd final : public Optimizer {
                        .first_step = batch.front().state->steps == 1};
     if (batch.front().param.device().is_cpu()) {
       for (ParamUpdate& u : batch) {
-        void* momentum_buffer = u.state->slots.empty() ? nullptr : u.state->slots[0].data_ptr();
+        void* momentum_buffer = u.state->slots.empty() ? nullptr : u.slot(0);
         kernels::cpu::sgd_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
                                momentum_buffer, s, u.gate);
       }
@@ -242,10 +311,8 @@ class Adam final : public Optimizer {
                         .bias_correction2 = kernels::bias_correction(o_.beta2, t)};
     if (batch.front().param.device().is_cpu()) {
       for (ParamUpdate& u : batch) {
-        std::vector<Tensor>& slots = u.state->slots;
-        kernels::cpu::adam_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
-                                slots[0].data_ptr(), slots[1].data_ptr(), o_.amsgrad ? slots[2].data_ptr() : nullptr,
-                                s, u.gate);
+        kernels::cpu::adam_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(), u.slot(0),
+                                u.slot(1), o_.amsgrad ? u.slot(2) : nullptr, s, u.gate);
       }
       return;
     }
@@ -272,7 +339,7 @@ class Lion final : public Optimizer {
     if (batch.front().param.device().is_cpu()) {
       for (ParamUpdate& u : batch) {
         kernels::cpu::lion_step(u.param.dtype(), u.param.numel(), u.param.data_ptr(), u.grad.data_ptr(),
-                                u.state->slots[0].data_ptr(), s, u.gate);
+                                u.slot(0), s, u.gate);
       }
       return;
     }

@@ -4,6 +4,8 @@
 // share one multi-tensor launch per (group, step count, dtypes). Update formulas follow
 // PyTorch's SGD, Adam and AdamW.
 // State (per-parameter slots and the step count) is exported by name for checkpoints.
+// Offloaded (offload_to_host), the state lives in host memory and the update runs on the CPU,
+// the parameters and gradients streamed through it in chunks (optim/offload.h).
 #include <memory>
 #include <span>
 #include <string>
@@ -14,6 +16,7 @@
 #include "kernels/cpu/optim.h"  // StepGate
 #include "libgenesis/core/named_tensor.h"
 #include "libgenesis/core/tensor.h"
+#include "libgenesis/optim/offload.h"
 
 namespace genesis {
 
@@ -64,6 +67,18 @@ class Optimizer {
   // Slots this optimizer keeps per parameter (e.g. {"exp_avg", "exp_avg_sq"}), as state() names them.
   virtual std::vector<std::string> slot_names() const = 0;
 
+  // Optimizer offload (ZeRO-Offload's idea; dist.offload_optimizer): from now on the state lives
+  // in host memory and step() runs the update with the CPU kernels, streaming each parameter and
+  // its gradient through host buffers of chunk_bytes (optim/offload.h) and writing the updated
+  // parameter back. The parameters stay where they are. Device memory then holds no optimizer
+  // state: 8 bytes per f32 parameter for Adam(W) move to the host. Updates equal the device's
+  // bit for bit (the CPU and CUDA update kernels round alike). skip_if is read on the host (one
+  // synchronization) and a clipping norm scales the gradients on their device first. Parameters
+  // must be f32 or f64 (what the CPU kernels update). Call before the first step or load_state;
+  // CPU parameters take the same path (the tests check the chunking that way).
+  void offload_to_host(int64_t chunk_bytes = int64_t{64} << 20);
+  bool offloaded() const { return exchange_ != nullptr; }
+
  protected:
   struct ParamState {
     std::vector<Tensor> slots;  // allocated on the parameter's first update
@@ -82,15 +97,25 @@ class Optimizer {
     kernels::StepGate gate;
     const float* clip_norm = nullptr;  // CUDA updates: clip by this norm as the gradient is read
     float max_norm = 0.0f;
+    // param and grad are elements [offset, offset + numel) of the parameter whose slots
+    // state holds (an offloaded chunk); slot(s) points at the same elements of slot s.
+    int64_t offset = 0;
+    void* slot(size_t s) const {
+      return static_cast<char*>(state->slots[s].data_ptr()) + offset * static_cast<int64_t>(dtype_size(param.dtype()));
+    }
   };
   // Updates parameters of one group that share a device, dtypes and a step count (state.steps
   // already counting this update).
   virtual void update(ParamGroup& group, std::span<ParamUpdate> batch) = 0;
 
  private:
+  // step() when offloaded: the gate read on the host, the update chunk by chunk on the CPU.
+  void offloaded_step(const Tensor& skip_if, const Tensor& clip_norm, double max_norm);
+
   std::vector<ParamGroup> groups_;
   std::vector<ParamState> states_;  // states_[i] belongs to the i-th parameter in group order
   int64_t step_count_ = 0;
+  std::unique_ptr<HostExchange> exchange_;  // set when offloaded
 };
 
 struct SgdOptions {

@@ -392,8 +392,9 @@ std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, const nn::Mod
   return build_optimizer(spec, optimizer_groups(spec, model));
 }
 
-std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, std::vector<ParamGroup> groups) {
-  const RecipeSpec::Optimizer& o = spec.optimizer;
+namespace {
+
+std::unique_ptr<Optimizer> make_optimizer(const RecipeSpec::Optimizer& o, std::vector<ParamGroup> groups) {
   if (o.name == "sgd") {
     return make_sgd(std::move(groups), {.momentum = o.momentum, .dampening = o.dampening, .nesterov = o.nesterov});
   }
@@ -403,6 +404,22 @@ std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, std::vector<P
   }
   if (o.name == "lion") return make_lion(std::move(groups), {.beta1 = o.betas.at(0), .beta2 = o.betas.at(1)});
   GENESIS_THROW(RecipeError, "optimizer.name: unknown optimizer '", o.name, "' (valid: sgd, adam, adamw, lion)");
+}
+
+}  // namespace
+
+std::unique_ptr<Optimizer> build_optimizer(const RecipeSpec& spec, std::vector<ParamGroup> groups) {
+  if (spec.dist.offload_optimizer) {  // run.device = "auto" may have found no GPU
+    for (const ParamGroup& g : groups)
+      for (const NamedTensor& p : g.params)
+        GENESIS_CHECK(p.tensor.device().is_cuda(), RecipeError,
+                      "dist.offload_optimizer moves the optimizer state from a GPU to the host, but this run's "
+                      "parameters are on ",
+                      p.tensor.device().str(), ": leave dist.offload_optimizer out, or run on a GPU");
+  }
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(spec.optimizer, std::move(groups));
+  if (spec.dist.offload_optimizer) optimizer->offload_to_host();
+  return optimizer;
 }
 
 LrSchedule build_schedule(const RecipeSpec& spec, int64_t total) {

@@ -931,6 +931,16 @@ const std::vector<KeySpec>& recipe_schema() {
               "NVLink; over NVLink it measured no faster.",
        .field = GENESIS_RECIPE_FIELD(dist.reduce_dtype)},
       {.section = "dist",
+       .key = "offload_optimizer",
+       .fallback = false,
+       .doc = "Keep the optimizer state in host memory and run its update on the CPU (as DeepSpeed's ZeRO-Offload "
+              "does): after the backward, each parameter and its gradient stream to the host in 64 MiB chunks "
+              "through pinned buffers, the CPU updates them and the parameter goes back, downloads, update and "
+              "uploads overlapping. The GPU then holds no optimizer state (8 bytes per parameter for Adam(W)), "
+              "at the cost of the host's update time each step; the updates are the same bits. For CUDA runs; "
+              "composes with every dist.zero level (each rank offloads its shard).",
+       .field = GENESIS_RECIPE_FIELD(dist.offload_optimizer)},
+      {.section = "dist",
        .key = "timeout_s",
        .fallback = 600.0,
        .min = above(0),
@@ -960,6 +970,14 @@ const std::vector<RecipeRule>& recipe_rules() {
          return r.dist.zero == 3 && !r.model.is_language_model()
                     ? "dist.zero = 3 shards the decoder blocks of a language model; model.name = \"" + r.model.name +
                           "\" has none: use dist.zero = 2"
+                    : "";
+       }},
+      {{"dist.offload_optimizer", "run.device"},
+       "dist.offload_optimizer moves the optimizer state off a GPU: it needs a CUDA run.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.dist.offload_optimizer && r.run.device == "cpu"
+                    ? "dist.offload_optimizer moves the optimizer state from a GPU to the host, and run.device = "
+                      "\"cpu\" keeps it there already: leave dist.offload_optimizer out"
                     : "";
        }},
       {{"lora.r", "model.init_from"},

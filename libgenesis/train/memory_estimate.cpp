@@ -5,7 +5,9 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -27,6 +29,17 @@
 namespace genesis::train {
 
 namespace {
+
+#if GENESIS_WITH_CUDA
+// The host memory Linux says can be had without swapping (MemAvailable), when it says.
+std::optional<int64_t> host_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line))
+    if (line.starts_with("MemAvailable:")) return std::strtoll(line.c_str() + 13, nullptr, 10) * 1024;  // kB
+  return std::nullopt;
+}
+#endif
 
 // One parameter of the model as the run stores it.
 struct ParamEntry {
@@ -171,7 +184,7 @@ const ActivationBytes& MemoryEstimate::activations() const {
 
 int64_t MemoryEstimate::total_bytes() const {
   const int64_t act = activations().total();
-  return parameter_bytes() + optimizer_bytes +
+  return parameter_bytes() + (optimizer_offloaded ? 0 : optimizer_bytes) +
          (gradients_overlap ? std::max(gradient_bytes, act) : gradient_bytes + act);
 }
 
@@ -211,6 +224,7 @@ MemoryEstimate estimate_memory(const RecipeSpec& spec, const MemoryEstimateOptio
     }
   }
   e.optimizer_slots = optimizer_slots(spec.optimizer);
+  e.optimizer_offloaded = spec.dist.offload_optimizer;
   e.gradient_bytes = shard(4 * e.trainable_parameters, e.world_size, e.zero >= 2);
   e.optimizer_bytes = shard(4 * e.optimizer_slots * e.trainable_parameters, e.world_size, e.zero >= 1);
   if (e.zero >= 3 && e.world_size > 1) {
@@ -293,7 +307,7 @@ std::string memory_table(const MemoryEstimate& e) {
   row("gradients", std::string("f32") + (e.zero >= 2 ? ", sharded" : ""), e.gradient_bytes);
   row("optimizer state",
       std::to_string(e.optimizer_slots) + " f32 slot" + (e.optimizer_slots == 1 ? "" : "s") + " per trained parameter" +
-          (e.zero >= 1 ? ", sharded" : ""),
+          (e.zero >= 1 ? ", sharded" : "") + (e.optimizer_offloaded ? ", in host memory (not counted)" : ""),
       e.optimizer_bytes);
   const std::string batch = "batch " + std::to_string(e.batch_size) +
                             (e.seq_len > 0 ? " x " + std::to_string(e.seq_len) + " tokens" : std::string()) + ", amp " +
@@ -334,7 +348,7 @@ nlohmann::json memory_json(const MemoryEstimate& e) {
             {"frozen_dtype", e.frozen_dtype},
             {"bytes", e.parameter_bytes()}}},
           {"gradient_bytes", e.gradient_bytes},
-          {"optimizer", {{"slots", e.optimizer_slots}, {"bytes", e.optimizer_bytes}}},
+          {"optimizer", {{"slots", e.optimizer_slots}, {"bytes", e.optimizer_bytes}, {"offloaded", e.optimizer_offloaded}}},
           {"amp_dtype", e.amp_dtype},
           {"batch_size", e.batch_size},
           {"seq_len", e.seq_len},
@@ -357,10 +371,21 @@ void check_memory_fits(const RecipeSpec& spec, Device device, int64_t world_size
   } catch (const std::exception&) {
     return;  // what the estimate could not read (a missing init_from, say), the run names in its own words
   }
+  if (e.optimizer_offloaded) {
+    const int64_t host_needed = e.optimizer_bytes * e.world_size;  // the ranks of one host
+    const std::optional<int64_t> host_free = host_available_bytes();
+    GENESIS_CHECK(!host_free || static_cast<double>(host_needed) <= 1.1 * static_cast<double>(*host_free), Error,
+                  "dist.offload_optimizer keeps about ", bytes_text(host_needed), " of optimizer state in host memory",
+                  e.world_size > 1 ? " (all ranks)" : "", " but only ", bytes_text(host_free.value_or(0)),
+                  " is available; try an optimizer with fewer slots (sgd, lion), dist.zero over more hosts' ranks, or "
+                  "leave dist.offload_optimizer out (GENESIS_SKIP_MEMORY_CHECK=1 skips this check)");
+  }
   const auto free = static_cast<int64_t>(cuda::device_memory(device.index).free);
   const int64_t needed = e.total_bytes();
   if (static_cast<double>(needed) <= 1.1 * static_cast<double>(free)) return;
   std::string advice;
+  if (!e.optimizer_offloaded && e.optimizer_bytes > 0)
+    advice += "dist.offload_optimizer = true (optimizer state " + bytes_text(e.optimizer_bytes) + " to the host), ";
   if (e.checkpointing != "full")
     advice += "training.activation_checkpointing = \"full\" (activations " + bytes_text(e.full.total()) + "), ";
   if (e.trainable_parameters > 0 && e.zero < 3) advice += "dist.zero over more ranks, ";
@@ -368,7 +393,7 @@ void check_memory_fits(const RecipeSpec& spec, Device device, int64_t world_size
   if (!spec.trains_adapters()) advice += ", LoRA or QLoRA ([lora], lora.base_quant = \"nf4\")";
   GENESIS_THROW(Error, "this run needs about ", bytes_text(needed), " on ", device.str(), " (parameters ",
                 bytes_text(e.parameter_bytes()), ", gradients ", bytes_text(e.gradient_bytes), ", optimizer state ",
-                bytes_text(e.optimizer_bytes), ", activations ", bytes_text(e.activations().total()),
+                e.optimizer_offloaded ? "on the host" : bytes_text(e.optimizer_bytes), ", activations ", bytes_text(e.activations().total()),
                 " estimated) but only ", bytes_text(free), " is free; try ", advice,
                 " (`genesis recipe show --memory` shows the estimate; GENESIS_SKIP_MEMORY_CHECK=1 skips this check)");
 #else

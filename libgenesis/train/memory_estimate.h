@@ -46,6 +46,7 @@ struct MemoryEstimate {
   int64_t gradient_bytes = 0;           // f32, of the trained parameters
   int64_t optimizer_bytes = 0;          // f32 slots of the trained parameters
   int64_t optimizer_slots = 0;          // per trained parameter: 2 for Adam(W), 3 with amsgrad, ...
+  bool optimizer_offloaded = false;     // dist.offload_optimizer: optimizer_bytes are host memory
   std::string amp_dtype;                // amp.dtype
   int64_t batch_size = 0, seq_len = 0;  // per rank and micro-batch; seq_len 0 for a classifier
   // Activations of each training.activation_checkpointing mode; a classifier's are the same in each.
@@ -58,7 +59,8 @@ struct MemoryEstimate {
 
   int64_t parameter_bytes() const { return trainable_bytes + frozen_bytes + gathered_bytes; }
   const ActivationBytes& activations() const;  // of the recipe's mode
-  // The step's peak: parameters + optimizer state + gradients and activations (see gradients_overlap).
+  // The step's peak on the device: parameters + optimizer state (unless offloaded) + gradients and
+  // activations (see gradients_overlap).
   int64_t total_bytes() const;
 };
 
@@ -73,7 +75,9 @@ nlohmann::json memory_json(const MemoryEstimate& estimate);
 
 // Before a CUDA run allocates its model: throws Error (exit 1) with the numbers and what would
 // help when the estimate exceeds the device's free memory by more than 10% (an estimate near the
-// limit never stops a run that might fit). Nothing on the CPU, nor with GENESIS_SKIP_MEMORY_CHECK=1.
+// limit never stops a run that might fit), or when the offloaded optimizer state of the host's
+// ranks exceeds the host's available memory by as much (the kernel would kill the run instead).
+// Nothing on the CPU, nor with GENESIS_SKIP_MEMORY_CHECK=1.
 void check_memory_fits(const RecipeSpec& spec, Device device, int64_t world_size);
 
 }  // namespace genesis::train

@@ -32,7 +32,9 @@ void TrainingRun::write_summary(double train_s, double wall_s) {
                          {"parameters", model_->num_parameters()},
                          {"trainable_parameters", model_->num_parameters(nn::Params::trainable)},
                          {"world_size", world_},
-                         {"optimizer_state_bytes", static_cast<int64_t>(optimizer_bytes[0])}};
+                         {"optimizer_state_bytes", static_cast<int64_t>(optimizer_bytes[0])},
+                         // dist.offload_optimizer: that state is host memory, outside peak_memory_bytes
+                         {"optimizer_offloaded", optimizer_->offloaded()}};
   if (data_parallel_) {
     summary["dist_backend"] = group_->gradients().backend();
     summary["zero"] = spec_.dist.zero;

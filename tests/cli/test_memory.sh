@@ -33,7 +33,7 @@ a = m["activations"]
 assert m["estimate"] is True
 assert m["parameters"]["trainable"] == n and m["parameters"]["frozen"] == 0, m["parameters"]
 assert m["parameters"]["bytes"] == 4 * n and m["gradient_bytes"] == 4 * n, m
-assert m["optimizer"] == {"slots": 2, "bytes": 8 * n}, m["optimizer"]
+assert m["optimizer"] == {"slots": 2, "bytes": 8 * n, "offloaded": False}, m["optimizer"]
 assert m["activation_checkpointing"] == "none" and m["activation_bytes"] == a["none"]["total"]
 assert not m["gradients_overlap"]  # the CPU keeps its gradient buffers: they add up
 assert m["total_bytes"] == 16 * n + m["activation_bytes"], m
@@ -58,6 +58,10 @@ grep -qE "^  full .*\(the recipe's\)" "$work/full" && grep -qF "activations     
   || fail "recipe show without --memory"
 "$genesis" recipe show --memory "$recipe" --world-size 0 >/dev/null 2>&1
 check "--world-size 0 is a usage error" 2 $?
+"$genesis" recipe show --memory "$recipe" --set dist.offload_optimizer=true >/dev/null 2>"$work/err"
+check "dist.offload_optimizer on run.device = \"cpu\" is a recipe error" 2 $?
+grep -qF "dist.offload_optimizer moves the optimizer state from a GPU to the host" "$work/err" \
+  && [ "$(wc -l <"$work/err")" -eq 1 ] && ok "one line saying why" || fail "offload on cpu: $(cat "$work/err")"
 
 # Every shipped recipe: an estimate, or (a model directory not here) one line naming it.
 for recipe in "$src"/recipes/*.toml; do
