@@ -48,10 +48,16 @@ Model make_model(const std::vector<Tensor>& init, Device device, const MakeOptim
   return model;
 }
 
+// Bit for bit, except f64 on CUDA, whose update kernel rounds differently from the CPU's (as
+// test_cuda_optim.cpp's tolerance for it says).
 void require_same(const Model& offloaded, const Model& in_place) {
+  const bool exact = in_place.params.front().dtype() == DType::f32 || in_place.params.front().device().is_cpu();
   for (size_t i = 0; i < in_place.params.size(); ++i) {
     INFO("parameter " << i);
-    REQUIRE(offloaded.params[i].to(kCPU).to_vector<double>() == in_place.params[i].to(kCPU).to_vector<double>());
+    if (exact)
+      REQUIRE(offloaded.params[i].to(kCPU).to_vector<double>() == in_place.params[i].to(kCPU).to_vector<double>());
+    else
+      require_close(offloaded.params[i].to(kCPU), in_place.params[i].to(kCPU), 1e-13, 1e-14);
   }
   const std::vector<NamedTensor> a = offloaded.optimizer->state(), b = in_place.optimizer->state();
   REQUIRE(a.size() == b.size());
@@ -59,7 +65,8 @@ void require_same(const Model& offloaded, const Model& in_place) {
     INFO("state " << b[i].name);
     REQUIRE(a[i].name == b[i].name);
     CHECK(a[i].tensor.device() == kCPU);  // offloaded state lives on the host
-    REQUIRE(a[i].tensor.to_vector<double>() == b[i].tensor.to(kCPU).to_vector<double>());
+    if (exact) REQUIRE(a[i].tensor.to_vector<double>() == b[i].tensor.to(kCPU).to_vector<double>());
+    else require_close(a[i].tensor, b[i].tensor.to(kCPU), 1e-13, 1e-14);
   }
 }
 

@@ -71,11 +71,12 @@ class Optimizer {
   // in host memory and step() runs the update with the CPU kernels, streaming each parameter and
   // its gradient through host buffers of chunk_bytes (optim/offload.h) and writing the updated
   // parameter back. The parameters stay where they are. Device memory then holds no optimizer
-  // state: 8 bytes per f32 parameter for Adam(W) move to the host. Updates equal the device's
-  // bit for bit (the CPU and CUDA update kernels round alike). skip_if is read on the host (one
-  // synchronization) and a clipping norm scales the gradients on their device first. Parameters
-  // must be f32 or f64 (what the CPU kernels update). Call before the first step or load_state;
-  // CPU parameters take the same path (the tests check the chunking that way).
+  // state: 8 bytes per f32 parameter for Adam(W) move to the host. Updates of f32 parameters
+  // equal the device's bit for bit (the CPU and CUDA update kernels round alike; f64 ones agree
+  // within 1e-13). skip_if is read on the host (one synchronization) and a clipping norm scales
+  // the gradients on their device first. Parameters must be f32 or f64 (what the CPU kernels
+  // update). Call before the first step or load_state; CPU parameters take the same path (the
+  // tests check the chunking that way).
   void offload_to_host(int64_t chunk_bytes = int64_t{64} << 20);
   bool offloaded() const { return exchange_ != nullptr; }
 
