@@ -71,14 +71,14 @@ compare() {
 train device --set dist.offload_optimizer=false
 train offload --set dist.offload_optimizer=true
 compare "offloaded update = device update, steps 1-30" "$(losses device 1 30)" "$(losses offload 1 30)"
-python3 -c '
+python3 - "$out/offload.summary.json" "$out/device.summary.json" <<'PY' || failed=1
 import json, sys
-s = json.load(open(sys.argv[1]))
+s, d = (json.load(open(p)) for p in sys.argv[1:3])
 assert s["optimizer_offloaded"] is True and s["optimizer_state_bytes"] > 0, s
-d = json.load(open(sys.argv[2]))
-print(f"ok: summary says offloaded; device peak {s[\"peak_memory_bytes\"] / 2**20:.1f} MiB offloaded, "
-      f"{d[\"peak_memory_bytes\"] / 2**20:.1f} MiB with the state on the device")
-' "$out/offload.summary.json" "$out/device.summary.json" || failed=1
+assert d["optimizer_offloaded"] is False, d
+mib = lambda r: r["peak_memory_bytes"] / 2**20
+print(f"ok: summary says offloaded; device peak {mib(s):.1f} MiB offloaded, {mib(d):.1f} MiB with the state on the device")
+PY
 train resumed --set dist.offload_optimizer=true --set training.steps=20
 train resumed --set dist.offload_optimizer=true --resume
 compare "offloaded run resumed at step 20 = uninterrupted, steps 21-30" "$(losses offload 21 30)" \
