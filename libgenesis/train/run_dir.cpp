@@ -75,8 +75,8 @@ bool may_change_on_resume(const std::string& key) {
       "data.prefetch",    "data.path",          "data.shards",      "data.tokenizer",   "data.cache_dir",
       "data.source",      "data.fetch",         "dist.backend",     "dist.bucket_mb",
       "dist.timeout_s",   "dist.zero",          "dist.reduce_dtype",
-      // Recomputing activations changes memory and speed, never the results.
-      "training.activation_checkpointing", "training.activation_checkpointing_every"};
+      // Recomputing activations, or updating on the host, changes memory and speed, never the results.
+      "training.activation_checkpointing", "training.activation_checkpointing_every", "dist.offload_optimizer"};
   return keys.count(key) > 0;
 }
 

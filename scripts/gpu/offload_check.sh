@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU host, in the repository root: `genesis train` with dist.offload_optimizer against the
-# same run with the state on the device, and an offloaded run resumed from its checkpoint against
-# the uninterrupted one. A small Llama on the repository's docs, tokenized with the test fixture's
+# same run with the state on the device, and a run resumed from its checkpoint with offload turned
+# on against the uninterrupted offloaded one. A small Llama on the repository's docs, tokenized with the test fixture's
 # BPE (nothing downloaded), bf16 autocast and gradient clipping. Every per-step loss must be equal
 # (the host update rounds as the device's does), and the offloaded state must survive the
 # checkpoint. Prints one line per check and exits 1 on a mismatch.
@@ -79,8 +79,10 @@ assert d["optimizer_offloaded"] is False, d
 mib = lambda r: r["peak_memory_bytes"] / 2**20
 print(f"ok: summary says offloaded; device peak {mib(s):.1f} MiB offloaded, {mib(d):.1f} MiB with the state on the device")
 PY
-train resumed --set dist.offload_optimizer=true --set training.steps=20
+# Steps 1-20 with the state on the device, then resumed with it offloaded (the checkpoint's state
+# loaded into host memory).
+train resumed --set dist.offload_optimizer=false --set training.steps=20
 train resumed --set dist.offload_optimizer=true --resume
-compare "offloaded run resumed at step 20 = uninterrupted, steps 21-30" "$(losses offload 21 30)" \
-  "$(losses resumed 21 30)"
+compare "run resumed at step 20 with offload turned on = uninterrupted offloaded run, steps 21-30" \
+  "$(losses offload 21 30)" "$(losses resumed 21 30)"
 exit $failed
