@@ -660,6 +660,7 @@ struct LmRun {
 struct LmConfig {
   int zero = 0;
   models::ActivationCheckpointing checkpointing = models::ActivationCheckpointing::none;
+  std::optional<DType> param_dtype = std::nullopt;  // zero = 3: the gathers' wire
 };
 
 std::vector<LmRun> run_lm(int world, const std::vector<LmConfig>& configs, int accum, int steps, bool nccl = false) {
@@ -688,7 +689,7 @@ std::vector<LmRun> run_lm(int world, const std::vector<LmConfig>& configs, int a
       const std::shared_ptr<models::CausalLM> owned = std::move(models[k][static_cast<size_t>(c.rank())]);
       models::CausalLM& model = *owned;
       model.to(device);
-      DataParallelOptions options{.bucket_mb = 1e-3, .zero = zero};
+      DataParallelOptions options{.bucket_mb = 1e-3, .zero = zero, .param_dtype = configs[k].param_dtype};
       if (zero == 3) options.units = model.shard_units(nn::Params::trainable);
       DataParallel dp(model.parameters(nn::Params::trainable), c, options);
       if (zero == 3) model.set_unit_hooks(dp.unit_hooks());
@@ -768,6 +769,40 @@ TEST_CASE("ZeRO-3: a language model sharded by blocks trains as DDP does, with c
     require_same_lm_run(runs[static_cast<size_t>(level)], ddp);
   }
   CHECK(runs[3].released);
+}
+
+TEST_CASE("ZeRO-3 with bf16 parameter gathers: the step computes with rounded weights, the shards and the "
+          "checkpoint keep f32",
+          "[cpu][dist]") {
+  using models::ActivationCheckpointing;
+  const int accum = GENERATE(1, 2);
+  INFO("accumulation " << accum);
+  const std::vector<LmRun> runs =
+      run_lm(2, {{3, ActivationCheckpointing::none}, {3, ActivationCheckpointing::selective, DType::bf16}}, accum, 3);
+  const LmRun &exact = runs[0], &narrow = runs[1];
+  CHECK(narrow.released);
+  REQUIRE(narrow.losses.size() == exact.losses.size());
+  bool all_equal = true;
+  for (size_t s = 0; s < exact.losses.size(); ++s) {
+    INFO("step " << s);
+    CHECK(narrow.losses[s] == Approx(exact.losses[s]).epsilon(1e-2));  // bf16 weights: ~3 digits
+    all_equal = all_equal && narrow.losses[s] == exact.losses[s];
+  }
+  CHECK_FALSE(all_equal);  // the gathers did round
+  // whole_on_rank0 gathered the f32 shards: values bf16 cannot hold are there.
+  int64_t unrounded = 0;
+  for (const NamedTensor& w : narrow.weights) {
+    const Tensor values = w.tensor.to(DType::f32);
+    unrounded += static_cast<int64_t>(sum(ne(values, values.to(DType::bf16).to(DType::f32)).to(DType::f32)).item());
+  }
+  CHECK(unrounded > 0);
+  // Apart by the rounding alone: AdamW moves a weight by about lr (0.01) a step whatever its
+  // gradient's size, so a gradient whose sign the rounding flips parts the runs by up to 2 lr a step.
+  REQUIRE(narrow.weights.size() == exact.weights.size());
+  for (size_t i = 0; i < exact.weights.size(); ++i) {
+    INFO("weight " << exact.weights[i].name);
+    CHECK(max(abs(sub(narrow.weights[i].tensor, exact.weights[i].tensor))).item() <= 3 * 2 * 0.0101);
+  }
 }
 
 #if GENESIS_WITH_NCCL

@@ -1,23 +1,40 @@
 #include "libgenesis/dist/communicator.h"
 
+#include <cstring>
+
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
+#include "libgenesis/core/storage.h"
+#if GENESIS_WITH_CUDA
+#include "libgenesis/cuda/runtime.h"
+#endif
 
 namespace genesis::dist {
 
 namespace {
 
-// A collective on narrower copies: wait() completes it, then writes the result back. It holds
-// the copies until then (the collective reads and writes them).
+// A collective on narrower copies: wait() completes it, then writes the result back (widened) as
+// the plain collectives write theirs: into the memory, without bumping the tensor's version, so
+// that a ZeRO-3 regather leaves the views a forward saved for its backward valid. It holds the
+// copies until then (the collective reads and writes them).
 class CastBackWork final : public Work {
  public:
   CastBackWork(WorkHandle inner, Tensor wire_in, Tensor wire_out, Tensor result)
-      : inner_(std::move(inner)), wire_in_(std::move(wire_in)), wire_out_(std::move(wire_out)), result_(std::move(result)) {}
+      : inner_(std::move(inner)), wire_in_(std::move(wire_in)), wire_out_(std::move(wire_out)), result_(std::move(result)) {
+    GENESIS_CHECK(result_.is_contiguous(), ValueError, "collective: the result tensor must be contiguous");
+  }
   void wait() override {
     if (!inner_) return;
     inner_->wait();
     NoGradGuard no_grad;
-    result_.copy_(wire_out_);
+    const Tensor wide = wire_out_.to(result_.dtype()).contiguous();
+    const size_t bytes = static_cast<size_t>(wide.numel()) * dtype_size(wide.dtype());
+#if GENESIS_WITH_CUDA
+    if (result_.device().is_cuda())
+      cuda::memcpy(result_.data_ptr(), result_.device(), wide.data_ptr(), wide.device(), bytes);
+    else
+#endif
+      std::memcpy(result_.data_ptr(), wide.data_ptr(), bytes);
     inner_.reset();
     wire_in_ = wire_out_ = Tensor();
   }
@@ -50,6 +67,16 @@ WorkHandle Communicator::reduce_scatter_as(const Tensor& input, Tensor& output, 
   Tensor narrow_in = input.to(wire);
   Tensor narrow_out = empty(output.shape(), {.dtype = wire, .device = output.device()});
   WorkHandle inner = reduce_scatter(narrow_in, narrow_out, op);
+  return std::make_shared<CastBackWork>(std::move(inner), narrow_in, narrow_out, output);
+}
+
+WorkHandle Communicator::all_gather_as(const Tensor& input, Tensor& output, DType wire) {
+  if (wire == input.dtype()) return all_gather(input, output);
+  check_wire_dtype(input, wire, "all_gather");
+  NoGradGuard no_grad;
+  Tensor narrow_in = input.to(wire);
+  Tensor narrow_out = empty(output.shape(), {.dtype = wire, .device = output.device()});
+  WorkHandle inner = all_gather(narrow_in, narrow_out);
   return std::make_shared<CastBackWork>(std::move(inner), narrow_in, narrow_out, output);
 }
 

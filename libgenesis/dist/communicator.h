@@ -51,6 +51,10 @@ class Communicator {
   // in wait(); nccl does both on its own stream, beside the work that follows.
   virtual WorkHandle all_reduce_as(Tensor& tensor, ReduceOp op, DType wire);
   virtual WorkHandle reduce_scatter_as(const Tensor& input, Tensor& output, ReduceOp op, DType wire);
+  // all_gather with the data on the wire in `wire` (ZeRO-3's bf16 parameter gathers): input is
+  // rounded to it, and output receives every rank's rounded values, own chunk included, widened
+  // back in wait(). wire == input's dtype is the plain collective.
+  virtual WorkHandle all_gather_as(const Tensor& input, Tensor& output, DType wire);
   // In place: every rank ends with root's tensor.
   virtual WorkHandle broadcast(Tensor& tensor, int root) = 0;
   // Returns when every rank has called it (host-side; throws DistError on a dead rank or timeout).

@@ -38,6 +38,7 @@ struct Bucket {
   bool started = false;          // its collective started in this armed backward
   // ZeRO-3: whether the whole parameters are resident (arriving: an all-gather is filling them).
   enum class Whole { no, arriving, yes } whole = Whole::yes;
+  bool exact = true;  // ZeRO-3: the whole parameters hold the shards' values (not rounded on the wire)
   WorkHandle gather;
   // ZeRO-3, while counting: what the backward has yet to pass before the unit is freed (its
   // gradients, and the block's input gradient when one flows).
@@ -50,7 +51,8 @@ struct Bucket {
 struct DataParallel::State {
   Communicator* comm;
   int zero = 0;
-  DType wire = DType::f32;  // the dtype the buckets travel in
+  DType wire = DType::f32;         // the dtype the buckets travel in
+  DType gather_wire = DType::f32;  // ZeRO-3: the dtype the units' gathers for computing travel in
   std::vector<Bucket> buckets;
   std::vector<size_t> unit_bucket;  // ZeRO-3: unit -> its bucket
   std::deque<size_t> in_flight;     // ZeRO-2/3: buckets whose reduce-scatter runs, oldest first
@@ -118,11 +120,16 @@ struct DataParallel::State {
   }
 
   // --- ZeRO-3 units ---
-  void gather(Bucket& b, bool wait) {
+  // Makes the unit's parameters whole: for computing, on the gathers' wire; `exact` (checkpoints,
+  // the start's broadcast) in the shards' own dtype, gathering again what a narrower wire rounded.
+  void gather(Bucket& b, bool wait, bool exact = false) {
     if (b.whole == Bucket::Whole::no && b.params.empty()) b.whole = Bucket::Whole::yes;
+    if (exact && !b.exact && b.whole != Bucket::Whole::no) free(b);
     if (b.whole == Bucket::Whole::no) {
       b.param_flat.storage()->restore();
-      b.gather = comm->all_gather(b.param_shard, b.param_flat);
+      const DType on_wire = exact ? b.param_shard.dtype() : gather_wire;
+      b.gather = comm->all_gather_as(b.param_shard, b.param_flat, on_wire);
+      b.exact = on_wire == b.param_shard.dtype();
       b.whole = Bucket::Whole::arriving;
     }
     if (wait && b.whole == Bucket::Whole::arriving) {
@@ -288,6 +295,12 @@ DataParallel::DataParallel(std::vector<Tensor> params, Communicator& comm, DataP
   GENESIS_CHECK(is_floating(state_->wire) && dtype_size(state_->wire) <= dtype_size(dtype), ValueError,
                 "data parallel: gradients of ", dtype_name(dtype), " cannot travel as ", dtype_name(state_->wire),
                 " (reduce_dtype must be a floating type no wider than the parameters)");
+  state_->gather_wire = options.param_dtype.value_or(dtype);
+  GENESIS_CHECK(is_floating(state_->gather_wire) && dtype_size(state_->gather_wire) <= dtype_size(dtype), ValueError,
+                "data parallel: parameters of ", dtype_name(dtype), " cannot be gathered as ",
+                dtype_name(state_->gather_wire), " (param_dtype must be a floating type no wider than the parameters)");
+  GENESIS_CHECK(options.zero == 3 || state_->gather_wire == dtype, ValueError,
+                "data parallel: param_dtype is for zero = 3 (ZeRO-1/2 gather the updated parameters themselves)");
 #if GENESIS_WITH_CUDA
   if (device.is_cuda()) stall_ = std::make_unique<StreamStall>(device.index);
 #endif
@@ -397,7 +410,7 @@ void DataParallel::broadcast_parameters() {
   std::vector<Tensor> sent;
   if (sharded()) {
     for (Bucket& b : state_->buckets) {
-      state_->gather(b, /*wait=*/true);
+      state_->gather(b, /*wait=*/true, /*exact=*/true);
       works.push_back(comm_.broadcast(b.param_flat, 0));
       b.param_flat.storage()->bump_version();
     }
@@ -425,7 +438,7 @@ std::vector<NamedTensor> DataParallel::whole_on_rank0(const std::vector<NamedTen
   std::map<const TensorImpl*, Tensor> host;  // a sharded parameter -> its whole value on the host
   for (Bucket& b : state_->buckets) {
     const bool was_whole = b.whole != Bucket::Whole::no;
-    state_->gather(b, /*wait=*/true);
+    state_->gather(b, /*wait=*/true, /*exact=*/true);
     if (root)
       for (const Tensor& p : b.params) host[p.impl_ptr().get()] = p.detach().to(kCPU).clone();
     if (!was_whole) state_->free(b);

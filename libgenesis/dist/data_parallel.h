@@ -62,6 +62,11 @@ struct DataParallelOptions {
   // The dtype the gradients travel in (bf16: half the bytes of f32, rounded once per rank and
   // summed in bf16); unset: the parameters' own.
   std::optional<DType> reduce_dtype = std::nullopt;
+  // zero = 3: the dtype the parameters' all-gathers for the forward and backward travel in (bf16:
+  // half the bytes; the step computes with the rounded values while each rank's shard, which the
+  // optimizer updates, keeps the parameters' dtype). Checkpoints always gather the shards exactly.
+  // Unset: the parameters' own.
+  std::optional<DType> param_dtype = std::nullopt;
 };
 
 class DataParallel {

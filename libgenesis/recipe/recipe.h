@@ -170,6 +170,7 @@ struct RecipeSpec {
     double bucket_mb = 0;
     int64_t zero = 0;  // 0: DDP, 1: ZeRO-1 (optimizer state sharded over the ranks)
     std::string reduce_dtype;  // "f32" (the gradients as they are) or "bf16" (narrowed on the wire)
+    std::string param_dtype;  // ZeRO-3's gathers: "f32" (the parameters as they are) or "bf16"
     bool offload_optimizer = false;  // optimizer state and update on the host (Optimizer::offload_to_host)
     double timeout_s = 0;
     bool operator==(const Dist&) const = default;

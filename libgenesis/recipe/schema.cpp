@@ -931,6 +931,15 @@ const std::vector<KeySpec>& recipe_schema() {
               "NVLink; over NVLink it measured no faster.",
        .field = GENESIS_RECIPE_FIELD(dist.reduce_dtype)},
       {.section = "dist",
+       .key = "param_dtype",
+       .fallback = S{"f32"},
+       .choices = {"f32", "bf16"},
+       .doc = "dist.zero = 3: the dtype each decoder block's parameters are all-gathered in before its forward "
+              "and backward (PyTorch FSDP2's param_dtype). f32: as they are. bf16: half the bytes on the wire; the "
+              "step computes with the rounded values (as bf16 autocast rounds them for its matmuls anyway), while "
+              "each rank's shard, which the optimizer updates, and the checkpoints stay f32.",
+       .field = GENESIS_RECIPE_FIELD(dist.param_dtype)},
+      {.section = "dist",
        .key = "offload_optimizer",
        .fallback = false,
        .doc = "Keep the optimizer state in host memory and run its update on the CPU (as DeepSpeed's ZeRO-Offload "
@@ -970,6 +979,15 @@ const std::vector<RecipeRule>& recipe_rules() {
          return r.dist.zero == 3 && !r.model.is_language_model()
                     ? "dist.zero = 3 shards the decoder blocks of a language model; model.name = \"" + r.model.name +
                           "\" has none: use dist.zero = 2"
+                    : "";
+       }},
+      {{"dist.param_dtype", "dist.zero"},
+       "dist.param_dtype = \"bf16\" narrows ZeRO-3's parameter gathers: it needs dist.zero = 3.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.dist.param_dtype != "f32" && r.dist.zero != 3
+                    ? "dist.param_dtype = \"" + r.dist.param_dtype + "\" narrows the parameter gathers of dist.zero = 3, "
+                      "and dist.zero = " + std::to_string(r.dist.zero) + " has none: set dist.zero = 3 or leave "
+                      "dist.param_dtype out"
                     : "";
        }},
       {{"dist.offload_optimizer", "run.device"},

@@ -74,7 +74,7 @@ bool may_change_on_resume(const std::string& key) {
       "run.allow_tf32",   "run.peak_tflops",    "run.tensorboard",    "eval.batch_size",  "eval.split",
       "data.prefetch",    "data.path",          "data.shards",      "data.tokenizer",   "data.cache_dir",
       "data.source",      "data.fetch",         "dist.backend",     "dist.bucket_mb",
-      "dist.timeout_s",   "dist.zero",          "dist.reduce_dtype",
+      "dist.timeout_s",   "dist.zero",          "dist.reduce_dtype", "dist.param_dtype",
       // Recomputing activations, or updating on the host, changes memory and speed, never the results.
       "training.activation_checkpointing", "training.activation_checkpointing_every", "dist.offload_optimizer"};
   return keys.count(key) > 0;

@@ -39,6 +39,7 @@ void TrainingRun::write_summary(double train_s, double wall_s) {
     summary["dist_backend"] = group_->gradients().backend();
     summary["zero"] = spec_.dist.zero;
     summary["reduce_dtype"] = spec_.dist.reduce_dtype;
+    summary["param_dtype"] = spec_.dist.param_dtype;
     summary["gradient_buckets"] = data_parallel_->bucket_count();
     summary["peak_memory_bytes_per_rank"] = peaks;
     summary["optimizer_state_bytes_per_rank"] = optimizer_bytes;

@@ -107,7 +107,8 @@ void TrainingRun::load_data_and_model() {
             .bucket_mb = spec_.dist.bucket_mb,
             .zero = static_cast<int>(spec_.dist.zero),
             .units = units ? lm->shard_units(nn::Params::trainable) : std::vector<std::vector<Tensor>>{},
-            .reduce_dtype = parse_dtype(spec_.dist.reduce_dtype)});
+            .reduce_dtype = parse_dtype(spec_.dist.reduce_dtype),
+            .param_dtype = parse_dtype(spec_.dist.param_dtype)});
     if (units) lm->set_unit_hooks(data_parallel_->unit_hooks());
   }
   zero_ = data_parallel_ && data_parallel_->sharded();

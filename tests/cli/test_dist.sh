@@ -197,7 +197,8 @@ else
 fi
 
 # 5b. ZeRO-2 and ZeRO-3 on the tiny GPT: 2 tcp ranks of 4 give the per-step losses of 1 process of 8
-# within 1e-5 (ZeRO-3 under full activation checkpointing too), and on mpi ranks as well. A ZeRO-3
+# within 1e-5 (ZeRO-3 under full activation checkpointing too), and on mpi ranks as well; with bf16
+# parameter gathers, within the rounding's 2e-2. A ZeRO-3
 # checkpoint written by 2 ranks of 4 resumes in 1 process of 2 micro-batches of 4 (the same global
 # batch) and continues as the 2-rank run did.
 close_1e5() { [ "$1" != count ] && awk -v r="$1" 'BEGIN { exit !(r <= 1e-5) }'; }
@@ -214,6 +215,15 @@ for level in 2 3; do
   close_1e5 "$r" && ok "ZeRO-$level, 2 tcp ranks x 4 = 1 process x 8: 30 per-step losses within $r" \
     || fail "ZeRO-$level per-step losses differ from 1 process: $r"
 done
+# bf16 parameter gathers: the losses move by the weights' rounding (about 3 digits), no more.
+"$genesis" train "$work/lm.toml" --out "$work/lmz3bf" --set training.batch_size=4 --set dist.zero=3 \
+  --set dist.param_dtype=bf16 "${per_step[@]}" --nproc-per-node 2 >/dev/null 2>"$work/lmz3bf.err" \
+  || { cat "$work/lmz3bf.err"; fail "LM ZeRO-3 with bf16 gathers failed"; }
+r=$(max_rel "$work/lms1/metrics.jsonl" "$work/lmz3bf/metrics.jsonl")
+[ "$r" != count ] && awk -v r="$r" 'BEGIN { exit !(r > 0 && r <= 2e-2) }' \
+  && grep -q '"param_dtype": *"bf16"' "$work/lmz3bf/summary.json" \
+  && ok "ZeRO-3, bf16 parameter gathers: 30 per-step losses within $r of 1 process (f32)" \
+  || fail "ZeRO-3 with bf16 gathers: losses within $r of 1 process, or no param_dtype in summary.json"
 mkdir -p "$work/lmz3_one/checkpoints"
 cp -r "$work/lmz3/checkpoints/step_00000015" "$work/lmz3_one/checkpoints/"
 ln -s step_00000015 "$work/lmz3_one/checkpoints/latest"
@@ -247,6 +257,9 @@ expect_recipe_error --set dist.zero=3 && grep -q "dist.zero = 3 shards the decod
   && ok "dist.zero = 3 on a classifier: $(cat "$work/bad_zero.err")" || { cat "$work/bad_zero.err"; fail "zero = 3 on a classifier"; }
 expect_recipe_error --set dist.zero=4 && ok "dist.zero = 4: $(cat "$work/bad_zero.err")" \
   || { cat "$work/bad_zero.err"; fail "dist.zero = 4 accepted"; }
+expect_recipe_error --set dist.param_dtype=bf16 && grep -q "set dist.zero = 3 or leave dist.param_dtype out" \
+  "$work/bad_zero.err" && ok "dist.param_dtype = bf16 without ZeRO-3: $(cat "$work/bad_zero.err")" \
+  || { cat "$work/bad_zero.err"; fail "dist.param_dtype = bf16 accepted with dist.zero = 0"; }
 
 # 6. SIGTERM to the launcher: every rank stops at the same step, one checkpoint, exit 130.
 "$genesis" train "$recipe" --out "$work/sig" --set training.steps=100000 --set training.log_every=1 \
