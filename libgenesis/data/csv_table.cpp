@@ -1,0 +1,233 @@
+#include "libgenesis/data/csv_table.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <unordered_map>
+
+#include "libgenesis/core/error.h"
+#include "libgenesis/data/csv_reader.h"
+
+namespace genesis::data {
+
+namespace {
+
+std::string_view trimmed(std::string_view s) {
+  const size_t begin = s.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return {};
+  return s.substr(begin, s.find_last_not_of(" \t") - begin + 1);
+}
+
+std::optional<double> parse_number(std::string_view text) {
+  double value = 0.0;
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (err != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+std::optional<int64_t> parse_integer(std::string_view text) {
+  int64_t value = 0;
+  const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (err != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+std::string joined(const std::vector<std::string>& names, size_t at_most = 12) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < at_most; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > at_most) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+
+// The header's columns by name (a map: a table may have many thousands of columns).
+using ColumnIndex = std::unordered_map<std::string, size_t>;
+
+// The position of `name` in the header; throws naming `key`, the recipe key that asked for it.
+size_t column_of(const ColumnIndex& columns, const std::vector<std::string>& header, const std::string& name,
+                 const char* key, const std::string& file) {
+  const auto it = columns.find(name);
+  GENESIS_CHECK(it != columns.end(), UsageError, file, ":1: no column '", name, "' (", key,
+                "); the header has: ", joined(header));
+  return it->second;
+}
+
+}  // namespace
+
+CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& options) {
+  CsvReader reader(path);
+  const std::string file = path.string();
+  std::vector<std::string> header;
+  GENESIS_CHECK(reader.next(header), UsageError, file,
+                ": the file is empty; a CSV needs a header row naming its columns, then one row per example");
+  ColumnIndex columns;
+  for (size_t i = 0; i < header.size(); ++i) {
+    header[i] = std::string(trimmed(header[i]));
+    GENESIS_CHECK(columns.emplace(header[i], i).second, UsageError, file, ":", reader.line(),
+                  ": the header names column '", header[i], "' twice; column names must be unique");
+  }
+  GENESIS_CHECK(!options.label.empty(), UsageError, "data.label must name the label column of ", file,
+                " (its columns: ", joined(header), ")");
+  const size_t label = column_of(columns, header, options.label, "data.label", file);
+
+  CsvTable t;
+  t.path = path;
+  t.features = options.features;
+  if (t.features.empty())
+    for (const std::string& name : header)
+      if (name != options.label) t.features.push_back(name);
+  GENESIS_CHECK(!t.features.empty(), UsageError, file, " has no column besides the label '", options.label,
+                "' to learn from");
+  std::vector<size_t> at;
+  for (const std::string& name : t.features) {
+    GENESIS_CHECK(name != options.label, UsageError, "data.features lists the label column '", name,
+                  "'; a label cannot be an input");
+    at.push_back(column_of(columns, header, name, "data.features", file));
+  }
+  const std::set<std::string> features(t.features.begin(), t.features.end());
+  GENESIS_CHECK(features.size() == t.features.size(), UsageError, "data.features names a column twice");
+  for (const std::string& name : options.categorical)
+    GENESIS_CHECK(features.count(name) > 0, UsageError,
+                  "data.categorical names '", name, "', which is not a feature column of ", file,
+                  " (features: ", joined(t.features), ")");
+  const size_t n = t.features.size();
+  t.categorical.resize(n);
+  t.numbers.resize(n);
+  t.categories.resize(n);
+  const std::set<std::string> categorical(options.categorical.begin(), options.categorical.end());
+  for (size_t f = 0; f < n; ++f) t.categorical[f] = categorical.count(t.features[f]) > 0;
+
+  std::vector<std::string> fields;
+  while (reader.next(fields)) {
+    GENESIS_CHECK(fields.size() == header.size(), UsageError, reader.where(), ": ", fields.size(),
+                  " fields, but the header has ", header.size(),
+                  " columns; every row needs one field per column (a value holding a comma must be quoted)");
+    const std::string_view y = trimmed(fields[label]);
+    GENESIS_CHECK(!y.empty(), UsageError, reader.where(), ": the label column '", options.label,
+                  "' is empty; every row needs a label");
+    t.labels.emplace_back(y);
+    t.lines.push_back(reader.line());
+    for (size_t f = 0; f < n; ++f) {
+      const std::string_view value = trimmed(fields[at[f]]);
+      GENESIS_CHECK(!value.empty() || options.impute, UsageError, reader.where(), ": column '", t.features[f],
+                    "' is empty; fill the value, or set data.impute = \"mean\" (the training mean, or the most "
+                    "frequent category)");
+      if (t.categorical[f]) {
+        t.categories[f].emplace_back(value);
+        continue;
+      }
+      std::optional<double> number = value.empty() ? std::numeric_limits<double>::quiet_NaN() : parse_number(value);
+      GENESIS_CHECK(number.has_value(), UsageError, reader.where(), ": column '", t.features[f], "' holds '",
+                    std::string(value.substr(0, 40)), value.size() > 40 ? "...'" : "'",
+                    ", which is not a finite number; fix the value, or list the column in data.categorical");
+      t.numbers[f].push_back(*number);
+    }
+  }
+  GENESIS_CHECK(t.rows() > 0, UsageError, file, " has a header but no rows");
+  return t;
+}
+
+int64_t CsvEncoding::width() const {
+  int64_t w = 0;
+  for (const CsvFeature& f : features) w += f.categorical ? static_cast<int64_t>(f.categories.size()) : 1;
+  return w;
+}
+
+CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& rows, const CsvOptions& options) {
+  GENESIS_CHECK(!rows.empty(), UsageError, table.path.string(), ": no training rows are left");
+  CsvEncoding e;
+  e.standardize = options.standardize;
+  for (size_t f = 0; f < table.features.size(); ++f) {
+    CsvFeature out;
+    out.name = table.features[f];
+    out.categorical = table.categorical[f];
+    if (out.categorical) {
+      std::map<std::string, int64_t> counts;
+      for (const int64_t r : rows)
+        if (const std::string& c = table.categories[f][static_cast<size_t>(r)]; !c.empty()) ++counts[c];
+      GENESIS_CHECK(!counts.empty(), UsageError, table.path.string(), ": column '", out.name,
+                    "' has no value in the training rows");
+      int64_t best = 0;
+      for (const auto& [name, count] : counts) {
+        out.categories.push_back(name);
+        if (count > best) best = count, out.most_frequent = name;
+      }
+    } else {
+      double sum = 0.0;
+      int64_t count = 0;
+      for (const int64_t r : rows)
+        if (const double x = table.numbers[f][static_cast<size_t>(r)]; !std::isnan(x)) sum += x, ++count;
+      GENESIS_CHECK(count > 0, UsageError, table.path.string(), ": column '", out.name,
+                    "' has no value in the training rows");
+      out.mean = sum / static_cast<double>(count);
+      double squares = 0.0;  // about the mean: no cancellation for large values of small spread
+      for (const int64_t r : rows)
+        if (const double x = table.numbers[f][static_cast<size_t>(r)]; !std::isnan(x))
+          squares += (x - out.mean) * (x - out.mean);
+      const double std = std::sqrt(squares / static_cast<double>(count));
+      out.std = std > 0.0 ? std : 1.0;
+    }
+    e.features.push_back(std::move(out));
+  }
+  std::vector<std::string> classes;
+  for (const int64_t r : rows) classes.push_back(table.labels[static_cast<size_t>(r)]);
+  std::sort(classes.begin(), classes.end());
+  classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+  const bool integers = std::all_of(classes.begin(), classes.end(), [](const std::string& c) { return parse_integer(c); });
+  if (integers)
+    std::sort(classes.begin(), classes.end(),
+              [](const std::string& a, const std::string& b) { return *parse_integer(a) < *parse_integer(b); });
+  e.classes = std::move(classes);
+  return e;
+}
+
+Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, const CsvEncoding& encoding) {
+  std::vector<std::string> trained;
+  for (const CsvFeature& feature : encoding.features) trained.push_back(feature.name);
+  GENESIS_CHECK(table.features == trained, UsageError, table.path.string(), ": its feature columns (",
+                joined(table.features), ") are not the training data's (", joined(trained), ")");
+  const int64_t n = static_cast<int64_t>(rows.size()), width = encoding.width();
+  Dataset out{empty({n, width}), empty({n}, {.dtype = DType::i64})};
+  float* x = out.inputs.data<float>();
+  std::fill(x, x + n * width, 0.0f);
+  int64_t* y = out.targets.data<int64_t>();
+  std::map<std::string, int64_t> class_of;
+  for (size_t c = 0; c < encoding.classes.size(); ++c) class_of[encoding.classes[c]] = static_cast<int64_t>(c);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto r = static_cast<size_t>(rows[static_cast<size_t>(i)]);
+    const auto label = class_of.find(table.labels[r]);
+    GENESIS_CHECK(label != class_of.end(), UsageError, table.path.string(), ":", table.lines[r], ": label '",
+                  table.labels[r], "' is not among the training data's classes (", joined(encoding.classes),
+                  "); a class needs training rows to be learned");
+    y[i] = label->second;
+    float* row = x + i * width;
+    for (size_t f = 0; f < encoding.features.size(); ++f) {
+      const CsvFeature& feature = encoding.features[f];
+      if (feature.categorical) {
+        const std::string& value = table.categories[f][r];
+        const std::string& category = value.empty() ? feature.most_frequent : value;
+        const auto it = std::lower_bound(feature.categories.begin(), feature.categories.end(), category);
+        if (it != feature.categories.end() && *it == category) row[it - feature.categories.begin()] = 1.0f;
+        row += feature.categories.size();
+      } else {
+        const double value = table.numbers[f][r];
+        const double filled = std::isnan(value) ? feature.mean : value;
+        *row++ = static_cast<float>(encoding.standardize ? (filled - feature.mean) / feature.std : filled);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> all_csv_rows(const CsvTable& table) {
+  std::vector<int64_t> rows(static_cast<size_t>(table.rows()));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  return rows;
+}
+
+}  // namespace genesis::data
