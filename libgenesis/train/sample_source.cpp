@@ -1,6 +1,8 @@
-// The samples of a classifier's dataset (data.name = "fashion_mnist") through the DataLoader
-// (train/data_source.h).
+// The samples of a classifier's dataset through the DataLoader (train/data_source.h): Fashion-MNIST
+// (data.name = "fashion_mnist") here, and the sets other sources make (csv_source.cpp).
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/recipe/build.h"
@@ -13,8 +15,13 @@ namespace {
 
 class SampleSource final : public DataSource {
  public:
-  SampleSource(const RecipeSpec& spec, Device device, const EvalShare& share)
-      : data_(recipe::build_data(spec)), device_(device), share_(share), eval_batch_(recipe::eval_batch_size(spec)) {
+  SampleSource(recipe::RunData data, const RecipeSpec& spec, Device device, const EvalShare& share,
+               std::string missing_evaluation)
+      : data_(std::move(data)),
+        device_(device),
+        share_(share),
+        eval_batch_(recipe::eval_batch_size(spec)),
+        missing_evaluation_(std::move(missing_evaluation)) {
     // A larger batch would be cut to the dataset every step while the banner and samples/s
     // count the requested size.
     GENESIS_CHECK(spec.training.batch_size <= data_.train.size(), UsageError, "training.batch_size (",
@@ -45,6 +52,9 @@ class SampleSource final : public DataSource {
   std::map<std::string, double> evaluate(nn::Module& model) override {
     return train::evaluate(model, data_.eval, eval_batch_, device_, share_);
   }
+  std::string missing_evaluation() const override {
+    return missing_evaluation_.empty() ? DataSource::missing_evaluation() : missing_evaluation_;
+  }
   std::string row_noun() const override { return "examples"; }
 
  private:
@@ -52,14 +62,20 @@ class SampleSource final : public DataSource {
   Device device_;
   EvalShare share_;
   int64_t eval_batch_;
+  std::string missing_evaluation_;
   std::unique_ptr<data::DataLoader> loader_;
 };
 
 }  // namespace
 
+std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
+                                         const EvalShare& share, std::string missing_evaluation) {
+  return std::make_unique<SampleSource>(std::move(data), spec, device, share, std::move(missing_evaluation));
+}
+
 std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog&,
                                                const EvalShare& share) {
-  return std::make_unique<SampleSource>(spec, device, share);
+  return open_samples(recipe::build_data(spec), spec, device, share, "");
 }
 
 }  // namespace genesis::train
