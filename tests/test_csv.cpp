@@ -89,7 +89,7 @@ TEST_CASE("csv table: standardization and one-hot with the training rows' statis
   const data::CsvEncoding e = data::fit_csv_encoding(table, data::all_csv_rows(table), options);
   REQUIRE(e.width() == 5);
   CHECK(e.features[0].mean == 3.0);
-  CHECK(e.features[0].std == Approx(std::sqrt(3.5)).epsilon(1e-15));
+  CHECK(e.features[0].std == Approx(std::sqrt(3.5)).epsilon(1e-14));  // a few ulps of float64
   CHECK(e.features[1].categories == std::vector<std::string>{"blue", "green", "red"});
   CHECK(e.features[1].most_frequent == "red");
   CHECK(e.features[2].std == 1.0);
@@ -155,6 +155,13 @@ TEST_CASE("csv table: bad input is one line naming file, line and column", "[cpu
   CHECK_THAT(error_of("twice.csv", "x,x,y\n1,2,a\n", options), Contains("names column 'x' twice"));
   CHECK_THAT(error_of("cat.csv", "x,y\n1,a\n", data::CsvOptions{.label = "y", .categorical = {"w"}}),
              Contains("data.categorical names 'w'"));
+  // Latin-1 (\xC5 alone), an overlong '/' and a surrogate are not UTF-8; the checkpoint's JSON holds only UTF-8.
+  for (const char* value : {"\xC5rhus", "\xC0\xAF", "\xED\xA0\x80"})
+    CHECK_THAT(error_of("latin1.csv", std::string("c,y\n") + value + ",a\n",
+                        data::CsvOptions{.label = "y", .categorical = {"c"}}),
+               Contains("latin1.csv:2: column 'c' holds a value that is not UTF-8 text"));
+  CHECK_NOTHROW(data::read_csv_table(write_text(tmp / "utf8.csv", "c,y\n\xC3\x85rhus,\xF0\x9F\x90\x88\n"),
+                                     data::CsvOptions{.label = "y", .categorical = {"c"}}));
 
   // A label of another file that the training rows do not have.
   const data::CsvTable train = data::read_csv_table(write_text(tmp / "train.csv", "x,y\n1,a\n2,b\n"), options);
@@ -162,4 +169,26 @@ TEST_CASE("csv table: bad input is one line naming file, line and column", "[cpu
   const data::CsvTable val = data::read_csv_table(write_text(tmp / "val.csv", "x,y\n1,a\n2,c\n"), options);
   CHECK_THROWS_WITH(data::encode_csv(val, data::all_csv_rows(val), e),
                     Contains("val.csv:3: label 'c' is not among the training data's classes (a, b)"));
+  // A value whose standardized input an f32 cannot hold.
+  const data::CsvTable huge = data::read_csv_table(write_text(tmp / "huge.csv", "x,y\n1,a\n1e300,b\n"), options);
+  CHECK_THROWS_WITH(data::encode_csv(huge, data::all_csv_rows(huge), e),
+                    Contains("huge.csv:3: column 'x' holds 1e+300, which is standardized beyond the range of an f32"));
+}
+
+TEST_CASE("csv encoding: JSON keeps every bit, and damaged JSON is an error naming the file", "[cpu][csv]") {
+  testing::TempDir tmp;
+  const data::CsvOptions options{.label = "y", .categorical = {"c"}};
+  const data::CsvTable table =
+      data::read_csv_table(write_text(tmp / "t.csv", "x,c,y\n0.1,b,1\n0.7,a,2\n1e300,a,1\n"), options);
+  const data::CsvEncoding e = data::fit_csv_encoding(table, data::all_csv_rows(table), options);
+  const data::CsvEncoding back = data::parse_csv_encoding(data::csv_encoding_json(e), "data.json");
+  CHECK(back.features[0].mean == e.features[0].mean);  // exact: bit for bit
+  CHECK(back.features[0].std == e.features[0].std);
+  CHECK(back.features[1].categories == e.features[1].categories);
+  CHECK(back.features[1].most_frequent == "a");
+  CHECK(back.classes == e.classes);
+  CHECK(data::encode_csv(table, data::all_csv_rows(table), back).inputs.numel() == 9);
+  CHECK_THROWS_WITH(data::parse_csv_encoding("{\"format\": 1}", "ckpt/data.json"),
+                    Contains("ckpt/data.json: not a CSV encoding written by genesis"));
+  CHECK_THROWS_AS(data::parse_csv_encoding("not json", "data.json"), ValueError);
 }

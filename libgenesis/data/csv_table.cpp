@@ -10,6 +10,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 #include "libgenesis/core/error.h"
 #include "libgenesis/data/csv_reader.h"
 
@@ -21,6 +23,26 @@ std::string_view trimmed(std::string_view s) {
   const size_t begin = s.find_first_not_of(" \t");
   if (begin == std::string_view::npos) return {};
   return s.substr(begin, s.find_last_not_of(" \t") - begin + 1);
+}
+
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF):
+// names, categories and labels go into the checkpoint's JSON, which holds only UTF-8 text.
+bool is_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int extra = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xE ? 2 : (c >> 3) == 0x1E ? 3 : -1;
+    if (extra < 0 || i + static_cast<size_t>(extra) >= s.size()) return false;
+    uint32_t cp = extra == 0 ? c : c & (0x3F >> extra);
+    for (int k = 1; k <= extra; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+      if ((b >> 6) != 0x2) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    static constexpr uint32_t kLeast[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kLeast[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += static_cast<size_t>(extra) + 1;
+  }
+  return true;
 }
 
 std::optional<double> parse_number(std::string_view text) {
@@ -68,6 +90,8 @@ CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& opt
   ColumnIndex columns;
   for (size_t i = 0; i < header.size(); ++i) {
     header[i] = std::string(trimmed(header[i]));
+    GENESIS_CHECK(is_utf8(header[i]), UsageError, file, ":", reader.line(), ": column ", i + 1,
+                  "'s name is not UTF-8 text; save the file as UTF-8");
     GENESIS_CHECK(columns.emplace(header[i], i).second, UsageError, file, ":", reader.line(),
                   ": the header names column '", header[i], "' twice; column names must be unique");
   }
@@ -110,6 +134,8 @@ CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& opt
     const std::string_view y = trimmed(fields[label]);
     GENESIS_CHECK(!y.empty(), UsageError, reader.where(), ": the label column '", options.label,
                   "' is empty; every row needs a label");
+    GENESIS_CHECK(is_utf8(y), UsageError, reader.where(), ": the label column '", options.label,
+                  "' holds a value that is not UTF-8 text; save the file as UTF-8");
     t.labels.emplace_back(y);
     t.lines.push_back(reader.line());
     for (size_t f = 0; f < n; ++f) {
@@ -118,6 +144,8 @@ CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& opt
                     "' is empty; fill the value, or set data.impute = \"mean\" (the training mean, or the most "
                     "frequent category)");
       if (t.categorical[f]) {
+        GENESIS_CHECK(is_utf8(value), UsageError, reader.where(), ": column '", t.features[f],
+                      "' holds a value that is not UTF-8 text; save the file as UTF-8");
         t.categories[f].emplace_back(value);
         continue;
       }
@@ -158,18 +186,24 @@ CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& 
         if (count > best) best = count, out.most_frequent = name;
       }
     } else {
-      double sum = 0.0;
+      // A running mean, and the spread in units of the largest deviation: no overflow for any
+      // finite values (1e300 squared is not a double).
       int64_t count = 0;
       for (const int64_t r : rows)
-        if (const double x = table.numbers[f][static_cast<size_t>(r)]; !std::isnan(x)) sum += x, ++count;
+        if (const double x = table.numbers[f][static_cast<size_t>(r)]; !std::isnan(x))
+          out.mean += (x - out.mean) / static_cast<double>(++count);
       GENESIS_CHECK(count > 0, UsageError, table.path.string(), ": column '", out.name,
                     "' has no value in the training rows");
-      out.mean = sum / static_cast<double>(count);
-      double squares = 0.0;  // about the mean: no cancellation for large values of small spread
+      double scale = 0.0, squares = 0.0;
       for (const int64_t r : rows)
         if (const double x = table.numbers[f][static_cast<size_t>(r)]; !std::isnan(x))
-          squares += (x - out.mean) * (x - out.mean);
-      const double std = std::sqrt(squares / static_cast<double>(count));
+          scale = std::max(scale, std::abs(x - out.mean));
+      for (const int64_t r : rows)
+        if (const double x = table.numbers[f][static_cast<size_t>(r)]; !std::isnan(x) && scale > 0.0)
+          squares += ((x - out.mean) / scale) * ((x - out.mean) / scale);
+      const double std = scale * std::sqrt(squares / static_cast<double>(count));
+      GENESIS_CHECK(std::isfinite(out.mean) && std::isfinite(std), UsageError, table.path.string(), ": column '",
+                    out.name, "' has values too far apart to standardize (their spread overflows a double)");
       out.std = std > 0.0 ? std : 1.0;
     }
     e.features.push_back(std::move(out));
@@ -217,11 +251,67 @@ Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, cons
       } else {
         const double value = table.numbers[f][r];
         const double filled = std::isnan(value) ? feature.mean : value;
-        *row++ = static_cast<float>(encoding.standardize ? (filled - feature.mean) / feature.std : filled);
+        const double input = encoding.standardize ? (filled - feature.mean) / feature.std : filled;
+        GENESIS_CHECK(std::abs(input) <= std::numeric_limits<float>::max(), UsageError, table.path.string(), ":",
+                      table.lines[r], ": column '", feature.name, "' holds ", filled, ", which is ",
+                      encoding.standardize ? "standardized " : "", "beyond the range of an f32 input");
+        *row++ = static_cast<float>(input);
       }
     }
   }
   return out;
+}
+
+std::string csv_encoding_json(const CsvEncoding& encoding) {
+  nlohmann::json features = nlohmann::json::array();
+  for (const CsvFeature& f : encoding.features) {
+    if (f.categorical)
+      features.push_back({{"name", f.name}, {"categories", f.categories}, {"most_frequent", f.most_frequent}});
+    else
+      features.push_back({{"name", f.name}, {"mean", f.mean}, {"std", f.std}});
+  }
+  const nlohmann::json j{{"format", "genesis csv encoding"},
+                         {"standardize", encoding.standardize},
+                         {"features", features},
+                         {"classes", encoding.classes}};
+  return j.dump(2) + "\n";
+}
+
+CsvEncoding parse_csv_encoding(std::string_view text, const std::string& file) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const auto strings = [](const nlohmann::json& v) {
+    return v.is_array() && std::all_of(v.begin(), v.end(), [](const nlohmann::json& s) { return s.is_string(); });
+  };
+  GENESIS_CHECK(j.is_object() && j.contains("format") && j["format"] == "genesis csv encoding" && j.contains("features") &&
+                    j["features"].is_array() && j.contains("classes") && strings(j["classes"]) &&
+                    j.contains("standardize") && j["standardize"].is_boolean(),
+                ValueError, file, ": not a CSV encoding written by genesis (format, standardize, features, classes)");
+  CsvEncoding e;
+  e.standardize = j["standardize"].get<bool>();
+  e.classes = j["classes"].get<std::vector<std::string>>();
+  for (const nlohmann::json& f : j["features"]) {
+    GENESIS_CHECK(f.is_object() && f.contains("name") && f["name"].is_string(), ValueError, file,
+                  ": a feature without a name");
+    CsvFeature out;
+    out.name = f["name"].get<std::string>();
+    out.categorical = f.contains("categories");
+    if (out.categorical) {
+      GENESIS_CHECK(strings(f["categories"]) && f.contains("most_frequent") && f["most_frequent"].is_string(),
+                    ValueError, file, ": feature '", out.name, "' needs categories and most_frequent (strings)");
+      out.categories = f["categories"].get<std::vector<std::string>>();
+      out.most_frequent = f["most_frequent"].get<std::string>();
+      GENESIS_CHECK(std::is_sorted(out.categories.begin(), out.categories.end()), ValueError, file, ": feature '",
+                    out.name, "': categories are not sorted");
+    } else {
+      GENESIS_CHECK(f.contains("mean") && f["mean"].is_number() && f.contains("std") && f["std"].is_number() &&
+                        f["std"].get<double>() > 0.0,
+                    ValueError, file, ": feature '", out.name, "' needs a mean and a std > 0");
+      out.mean = f["mean"].get<double>();
+      out.std = f["std"].get<double>();
+    }
+    e.features.push_back(std::move(out));
+  }
+  return e;
 }
 
 std::vector<int64_t> all_csv_rows(const CsvTable& table) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libgenesis/data/dataset.h"
@@ -38,8 +39,8 @@ struct CsvTable {
 // Reads a table through CsvReader (streamed in blocks). Throws UsageError, naming the file and
 // line and the column, on an empty file or one without rows, a row with more or fewer fields
 // than the header, a label or feature column the header lacks, a duplicate column name, a value
-// of a numeric column that is no finite number, an empty label, and (without options.impute) a
-// missing feature value.
+// of a numeric column that is no finite number, an empty label, a column name, category or label
+// that is not UTF-8, and (without options.impute) a missing feature value.
 CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& options);
 
 struct CsvFeature {
@@ -67,6 +68,10 @@ CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& 
 // `rows` of the table as inputs [N, width] f32 and class indices [N] i64. Throws UsageError
 // naming file:line for a label that is not among the classes.
 Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, const CsvEncoding& encoding);
+// The encoding as JSON text (what checkpoints keep as data.json), and back: ValueError naming
+// `file` for text that is not such an encoding. Numbers keep every bit (shortest round-trip form).
+std::string csv_encoding_json(const CsvEncoding& encoding);
+CsvEncoding parse_csv_encoding(std::string_view text, const std::string& file);
 // 0, 1, ..., rows - 1.
 std::vector<int64_t> all_csv_rows(const CsvTable& table);
 

@@ -2,7 +2,10 @@
 // the reader's block size (4 to 67 bytes, so records straddle blocks) and whether missing values
 // are imputed; the rest is the file. The records must not depend on the block size, and written
 // back RFC 4180's way (every field quoted, quotes doubled, CRLF) must read back the same. The
-// file is then read as a table (label: the first column, the second categorical) and encoded.
+// file is then read as a table (label: the first column, the second categorical) and encoded,
+// and the encoding written as JSON (a checkpoint's data.json) and read back encodes the same.
+// The input is also read as such a JSON file.
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -55,6 +58,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const data::CsvEncoding encoding = data::fit_csv_encoding(table, data::all_csv_rows(table), options);
     const data::Dataset ds = data::encode_csv(table, data::all_csv_rows(table), encoding);
     if (ds.size() != table.rows()) fuzz::finding("encoded rows differ from the table's", path.string());
+    // What checkpoints keep encodes the same inputs, bit for bit.
+    const data::CsvEncoding kept = data::parse_csv_encoding(data::csv_encoding_json(encoding), "data.json");
+    const data::Dataset reencoded = data::encode_csv(table, data::all_csv_rows(table), kept);
+    if (std::memcmp(reencoded.inputs.data_ptr(), ds.inputs.data_ptr(), static_cast<size_t>(ds.inputs.numel()) * 4) != 0)
+      fuzz::finding("the encoding read back from JSON encodes differently", path.string());
   });
+  // The same bytes as a checkpoint's data.json: an encoding, or a genesis error.
+  fuzz::expect_clean([&] { (void)data::parse_csv_encoding(fuzz::as_text(data + 1, size - 1), "data.json"); });
   return 0;
 }
