@@ -1,6 +1,7 @@
 // A table of comma-separated values as a classifier's samples (data.name = "csv";
 // train/data_source.h): data/csv_table.h reads and encodes it, with the statistics of the
-// training rows, and the samples go through the DataLoader as Fashion-MNIST's do.
+// training rows (or a checkpoint's, so that evaluation encodes as training did), and the samples
+// go through the DataLoader as Fashion-MNIST's do (train/sample_source.h).
 #include <memory>
 #include <string>
 #include <tuple>
@@ -10,14 +11,9 @@
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/data/csv_table.h"
-#include "libgenesis/recipe/build.h"
-#include "libgenesis/train/data_source.h"
+#include "libgenesis/train/sample_source.h"
 
 namespace genesis::train {
-
-// sample_source.cpp: samples held in memory as a source.
-std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
-                                         const EvalShare& share, std::string missing_evaluation);
 
 namespace {
 
@@ -51,7 +47,7 @@ std::string class_list(const std::vector<std::string>& classes) {
 }  // namespace
 
 std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                            const EvalShare& share) {
+                                            const EvalShare& share, const std::string& trained_encoding) {
   const RecipeSpec::Data& d = spec.data;
   data::CsvOptions options{.label = d.label,
                            .features = d.features,
@@ -64,13 +60,15 @@ std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device devic
   std::vector<int64_t> train_rows = data::all_csv_rows(table), val_rows;
   if (d.val_path.empty() && d.val_fraction > 0.0)
     std::tie(train_rows, val_rows) = data::validation_rows(table.rows(), d.val_fraction, static_cast<uint64_t>(spec.run.seed));
-  const data::CsvEncoding encoding = data::fit_csv_encoding(table, train_rows, options);
+  const data::CsvEncoding encoding =
+      trained_encoding.empty() ? data::fit_csv_encoding(table, train_rows, options)
+                               : data::parse_csv_encoding(trained_encoding, "the checkpoint's data.json");
   check_classifier(spec, encoding);
 
   recipe::RunData samples;
   samples.train = data::encode_csv(table, train_rows, encoding);
   std::string held_out = "no evaluation set";
-  std::string missing;
+  SampleSourceNotes notes{.missing_evaluation = "", .encoding = data::csv_encoding_json(encoding)};
   if (spec.eval.split == "val" && !d.val_path.empty()) {
     const data::CsvTable val = data::read_csv_table(d.val_path, options);
     samples.eval = data::encode_csv(val, data::all_csv_rows(val), encoding);
@@ -83,18 +81,19 @@ std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device devic
     samples.eval = data::encode_csv(test, data::all_csv_rows(test), encoding);
     held_out = count_of(test.rows(), "test row") + " from " + d.test_path;
   } else {
-    missing = "data.name = \"csv\" evaluates eval.split = \"test\" on data.test_path, which is not set; set it, or "
+    notes.missing_evaluation = "data.name = \"csv\" evaluates eval.split = \"test\" on data.test_path, which is not set; set it, or "
               "eval.split = \"val\" with data.val_path or data.val_fraction";
   }
   int64_t categorical = 0;
   for (const data::CsvFeature& f : encoding.features) categorical += f.categorical ? 1 : 0;
   const auto columns = static_cast<int64_t>(encoding.features.size());
-  log.note(d.path + ": " + count_of(static_cast<int64_t>(train_rows.size()), "training row") + ", " + held_out + "; " +
+  const std::string statistics = trained_encoding.empty() ? "" : " (encoded with the checkpoint's statistics)";
+  log.note(d.path + statistics + ": " + count_of(static_cast<int64_t>(train_rows.size()), "training row") + ", " + held_out + "; " +
            count_of(encoding.width(), "input") + " from " + std::to_string(columns - categorical) + " numeric and " +
            std::to_string(categorical) + " categorical (one-hot) columns; " +
            std::to_string(encoding.classes.size()) + (encoding.classes.size() == 1 ? " class" : " classes") + " of '" + d.label +
            "': " + class_list(encoding.classes));
-  return open_samples(std::move(samples), spec, device, share, missing);
+  return open_samples(std::move(samples), spec, device, share, std::move(notes));
 }
 
 }  // namespace genesis::train

@@ -1,13 +1,10 @@
-// The samples of a classifier's dataset through the DataLoader (train/data_source.h): Fashion-MNIST
-// (data.name = "fashion_mnist") here, and the sets other sources make (csv_source.cpp).
-#include <memory>
-#include <string>
-#include <utility>
+// The samples of a classifier's dataset through the DataLoader (train/sample_source.h).
+#include "libgenesis/train/sample_source.h"
 
 #include "libgenesis/core/error.h"
-#include "libgenesis/recipe/build.h"
-#include "libgenesis/train/data_source.h"
 #include "libgenesis/train/trainer.h"
+
+#include <utility>
 
 namespace genesis::train {
 
@@ -16,12 +13,12 @@ namespace {
 class SampleSource final : public DataSource {
  public:
   SampleSource(recipe::RunData data, const RecipeSpec& spec, Device device, const EvalShare& share,
-               std::string missing_evaluation)
+               SampleSourceNotes notes)
       : data_(std::move(data)),
         device_(device),
         share_(share),
         eval_batch_(recipe::eval_batch_size(spec)),
-        missing_evaluation_(std::move(missing_evaluation)) {
+        notes_(std::move(notes)) {
     // A larger batch would be cut to the dataset every step while the banner and samples/s
     // count the requested size.
     GENESIS_CHECK(spec.training.batch_size <= data_.train.size(), UsageError, "training.batch_size (",
@@ -53,8 +50,9 @@ class SampleSource final : public DataSource {
     return train::evaluate(model, data_.eval, eval_batch_, device_, share_);
   }
   std::string missing_evaluation() const override {
-    return missing_evaluation_.empty() ? DataSource::missing_evaluation() : missing_evaluation_;
+    return notes_.missing_evaluation.empty() ? DataSource::missing_evaluation() : notes_.missing_evaluation;
   }
+  std::string encoding() const override { return notes_.encoding; }
   std::string row_noun() const override { return "examples"; }
 
  private:
@@ -62,20 +60,20 @@ class SampleSource final : public DataSource {
   Device device_;
   EvalShare share_;
   int64_t eval_batch_;
-  std::string missing_evaluation_;
+  SampleSourceNotes notes_;
   std::unique_ptr<data::DataLoader> loader_;
 };
 
 }  // namespace
 
 std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
-                                         const EvalShare& share, std::string missing_evaluation) {
-  return std::make_unique<SampleSource>(std::move(data), spec, device, share, std::move(missing_evaluation));
+                                         const EvalShare& share, SampleSourceNotes notes) {
+  return std::make_unique<SampleSource>(std::move(data), spec, device, share, std::move(notes));
 }
 
-std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog&,
-                                               const EvalShare& share) {
-  return open_samples(recipe::build_data(spec), spec, device, share, "");
+std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog&, const EvalShare& share,
+                                               const std::string&) {
+  return open_samples(recipe::build_data(spec), spec, device, share);
 }
 
 }  // namespace genesis::train

@@ -23,6 +23,16 @@ acc=$(sed -n 's/.*"accuracy": *\([0-9.eE+-]*\).*/\1/p' "$work/run/summary.json" 
 awk -v a="$acc" 'BEGIN { exit !(a > 0.4) }' && ok "40 steps: test accuracy $acc > 0.4 (4 classes)" || fail "accuracy '$acc' <= 0.4"
 json=$("$genesis" eval --checkpoint "$work/run" 2>/dev/null)
 echo "$json" | grep -q "\"accuracy\":$acc" && ok "eval reproduces the final accuracy" || fail "eval printed '$json', expected $acc"
+# The checkpoint keeps the encoding (data.json): eval after the training file changed encodes
+# the test rows as training did (other statistics would change the accuracy).
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["classes"] == ["bronze", "gold", "platinum", "silver"], j' \
+  "$work/run/checkpoints/latest/data.json" && ok "the checkpoint keeps the encoding and the class names" \
+  || fail "checkpoint data.json: $(cat "$work/run/checkpoints/latest/data.json")"
+for i in $(seq 1 300); do echo "90,900000,120,40,9000,west,pro,\"Dover, DE\",gold"; done >>"$data/train.csv"
+json=$("$genesis" eval --checkpoint "$work/run" 2>/dev/null)
+echo "$json" | grep -q "\"accuracy\":$acc" && ok "eval after the training file changed: the checkpoint's statistics" \
+  || fail "eval after the training file changed printed '$json', expected $acc"
+python3 "$src/data/make_csv.py" --out "$work" --train 600 --test 200 >/dev/null
 
 # 2. Bad input: exit 2, one line on stderr naming what, where and what to do.
 # bad NAME PATTERN SETTINGS...: a run with these settings fails so.
