@@ -43,9 +43,9 @@ TEST_CASE("csv reader: quotes, CRLF, embedded commas and line breaks, empty fiel
       "\xEF\xBB\xBF"  // a byte-order mark, dropped
       "a,b,c\r\n"
       "\"x, y\",\"say \"\"hi\"\"\",\r\n"  // a comma and doubled quotes inside quotes; an empty last field
-      "\"two\nlines\",,\xC3\xA5rhus\n"      // a line break inside quotes; an empty middle field; UTF-8
-      "\n"                                  // an empty line, skipped
-      "1,2,3";                              // no line break at the end
+      "\"two\nlines\",,\xC3\xA5rhus\n"    // a line break inside quotes; an empty middle field; UTF-8
+      "\n"                                // an empty line, skipped
+      "1,2,3";                            // no line break at the end
   const fs::path path = write_text(tmp / "t.csv", text);
   const Rows expected{{"a", "b", "c"}, {"x, y", "say \"hi\"", ""}, {"two\nlines", "", "\xC3\xA5rhus"}, {"1", "2", "3"}};
   // Blocks of 4 bytes split the mark, a CRLF and quoted fields across reads: the same records.
@@ -112,8 +112,8 @@ TEST_CASE("csv table: statistics of the training rows only; imputation; unseen c
   const fs::path path = write_text(tmp / "t.csv",
                                    "y,x,c\n"
                                    "10,1,a\n"
-                                   "2,,b\n"  // x missing: the training mean
-                                   "10,3,\n"  // c missing: the most frequent category (a, b tie: a)
+                                   "2,,b\n"       // x missing: the training mean
+                                   "10,3,\n"      // c missing: the most frequent category (a, b tie: a)
                                    "2,100,z\n");  // a held-out row: its x and category z take no part
   const data::CsvOptions options{.label = "y", .categorical = {"c"}, .impute = true};
   const data::CsvTable table = data::read_csv_table(path, options);

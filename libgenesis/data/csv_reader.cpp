@@ -46,7 +46,9 @@ void CsvReader::append(std::string& field, int c) const {
   field.push_back(static_cast<char>(c));
 }
 
-std::string CsvReader::where() const { return path_.string() + ":" + std::to_string(record_line_); }
+std::string CsvReader::where() const {
+  return path_.string() + ":" + std::to_string(record_line_);
+}
 
 bool CsvReader::next(std::vector<std::string>& fields) {
   fields.clear();
@@ -75,8 +77,9 @@ bool CsvReader::next(std::vector<std::string>& fields) {
         append(field, c);
       }
       c = get();
-      GENESIS_CHECK(c == ',' || c == '\n' || c == '\r' || c == -1, UsageError, where(), ": text after the closing quote of column ",
-                    fields.size(), "; a field that holds quotes is quoted whole, its quotes doubled (\"a \"\"b\"\"\")");
+      GENESIS_CHECK(c == ',' || c == '\n' || c == '\r' || c == -1, UsageError, where(),
+                    ": text after the closing quote of column ", fields.size(),
+                    "; a field that holds quotes is quoted whole, its quotes doubled (\"a \"\"b\"\"\")");
     } else {
       while (c != ',' && c != '\n' && c != '\r' && c != -1) {
         append(field, c);

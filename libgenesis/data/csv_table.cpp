@@ -116,9 +116,8 @@ CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& opt
   const std::set<std::string> features(t.features.begin(), t.features.end());
   GENESIS_CHECK(features.size() == t.features.size(), UsageError, "data.features names a column twice");
   for (const std::string& name : options.categorical)
-    GENESIS_CHECK(features.count(name) > 0, UsageError,
-                  "data.categorical names '", name, "', which is not a feature column of ", file,
-                  " (features: ", joined(t.features), ")");
+    GENESIS_CHECK(features.count(name) > 0, UsageError, "data.categorical names '", name,
+                  "', which is not a feature column of ", file, " (features: ", joined(t.features), ")");
   const size_t n = t.features.size();
   t.categorical.resize(n);
   t.numbers.resize(n);
@@ -212,7 +211,8 @@ CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& 
   for (const int64_t r : rows) classes.push_back(table.labels[static_cast<size_t>(r)]);
   std::sort(classes.begin(), classes.end());
   classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
-  const bool integers = std::all_of(classes.begin(), classes.end(), [](const std::string& c) { return parse_integer(c); });
+  const bool integers =
+      std::all_of(classes.begin(), classes.end(), [](const std::string& c) { return parse_integer(c); });
   if (integers)
     std::sort(classes.begin(), classes.end(),
               [](const std::string& a, const std::string& b) { return *parse_integer(a) < *parse_integer(b); });
@@ -282,9 +282,9 @@ CsvEncoding parse_csv_encoding(std::string_view text, const std::string& file) {
   const auto strings = [](const nlohmann::json& v) {
     return v.is_array() && std::all_of(v.begin(), v.end(), [](const nlohmann::json& s) { return s.is_string(); });
   };
-  GENESIS_CHECK(j.is_object() && j.contains("format") && j["format"] == "genesis csv encoding" && j.contains("features") &&
-                    j["features"].is_array() && j.contains("classes") && strings(j["classes"]) &&
-                    j.contains("standardize") && j["standardize"].is_boolean(),
+  GENESIS_CHECK(j.is_object() && j.contains("format") && j["format"] == "genesis csv encoding" &&
+                    j.contains("features") && j["features"].is_array() && j.contains("classes") &&
+                    strings(j["classes"]) && j.contains("standardize") && j["standardize"].is_boolean(),
                 ValueError, file, ": not a CSV encoding written by genesis (format, standardize, features, classes)");
   CsvEncoding e;
   e.standardize = j["standardize"].get<bool>();

@@ -19,16 +19,16 @@ struct CsvOptions {
   std::string label{};                     // the target column
   std::vector<std::string> features{};     // the input columns, in order; empty: all but the label
   std::vector<std::string> categorical{};  // feature columns read as categories; the others are numbers
-  bool impute = false;       // a missing value takes the training mean or most frequent category
-  bool standardize = true;   // numeric columns to zero mean, unit variance
+  bool impute = false;                     // a missing value takes the training mean or most frequent category
+  bool standardize = true;                 // numeric columns to zero mean, unit variance
 };
 
 // A file's rows as read, by column. A missing value (an empty or blank field) is NaN in
 // `numbers` and "" in `categories`.
 struct CsvTable {
   std::filesystem::path path;
-  std::vector<std::string> features;  // the feature columns, in input order
-  std::vector<bool> categorical;      // per feature
+  std::vector<std::string> features;                 // the feature columns, in input order
+  std::vector<bool> categorical;                     // per feature
   std::vector<std::vector<double>> numbers;          // per feature (empty for categorical ones): per row
   std::vector<std::vector<std::string>> categories;  // per feature (empty for numeric ones): per row
   std::vector<std::string> labels;                   // per row
@@ -46,8 +46,8 @@ CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& opt
 struct CsvFeature {
   std::string name;
   bool categorical = false;
-  double mean = 0.0;  // numeric: the training mean (the imputed value)
-  double std = 1.0;   // numeric: the divisor of standardization (1 for a constant column)
+  double mean = 0.0;                    // numeric: the training mean (the imputed value)
+  double std = 1.0;                     // numeric: the divisor of standardization (1 for a constant column)
   std::vector<std::string> categories;  // categorical: sorted, one input each
   std::string most_frequent;            // categorical: the imputed category
 };

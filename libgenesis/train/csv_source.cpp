@@ -30,9 +30,9 @@ void check_classifier(const RecipeSpec& spec, const data::CsvEncoding& encoding)
   int64_t inputs = 1;
   for (const int64_t d : mlp->input_shape) inputs *= d;
   const auto classes = static_cast<int64_t>(encoding.classes.size());
-  GENESIS_CHECK(inputs == encoding.width(), RecipeError, "model.input_shape holds ", inputs, " values, but the rows of ",
-                spec.data.path, " encode to ", encoding.width(), " inputs; set model.input_shape = [",
-                encoding.width(), "]");
+  GENESIS_CHECK(inputs == encoding.width(), RecipeError, "model.input_shape holds ", inputs,
+                " values, but the rows of ", spec.data.path, " encode to ", encoding.width(),
+                " inputs; set model.input_shape = [", encoding.width(), "]");
   GENESIS_CHECK(mlp->num_classes >= classes, RecipeError, "model.num_classes = ", mlp->num_classes,
                 " is fewer than the ", classes, " classes of column '", spec.data.label, "' in ", spec.data.path,
                 "; set model.num_classes = ", classes);
@@ -46,8 +46,8 @@ std::string class_list(const std::vector<std::string>& classes) {
 
 }  // namespace
 
-std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                            const EvalShare& share, const std::string& trained_encoding) {
+std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device device, RunLog& log, const EvalShare& share,
+                                            const std::string& trained_encoding) {
   const RecipeSpec::Data& d = spec.data;
   data::CsvOptions options{.label = d.label,
                            .features = d.features,
@@ -59,10 +59,11 @@ std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device devic
   options.features = table.features;
   std::vector<int64_t> train_rows = data::all_csv_rows(table), val_rows;
   if (d.val_path.empty() && d.val_fraction > 0.0)
-    std::tie(train_rows, val_rows) = data::validation_rows(table.rows(), d.val_fraction, static_cast<uint64_t>(spec.run.seed));
-  const data::CsvEncoding encoding =
-      trained_encoding.empty() ? data::fit_csv_encoding(table, train_rows, options)
-                               : data::parse_csv_encoding(trained_encoding, "the checkpoint's data.json");
+    std::tie(train_rows, val_rows) =
+        data::validation_rows(table.rows(), d.val_fraction, static_cast<uint64_t>(spec.run.seed));
+  const data::CsvEncoding encoding = trained_encoding.empty()
+                                         ? data::fit_csv_encoding(table, train_rows, options)
+                                         : data::parse_csv_encoding(trained_encoding, "the checkpoint's data.json");
   check_classifier(spec, encoding);
 
   recipe::RunData samples;
@@ -81,18 +82,19 @@ std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device devic
     samples.eval = data::encode_csv(test, data::all_csv_rows(test), encoding);
     held_out = count_of(test.rows(), "test row") + " from " + d.test_path;
   } else {
-    notes.missing_evaluation = "data.name = \"csv\" evaluates eval.split = \"test\" on data.test_path, which is not set; set it, or "
-              "eval.split = \"val\" with data.val_path or data.val_fraction";
+    notes.missing_evaluation =
+        "data.name = \"csv\" evaluates eval.split = \"test\" on data.test_path, which is not set; set it, or "
+        "eval.split = \"val\" with data.val_path or data.val_fraction";
   }
   int64_t categorical = 0;
   for (const data::CsvFeature& f : encoding.features) categorical += f.categorical ? 1 : 0;
   const auto columns = static_cast<int64_t>(encoding.features.size());
   const std::string statistics = trained_encoding.empty() ? "" : " (encoded with the checkpoint's statistics)";
-  log.note(d.path + statistics + ": " + count_of(static_cast<int64_t>(train_rows.size()), "training row") + ", " + held_out + "; " +
-           count_of(encoding.width(), "input") + " from " + std::to_string(columns - categorical) + " numeric and " +
-           std::to_string(categorical) + " categorical (one-hot) columns; " +
-           std::to_string(encoding.classes.size()) + (encoding.classes.size() == 1 ? " class" : " classes") + " of '" + d.label +
-           "': " + class_list(encoding.classes));
+  log.note(d.path + statistics + ": " + count_of(static_cast<int64_t>(train_rows.size()), "training row") + ", " +
+           held_out + "; " + count_of(encoding.width(), "input") + " from " + std::to_string(columns - categorical) +
+           " numeric and " + std::to_string(categorical) + " categorical (one-hot) columns; " +
+           std::to_string(encoding.classes.size()) + (encoding.classes.size() == 1 ? " class" : " classes") + " of '" +
+           d.label + "': " + class_list(encoding.classes));
   return open_samples(std::move(samples), spec, device, share, std::move(notes));
 }
 

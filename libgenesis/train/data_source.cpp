@@ -9,12 +9,12 @@ namespace genesis::train {
 // The sources, each in its own file (sample_source.cpp, csv_source.cpp, token_source.cpp, sft_source.cpp).
 std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog& log,
                                                const EvalShare& share, const std::string& encoding);
-std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                            const EvalShare& share, const std::string& encoding);
+std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device device, RunLog& log, const EvalShare& share,
+                                            const std::string& encoding);
 std::unique_ptr<DataSource> open_token_source(const RecipeSpec& spec, Device device, RunLog& log,
                                               const EvalShare& share, const std::string& encoding);
-std::unique_ptr<DataSource> open_sft_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                            const EvalShare& share, const std::string& encoding);
+std::unique_ptr<DataSource> open_sft_source(const RecipeSpec& spec, Device device, RunLog& log, const EvalShare& share,
+                                            const std::string& encoding);
 
 namespace {
 

@@ -1,10 +1,10 @@
 // The samples of a classifier's dataset through the DataLoader (train/sample_source.h).
 #include "libgenesis/train/sample_source.h"
 
+#include <utility>
+
 #include "libgenesis/core/error.h"
 #include "libgenesis/train/trainer.h"
-
-#include <utility>
 
 namespace genesis::train {
 

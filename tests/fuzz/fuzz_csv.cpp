@@ -49,7 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::filesystem::path path = fuzz::write_input("table.csv", fuzz::as_text(data + 1, size - 1));
   fuzz::expect_clean([&] {
     const Records records = read_records(path, block);
-    if (read_records(path, size_t{1} << 20) != records) fuzz::finding("records depend on the block size", path.string());
+    if (read_records(path, size_t{1} << 20) != records)
+      fuzz::finding("records depend on the block size", path.string());
     const std::filesystem::path again = fuzz::write_input("again.csv", written(records));
     if (read_records(again, block) != records) fuzz::finding("records written back read differently", path.string());
     if (records.empty() || records[0].size() < 2) return;
