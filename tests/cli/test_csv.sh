@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `[data] name = "csv"` end to end (issue 38): a small table from data/make_csv.py trains
-# recipes/csv_tiers_mlp.toml for a few steps and eval reproduces its accuracy; bad tables and
+# recipes/csv_tiers_mlp.toml for a few steps and eval reproduces its accuracy, with the
+# checkpoint's encoding after the training file changed; data.val_fraction splits; bad tables and
 # recipes exit 2 with one line naming file:line and column: ragged rows, a non-numeric value in
 # a numeric column, a missing label column, an empty file, a validation label the training rows
 # lack, and a model.input_shape that is not the encoded width.
@@ -33,6 +34,13 @@ json=$("$genesis" eval --checkpoint "$work/run" 2>/dev/null)
 echo "$json" | grep -q "\"accuracy\":$acc" && ok "eval after the training file changed: the checkpoint's statistics" \
   || fail "eval after the training file changed printed '$json', expected $acc"
 python3 "$src/data/make_csv.py" --out "$work" --train 600 --test 200 >/dev/null
+
+# A seeded share of the training rows as the validation set.
+"$genesis" train "$recipe" --out "$work/val" "${short[@]}" --set data.val_fraction=0.25 --set eval.split=val \
+  >/dev/null 2>"$work/val.err"; rc=$?
+[ $rc -eq 0 ] && grep -q "450 training rows, 150 validation rows (data.val_fraction)" "$work/val.err" \
+  && grep -q '"eval_split": "val"' "$work/val/summary.json" && ok "data.val_fraction = 0.25: 450 training and 150 validation rows" \
+  || fail "val_fraction: rc $rc, $(cat "$work/val.err")"
 
 # 2. Bad input: exit 2, one line on stderr naming what, where and what to do.
 # bad NAME PATTERN SETTINGS...: a run with these settings fails so.
