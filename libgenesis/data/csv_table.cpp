@@ -4,7 +4,6 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -67,6 +66,22 @@ std::string joined(const std::vector<std::string>& names, size_t at_most = 12) {
   return out;
 }
 
+// Appends `value` to a column, adding it to the column's values when new.
+void add_code(CsvCodes& column, std::unordered_map<std::string, int32_t>& index, std::string_view value,
+              const std::string& where) {
+  if (value.empty()) {
+    column.rows.push_back(CsvCodes::kMissing);
+    return;
+  }
+  const auto [it, added] = index.try_emplace(std::string(value), static_cast<int32_t>(column.values.size()));
+  if (added) {
+    GENESIS_CHECK(column.values.size() < size_t{1} << 30, UsageError, where,
+                  ": more than 2^30 distinct values in one text column");
+    column.values.emplace_back(value);
+  }
+  column.rows.push_back(it->second);
+}
+
 // The header's columns by name (a map: a table may have many thousands of columns).
 using ColumnIndex = std::unordered_map<std::string, size_t>;
 
@@ -125,6 +140,8 @@ CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& opt
   const std::set<std::string> categorical(options.categorical.begin(), options.categorical.end());
   for (size_t f = 0; f < n; ++f) t.categorical[f] = categorical.count(t.features[f]) > 0;
 
+  std::vector<std::unordered_map<std::string, int32_t>> codes(n);  // per categorical feature
+  std::unordered_map<std::string, int32_t> label_codes;
   std::vector<std::string> fields;
   while (reader.next(fields)) {
     GENESIS_CHECK(fields.size() == header.size(), UsageError, reader.where(), ": ", fields.size(),
@@ -135,7 +152,7 @@ CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& opt
                   "' is empty; every row needs a label");
     GENESIS_CHECK(is_utf8(y), UsageError, reader.where(), ": the label column '", options.label,
                   "' holds a value that is not UTF-8 text; save the file as UTF-8");
-    t.labels.emplace_back(y);
+    add_code(t.labels, label_codes, y, reader.where());
     t.lines.push_back(reader.line());
     for (size_t f = 0; f < n; ++f) {
       const std::string_view value = trimmed(fields[at[f]]);
@@ -145,7 +162,7 @@ CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& opt
       if (t.categorical[f]) {
         GENESIS_CHECK(is_utf8(value), UsageError, reader.where(), ": column '", t.features[f],
                       "' holds a value that is not UTF-8 text; save the file as UTF-8");
-        t.categories[f].emplace_back(value);
+        add_code(t.categories[f], codes[f], value, reader.where());
         continue;
       }
       std::optional<double> number = value.empty() ? std::numeric_limits<double>::quiet_NaN() : parse_number(value);
@@ -165,6 +182,29 @@ int64_t CsvEncoding::width() const {
   return w;
 }
 
+namespace {
+
+// How many of `rows` hold each of the column's values.
+std::vector<int64_t> code_counts(const CsvCodes& column, const std::vector<int64_t>& rows) {
+  std::vector<int64_t> counts(column.values.size(), 0);
+  for (const int64_t r : rows)
+    if (const int32_t code = column.rows[static_cast<size_t>(r)]; code != CsvCodes::kMissing)
+      ++counts[static_cast<size_t>(code)];
+  return counts;
+}
+
+// For each of the column's values, its position in `names` (-1: not there).
+std::vector<int64_t> positions_in(const CsvCodes& column, const std::vector<std::string>& names) {
+  std::unordered_map<std::string_view, int64_t> position;
+  for (size_t i = 0; i < names.size(); ++i) position.emplace(names[i], static_cast<int64_t>(i));
+  std::vector<int64_t> at(column.values.size(), -1);
+  for (size_t v = 0; v < at.size(); ++v)
+    if (const auto it = position.find(column.values[v]); it != position.end()) at[v] = it->second;
+  return at;
+}
+
+}  // namespace
+
 CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& rows, const CsvOptions& options) {
   GENESIS_CHECK(!rows.empty(), UsageError, table.path.string(), ": no training rows are left");
   CsvEncoding e;
@@ -174,16 +214,18 @@ CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& 
     out.name = table.features[f];
     out.categorical = table.categorical[f];
     if (out.categorical) {
-      std::map<std::string, int64_t> counts;
-      for (const int64_t r : rows)
-        if (const std::string& c = table.categories[f][static_cast<size_t>(r)]; !c.empty()) ++counts[c];
-      GENESIS_CHECK(!counts.empty(), UsageError, table.path.string(), ": column '", out.name,
+      const CsvCodes& column = table.categories[f];
+      const std::vector<int64_t> counts = code_counts(column, rows);
+      for (size_t v = 0; v < counts.size(); ++v)
+        if (counts[v] > 0) out.categories.push_back(column.values[v]);
+      GENESIS_CHECK(!out.categories.empty(), UsageError, table.path.string(), ": column '", out.name,
                     "' has no value in the training rows");
+      std::sort(out.categories.begin(), out.categories.end());
+      // The most frequent, ties to the first in sort order.
       int64_t best = 0;
-      for (const auto& [name, count] : counts) {
-        out.categories.push_back(name);
-        if (count > best) best = count, out.most_frequent = name;
-      }
+      for (size_t v = 0; v < counts.size(); ++v)
+        if (counts[v] > best || (counts[v] == best && best > 0 && column.values[v] < out.most_frequent))
+          best = counts[v], out.most_frequent = column.values[v];
     } else {
       // A running mean, and the spread in units of the largest deviation: no overflow for any
       // finite values (1e300 squared is not a double).
@@ -208,9 +250,10 @@ CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& 
     e.features.push_back(std::move(out));
   }
   std::vector<std::string> classes;
-  for (const int64_t r : rows) classes.push_back(table.labels[static_cast<size_t>(r)]);
+  const std::vector<int64_t> label_counts = code_counts(table.labels, rows);
+  for (size_t v = 0; v < label_counts.size(); ++v)
+    if (label_counts[v] > 0) classes.push_back(table.labels.values[v]);
   std::sort(classes.begin(), classes.end());
-  classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
   const bool integers =
       std::all_of(classes.begin(), classes.end(), [](const std::string& c) { return parse_integer(c); });
   if (integers)
@@ -230,23 +273,31 @@ Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, cons
   float* x = out.inputs.data<float>();
   std::fill(x, x + n * width, 0.0f);
   int64_t* y = out.targets.data<int64_t>();
-  std::map<std::string, int64_t> class_of;
-  for (size_t c = 0; c < encoding.classes.size(); ++c) class_of[encoding.classes[c]] = static_cast<int64_t>(c);
+  // Each text value's class or one-hot position, found once per distinct value.
+  const std::vector<int64_t> class_of = positions_in(table.labels, encoding.classes);
+  std::vector<std::vector<int64_t>> slot_of(encoding.features.size());
+  std::vector<int64_t> missing_slot(encoding.features.size(), -1);
+  for (size_t f = 0; f < encoding.features.size(); ++f) {
+    const CsvFeature& feature = encoding.features[f];
+    if (!feature.categorical) continue;
+    slot_of[f] = positions_in(table.categories[f], feature.categories);
+    const auto it = std::find(feature.categories.begin(), feature.categories.end(), feature.most_frequent);
+    if (it != feature.categories.end()) missing_slot[f] = it - feature.categories.begin();
+  }
   for (int64_t i = 0; i < n; ++i) {
     const auto r = static_cast<size_t>(rows[static_cast<size_t>(i)]);
-    const auto label = class_of.find(table.labels[r]);
-    GENESIS_CHECK(label != class_of.end(), UsageError, table.path.string(), ":", table.lines[r], ": label '",
-                  table.labels[r], "' is not among the training data's classes (", joined(encoding.classes),
+    const auto label = static_cast<size_t>(table.labels.rows[r]);
+    GENESIS_CHECK(class_of[label] >= 0, UsageError, table.path.string(), ":", table.lines[r], ": label '",
+                  table.labels.values[label], "' is not among the training data's classes (", joined(encoding.classes),
                   "); a class needs training rows to be learned");
-    y[i] = label->second;
+    y[i] = class_of[label];
     float* row = x + i * width;
     for (size_t f = 0; f < encoding.features.size(); ++f) {
       const CsvFeature& feature = encoding.features[f];
       if (feature.categorical) {
-        const std::string& value = table.categories[f][r];
-        const std::string& category = value.empty() ? feature.most_frequent : value;
-        const auto it = std::lower_bound(feature.categories.begin(), feature.categories.end(), category);
-        if (it != feature.categories.end() && *it == category) row[it - feature.categories.begin()] = 1.0f;
+        const int32_t code = table.categories[f].rows[r];
+        const int64_t slot = code == CsvCodes::kMissing ? missing_slot[f] : slot_of[f][static_cast<size_t>(code)];
+        if (slot >= 0) row[slot] = 1.0f;
         row += feature.categories.size();
       } else {
         const double value = table.numbers[f][r];

@@ -23,17 +23,24 @@ struct CsvOptions {
   bool standardize = true;                 // numeric columns to zero mean, unit variance
 };
 
+// A column of text values, each distinct value kept once: a row holds its value's index.
+struct CsvCodes {
+  static constexpr int32_t kMissing = -1;
+  std::vector<std::string> values;  // in order of first appearance
+  std::vector<int32_t> rows;        // per row: an index into values, or kMissing
+};
+
 // A file's rows as read, by column. A missing value (an empty or blank field) is NaN in
-// `numbers` and "" in `categories`.
+// `numbers` and kMissing in `categories`.
 struct CsvTable {
   std::filesystem::path path;
-  std::vector<std::string> features;                 // the feature columns, in input order
-  std::vector<bool> categorical;                     // per feature
-  std::vector<std::vector<double>> numbers;          // per feature (empty for categorical ones): per row
-  std::vector<std::vector<std::string>> categories;  // per feature (empty for numeric ones): per row
-  std::vector<std::string> labels;                   // per row
-  std::vector<int64_t> lines;                        // per row: the line of the file where it starts
-  int64_t rows() const { return static_cast<int64_t>(labels.size()); }
+  std::vector<std::string> features;         // the feature columns, in input order
+  std::vector<bool> categorical;             // per feature
+  std::vector<std::vector<double>> numbers;  // per feature (empty for categorical ones): per row
+  std::vector<CsvCodes> categories;          // per feature (empty for numeric ones)
+  CsvCodes labels;
+  std::vector<int64_t> lines;  // per row: the line of the file where it starts
+  int64_t rows() const { return static_cast<int64_t>(lines.size()); }
 };
 
 // Reads a table through CsvReader (streamed in blocks). Throws UsageError, naming the file and
