@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-135}
 shift || true
-all=(safetensors recipe config tokenizer shard idx trainer_json chat_template sft_records)
+all=(safetensors recipe config tokenizer shard idx trainer_json chat_template sft_records csv)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for name in "${names[@]}"; do
@@ -63,7 +63,7 @@ ms_of() {  # ms_of NAME FILE: the harness's best time of three on one input
     "$build/tests/fuzz/fuzz_$1" "$2" 2>&1 | sed -n 's/^Executed .* in \([0-9]*\) ms$/\1/p'
   done | sort -n | head -1
 }
-for ladder in safetensors:2500 tokenizer:5000 trainer_json:20000; do
+for ladder in safetensors:2500 tokenizer:5000 trainer_json:20000 csv:1000; do
   name=${ladder%%:*} n=${ladder#*:}
   [[ " ${names[*]} " == *" $name "* ]] || continue
   times=()

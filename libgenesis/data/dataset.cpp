@@ -93,13 +93,17 @@ Dataset take(const Dataset& ds, const std::vector<int64_t>& indices) {
   return out;
 }
 
-std::pair<Dataset, Dataset> split_validation(const Dataset& ds, double fraction, uint64_t seed) {
+std::pair<std::vector<int64_t>, std::vector<int64_t>> validation_rows(int64_t rows, double fraction, uint64_t seed) {
   GENESIS_CHECK(fraction >= 0.0 && fraction < 1.0, UsageError, "validation fraction must be in [0, 1) (got ",
                 fraction, ")");
-  auto n_val = static_cast<int64_t>(std::llround(fraction * static_cast<double>(ds.size())));
-  if (n_val == 0) return {ds, Dataset{}};
-  std::vector<int64_t> perm = permutation(ds.size(), seed, /*stream=*/0xDA7A);
-  std::vector<int64_t> train(perm.begin(), perm.end() - n_val), val(perm.end() - n_val, perm.end());
+  auto n_val = static_cast<int64_t>(std::llround(fraction * static_cast<double>(rows)));
+  std::vector<int64_t> perm = permutation(rows, seed, /*stream=*/0xDA7A);
+  return {{perm.begin(), perm.end() - n_val}, {perm.end() - n_val, perm.end()}};
+}
+
+std::pair<Dataset, Dataset> split_validation(const Dataset& ds, double fraction, uint64_t seed) {
+  auto [train, val] = validation_rows(ds.size(), fraction, seed);
+  if (val.empty()) return {ds, Dataset{}};
   return {take(ds, train), take(ds, val)};
 }
 

@@ -30,6 +30,8 @@ Normalization compute_normalization(const Dataset& ds);
 void normalize(Dataset& ds, Normalization n);
 // Splits off the last `fraction` of a seeded permutation as validation: {train, val}.
 std::pair<Dataset, Dataset> split_validation(const Dataset& ds, double fraction, uint64_t seed);
+// The row indices of that split of `rows` rows: {train, val}.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> validation_rows(int64_t rows, double fraction, uint64_t seed);
 // Throws ValueError (naming `where`) unless inputs are contiguous CPU [N, ...] and targets
 // contiguous i64 [N].
 void check_dataset(const Dataset& ds, const char* where);

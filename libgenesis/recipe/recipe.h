@@ -66,9 +66,15 @@ struct RecipeSpec {
     // data.tokenizer's default, GPT-2's vocabulary as data/fetch.sh brings it; an SFT run left at it
     // takes model.init_from's tokenizer.
     static constexpr const char* kDefaultTokenizer = "data/cache/gpt2";
-    std::string name;  // "fashion_mnist", "tokens" or "sft"
-    std::string path;                  // fashion_mnist: IDX directory; sft: records
-    std::string val_path;              // sft
+    std::string name;                      // "fashion_mnist", "csv", "tokens" or "sft"
+    std::string path;                      // fashion_mnist: IDX directory; csv: the table; sft: records
+    std::string val_path;                  // csv, sft
+    std::string test_path;                 // csv
+    std::string label;                     // csv: the target column
+    std::vector<std::string> features;     // csv: the input columns; empty = all but the label
+    std::vector<std::string> categorical;  // csv: input columns read as categories (one-hot)
+    std::string impute;                    // csv: "none" or "mean"
+
     std::string format;                // sft: "auto", "messages", "prompt_completion", "text"
     bool skip_bad = false;             // sft
     std::string chat_template;         // sft

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "libgenesis/data/dataset.h"
 #include "libgenesis/io/file_util.h"
 
 namespace genesis::recipe {
@@ -137,6 +138,15 @@ std::string sft_data_problem(const RecipeSpec& r) {
     return "data.name = \"sft\" fine-tunes a language model (model.name gpt2, llama, qwen2 or qwen3)";
   if (r.data.path.empty() || r.data.path == "/usr/share/datasets/fashion-mnist")
     return "data.name = \"sft\" needs data.path: the .jsonl file(s) of the training records";
+  return "";
+}
+
+std::string csv_data_problem(const RecipeSpec& r) {
+  if (r.data.name != "csv") return "";
+  if (r.model.name != "mlp") return "data.name = \"csv\" gives rows of inputs for model.name = \"mlp\"";
+  if (r.data.path.empty() || r.data.path == data::kFashionMnistDir)
+    return "data.name = \"csv\" needs data.path: the CSV file of the training rows";
+  if (r.data.label.empty()) return "data.name = \"csv\" needs data.label: the column to predict";
   return "";
 }
 
@@ -415,24 +425,63 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "name",
        .fallback = S{"fashion_mnist"},
-       .choices = {"fashion_mnist", "tokens", "sft"},
-       .doc = "Dataset: fashion_mnist (images for mlp/cnn), tokens (token shards for a language model: "
-              "data.shards, seq_len, tokenizer, source, fetch), or sft (supervised fine-tuning of a language model "
-              "on JSONL records: data.path, format, chat_template, train_on, pack; see docs/finetuning.md).",
+       .choices = {"fashion_mnist", "csv", "tokens", "sft"},
+       .doc = "Dataset: fashion_mnist (images for mlp/cnn), csv (a table with a header row for mlp: data.path, "
+              "label, features, categorical, impute; see docs/architecture.md, Data sources), tokens (token shards "
+              "for a language model: data.shards, seq_len, tokenizer, source, fetch), or sft (supervised fine-tuning "
+              "of a language model on JSONL records: data.path, format, chat_template, train_on, pack; see "
+              "docs/finetuning.md).",
        .field = GENESIS_RECIPE_FIELD(data.name)},
       {.section = "data",
        .key = "path",
        .fallback = S{"/usr/share/datasets/fashion-mnist"},
        .doc = "fashion_mnist: the directory holding the dataset's IDX files; the default is where Debian's "
-              "dataset-fashion-mnist package (installed by scripts/setup.sh) puts them. sft: the training records: "
+              "dataset-fashion-mnist package (installed by scripts/setup.sh) puts them. csv: the file of the training "
+              "rows (comma-separated, RFC 4180 quoting, a header row). sft: the training records: "
               "a .jsonl or .jsonl.gz file, a directory of them, or a glob pattern (\"chats/*.jsonl\").",
        .field = GENESIS_RECIPE_FIELD(data.path)},
       {.section = "data",
        .key = "val_path",
        .fallback = S{""},
-       .doc = "sft: the validation records, as data.path takes them; empty = data.val_fraction of the training "
-              "records (every k-th one).",
+       .doc = "csv: a CSV file of validation rows, with the training file's columns; empty = data.val_fraction of "
+              "the training rows (a seeded draw). sft: the validation records, as data.path takes them; empty = "
+              "data.val_fraction of the training records (every k-th one).",
        .field = GENESIS_RECIPE_FIELD(data.val_path)},
+      {.section = "data",
+       .key = "test_path",
+       .fallback = S{""},
+       .doc = "csv: a CSV file of test rows, with the training file's columns: what eval.split = \"test\" "
+              "evaluates on.",
+       .field = GENESIS_RECIPE_FIELD(data.test_path)},
+      {.section = "data",
+       .key = "label",
+       .fallback = S{""},
+       .doc = "csv: the column holding each row's class (text or integers). The classes are the training rows' "
+              "distinct labels, sorted (numerically when all are integers); model.num_classes must hold them.",
+       .field = GENESIS_RECIPE_FIELD(data.label)},
+      {.section = "data",
+       .key = "features",
+       .fallback = Strings{},
+       .check = check_nonempty_strings,
+       .check_doc = "no empty strings",
+       .doc = "csv: the input columns, in order; empty = every column but the label. Numeric columns give one "
+              "input each, standardized with the training rows' mean and standard deviation (data.normalize).",
+       .field = GENESIS_RECIPE_FIELD(data.features)},
+      {.section = "data",
+       .key = "categorical",
+       .fallback = Strings{},
+       .check = check_nonempty_strings,
+       .check_doc = "no empty strings",
+       .doc = "csv: input columns read as categories, one-hot encoded over the training rows' categories "
+              "(sorted; a category they lack encodes as zeros). Every other input column must hold numbers.",
+       .field = GENESIS_RECIPE_FIELD(data.categorical)},
+      {.section = "data",
+       .key = "impute",
+       .fallback = S{"none"},
+       .choices = {"none", "mean"},
+       .doc = "csv: a missing (empty) input value is an error naming its file, line and column (none), or takes "
+              "the training rows' mean, for a categorical column their most frequent category (mean).",
+       .field = GENESIS_RECIPE_FIELD(data.impute)},
       {.section = "data",
        .key = "format",
        .fallback = S{"auto"},
@@ -519,7 +568,8 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "normalize",
        .fallback = true,
-       .doc = "Normalize inputs to zero mean and unit variance (training-set statistics).",
+       .doc = "Normalize inputs to zero mean and unit variance (training-set statistics; csv: each numeric "
+              "column on its own).",
        .field = GENESIS_RECIPE_FIELD(data.normalize)},
       {.section = "data",
        .key = "shuffle",
@@ -821,7 +871,8 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "split",
        .fallback = S{"test"},
        .choices = {"test", "val"},
-       .doc = "Split to evaluate on; val needs data.val_fraction > 0 (sft: or data.val_path).",
+       .doc = "Split to evaluate on; val needs data.val_fraction > 0 (csv, sft: or data.val_path); csv's test is "
+              "data.test_path.",
        .field = GENESIS_RECIPE_FIELD(eval.split)},
       {.section = "eval",
        .key = "batch_size",
@@ -1080,10 +1131,10 @@ const std::vector<RecipeRule>& recipe_rules() {
                     : "";
        }},
       {{"eval.split", "data.val_fraction", "data.val_path"},
-       "eval.split = \"val\" needs data.val_fraction > 0 (sft: or data.val_path).",
+       "eval.split = \"val\" needs data.val_fraction > 0 (csv, sft: or data.val_path).",
        [](const RecipeSpec& r) -> std::string {
          if (r.eval.split != "val" || r.data.val_fraction > 0) return "";
-         if (r.data.name != "sft") return "eval.split = \"val\" needs data.val_fraction > 0";
+         if (r.data.name != "sft" && r.data.name != "csv") return "eval.split = \"val\" needs data.val_fraction > 0";
          return r.data.val_path.empty() ? "eval.split = \"val\" needs data.val_path or data.val_fraction > 0" : "";
        }},
       {{"model.input_shape", "model.name"},
@@ -1107,6 +1158,9 @@ const std::vector<RecipeRule>& recipe_rules() {
        "data.name = \"sft\" needs a language model and data.path (the training records); it evaluates on its "
        "validation records (data.val_path or data.val_fraction), whatever eval.split says.",
        [](const RecipeSpec& r) -> std::string { return sft_data_problem(r); }},
+      {{"data.name", "model.name", "data.path", "data.label"},
+       "data.name = \"csv\" needs model mlp, data.path (the training rows) and data.label (the column to predict).",
+       [](const RecipeSpec& r) -> std::string { return csv_data_problem(r); }},
       {{"data.seq_len", "model.n_positions", "model.max_position_embeddings"},
        "data.seq_len is at most the model's context (n_positions or max_position_embeddings, when given).",
        [](const RecipeSpec& r) -> std::string {

@@ -47,9 +47,9 @@ void copy_tokenizer_files(const std::filesystem::path& tokenizer, const std::fil
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const nn::Module& model,
                                       const Optimizer& optimizer, const TrainerState& state,
                                       const std::string& recipe_toml, size_t keep_last,
-                                      const std::filesystem::path& tokenizer) {
+                                      const std::filesystem::path& tokenizer, const std::string& data_encoding) {
   return save_checkpoint(checkpoints_dir, model, checkpoint_tensors(model, state), optimizer.name(), optimizer.state(),
-                         state, recipe_toml, keep_last, tokenizer);
+                         state, recipe_toml, keep_last, tokenizer, data_encoding);
 }
 
 std::vector<NamedTensor> checkpoint_tensors(const nn::Module& model, const TrainerState& state) {
@@ -60,7 +60,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
                                       const std::vector<NamedTensor>& model_tensors, std::string_view optimizer_name,
                                       const std::vector<NamedTensor>& optimizer_state, const TrainerState& state,
                                       const std::string& recipe_toml, size_t keep_last,
-                                      const std::filesystem::path& tokenizer) {
+                                      const std::filesystem::path& tokenizer, const std::string& data_encoding) {
   std::string name = io::checkpoint_name(state.step);
   io::DirectoryTransaction tx(checkpoints_dir / name, /*replace=*/true);
   if (state.base) {
@@ -90,6 +90,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
     trainer["log_window"] = {{"steps", state.log_window_steps}, {"loss_sum", state.log_window_loss}};
   io::write_file_atomic(tx.path() / "trainer.json", trainer.dump(2) + "\n");
   io::write_file_atomic(tx.path() / "recipe.toml", recipe_toml);
+  if (!data_encoding.empty()) io::write_file_atomic(tx.path() / "data.json", data_encoding);
   // Language models also carry their Hugging Face config.json, which `genesis convert` and
   // `genesis inspect` read (and which makes the weights a model directory of their own).
   if (const auto* lm = dynamic_cast<const models::CausalLM*>(&model)) {
@@ -100,6 +101,11 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
   io::update_latest_pointer(checkpoints_dir, name);
   io::prune_checkpoints(checkpoints_dir, keep_last);
   return checkpoints_dir / name;
+}
+
+std::string checkpoint_data_encoding(const std::filesystem::path& path) {
+  const std::filesystem::path file = io::resolve_checkpoint(path) / "data.json";
+  return std::filesystem::is_regular_file(file) ? io::read_file(file, io::kMaxConfigFileBytes) : std::string();
 }
 
 namespace {

@@ -53,11 +53,13 @@ struct TrainerState {
 // keep_last checkpoints. Returns the checkpoint's directory. Language models also get their
 // Hugging Face config.json and the files of `tokenizer` (a tokenizer.json, or a directory with
 // tokenizer.json or GPT-2's encoder.json + vocab.bpe), so the checkpoint is self-contained for
-// `genesis generate` and `genesis convert --to hf`.
+// `genesis generate` and `genesis convert --to hf`. `data_encoding`, the data's
+// DataSource::encoding(), is kept as data.json when given.
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, const nn::Module& model,
                                       const Optimizer& optimizer, const TrainerState& state,
                                       const std::string& recipe_toml, size_t keep_last,
-                                      const std::filesystem::path& tokenizer = {});
+                                      const std::filesystem::path& tokenizer = {},
+                                      const std::string& data_encoding = {});
 // What a checkpoint of `model` holds in model.safetensors: its state_dict, or for a run on a
 // frozen base (state.base) its trained parameters alone.
 std::vector<NamedTensor> checkpoint_tensors(const nn::Module& model, const TrainerState& state);
@@ -68,7 +70,12 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
                                       const std::vector<NamedTensor>& model_tensors, std::string_view optimizer_name,
                                       const std::vector<NamedTensor>& optimizer_state, const TrainerState& state,
                                       const std::string& recipe_toml, size_t keep_last,
-                                      const std::filesystem::path& tokenizer = {});
+                                      const std::filesystem::path& tokenizer = {},
+                                      const std::string& data_encoding = {});
+
+// The data.json of the checkpoint at `path` (as load_checkpoint takes it): what its data was
+// encoded with; empty when it has none.
+std::string checkpoint_data_encoding(const std::filesystem::path& path);
 
 // The state in trainer.json's text, every field checked for type and range; FormatError naming
 // `file` and the field otherwise.

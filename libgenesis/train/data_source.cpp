@@ -6,17 +6,20 @@
 
 namespace genesis::train {
 
-// The sources, each in its own file (sample_source.cpp, token_source.cpp, sft_source.cpp).
+// The sources, each in its own file (sample_source.cpp, csv_source.cpp, token_source.cpp, sft_source.cpp).
 std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                               const EvalShare& share);
+                                               const EvalShare& share, const std::string& encoding);
+std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device device, RunLog& log, const EvalShare& share,
+                                            const std::string& encoding);
 std::unique_ptr<DataSource> open_token_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                              const EvalShare& share);
-std::unique_ptr<DataSource> open_sft_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                            const EvalShare& share);
+                                              const EvalShare& share, const std::string& encoding);
+std::unique_ptr<DataSource> open_sft_source(const RecipeSpec& spec, Device device, RunLog& log, const EvalShare& share,
+                                            const std::string& encoding);
 
 namespace {
 
-using Opener = std::unique_ptr<DataSource> (*)(const RecipeSpec&, Device, RunLog&, const EvalShare&);
+using Opener = std::unique_ptr<DataSource> (*)(const RecipeSpec&, Device, RunLog&, const EvalShare&,
+                                               const std::string& encoding);
 
 struct SourceEntry {
   const char* name;  // data.name
@@ -29,6 +32,7 @@ struct SourceEntry {
 const std::vector<SourceEntry>& sources() {
   static const std::vector<SourceEntry> table{
       {"fashion_mnist", false, open_sample_source},
+      {"csv", false, open_csv_source},
       {"tokens", true, open_token_source},
       {"sft", true, open_sft_source},
   };
@@ -47,8 +51,8 @@ const SourceEntry& find_source(const std::string& name) {
 }  // namespace
 
 std::unique_ptr<DataSource> open_data_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                             const EvalShare& share) {
-  return find_source(spec.data.name).open(spec, device, log, share);
+                                             const EvalShare& share, const std::string& encoding) {
+  return find_source(spec.data.name).open(spec, device, log, share, encoding);
 }
 
 bool language_model_data(const std::string& data_name) { return find_source(data_name).language_model; }

@@ -2,6 +2,7 @@
 // Where a run's data comes from: one DataSource per [data] name, behind one interface that
 // the training loop, `genesis eval` and the run's reports use without asking which it is.
 //   samples  (data.name = "fashion_mnist")  a sample dataset through the DataLoader
+//   csv      (data.name = "csv")            a table's rows, encoded, through the same loader
 //   tokens   (data.name = "tokens")         windows of token shards, every position trained
 //   sft      (data.name = "sft")            JSONL records through a chat template, masked and packed
 // A source gives this rank's micro-batches with what they count (the targets that take part in
@@ -59,13 +60,18 @@ class DataSource {
   // The tokenizer the data was tokenized with (a tokenizer.json or a directory of tokenizer
   // files, which checkpoints keep a copy of); empty for samples.
   virtual std::filesystem::path tokenizer() const { return {}; }
+  // What the data was encoded with, as JSON text (a table's statistics and class names): the
+  // checkpoints keep it (data.json), and open_data_source takes it back so that evaluation
+  // encodes as training did. Empty for data that needs none.
+  virtual std::string encoding() const { return {}; }
 };
 
 // Opens the source of spec.data.name, preparing its data first when missing (its stages as
-// notes and a progress bar to `log`); `share` splits its batches and evaluation over the ranks.
+// notes and a progress bar to `log`); `share` splits its batches and evaluation over the ranks;
+// `encoding`, a checkpoint's DataSource::encoding(), is used instead of one made from the data.
 // Throws RecipeError for a name no source has.
 std::unique_ptr<DataSource> open_data_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                             const EvalShare& share = {});
+                                             const EvalShare& share = {}, const std::string& encoding = {});
 
 // Whether data.name feeds a language model (token rows) rather than a classifier (samples).
 bool language_model_data(const std::string& data_name);

@@ -139,7 +139,8 @@ std::map<std::string, double> run_evaluation(const RecipeSpec& spec, const fs::p
   const bool language_model = language_model_data(s.data.name);
   GENESIS_CHECK(!language_model || s.eval.split == "val", UsageError,
                 "a language model is evaluated on its validation data: use --split val");
-  std::unique_ptr<DataSource> data = open_data_source(s, device, log, share);
+  std::unique_ptr<DataSource> data =
+      open_data_source(s, device, log, share, hf ? std::string() : checkpoint_data_encoding(checkpoint));
   GENESIS_CHECK(data->has_evaluation(), UsageError, "eval: ", data->missing_evaluation());
   std::shared_ptr<nn::Module> model = recipe::build_model(s, device);  // with init_from: its weights too
   if (!hf) load_checkpoint(checkpoint, *model, nullptr);

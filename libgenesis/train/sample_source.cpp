@@ -1,10 +1,9 @@
-// The samples of a classifier's dataset (data.name = "fashion_mnist") through the DataLoader
-// (train/data_source.h).
-#include <memory>
+// The samples of a classifier's dataset through the DataLoader (train/sample_source.h).
+#include "libgenesis/train/sample_source.h"
+
+#include <utility>
 
 #include "libgenesis/core/error.h"
-#include "libgenesis/recipe/build.h"
-#include "libgenesis/train/data_source.h"
 #include "libgenesis/train/trainer.h"
 
 namespace genesis::train {
@@ -13,8 +12,13 @@ namespace {
 
 class SampleSource final : public DataSource {
  public:
-  SampleSource(const RecipeSpec& spec, Device device, const EvalShare& share)
-      : data_(recipe::build_data(spec)), device_(device), share_(share), eval_batch_(recipe::eval_batch_size(spec)) {
+  SampleSource(recipe::RunData data, const RecipeSpec& spec, Device device, const EvalShare& share,
+               SampleSourceNotes notes)
+      : data_(std::move(data)),
+        device_(device),
+        share_(share),
+        eval_batch_(recipe::eval_batch_size(spec)),
+        notes_(std::move(notes)) {
     // A larger batch would be cut to the dataset every step while the banner and samples/s
     // count the requested size.
     GENESIS_CHECK(spec.training.batch_size <= data_.train.size(), UsageError, "training.batch_size (",
@@ -45,6 +49,10 @@ class SampleSource final : public DataSource {
   std::map<std::string, double> evaluate(nn::Module& model) override {
     return train::evaluate(model, data_.eval, eval_batch_, device_, share_);
   }
+  std::string missing_evaluation() const override {
+    return notes_.missing_evaluation.empty() ? DataSource::missing_evaluation() : notes_.missing_evaluation;
+  }
+  std::string encoding() const override { return notes_.encoding; }
   std::string row_noun() const override { return "examples"; }
 
  private:
@@ -52,14 +60,20 @@ class SampleSource final : public DataSource {
   Device device_;
   EvalShare share_;
   int64_t eval_batch_;
+  SampleSourceNotes notes_;
   std::unique_ptr<data::DataLoader> loader_;
 };
 
 }  // namespace
 
-std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog&,
-                                               const EvalShare& share) {
-  return std::make_unique<SampleSource>(spec, device, share);
+std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
+                                         const EvalShare& share, SampleSourceNotes notes) {
+  return std::make_unique<SampleSource>(std::move(data), spec, device, share, std::move(notes));
+}
+
+std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog&, const EvalShare& share,
+                                               const std::string&) {
+  return open_samples(recipe::build_data(spec), spec, device, share);
 }
 
 }  // namespace genesis::train

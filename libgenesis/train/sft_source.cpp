@@ -345,7 +345,7 @@ class SftSource final : public DataSource {
 }  // namespace
 
 std::unique_ptr<DataSource> open_sft_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                            const EvalShare& share) {
+                                            const EvalShare& share, const std::string&) {
   return std::make_unique<SftSource>(spec, device, log, share);
 }
 

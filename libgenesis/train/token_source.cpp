@@ -122,7 +122,7 @@ class TokenSource final : public DataSource {
 }  // namespace
 
 std::unique_ptr<DataSource> open_token_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                              const EvalShare& share) {
+                                              const EvalShare& share, const std::string&) {
   return std::make_unique<TokenSource>(spec, device, log, share);
 }
 

@@ -157,7 +157,7 @@ void TrainingRun::checkpoint() {
   if (rank0_)
     save_checkpoint(run_dir_ / "checkpoints", *model_, model_tensors, optimizer_->name(), optimizer_state, state_,
                     recipe_toml_,
-                    static_cast<size_t>(t_.keep_last), data_->tokenizer());
+                    static_cast<size_t>(t_.keep_last), data_->tokenizer(), data_->encoding());
 }
 
 bool TrainingRun::evaluate_or_stop(const std::string& when) {

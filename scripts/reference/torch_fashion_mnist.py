@@ -40,11 +40,9 @@ def make_model(name):
                          nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def run(name, epochs, data, threads, seed, batch=128, lr=1e-3, wd=1e-4):
-    torch.manual_seed(seed)
-    torch.set_num_threads(threads)
-    (xtr, ytr), (xte, yte) = data
-    model = make_model(name)
+def train(model, xtr, ytr, epochs, batch=128, lr=1e-3, wd=1e-4):
+    """genesis's classifier recipes: AdamW (no decay on biases), cosine schedule per step, a fresh
+    shuffle each epoch, the last batch partial. Returns each epoch's seconds."""
     decay = [p for n, p in model.named_parameters() if not n.endswith("bias")]
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias")]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
@@ -65,6 +63,15 @@ def run(name, epochs, data, threads, seed, batch=128, lr=1e-3, wd=1e-4):
             opt.step()
             sched.step()
         epoch_times.append(time.perf_counter() - t0)
+    return epoch_times
+
+
+def run(name, epochs, data, threads, seed):
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+    (xtr, ytr), (xte, yte) = data
+    model = make_model(name)
+    epoch_times = train(model, xtr, ytr, epochs)
     model.eval()
     with torch.no_grad():
         correct = sum((model(xte[i : i + 1000]).argmax(1) == yte[i : i + 1000]).sum().item()

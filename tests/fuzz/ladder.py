@@ -7,6 +7,7 @@ of N units for a harness, written to a file that the harness binary runs once.
 safetensors: a header of N one-element F32 tensors.
 tokenizer:   a tokenizer.json (selector byte 0) with N merges over a 64-character alphabet.
 trainer_json: a trainer.json padded with N extra fields (genesis ignores unknown fields).
+csv:         a table of N columns (the label first, the second categorical) and 4 rows.
 """
 import json
 import struct
@@ -53,6 +54,12 @@ def tokenizer(n):
     }).encode()
 
 
+def csv(n):
+    header = ",".join(f"c{i}" for i in range(n))
+    rows = [",".join(["a" if r % 2 else "b", "x"] + [str(r + i) for i in range(n - 2)]) for r in range(4)]
+    return b"\x04" + "\r\n".join([header] + rows).encode()
+
+
 def trainer_json(n):
     state = {"step": 1, "epoch": 0, "batch_in_epoch": 1, "rng": {"seed": 0, "offset": 0}, "optimizer_steps": 1,
              "optimizer": "adamw", "scheduler": "cosine", "world_size": 1, "format_version": 1}
@@ -63,4 +70,4 @@ def trainer_json(n):
 if __name__ == "__main__":
     harness, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     with open(out, "wb") as f:
-        f.write({"safetensors": safetensors, "tokenizer": tokenizer, "trainer_json": trainer_json}[harness](n))
+        f.write({"safetensors": safetensors, "tokenizer": tokenizer, "trainer_json": trainer_json, "csv": csv}[harness](n))

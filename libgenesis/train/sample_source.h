@@ -1,0 +1,21 @@
+#pragma once
+// Samples held in memory (a classifier's training and evaluation sets) as a DataSource, through
+// the DataLoader: Fashion-MNIST's source, and what the sources that make such sets from their own
+// files (csv_source.cpp) return.
+#include <memory>
+#include <string>
+
+#include "libgenesis/recipe/build.h"
+#include "libgenesis/train/data_source.h"
+
+namespace genesis::train {
+
+struct SampleSourceNotes {
+  std::string missing_evaluation;  // DataSource::missing_evaluation(); empty: the generic sentence
+  std::string encoding;            // DataSource::encoding()
+};
+
+std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
+                                         const EvalShare& share, SampleSourceNotes notes = {});
+
+}  // namespace genesis::train
