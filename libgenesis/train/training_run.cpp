@@ -92,7 +92,16 @@ void TrainingRun::prepare_run_directory() {
 void TrainingRun::load_data_and_model() {
   manual_seed(static_cast<uint64_t>(spec_.run.seed));
   // Rank 0 prepares missing data (token shards) before the others look for it.
-  auto open_data = [&] { data_ = open_data_source(spec_, device_, *log_, share_); };
+  // A resumed run encodes its data as its checkpoint says (a table's statistics and classes), not
+  // anew from a file that may have grown; a checkpoint that cannot be read is resume()'s to report.
+  std::string encoding;
+  if (resuming_) {
+    try {
+      encoding = checkpoint_data_encoding(run_dir_ / "checkpoints");
+    } catch (const Error&) {
+    }
+  }
+  auto open_data = [&] { data_ = open_data_source(spec_, device_, *log_, share_, encoding); };
   detail::rank0_first(group_.get(), open_data, open_data);
   model_ = recipe::build_model(spec_, device_);
   data_->check_model(*model_);

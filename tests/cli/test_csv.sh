@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `[data] name = "csv"` end to end (issue 38): a small table from data/make_csv.py trains
 # recipes/csv_tiers_mlp.toml for a few steps and eval reproduces its accuracy, with the
-# checkpoint's encoding after the training file changed; data.val_fraction splits; bad tables and
+# checkpoint's encoding after the training file changed (and so does a resumed run); data.val_fraction splits; bad tables and
 # recipes exit 2 with one line naming file:line and column: ragged rows, a non-numeric value in
 # a numeric column, a missing label column, an empty file, a validation label the training rows
 # lack, and a model.input_shape that is not the encoded width.
@@ -33,6 +33,12 @@ for i in $(seq 1 300); do echo "90,900000,120,40,9000,west,pro,\"Dover, DE\",gol
 json=$("$genesis" eval --checkpoint "$work/run" 2>/dev/null)
 echo "$json" | grep -q "\"accuracy\":$acc" && ok "eval after the training file changed: the checkpoint's statistics" \
   || fail "eval after the training file changed printed '$json', expected $acc"
+# So does a resumed run: its checkpoints carry the first run's statistics, not the grown file's.
+cp "$work/run/checkpoints/latest/data.json" "$work/data_before.json"
+"$genesis" train "$recipe" --out "$work/run" --resume "${short[@]}" --set training.steps=60 -q >/dev/null \
+  2>"$work/resume.err" || fail "resume after the training file changed: $(cat "$work/resume.err")"
+cmp -s "$work/data_before.json" "$work/run/checkpoints/latest/data.json" \
+  && ok "a resumed run encodes with its checkpoint's statistics" || fail "the resumed run's data.json changed"
 python3 "$src/data/make_csv.py" --out "$work" --train 600 --test 200 >/dev/null
 
 # A seeded share of the training rows as the validation set.
