@@ -6,7 +6,8 @@
 # own docs tokenized with the test fixture's BPE, so nothing is downloaded.
 #   scripts/gpu/zero_bench.sh BUNDLE.tar.xz [NPROC]
 #   HIDDEN=1024 LAYERS=8 INTER=2816 HEADS=16 KV=HEADS VOCAB=703 SEQ=512 BATCH=8 STEPS=40 (per-GPU batch)
-#   LEVELS="0 1 2 3 3sel" (which runs; 3sel: ZeRO-3 with selective checkpointing)
+#   LEVELS="0 1 2 3 3sel" (which runs; 3sel: ZeRO-3 with selective checkpointing; 3bf: ZeRO-3
+#   with bf16 parameter gathers, dist.param_dtype)
 #   SHAPE=llama3_8b: Llama-3-8B's dimensions, B2 T2048 per GPU, LEVELS="3sel", and PyTorch FSDP2 +
 #   torch.compile of the same shape in the same call (scripts/bench/torch_fsdp.py; TORCH_AC=full
 #   or none), as issue 34's multi-GPU bar compares them
@@ -74,6 +75,7 @@ for level in ${LEVELS:-0 1 2 3 3sel}; do
   case $level in
     0) run ddp --set dist.zero=0 ;;
     3sel) run zero3sel --set dist.zero=3 --set training.activation_checkpointing=selective ;;
+    3bf) run zero3bf --set dist.zero=3 --set dist.param_dtype=bf16 ;;
     *) run "zero$level" --set dist.zero="$level" ;;
   esac
 done
@@ -91,7 +93,7 @@ try:
     base = losses("ddp")
 except OSError:
     sys.exit(0)  # no DDP run to compare with
-for name in ("zero1", "zero2", "zero3", "zero3sel"):
+for name in ("zero1", "zero2", "zero3", "zero3sel", "zero3bf"):
     try:
         other = losses(name)
     except OSError:
