@@ -771,15 +771,10 @@ TEST_CASE("ZeRO-3: a language model sharded by blocks trains as DDP does, with c
   CHECK(runs[3].released);
 }
 
-TEST_CASE("ZeRO-3 with bf16 parameter gathers: the step computes with rounded weights, the shards and the "
-          "checkpoint keep f32",
-          "[cpu][dist]") {
-  using models::ActivationCheckpointing;
-  const int accum = GENERATE(1, 2);
-  INFO("accumulation " << accum);
-  const std::vector<LmRun> runs =
-      run_lm(2, {{3, ActivationCheckpointing::none}, {3, ActivationCheckpointing::selective, DType::bf16}}, accum, 3);
-  const LmRun &exact = runs[0], &narrow = runs[1];
+namespace {
+
+// A ZeRO-3 run with bf16 parameter gathers (narrow) against the same run with f32 gathers (exact).
+void require_bf16_gathers(const LmRun& narrow, const LmRun& exact) {
   CHECK(narrow.released);
   REQUIRE(narrow.losses.size() == exact.losses.size());
   bool all_equal = true;
@@ -803,6 +798,19 @@ TEST_CASE("ZeRO-3 with bf16 parameter gathers: the step computes with rounded we
     INFO("weight " << exact.weights[i].name);
     CHECK(max(abs(sub(narrow.weights[i].tensor, exact.weights[i].tensor))).item() <= 3 * 2 * 0.0101);
   }
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-3 with bf16 parameter gathers: the step computes with rounded weights, the shards and the "
+          "checkpoint keep f32",
+          "[cpu][dist]") {
+  using models::ActivationCheckpointing;
+  const int accum = GENERATE(1, 2);
+  INFO("accumulation " << accum);
+  const std::vector<LmRun> runs =
+      run_lm(2, {{3, ActivationCheckpointing::none}, {3, ActivationCheckpointing::selective, DType::bf16}}, accum, 3);
+  require_bf16_gathers(runs[1], runs[0]);
 }
 
 #if GENESIS_WITH_NCCL
@@ -877,7 +885,8 @@ TEST_CASE("nccl: all_reduce, reduce_scatter, in-place all_gather and broadcast o
   }
 }
 
-TEST_CASE("nccl: ZeRO-2 and ZeRO-3 of a tiny Llama on the GPUs train as DDP does, checkpointed and accumulated",
+TEST_CASE("nccl: ZeRO-2 and ZeRO-3 of a tiny Llama on the GPUs train as DDP does, checkpointed and accumulated; "
+          "bf16 parameter gathers",
           "[cuda][dist]") {
   const int world = nccl_world();
   if (world == 0) {
@@ -889,11 +898,15 @@ TEST_CASE("nccl: ZeRO-2 and ZeRO-3 of a tiny Llama on the GPUs train as DDP does
   const int accum = GENERATE(1, 2);
   INFO("world " << world << ", checkpointing " << static_cast<int>(checkpointing) << ", accumulation " << accum);
   const std::vector<LmRun> runs =
-      run_lm(world, {{0, ActivationCheckpointing::none}, {2, checkpointing}, {3, checkpointing}}, accum, 3, /*nccl=*/true);
+      run_lm(world, {{0, ActivationCheckpointing::none}, {2, checkpointing}, {3, checkpointing},
+                     {3, checkpointing, DType::bf16}},
+             accum, 3, /*nccl=*/true);
   CHECK(runs[0].losses.back() < runs[0].losses.front());
   require_same_lm_run(runs[1], runs[0]);
   require_same_lm_run(runs[2], runs[0]);
   CHECK(runs[2].released);
+  INFO("bf16 parameter gathers");
+  require_bf16_gathers(runs[3], runs[2]);
 }
 
 TEST_CASE("nccl: ZeRO-1 and ZeRO-2 AdamW steps on the GPUs equal DDP's, and the gathered state is DDP's", "[cuda][dist]") {
