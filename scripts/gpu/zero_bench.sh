@@ -59,8 +59,21 @@ TOML
 run() {
   local name=$1
   shift
-  "$genesis" train "$work/zero.toml" --out "$work/$name" --nproc-per-node "$nproc" -q "$@" >/dev/null 2>"$out/$name.err" \
-    || { echo "$name: failed"; tail -n 3 "$out/$name.err"; return; }
+  if ! "$genesis" train "$work/zero.toml" --out "$work/$name" --nproc-per-node "$nproc" -q "$@" >/dev/null \
+    2>"$out/$name.err"; then
+    echo "$name: failed: $(tail -n 1 "$out/$name.err")"
+    # A run that trained and then failed (the 8B shape's final checkpoint, 96 GB, on a small disk):
+    # its per-step rates are in metrics.jsonl (global tokens/s; the first two steps left out).
+    [ -f "$work/$name/metrics.jsonl" ] && cp "$work/$name/metrics.jsonl" "$out/$name.metrics.jsonl" \
+      && python3 - "$out/$name.metrics.jsonl" "$name" "$nproc" <<'PY'
+import json, statistics, sys
+rates = [j["tokens_per_s"] for j in map(json.loads, open(sys.argv[1])) if "tokens_per_s" in j][2:]
+if rates:
+    print(f"{sys.argv[2]:>10}: {statistics.median(rates) / int(sys.argv[3]):>9.0f} tok/s per GPU "
+          f"(median of {len(rates)} logged steps, from metrics.jsonl; no peak: the run did not finish)")
+PY
+    return
+  fi
   cp "$work/$name/summary.json" "$out/$name.summary.json"
   cp "$work/$name/metrics.jsonl" "$out/$name.metrics.jsonl"
   python3 - "$work/$name/summary.json" "$name" <<'PY'
