@@ -4,3 +4,18 @@ b=$(mktemp -d)
 tar -xJf "${1:?bundle archive}" -C "$b"
 export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 genesis="$b/bin/genesis"
+
+# The [data] section of the GPU scripts' small language-model recipes: the repository's own docs,
+# tokenized with the test fixture's BPE (vocabulary 703) into shards under $1, windows of $2 tokens.
+# Nothing is downloaded.
+docs_token_data() {
+  cat <<TOML
+[data]
+name = "tokens"
+shards = "$1"
+tokenizer = "$PWD/tests/fixtures/tokenizer_bpe/tokenizer.json"
+source = [$(printf '"%s", ' "$PWD"/docs/*.md)"$PWD/README.md"]
+val_fraction = 0.05
+seq_len = $2
+TOML
+}

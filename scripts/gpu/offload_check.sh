@@ -25,13 +25,7 @@ num_hidden_layers = 4
 num_attention_heads = 4
 num_key_value_heads = 2
 max_position_embeddings = 256
-[data]
-name = "tokens"
-shards = "$work/shards"
-tokenizer = "$PWD/tests/fixtures/tokenizer_bpe/tokenizer.json"
-source = [$(printf '"%s", ' "$PWD"/docs/*.md)"$PWD/README.md"]
-val_fraction = 0.05
-seq_len = 256
+$(docs_token_data "$work/shards" 256)
 [optimizer]
 name = "adamw"
 lr = 1e-3

@@ -35,13 +35,7 @@ num_hidden_layers = ${LAYERS:-8}
 num_attention_heads = ${HEADS:-16}
 num_key_value_heads = ${KV:-${HEADS:-16}}
 max_position_embeddings = ${SEQ:-512}
-[data]
-name = "tokens"
-shards = "$work/shards"
-tokenizer = "$PWD/tests/fixtures/tokenizer_bpe/tokenizer.json"
-source = [$(printf '"%s", ' "$PWD"/docs/*.md)"$PWD/README.md"]
-val_fraction = 0.05
-seq_len = ${SEQ:-512}
+$(docs_token_data "$work/shards" ${SEQ:-512})
 [optimizer]
 name = "adamw"
 lr = 3e-4
