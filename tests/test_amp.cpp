@@ -114,7 +114,7 @@ const std::vector<std::pair<std::string, MakeOptimizer>>& optimizers() {
 
 }  // namespace
 
-TEST_CASE("grad scaler: an inf gradient skips exactly that step and halves the scale; later steps continue",
+TEST_CASE("grad scaler: an inf gradient skips exactly that step and halves the scale, later steps continue",
           "[cpu][amp]") {
   for (const auto& [name, make] : optimizers()) {
     for (int inf_step : {1, 2}) {  // a skipped first step: adam's t and sgd's first step wait for the next

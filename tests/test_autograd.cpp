@@ -61,7 +61,7 @@ TEST_CASE("in-place ops on tensors that need grad are refused", "[cpu][autograd]
   CHECK(x.to_vector<float>() == std::vector<float>{3, 3});
 }
 
-TEST_CASE("leaf hooks see and may replace the gradient; post-accumulate hooks run after", "[cpu][autograd]") {
+TEST_CASE("leaf hooks see and may replace the gradient, post-accumulate hooks run after", "[cpu][autograd]") {
   Tensor x = ones({3}, {.dtype = DType::f64, .requires_grad = true});
   int calls = 0;
   x.register_hook([&](const Tensor& g) {
@@ -76,7 +76,7 @@ TEST_CASE("leaf hooks see and may replace the gradient; post-accumulate hooks ru
   CHECK(seen == 30.0);
 }
 
-TEST_CASE("backward twice without retain_graph is an error; with it gradients add", "[cpu][autograd]") {
+TEST_CASE("backward twice without retain_graph is an error, with it gradients add", "[cpu][autograd]") {
   Tensor x = tensor({2.0}, {}, {.dtype = DType::f64}).requires_grad_();
   Tensor y = exp(x);
   y.backward(Tensor(), /*retain_graph=*/true);

@@ -56,7 +56,7 @@ TEST_CASE("csv reader: quotes, CRLF, embedded commas and line breaks, empty fiel
   }
 }
 
-TEST_CASE("csv reader: a lone CR ends a record; a quote inside an unquoted field is text", "[cpu][csv]") {
+TEST_CASE("csv reader: a lone CR ends a record, a quote inside an unquoted field is text", "[cpu][csv]") {
   testing::TempDir tmp;
   const auto [rows, lines] = read_all(write_text(tmp / "t.csv", "a,b\rx\"y,\"\"\r"), 1 << 20);
   CHECK(rows == Rows{{"a", "b"}, {"x\"y", ""}});
@@ -106,7 +106,7 @@ TEST_CASE("csv table: standardization and one-hot with the training rows' statis
         std::vector<int64_t>{1, 2, 1, 0});
 }
 
-TEST_CASE("csv table: statistics of the training rows only; imputation; unseen categories; integer classes",
+TEST_CASE("csv table: statistics of the training rows only, imputation, unseen categories, integer classes",
           "[cpu][csv]") {
   testing::TempDir tmp;
   const fs::path path = write_text(tmp / "t.csv",

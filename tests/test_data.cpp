@@ -51,7 +51,7 @@ Dataset counting_dataset(int64_t n) {
 
 }  // namespace
 
-TEST_CASE("IDX files read plain and gzip'd; corrupt files are named", "[cpu][data]") {
+TEST_CASE("IDX files read plain and gzip'd, corrupt files are named", "[cpu][data]") {
   std::string plain = temp_path("img.idx"), gz = temp_path("img.idx.gz"), labels = temp_path("lab.idx.gz");
   std::vector<unsigned char> pixels{0, 1, 2, 3, 4, 5, 250, 255, 9, 10, 11, 12};
   write_file(plain, idx_bytes(0x08, {3, 2, 2}, pixels), false);

@@ -137,7 +137,7 @@ Tensor rank_values(int rank, int64_t n, DType dtype) {
 
 }  // namespace
 
-TEST_CASE("dist env: torchrun, OpenMPI and Slurm variables; none is one process", "[cpu][dist]") {
+TEST_CASE("dist env: torchrun, OpenMPI and Slurm variables, none is one process", "[cpu][dist]") {
   ProcessEnv none = read_env({});
   CHECK(none.world_size == 1);
   CHECK(none.launcher == "none");
@@ -607,7 +607,7 @@ void require_same_state(const std::vector<NamedTensor>& got, const std::vector<N
 
 }  // namespace
 
-TEST_CASE("ZeRO-1 and ZeRO-2: sharded AdamW steps equal DDP's; the gathered state is DDP's and resumes on another "
+TEST_CASE("ZeRO-1 and ZeRO-2: sharded AdamW steps equal DDP's, the gathered state is DDP's and resumes on another "
           "world size",
           "[cpu][dist]") {
   std::vector<Tensor> init;
@@ -748,7 +748,7 @@ void require_same_lm_run(const LmRun& got, const LmRun& want) {
 
 }  // namespace
 
-TEST_CASE("ZeRO-3: a language model sharded by blocks trains as DDP does, with checkpointing and accumulation; "
+TEST_CASE("ZeRO-3: a language model sharded by blocks trains as DDP does, with checkpointing and accumulation, "
           "between steps no rank holds a whole parameter",
           "[cpu][dist]") {
   using models::ActivationCheckpointing;
@@ -885,7 +885,7 @@ TEST_CASE("nccl: all_reduce, reduce_scatter, in-place all_gather and broadcast o
   }
 }
 
-TEST_CASE("nccl: ZeRO-2 and ZeRO-3 of a tiny Llama on the GPUs train as DDP does, checkpointed and accumulated; "
+TEST_CASE("nccl: ZeRO-2 and ZeRO-3 of a tiny Llama on the GPUs train as DDP does, checkpointed and accumulated, "
           "bf16 parameter gathers",
           "[cuda][dist]") {
   const int world = nccl_world();

@@ -52,7 +52,7 @@ TEST_CASE("in-place ops refuse sources that need grad and self-overlapping desti
   CHECK_THROWS_AS(expanded.copy_(tensor({1, 2, 3})), ValueError);
 }
 
-TEST_CASE("scalars keep their range with half tensors; bool + number counts", "[cpu][elementwise]") {
+TEST_CASE("scalars keep their range with half tensors, bool + number counts", "[cpu][elementwise]") {
   Tensor h = full({1}, 0.001, {.dtype = DType::f16});
   Tensor r = mul(h, 70000.0);
   CHECK(r.dtype() == DType::f16);
@@ -66,7 +66,7 @@ TEST_CASE("scalars keep their range with half tensors; bool + number counts", "[
   CHECK(masked_fill(zeros({2}, {.dtype = DType::f16}), mask, -INFINITY).to_vector<float>()[0] == -INFINITY);
 }
 
-TEST_CASE("relu keeps NaN; pow's gradient at 0^0 is 0", "[cpu][elementwise]") {
+TEST_CASE("relu keeps NaN, pow's gradient at 0^0 is 0", "[cpu][elementwise]") {
   CHECK(std::isnan(relu(tensor({NAN})).item()));
   Tensor a = zeros({1}, {.dtype = DType::f64, .requires_grad = true});
   Tensor b = zeros({1}, {.dtype = DType::f64, .requires_grad = true});

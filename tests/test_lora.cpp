@@ -120,7 +120,7 @@ std::string error_of(const std::function<void()>& f) {
 
 }  // namespace
 
-TEST_CASE("LoRA: forward is base + scale (x A^T) B^T; gradients of x, A and B gradchecked in f64", "[cpu][lora]") {
+TEST_CASE("LoRA: forward is base + scale (x A^T) B^T, gradients of x, A and B gradchecked in f64", "[cpu][lora]") {
   manual_seed(3);
   nn::Linear layer(5, 4, true);
   layer.to(DType::f64);
@@ -222,7 +222,7 @@ TEST_CASE("LoRA: with B = 0 the adapted models give their base's logits bit for 
   }
 }
 
-TEST_CASE("LoRA: training moves the adapters only; the frozen base stays byte-identical", "[cpu][lora]") {
+TEST_CASE("LoRA: training moves the adapters only, the frozen base stays byte-identical", "[cpu][lora]") {
   for (const char* config : {kLlama, kGpt2}) {
     auto model = tiny(config);
     {
@@ -265,7 +265,7 @@ TEST_CASE("LoRA: training moves the adapters only; the frozen base stays byte-id
   }
 }
 
-TEST_CASE("LoRA recipes: [lora] adapts init_from's model in model.dtype; bad keys are recipe errors", "[cpu][lora]") {
+TEST_CASE("LoRA recipes: [lora] adapts init_from's model in model.dtype, bad keys are recipe errors", "[cpu][lora]") {
   const fs::path dir = fs::temp_directory_path() / "genesis_test_lora_base";
   fs::remove_all(dir);
   models::save_hf_model(*tiny(kLlama), dir);
@@ -410,7 +410,7 @@ TEST_CASE("QLoRA: an NF4 base computes with its dequantized weights, leaves the 
   }
 }
 
-TEST_CASE("QLoRA: training moves the adapters; the NF4 base stays byte-identical", "[cpu][lora][nf4]") {
+TEST_CASE("QLoRA: training moves the adapters, the NF4 base stays byte-identical", "[cpu][lora][nf4]") {
   auto model = tiny(kLlama);
   {
     NoGradGuard no_grad;  // a "pretrained" head, as in the LoRA training test above

@@ -199,7 +199,7 @@ GENESIS_GRADCHECK("linear_cross_entropy") {
   }
 }
 
-TEST_CASE("linear_cross_entropy is cross_entropy of the linear map, in f32 for 16-bit inputs") {
+TEST_CASE("linear_cross_entropy is cross_entropy of the linear map, in f32 for 16-bit inputs", "[cpu][loss]") {
   Tensor x = testing::rand_values({6, 4}, DType::f64, -1, 1);
   Tensor w = testing::rand_values({7, 4}, DType::f64, -1, 1);
   Tensor t = targets({6, 0, -100, 3, 3, 1}, {6});

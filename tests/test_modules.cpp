@@ -46,7 +46,7 @@ TEST_CASE("modules name their parameters like PyTorch and report state-dict mism
                     Catch::Contains("missing [layers.5.bias]") && Catch::Contains("unexpected [extra.weight]"));
 }
 
-TEST_CASE("train/eval mode reaches every child; dropout only trains", "[cpu][modules]") {
+TEST_CASE("train/eval mode reaches every child, dropout only trains", "[cpu][modules]") {
   nn::Sequential seq({std::make_shared<nn::Dropout>(0.5), std::make_shared<nn::Activation>(nn::ActivationKind::relu)});
   Tensor x = ones({1000});
   CHECK(sum(eq(seq(x), 0.0)).item() > 300);
@@ -153,7 +153,7 @@ TEST_CASE("frozen parameters: no gradient, no optimizer state, kept through to()
   CHECK(mlp.num_parameters(nn::Params::frozen) == 0);
 }
 
-TEST_CASE("training.freeze: the optimizer and clipping see the trained parameters; bad patterns are recipe errors",
+TEST_CASE("training.freeze: the optimizer and clipping see the trained parameters, bad patterns are recipe errors",
           "[cpu][modules]") {
   const std::string base = R"(
 [run]

@@ -121,7 +121,7 @@ TEST_CASE("optimizer state round-trips and resumes identically", "[cpu][optim]")
   CHECK_THROWS_AS(c->load_state(bad, 3), ValueError);
 }
 
-TEST_CASE("parameters without gradients are skipped; zero_grad zeroes gradients or drops them", "[cpu][optim]") {
+TEST_CASE("parameters without gradients are skipped, zero_grad zeroes gradients or drops them", "[cpu][optim]") {
   Tensor p = param(), q = param();
   ParamGroup g;
   g.params = {{"p", p}, {"q", q}};

@@ -442,7 +442,7 @@ TEST_CASE("recipe: to_toml writes every key and reads back to the same spec", "[
   CHECK(parse_recipe(awkward.to_toml(), "resolved.toml") == awkward);
 }
 
-TEST_CASE("recipe: [model] fills the config of model.name's family; other models' keys are ignored", "[cpu][recipe]") {
+TEST_CASE("recipe: [model] fills the config of model.name's family, other models' keys are ignored", "[cpu][recipe]") {
   // The family's own defaults, whatever name the file started with.
   const RecipeSpec cnn = parse_recipe(kMinimal, "inline.toml", {"model.hidden=[5]", "model.name=cnn"});
   REQUIRE(std::holds_alternative<models::CnnConfig>(cnn.model.config));

@@ -49,7 +49,7 @@ TEST_CASE("a directory lock has one holder, named in the refusal, until it is re
   CHECK(io::has_dir_lock(dir));
 }
 
-TEST_CASE("a lock file of a dead holder does not lock; one held by an unnamed process does", "[cpu][io]") {
+TEST_CASE("a lock file of a dead holder does not lock, one held by an unnamed process does", "[cpu][io]") {
   TempDir root;
   const fs::path dir = root / "x";
   fs::create_directories(dir);
@@ -89,7 +89,7 @@ TEST_CASE("emptying a locked directory keeps its lock", "[cpu][io]") {
   CHECK_THROWS_WITH(io::resolve_checkpoint(dir), Contains("the directory is empty"));
 }
 
-TEST_CASE("the run directory is locked before it is prepared; refusals come first where none was", "[cpu][train]") {
+TEST_CASE("the run directory is locked before it is prepared, refusals come first where none was", "[cpu][train]") {
   TempDir root;
   const fs::path dir = root / "run";
   train::TrainOptions fresh, resume, overwrite;

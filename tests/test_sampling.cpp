@@ -33,7 +33,7 @@ std::shared_ptr<models::CausalLM> tiny_gpt2() {
 
 }  // namespace
 
-TEST_CASE("sampling: temperature scales the softmax; 0 is a one-hot at the first maximum", "[cpu][sampling]") {
+TEST_CASE("sampling: temperature scales the softmax, 0 is a one-hot at the first maximum", "[cpu][sampling]") {
   const std::vector<double> z = {1.0, 3.0, -2.0, 3.0, 0.5};
   for (double temperature : {0.5, 1.0, 2.0}) {
     std::vector<double> p = models::next_token_probabilities(logits_of(z), {.temperature = temperature});

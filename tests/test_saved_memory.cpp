@@ -25,7 +25,7 @@ bool saves(const Tensor& out, const Tensor& t) {
 
 }  // namespace
 
-TEST_CASE("add and sub keep no tensor; mul, div and linear keep only what their backward reads", "[cpu][autograd]") {
+TEST_CASE("add and sub keep no tensor, mul, div and linear keep only what their backward reads", "[cpu][autograd]") {
   Tensor a = ones({4, 3}, {.requires_grad = true});
   Tensor b = ones({3}, {.requires_grad = true});
   for (const Tensor& out : {add(a, b), sub(a, b), add(a, 2.0), sub(1.0, a), a.t(), a.reshape({12}), a.slice(0, 1, 3),
@@ -81,7 +81,7 @@ TEST_CASE("split and chunk backward write one gradient buffer", "[cpu][autograd]
   CHECK(z.grad().to_vector<double>() == std::vector<double>{3, 3, 0, 0, 3, 3});
 }
 
-TEST_CASE("zero_grad zeroes .grad in place; backward accumulates into the same storage", "[cpu][optim][autograd]") {
+TEST_CASE("zero_grad zeroes .grad in place, backward accumulates into the same storage", "[cpu][optim][autograd]") {
   Tensor p = full({4}, 0.5, {.requires_grad = true});
   ParamGroup group{.params = {{"p", p}}, .lr = 0.1, .base_lr = 0.1};
   auto optimizer = make_sgd({group});

@@ -78,7 +78,7 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("token shards: source.json is written; unchanged sources reuse the shards untouched", "[cpu][shards]") {
+TEST_CASE("token shards: source.json is written, unchanged sources reuse the shards untouched", "[cpu][shards]") {
   Fixture f;
   const RecipeSpec spec = token_recipe(f.dir);
   const Prepared first = prepare(spec);
@@ -141,7 +141,7 @@ TEST_CASE("token shards: a changed tokenizer, val_fraction or source list is pre
   CHECK(prepare(token_recipe(f.dir, overrides)).notes.empty());
 }
 
-TEST_CASE("token shards: without source.json they are used as they are; rewritten ones are made again",
+TEST_CASE("token shards: without source.json they are used as they are, rewritten ones are made again",
           "[cpu][shards]") {
   Fixture f;
   const RecipeSpec spec = token_recipe(f.dir);

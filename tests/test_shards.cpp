@@ -155,7 +155,7 @@ TEST_CASE("sequential windows: inputs and targets shifted by one, across shards"
   REQUIRE(row(loader.next().inputs, 0) == std::vector<int64_t>{0, 1, 2, 3});
 }
 
-TEST_CASE("ranks read disjoint windows; a shuffled epoch covers each window once", "[cpu][shards]") {
+TEST_CASE("ranks read disjoint windows, a shuffled epoch covers each window once", "[cpu][shards]") {
   genesis::testing::TempDir dir;
   write_token_shard(dir / "t.bin", iota_tokens(8 * 50 + 1, 100000), 100000);  // 50 windows of 8 + 1
   TokenWindowOptions opt;
@@ -224,7 +224,7 @@ TEST_CASE("tokenize_to_shards stops on a stop request and writes nothing", "[cpu
   CHECK(!fs::exists(dir / "out" / "train.bin"));
 }
 
-TEST_CASE("tokenize_to_shards: documents start with the separator; each one's tail goes to val", "[cpu][shards]") {
+TEST_CASE("tokenize_to_shards: documents start with the separator, each one's tail goes to val", "[cpu][shards]") {
   genesis::testing::TempDir dir;
   Tokenizer tok = Tokenizer::load(fs::path(genesis::testing::source_path("tests/fixtures/tokenizer_bpe/tokenizer.json")));
   std::ofstream(dir / "a.txt") << "Call me Ishmael. Some years ago, never mind how long precisely.";
