@@ -45,6 +45,18 @@ Tensor gradient_for_update(const Tensor& param, const Tensor& grad) {
 
 }  // namespace
 
+Tensor Optimizer::gradient_to_apply(const NamedTensor& p, ParamState& state, Device home) const {
+  Tensor grad = p.tensor.grad();
+  if (!grad.defined()) return grad;
+  GENESIS_CHECK(p.tensor.is_contiguous(), ValueError, "optimizer: parameter '", p.name, "' is not contiguous");
+  GENESIS_CHECK(grad.shape() == p.tensor.shape(), ShapeError, "optimizer: gradient of '", p.name, "' has shape ",
+                grad.shape(), " but the parameter has shape ", p.tensor.shape());
+  if (state.slots.empty())
+    for (size_t s = 0; s < slot_names().size(); ++s)
+      state.slots.push_back(zeros(p.tensor.shape(), {.dtype = p.tensor.dtype(), .device = home}));
+  return grad;
+}
+
 void Optimizer::step(const Tensor& skip_if, const Tensor& clip_norm, double max_norm) {
   NoGradGuard no_grad;
   GENESIS_CHECK(!skip_if.defined() || (skip_if.dtype() == DType::f32 && skip_if.numel() == 1), ValueError,
@@ -66,14 +78,8 @@ void Optimizer::step(const Tensor& skip_if, const Tensor& clip_norm, double max_
     };
     for (NamedTensor& p : g.params) {
       ParamState& state = states_[index++];
-      Tensor grad = p.tensor.grad();
+      const Tensor grad = gradient_to_apply(p, state, p.tensor.device());
       if (!grad.defined()) continue;
-      GENESIS_CHECK(p.tensor.is_contiguous(), ValueError, "optimizer: parameter '", p.name, "' is not contiguous");
-      GENESIS_CHECK(grad.shape() == p.tensor.shape(), ShapeError, "optimizer: gradient of '", p.name, "' has shape ",
-                    grad.shape(), " but the parameter has shape ", p.tensor.shape());
-      if (state.slots.empty()) {
-        for (size_t s = 0; s < slot_names().size(); ++s) state.slots.push_back(zeros_like(p.tensor));
-      }
       kernels::StepGate gate;
       if (skip_if.defined()) {
         GENESIS_CHECK(skip_if.device() == p.tensor.device(), DeviceError, "optimizer: skip_if is on ",
@@ -137,18 +143,11 @@ void Optimizer::offloaded_step(const Tensor& skip_if, const Tensor& clip_norm, d
   for (ParamGroup& g : groups_) {
     for (NamedTensor& p : g.params) {
       ParamState& state = states_[index++];
-      const Tensor grad = p.tensor.grad();
-      if (!grad.defined()) continue;
-      GENESIS_CHECK(p.tensor.is_contiguous(), ValueError, "optimizer: parameter '", p.name, "' is not contiguous");
-      GENESIS_CHECK(grad.shape() == p.tensor.shape(), ShapeError, "optimizer: gradient of '", p.name, "' has shape ",
-                    grad.shape(), " but the parameter has shape ", p.tensor.shape());
       GENESIS_CHECK(p.tensor.dtype() == DType::f32 || p.tensor.dtype() == DType::f64, ValueError,
                     "optimizer offload: parameter '", p.name, "' is ", dtype_name(p.tensor.dtype()),
                     "; the host update takes f32 or f64 parameters (keep f32 weights and train under [amp])");
-      if (state.slots.empty()) {
-        for (size_t s = 0; s < slot_names().size(); ++s)
-          state.slots.push_back(zeros(p.tensor.shape(), {.dtype = p.tensor.dtype()}));  // host memory
-      }
+      const Tensor grad = gradient_to_apply(p, state, kCPU);  // the state in host memory
+      if (!grad.defined()) continue;
       ++state.steps;
       p.tensor.storage()->bump_version();  // an in-place update: graphs that saved it are stale
       items.push_back({.param = p.tensor, .grad = grad.to(p.tensor.dtype()).contiguous()});

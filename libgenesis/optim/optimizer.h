@@ -112,6 +112,9 @@ class Optimizer {
  private:
   // step() when offloaded: the gate read on the host, the update chunk by chunk on the CPU.
   void offloaded_step(const Tensor& skip_if, const Tensor& clip_norm, double max_norm);
+  // p's gradient for this step (undefined: p takes no update), its layout checked; at p's first
+  // update its state gets its slots, on `home`.
+  Tensor gradient_to_apply(const NamedTensor& p, ParamState& state, Device home) const;
 
   std::vector<ParamGroup> groups_;
   std::vector<ParamState> states_;  // states_[i] belongs to the i-th parameter in group order
