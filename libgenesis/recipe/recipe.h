@@ -130,7 +130,7 @@ struct RecipeSpec {
     double clip_grad_value = 0;  // 0 = off
     int64_t log_every = 0;
     int64_t eval_every = 0;        // 0 = never
-    int64_t checkpoint_every = 0;  // 0 = only at the end
+    int64_t checkpoint_every = 0;  // 0 = only at the end; -1 = never
     int64_t keep_last = 0;
     std::string on_nonfinite;  // "stop" or "skip": a step with a non-finite loss or gradient norm
     std::vector<std::string> freeze;  // parameter-name substrings: those parameters do not train

@@ -781,8 +781,10 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "training",
        .key = "checkpoint_every",
        .fallback = int64_t{0},
-       .min = at_least(0),
-       .doc = "Save a checkpoint every this many steps; 0 = only at the end.",
+       .min = at_least(-1),
+       .doc = "Save a checkpoint every this many steps; 0 = only at the end; -1 = never, not even at the end or "
+              "on a stop signal (benchmarks: a large model's checkpoint may not fit the disk; such a run cannot be "
+              "resumed or evaluated from its directory).",
        .field = GENESIS_RECIPE_FIELD(training.checkpoint_every)},
       {.section = "training",
        .key = "keep_last",

@@ -49,8 +49,7 @@ int TrainingRun::train() {
       default_generator().set_state(step_rng);
       checkpoint();
       log_->note("stopped by signal during step " + std::to_string(state_.step + 1) +
-                 " (between micro-batches; the step is dropped); checkpoint of step " + std::to_string(state_.step) +
-                 " written, resume with --resume");
+                 " (between micro-batches; the step is dropped); " + checkpoint_note());
       return 130;
     }
     // This rank's counts for all ranks: the global batch splits evenly over them (an uneven
@@ -81,8 +80,7 @@ int TrainingRun::train() {
     }
     if (stopping) {
       checkpoint();
-      log_->note("stopped by signal at step " + std::to_string(state_.step) +
-                 "; checkpoint written, resume with --resume");
+      log_->note("stopped by signal at step " + std::to_string(state_.step) + "; " + checkpoint_note());
       return 130;
     }
     if (t_.checkpoint_every > 0 && state_.step % t_.checkpoint_every == 0 && !last) checkpoint();
@@ -138,6 +136,7 @@ void TrainingRun::log_step(const Tensor& grad_norm, Clock::time_point start, Clo
 void TrainingRun::checkpoint() {
   check_nonfinite();
   log_skipped_steps();
+  if (t_.checkpoint_every < 0) return;  // never (training.checkpoint_every = -1)
   state_.log_window_steps = window_steps_;
   state_.log_window_loss = window_steps_ > 0 ? window_loss_.item() : 0.0;
   if (scaler_) state_.grad_scaler = scaler_->state_dict();
@@ -160,6 +159,12 @@ void TrainingRun::checkpoint() {
                     static_cast<size_t>(t_.keep_last), data_->tokenizer(), data_->encoding());
 }
 
+// What a stop says of its checkpoint.
+std::string TrainingRun::checkpoint_note() const {
+  if (t_.checkpoint_every < 0) return "no checkpoint written (training.checkpoint_every = -1)";
+  return "checkpoint of step " + std::to_string(state_.step) + " written, resume with --resume";
+}
+
 bool TrainingRun::evaluate_or_stop(const std::string& when) {
   try {
     // Under the training's autocast, as the forward passes it measures.
@@ -168,8 +173,7 @@ bool TrainingRun::evaluate_or_stop(const std::string& when) {
     return true;
   } catch (const Interrupted&) {
     checkpoint();
-    log_->note("stopped by signal during " + when + "; checkpoint of step " + std::to_string(state_.step) +
-               " written, resume with --resume");
+    log_->note("stopped by signal during " + when + "; " + checkpoint_note());
     return false;
   }
 }
@@ -209,8 +213,11 @@ void TrainingRun::stop_on_underflow() {
   checkpoint();
   GENESIS_THROW(Error, "the fp16 loss scale fell below 2^-24 at step ", underflow_step_,
                 " (every step with inf/nan gradients is skipped and backs the scale off); the last step applied was ",
-                last_applied_step_, " and the checkpoint written at step ", state_.step,
-                " holds its weights. Set amp.dtype = \"bf16\" or lower optimizer.lr");
+                last_applied_step_,
+                t_.checkpoint_every < 0 ? std::string(" (no checkpoint: training.checkpoint_every = -1)")
+                                        : " and the checkpoint written at step " + std::to_string(state_.step) +
+                                              " holds its weights",
+                ". Set amp.dtype = \"bf16\" or lower optimizer.lr");
 }
 
 }  // namespace genesis::train

@@ -56,6 +56,8 @@ class TrainingRun {
   bool stop_requested() const;
   void log_step(const Tensor& grad_norm, Clock::time_point start, Clock::time_point window_start, int64_t first_step);
   void checkpoint();
+  // The end of a stop's note: which checkpoint it wrote, or that the run writes none.
+  std::string checkpoint_note() const;
   // Evaluates into last_eval_; on a stop request during it writes a checkpoint and returns false.
   bool evaluate_or_stop(const std::string& when);
   void check_nonfinite();

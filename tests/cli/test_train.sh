@@ -62,6 +62,23 @@ for end in (5, 10):
     assert abs(every5[end] - mean) <= 1e-9 * abs(mean), (end, every5[end], mean)
 PY
 
+# checkpoint_every = -1 (benchmarks) writes no checkpoint, not even at the end; a stop signal says so.
+"$genesis" train "$recipe" --out "$work/nockpt" --set training.steps=10 --set training.eval_every=0 \
+  --set training.checkpoint_every=-1 -q >/dev/null 2>"$work/nockpt.err"
+rc=$?
+[ $rc -eq 0 ] && [ -f "$work/nockpt/summary.json" ] && [ -z "$(ls -A "$work/nockpt/checkpoints" 2>/dev/null)" ] \
+  && ok "training.checkpoint_every = -1 writes no checkpoint" \
+  || fail "checkpoint_every = -1: exit $rc, checkpoints: $(ls "$work/nockpt/checkpoints" 2>&1) $(cat "$work/nockpt.err")"
+"$genesis" train "$recipe" --out "$work/nockpt_sig" --set training.steps=100000 --set training.epochs=1000 \
+  --set training.eval_every=0 --set training.checkpoint_every=-1 --set training.log_every=1 >/dev/null 2>"$work/nockpt_sig.err" &
+pid=$!
+for _ in $(seq 100); do grep -q '"step"' "$work/nockpt_sig/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+kill -TERM $pid; wait $pid; rc=$?
+[ $rc -eq 130 ] && grep -q "no checkpoint written (training.checkpoint_every = -1)" "$work/nockpt_sig.err" \
+  && [ -z "$(ls -A "$work/nockpt_sig/checkpoints" 2>/dev/null)" ] \
+  && ok "a stop signal under checkpoint_every = -1 exits 130 and says no checkpoint was written" \
+  || fail "stop under checkpoint_every = -1: exit $rc, $(cat "$work/nockpt_sig.err")"
+
 # 3. Resume equals uninterrupted: continue from the step-20 checkpoint of a 40-step run.
 common=(--set training.steps=40 --set training.log_every=5 --set training.checkpoint_every=20 --set training.keep_last=5 --set model.dropout=0.1 -q)
 "$genesis" train "$recipe" --out "$work/full" "${common[@]}" >/dev/null 2>&1 || fail "40-step run failed"
