@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -26,6 +27,7 @@
 #include "libgenesis/dist/nccl_communicator.h"
 #include "libgenesis/dist/tcp_communicator.h"
 #include "libgenesis/models/hf.h"
+#include "libgenesis/nn/lora.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/index.h"
@@ -661,6 +663,8 @@ struct LmConfig {
   int zero = 0;
   models::ActivationCheckpointing checkpointing = models::ActivationCheckpointing::none;
   std::optional<DType> param_dtype = std::nullopt;  // zero = 3: the gathers' wire
+  // The trained parameters: the whole model, LoRA adapters on a frozen base, or those on an NF4 base.
+  enum class Base { trained, lora, qlora } base = Base::trained;
 };
 
 std::vector<LmRun> run_lm(int world, const std::vector<LmConfig>& configs, int accum, int steps, bool nccl = false) {
@@ -676,6 +680,11 @@ std::vector<LmRun> run_lm(int world, const std::vector<LmConfig>& configs, int a
       models[k].push_back(models::causal_lm_from_config(config));
       models[k].back()->load_state_dict(init);
       models[k].back()->set_activation_checkpointing(configs[k].checkpointing);
+      if (configs[k].base == LmConfig::Base::trained) continue;
+      Generator adapters(23);  // the same adapters on every rank, as a run's seed gives them
+      nn::add_lora(*models[k].back(), {.r = 2, .alpha = 4.0, .targets = {"q_proj", "v_proj", "down_proj"}}, &adapters);
+      if (configs[k].base == LmConfig::Base::qlora)
+        for (const auto& [name, target] : nn::lora_targets(*models[k].back())) target->quantize_nf4(kCPU, DType::f32);
     }
   Tensor ids = empty({static_cast<int64_t>(steps * accum * 6), 9}, {.dtype = DType::i64});
   for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 13 + i / 9 * 5 + 1) % 61;
@@ -690,7 +699,10 @@ std::vector<LmRun> run_lm(int world, const std::vector<LmConfig>& configs, int a
       models::CausalLM& model = *owned;
       model.to(device);
       DataParallelOptions options{.bucket_mb = 1e-3, .zero = zero, .param_dtype = configs[k].param_dtype};
-      if (zero == 3) options.units = model.shard_units(nn::Params::trainable);
+      if (zero == 3) {
+        options.units = model.shard_units(nn::Params::trainable);
+        options.frozen_units = model.frozen_units();
+      }
       DataParallel dp(model.parameters(nn::Params::trainable), c, options);
       if (zero == 3) model.set_unit_hooks(dp.unit_hooks());
       dp.broadcast_parameters();
@@ -719,6 +731,7 @@ std::vector<LmRun> run_lm(int world, const std::vector<LmConfig>& configs, int a
         dp.zero_grad();
         for (const Tensor& p : model.parameters(nn::Params::trainable))
           released = released && !p.storage()->resident();
+        for (const Tensor& t : model.frozen_storage()) released = released && !t.storage()->resident();
       }
       Tensor logits;
       {
@@ -769,6 +782,33 @@ TEST_CASE("ZeRO-3: a language model sharded by blocks trains as DDP does, with c
     require_same_lm_run(runs[static_cast<size_t>(level)], ddp);
   }
   CHECK(runs[3].released);
+}
+
+TEST_CASE("ZeRO-3 with a frozen base: LoRA and QLoRA adapters train as DDP does, the base sharded and freed "
+          "between steps",
+          "[cpu][dist]") {
+  using models::ActivationCheckpointing;
+  using Base = LmConfig::Base;
+  const int world = GENERATE(2, 3);
+  const Base base = GENERATE(Base::lora, Base::qlora);
+  const ActivationCheckpointing checkpointing = GENERATE(ActivationCheckpointing::none, ActivationCheckpointing::full);
+  const int accum = GENERATE(1, 2);
+  INFO("world " << world << ", base " << static_cast<int>(base) << ", checkpointing " << static_cast<int>(checkpointing)
+                << ", accumulation " << accum);
+  const std::vector<LmRun> runs =
+      run_lm(world, {{.zero = 0, .base = base}, {.zero = 3, .checkpointing = checkpointing, .base = base}}, accum, 3);
+  CHECK(runs[0].losses.back() < runs[0].losses.front());
+  CHECK_FALSE(runs[0].released);
+  // The whole weights compared hold the frozen base (gathered from its shards) beside the adapters.
+  const auto named = [&](const std::string& part) {
+    return std::count_if(runs[1].weights.begin(), runs[1].weights.end(),
+                         [&](const NamedTensor& w) { return w.name.find(part) != std::string::npos; });
+  };
+  CHECK(named("lora_A") == 3 * 3);
+  CHECK(named("layernorm") == 2 * 3);
+  if (base == Base::lora) CHECK(named("k_proj") == 3);
+  require_same_lm_run(runs[1], runs[0]);
+  CHECK(runs[1].released);
 }
 
 namespace {
@@ -886,7 +926,7 @@ TEST_CASE("nccl: all_reduce, reduce_scatter, in-place all_gather and broadcast o
 }
 
 TEST_CASE("nccl: ZeRO-2 and ZeRO-3 of a tiny Llama on the GPUs train as DDP does, checkpointed and accumulated, "
-          "bf16 parameter gathers",
+          "bf16 parameter gathers, a sharded NF4 base",
           "[cuda][dist]") {
   const int world = nccl_world();
   if (world == 0) {
@@ -899,7 +939,8 @@ TEST_CASE("nccl: ZeRO-2 and ZeRO-3 of a tiny Llama on the GPUs train as DDP does
   INFO("world " << world << ", checkpointing " << static_cast<int>(checkpointing) << ", accumulation " << accum);
   const std::vector<LmRun> runs =
       run_lm(world, {{0, ActivationCheckpointing::none}, {2, checkpointing}, {3, checkpointing},
-                     {3, checkpointing, DType::bf16}},
+                     {3, checkpointing, DType::bf16}, {.zero = 0, .base = LmConfig::Base::qlora},
+                     {.zero = 3, .checkpointing = checkpointing, .base = LmConfig::Base::qlora}},
              accum, 3, /*nccl=*/true);
   CHECK(runs[0].losses.back() < runs[0].losses.front());
   require_same_lm_run(runs[1], runs[0]);
@@ -907,6 +948,9 @@ TEST_CASE("nccl: ZeRO-2 and ZeRO-3 of a tiny Llama on the GPUs train as DDP does
   CHECK(runs[2].released);
   INFO("bf16 parameter gathers");
   require_bf16_gathers(runs[3], runs[2]);
+  INFO("QLoRA: the NF4 base sharded");
+  require_same_lm_run(runs[5], runs[4]);
+  CHECK(runs[5].released);
 }
 
 TEST_CASE("nccl: ZeRO-1 and ZeRO-2 AdamW steps on the GPUs equal DDP's, and the gathered state is DDP's", "[cuda][dist]") {

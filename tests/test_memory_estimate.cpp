@@ -149,6 +149,26 @@ TEST_CASE("memory estimate: dist.zero shards optimizer state, then gradients, th
   }
 }
 
+TEST_CASE("memory estimate: ZeRO-3 shards a frozen base (LoRA, QLoRA) and gathers it with its units",
+          "[cpu][memory]") {
+  const testing::TempDir dir("genesis_memory_estimate");
+  models::save_hf_model(*models::causal_lm_from_config(recipe::language_model_config_json(load_recipe(kLlama))),
+                        dir.path());
+  const std::string init_from = "model.init_from=" + dir.path().string();
+  for (const std::string quant : {"none", "nf4"}) {
+    INFO("lora.base_quant = " << quant);
+    RecipeSpec spec = load_recipe(
+        kLlama, {init_from, "lora.r=4", "lora.targets=[\"all-linear\"]", "lora.base_quant=" + quant, "amp.dtype=bf16"});
+    const train::MemoryEstimate one = estimate(spec);
+    spec.dist.zero = 3;
+    const train::MemoryEstimate four = estimate(spec, 4);
+    CHECK(four.frozen_bytes == (one.frozen_bytes + 3) / 4);
+    // The working set: unit 0 and three of the four blocks whole, base included, beside the shards.
+    CHECK(four.gathered_bytes > (one.frozen_bytes - four.frozen_bytes) / 2);
+    CHECK(four.trainable_bytes + four.frozen_bytes + four.gathered_bytes < one.trainable_bytes + one.frozen_bytes);
+  }
+}
+
 TEST_CASE("memory estimate: dist.offload_optimizer takes the optimizer state off the device's peak",
           "[cpu][memory]") {
   const Device cuda{DeviceType::cuda, 0};

@@ -40,11 +40,46 @@ struct Bucket {
   enum class Whole { no, arriving, yes } whole = Whole::yes;
   bool exact = true;  // ZeRO-3: the whole parameters hold the shards' values (not rounded on the wire)
   WorkHandle gather;
+  // ZeRO-3: the tensors of the unit's frozen parameters (any dtypes), kept back to back in one
+  // buffer of 4-byte words, each at a 256-byte boundary; sharded and gathered with the unit in
+  // their own bytes, never reduced.
+  std::vector<Tensor> frozen;
+  Tensor frozen_flat;   // resident while whole
+  Tensor frozen_shard;  // this rank's chunk of frozen_flat, its own storage
+  WorkHandle frozen_gather;
   // ZeRO-3, while counting: what the backward has yet to pass before the unit is freed (its
   // gradients, and the block's input gradient when one flows).
   int64_t until_free = 0;
   bool counting = false;
 };
+
+// ZeRO-3: moves `tensors` (a unit's frozen parameters) into one buffer of 4-byte words, each at a
+// 256-byte boundary (what vectorized kernels may assume of their own allocations), padded to
+// `ranks` equal chunks; each tensor becomes a view of it, and this rank's chunk is kept apart.
+void place_frozen(Bucket& b, std::vector<Tensor> tensors, Device device, int64_t ranks, int64_t rank) {
+  if (tensors.empty()) return;
+  constexpr int64_t kAlign = 256, kWord = 4;
+  std::vector<int64_t> at;  // byte offsets
+  int64_t bytes = 0;
+  for (const Tensor& t : tensors) {
+    bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+    at.push_back(bytes);
+    bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  const int64_t words = (bytes + kWord - 1) / kWord;
+  const int64_t chunk = (words + ranks - 1) / ranks;
+  b.frozen_flat = zeros({chunk * ranks}, {.dtype = DType::i32, .device = device});
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Tensor& t = tensors[i];
+    const auto size = static_cast<int64_t>(t.element_size());
+    Tensor home(std::make_shared<TensorImpl>(b.frozen_flat.storage(), t.shape(), contiguous_strides(t.shape()),
+                                             at[i] / size, t.dtype()));
+    home.copy_(t.detach());
+    t.set_data(home);
+  }
+  b.frozen = std::move(tensors);
+  b.frozen_shard = b.frozen_flat.narrow(0, rank * chunk, chunk).clone();
+}
 
 }  // namespace
 
@@ -123,18 +158,27 @@ struct DataParallel::State {
   // Makes the unit's parameters whole: for computing, on the gathers' wire; `exact` (checkpoints,
   // the start's broadcast) in the shards' own dtype, gathering again what a narrower wire rounded.
   void gather(Bucket& b, bool wait, bool exact = false) {
-    if (b.whole == Bucket::Whole::no && b.params.empty()) b.whole = Bucket::Whole::yes;
+    if (b.whole == Bucket::Whole::no && b.params.empty() && b.frozen.empty()) b.whole = Bucket::Whole::yes;
     if (exact && !b.exact && b.whole != Bucket::Whole::no) free(b);
     if (b.whole == Bucket::Whole::no) {
-      b.param_flat.storage()->restore();
-      const DType on_wire = exact ? b.param_shard.dtype() : gather_wire;
-      b.gather = comm->all_gather_as(b.param_shard, b.param_flat, on_wire);
-      b.exact = on_wire == b.param_shard.dtype();
+      if (!b.params.empty()) {
+        b.param_flat.storage()->restore();
+        const DType on_wire = exact ? b.param_shard.dtype() : gather_wire;
+        b.gather = comm->all_gather_as(b.param_shard, b.param_flat, on_wire);
+        b.exact = on_wire == b.param_shard.dtype();
+      }
+      if (!b.frozen.empty()) {
+        b.frozen_flat.storage()->restore();
+        b.frozen_gather = comm->all_gather(b.frozen_shard, b.frozen_flat);
+      }
       b.whole = Bucket::Whole::arriving;
     }
     if (wait && b.whole == Bucket::Whole::arriving) {
-      b.gather->wait();
-      b.gather.reset();
+      for (WorkHandle* work : {&b.gather, &b.frozen_gather})
+        if (*work) {
+          (*work)->wait();
+          work->reset();
+        }
       b.whole = Bucket::Whole::yes;
     }
   }
@@ -142,6 +186,7 @@ struct DataParallel::State {
     if (b.whole == Bucket::Whole::no) return;
     if (b.whole == Bucket::Whole::arriving) gather(b, /*wait=*/true);  // an all-gather still writing ends first
     b.param_flat.storage()->release();
+    if (!b.frozen.empty()) b.frozen_flat.storage()->release();
     b.whole = Bucket::Whole::no;
   }
   void passed(Bucket& b) {
@@ -326,6 +371,16 @@ DataParallel::DataParallel(std::vector<Tensor> params, Communicator& comm, DataP
     }
     GENESIS_CHECK(placed.size() == given.size(), ValueError, "data parallel: ", given.size() - placed.size(),
                   " parameter(s) lie in no unit");
+    GENESIS_CHECK(options.frozen_units.empty() || options.frozen_units.size() == options.units.size(), ValueError,
+                  "data parallel: ", options.frozen_units.size(), " lists of frozen tensors for ",
+                  options.units.size(), " units");
+    for (const std::vector<Tensor>& unit : options.frozen_units)
+      for (const Tensor& t : unit)
+        GENESIS_CHECK(!given.contains(t.impl_ptr().get()) && placed.insert(t.impl_ptr().get()).second &&
+                          !t.requires_grad() && t.is_contiguous() && t.device() == device,
+                      ValueError,
+                      "data parallel: a unit's frozen tensors must be contiguous, on the parameters' device, "
+                      "need no gradient, and lie in one unit only, apart from the trained parameters");
   } else {
     groups.emplace_back();
     int64_t group_bytes = 0;
@@ -385,6 +440,9 @@ DataParallel::DataParallel(std::vector<Tensor> params, Communicator& comm, DataP
     }
     state_->buckets.push_back(std::move(b));
   }
+  if (options.zero == 3 && !options.frozen_units.empty())
+    for (size_t u = 0; u < options.units.size(); ++u)
+      place_frozen(state_->unit(u), options.frozen_units[u], device, ranks, rank);
 
   // The hooks hold the state weakly: the parameters may outlive this object.
   for (size_t bi = 0; bi < state_->buckets.size(); ++bi) {
@@ -424,9 +482,14 @@ void DataParallel::broadcast_parameters() {
   for (const WorkHandle& w : works) w->wait();
   if (options_.zero != 3) return;
   // Each rank keeps its chunks; the whole parameters go until the forward needs them.
+  // The frozen chunks again too: a resume may have loaded the frozen parameters.
   const int64_t rank = comm_.rank();
   for (Bucket& b : state_->buckets) {
     b.param_shard.copy_(b.param_flat.narrow(0, rank * b.chunk, b.chunk));
+    if (!b.frozen.empty()) {
+      const int64_t chunk = b.frozen_shard.numel();
+      b.frozen_shard.copy_(b.frozen_flat.narrow(0, rank * chunk, chunk));
+    }
     state_->free(b);
   }
 }
@@ -435,12 +498,16 @@ std::vector<NamedTensor> DataParallel::whole_on_rank0(const std::vector<NamedTen
   const bool root = comm_.rank() == 0;
   if (options_.zero != 3) return root ? tensors : std::vector<NamedTensor>{};
   NoGradGuard no_grad;
-  std::map<const TensorImpl*, Tensor> host;  // a sharded parameter -> its whole value on the host
+  std::set<const TensorImpl*> wanted;
+  for (const NamedTensor& t : tensors) wanted.insert(t.tensor.impl_ptr().get());
+  std::map<const TensorImpl*, Tensor> host;  // a sharded tensor -> its whole value on the host
   for (Bucket& b : state_->buckets) {
     const bool was_whole = b.whole != Bucket::Whole::no;
     state_->gather(b, /*wait=*/true, /*exact=*/true);
     if (root)
-      for (const Tensor& p : b.params) host[p.impl_ptr().get()] = p.detach().to(kCPU).clone();
+      for (const std::vector<Tensor>* list : {&b.params, &b.frozen})
+        for (const Tensor& p : *list)
+          if (wanted.contains(p.impl_ptr().get())) host[p.impl_ptr().get()] = p.detach().to(kCPU).clone();
     if (!was_whole) state_->free(b);
   }
   if (!root) return {};

@@ -34,7 +34,8 @@
 // gather started meanwhile), freed after it, gathered again when the backward reaches the block
 // (the previous block's started) and freed once the block's backward has passed its input and
 // all its gradients. Unit 0 (embeddings, final norm, head) is gathered at the start of the
-// forward and freed after the backward. The parameter tensors keep their storage objects, so
+// forward and freed after the backward. A unit's frozen parameters (a LoRA base) are sharded
+// too, as raw bytes in one buffer per unit, and come and go with its trained ones. The parameter tensors keep their storage objects, so
 // what the forward saved for the backward stays valid: only the memory comes and goes
 // (Storage::release / restore). Checkpoints gather one unit at a time to rank 0's host.
 //
@@ -59,6 +60,11 @@ struct DataParallelOptions {
   // zero = 3: the units (models::CausalLM::shard_units), every parameter in exactly one; the
   // buckets are the units, whatever bucket_mb says.
   std::vector<std::vector<Tensor>> units = {};
+  // zero = 3: the tensors that hold each unit's frozen parameters (models::CausalLM::frozen_units:
+  // a LoRA base's weights, QLoRA's NF4 codes and scales), as many lists as units, or none. They
+  // are sharded, gathered and freed with their unit, in their own bytes; they take no gradient
+  // and no broadcast (every rank built them alike, from init_from or the seed).
+  std::vector<std::vector<Tensor>> frozen_units = {};
   // The dtype the gradients travel in (bf16: half the bytes of f32, rounded once per rank and
   // summed in bf16); unset: the parameters' own.
   std::optional<DType> reduce_dtype = std::nullopt;

@@ -66,17 +66,26 @@ Tensor CausalLM::run_block(size_t layer, const nn::Module& module, const KVCache
   return unit_hooks_ ? unit_hooks_->leave_block(layer, y) : y;
 }
 
-std::vector<std::vector<Tensor>> CausalLM::shard_units(nn::Params which) const {
+std::vector<std::vector<Tensor>> CausalLM::units_of(
+    const std::function<std::vector<Tensor>(const nn::Module&)>& of) const {
   const std::vector<const nn::Module*> layers = blocks();
   std::vector<std::vector<Tensor>> units(1 + layers.size());
   std::set<const TensorImpl*> in_blocks;
   for (size_t i = 0; i < layers.size(); ++i) {
-    units[1 + i] = layers[i]->parameters(which);
+    units[1 + i] = of(*layers[i]);
     for (const Tensor& p : units[1 + i]) in_blocks.insert(p.impl_ptr().get());
   }
-  for (const Tensor& p : parameters(which))
+  for (const Tensor& p : of(*this))
     if (!in_blocks.contains(p.impl_ptr().get())) units[0].push_back(p);
   return units;
+}
+
+std::vector<std::vector<Tensor>> CausalLM::shard_units(nn::Params which) const {
+  return units_of([which](const nn::Module& m) { return m.parameters(which); });
+}
+
+std::vector<std::vector<Tensor>> CausalLM::frozen_units() const {
+  return units_of([](const nn::Module& m) { return m.frozen_storage(); });
 }
 
 Tensor causal_lm_loss(const Tensor& logits, const Tensor& ids) {

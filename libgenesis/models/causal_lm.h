@@ -92,6 +92,9 @@ class CausalLM : public nn::Module {
   // The parameters `which` selects, by sharding unit (see UnitHooks): [0] those outside the
   // decoder blocks, [1 + i] block i's. Every parameter lies in exactly one unit.
   std::vector<std::vector<Tensor>> shard_units(nn::Params which) const;
+  // The same units of the tensors that hold the frozen parameters (nn::Module::frozen_storage: a
+  // LoRA base's weights, QLoRA's NF4 codes and scales).
+  std::vector<std::vector<Tensor>> frozen_units() const;
   // Installs (or, with null, removes) the hooks the forward calls; the model keeps them alive.
   void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { unit_hooks_ = std::move(hooks); }
 
@@ -109,6 +112,9 @@ class CausalLM : public nn::Module {
   virtual std::vector<const nn::Module*> blocks() const = 0;
 
  private:
+  // Units of the tensors `of` gives for a module (the model's own for unit 0, minus the blocks').
+  std::vector<std::vector<Tensor>> units_of(const std::function<std::vector<Tensor>(const nn::Module&)>& of) const;
+
   std::shared_ptr<UnitHooks> unit_hooks_;
   ActivationCheckpointing checkpointing_ = ActivationCheckpointing::none;
   int64_t checkpoint_every_ = 1;

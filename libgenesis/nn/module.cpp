@@ -46,6 +46,19 @@ void Module::collect_parameters(const std::string& prefix, Params which, std::ve
   for (const auto& [name, child] : children_) child->collect_parameters(join(prefix, name), which, out);
 }
 
+std::vector<Tensor> Module::frozen_storage() const {
+  std::vector<Tensor> out;
+  for (const Parameter& p : params_) {
+    if (p.nf4) out.insert(out.end(), {p.nf4->codes, p.nf4->absmax_codes, p.nf4->absmax_scale});
+    else if (!p.trainable) out.push_back(p.tensor);
+  }
+  for (const auto& [name, child] : children_) {
+    std::vector<Tensor> inner = child->frozen_storage();
+    out.insert(out.end(), inner.begin(), inner.end());
+  }
+  return out;
+}
+
 void Module::collect_buffers(const std::string& prefix, std::vector<NamedTensor>& out) const {
   for (const auto& [name, t] : buffers_) out.push_back({join(prefix, name), t});
   for (const auto& [name, child] : children_) child->collect_buffers(join(prefix, name), out);

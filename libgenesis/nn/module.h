@@ -58,6 +58,10 @@ class Module {
   // Recursive, in registration order, with dotted names.
   std::vector<NamedTensor> named_parameters(Params which = Params::all) const;
   std::vector<Tensor> parameters(Params which = Params::all) const;
+  // The tensors that hold the frozen parameters: each frozen parameter's own, and each quantized
+  // one's codes and scales (what sharding a frozen base moves between ranks). Replacing their
+  // data (Tensor::set_data) changes what the module computes with.
+  std::vector<Tensor> frozen_storage() const;
   std::vector<NamedTensor> named_buffers() const;
   std::vector<std::pair<std::string, Module*>> named_modules() const;  // includes this module as ""
   // Quantized parameters count as frozen.

@@ -228,15 +228,18 @@ MemoryEstimate estimate_memory(const RecipeSpec& spec, const MemoryEstimateOptio
   e.gradient_bytes = shard(4 * e.trainable_parameters, e.world_size, e.zero >= 2);
   e.optimizer_bytes = shard(4 * e.optimizer_slots * e.trainable_parameters, e.world_size, e.zero >= 1);
   if (e.zero >= 3 && e.world_size > 1) {
-    // Unit 0 (outside the decoder blocks) whole for the step, and about three blocks at a time.
+    // Unit 0 (outside the decoder blocks) whole for the step, and about three blocks at a time,
+    // their frozen parameters included.
     static const std::regex block(R"(\.(layers|h)\.(\d+)\.)");
     std::map<std::string, int64_t> blocks;
     int64_t outside = 0;
     for (const ParamEntry& p : params) {
-      if (!p.trainable) continue;
+      // A frozen base is sharded with its unit (in its own bytes) and gathered with it.
+      const int64_t bytes =
+          p.trainable ? 4 * p.numel : p.nf4 ? Nf4Weight::bytes_for(p.numel) : frozen_bytes * p.numel;
       std::smatch m;
-      if (std::regex_search(p.name, m, block)) blocks[m[2].str()] += 4 * p.numel;
-      else outside += 4 * p.numel;
+      if (std::regex_search(p.name, m, block)) blocks[m[2].str()] += bytes;
+      else outside += bytes;
     }
     int64_t largest = 0;
     for (const auto& [index, bytes] : blocks) largest = std::max(largest, bytes);
@@ -244,6 +247,7 @@ MemoryEstimate estimate_memory(const RecipeSpec& spec, const MemoryEstimateOptio
     e.gathered_bytes = (outside + units * largest) - shard(outside + units * largest, e.world_size, true);
   }
   e.trainable_bytes = shard(e.trainable_bytes, e.world_size, e.zero >= 3);
+  e.frozen_bytes = shard(e.frozen_bytes, e.world_size, e.zero >= 3 && spec.model.is_language_model());
   e.gradients_overlap = options.device.is_cuda() && e.world_size == 1 && spec.training.grad_accum_steps <= 1;
 
   if (classifier) {

@@ -107,7 +107,7 @@ void TrainingRun::load_data_and_model() {
   data_->check_model(*model_);
   if (group_) {
     // ZeRO-3 cuts a language model into units (its decoder blocks and the rest), gathered around
-    // their computation by hooks in the model's forward.
+    // their computation by hooks in the model's forward; a frozen base is sharded with them.
     auto* lm = dynamic_cast<models::CausalLM*>(model_.get());
     const bool units = spec_.dist.zero == 3 && lm != nullptr;
     data_parallel_ = std::make_unique<dist::DataParallel>(
@@ -116,6 +116,7 @@ void TrainingRun::load_data_and_model() {
             .bucket_mb = spec_.dist.bucket_mb,
             .zero = static_cast<int>(spec_.dist.zero),
             .units = units ? lm->shard_units(nn::Params::trainable) : std::vector<std::vector<Tensor>>{},
+            .frozen_units = units ? lm->frozen_units() : std::vector<std::vector<Tensor>>{},
             .reduce_dtype = parse_dtype(spec_.dist.reduce_dtype),
             .param_dtype = parse_dtype(spec_.dist.param_dtype)});
     if (units) lm->set_unit_hooks(data_parallel_->unit_hooks());

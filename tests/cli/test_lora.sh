@@ -7,7 +7,8 @@
 # generates what the run's checkpoint (base + adapters) generates, and so does the base with the
 # PEFT adapter (`--adapter`); `--to hf` without --merge is a usage error. `genesis eval` scores the
 # run's checkpoint as it scores the base with the exported adapter (--adapter), and refuses a LoRA
-# run whose base is gone or changed (exit 2, as --resume and generate do).
+# run whose base is gone or changed (exit 2, as --resume and generate do). Under ZeRO-3 on 2 ranks
+# the adapters on a sharded base (plain and NF4) train as in one process.
 #   tests/cli/test_lora.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
 source "$(dirname "$0")/common.sh" "$@"
@@ -125,6 +126,24 @@ mv "$work/base" "$work/base.away"
 bad "eval of a LoRA run whose base is gone" 2 eval --checkpoint "$work/lora" -q
 grep -q "which is gone" "$work/err" || fail "the error does not say the base is gone: $(cat "$work/err")"
 mv "$work/base.away" "$work/base"
+
+# ZeRO-3 shards the frozen base with the adapters (QLoRA's NF4 codes and scales too): 2 tcp ranks of
+# 2 rows give the per-step losses of 1 process of 4 within 1e-5.
+losses() { python3 -c 'import json, sys; [print(j["loss"]) for j in map(json.loads, open(sys.argv[1])) if "loss" in j]' "$1"; }
+for quant in none nf4; do
+  z3=(--set lora.base_quant=$quant --set training.steps=8 --set training.log_every=1 -q)
+  "$genesis" train "$work/lora.toml" --out "$work/lora1_$quant" "${z3[@]}" >/dev/null 2>"$work/lora1.err" \
+    || { cat "$work/lora1.err"; fail "LoRA ($quant) 1-process run failed"; }
+  "$genesis" train "$work/lora.toml" --out "$work/loraz3_$quant" "${z3[@]}" --set training.batch_size=2 \
+    --set dist.zero=3 --nproc-per-node 2 >/dev/null 2>"$work/loraz3.err" \
+    || { cat "$work/loraz3.err"; fail "LoRA ($quant) ZeRO-3 2-rank run failed"; }
+  r=$(paste <(losses "$work/lora1_$quant/metrics.jsonl") <(losses "$work/loraz3_$quant/metrics.jsonl") | awk '
+    NF != 2 { bad = 1 } NF == 2 { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d }
+    END { if (bad || NR != 8) print "count"; else printf "%.3g\n", m }')
+  [ "$r" != count ] && awk -v r="$r" 'BEGIN { exit !(r <= 1e-5) }' \
+    && ok "LoRA (base_quant = $quant) under ZeRO-3, 2 ranks x 2 = 1 process x 4: 8 losses within $r" \
+    || fail "LoRA (base_quant = $quant) under ZeRO-3 differs from 1 process: $r"
+done
 
 # A changed base: --resume refuses it (exit 2) and names both fingerprints.
 python3 - "$work/base/model.safetensors" <<'PY'
