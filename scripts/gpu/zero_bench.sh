@@ -44,7 +44,7 @@ steps = ${STEPS:-40}
 batch_size = ${BATCH:-8}
 log_every = 1
 eval_every = 0
-checkpoint_every = 0
+checkpoint_every = -1
 [eval]
 split = "val"
 [amp]
@@ -56,8 +56,9 @@ run() {
   if ! "$genesis" train "$work/zero.toml" --out "$work/$name" --nproc-per-node "$nproc" -q "$@" >/dev/null \
     2>"$out/$name.err"; then
     echo "$name: failed: $(tail -n 1 "$out/$name.err")"
-    # A run that trained and then failed (the 8B shape's final checkpoint, 96 GB, on a small disk):
-    # its per-step rates are in metrics.jsonl (global tokens/s; the first two steps left out).
+    # A run that trained and then failed (no checkpoint is written: checkpoint_every = -1, as the
+    # 8B shape's is 96 GB; but the final evaluation, say): its per-step rates are in metrics.jsonl
+    # (global tokens/s; the first two steps left out).
     [ -f "$work/$name/metrics.jsonl" ] && cp "$work/$name/metrics.jsonl" "$out/$name.metrics.jsonl" \
       && python3 - "$out/$name.metrics.jsonl" "$name" "$nproc" <<'PY'
 import json, statistics, sys
