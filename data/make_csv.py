@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Makes the table of the CSV example recipe (recipes/csv_tiers_mlp.toml): customers with
-numeric and categorical columns and the tier they end up in, a classification a linear model
-cannot quite do. Deterministic (seeded), standard library only, nothing downloaded.
+"""Makes the tables of the CSV example recipes (recipes/csv_tiers_mlp.toml, csv_spend_mlp.toml):
+customers with numeric and categorical columns and the tier they end up in, a classification a
+linear model cannot quite do, or (--task regression) their monthly spend, a number. Deterministic
+(seeded), standard library only, nothing downloaded.
 
   data/make_csv.py [--out data/cache] [--train 20000] [--test 10000] [--seed 1] [--missing 0.01]
+                   [--task classification|regression]
 
 Produces OUT/csv_tiers/train.csv and test.csv with the header
   age,income,tenure_months,visits,balance,region,plan,city,tier
@@ -11,7 +13,9 @@ age, income, tenure_months, visits and balance are numbers on very different sca
 the tens of thousands, balance around zero); region, plan and city are categories (city names
 hold commas and quotes, so they are quoted as RFC 4180 says); tier is the label: bronze, silver,
 gold or platinum. A fraction --missing of the input values is left empty (the recipe imputes
-them), never a label.
+them), never a label. --task regression writes OUT/csv_spend/ instead, the same columns with the
+label spend = 100 + 40 * score (the score the tier is cut from, its noise included), and prints the
+R^2 its noise leaves reachable on the test rows.
 """
 import argparse
 import csv
@@ -39,17 +43,23 @@ def row(rng, missing):
     # A score with interactions and a periodic term, then noise: the tier is its quartile.
     score = (0.035 * (age - 45) + 0.9 * math.log(income / 50000) + 0.012 * (tenure - 60) + 0.45 * math.sin(visits / 2.5)
              + 0.00025 * balance * (1.0 if plan == "pro" else 0.3) + REGIONS[region] + PLANS[plan] + CITIES[city]
-             + (0.02 * (age - 45) if region == "north" else 0.0) + rng.gauss(0, 0.15))
+             + (0.02 * (age - 45) if region == "north" else 0.0))
+    noise = rng.gauss(0, 0.15)
+    score += noise
     tier = TIERS[0 if score < -0.55 else 1 if score < 0.05 else 2 if score < 0.65 else 3]
     values = [f"{age:.1f}", f"{income:.2f}", str(tenure), str(visits), f"{balance:.2f}", region, plan, city]
     values = ["" if rng.random() < missing else v for v in values]
-    return values + [tier]
+    return values, tier, score, noise
 
 
-def write(path, rows):
+def spend(score):
+    return 100 + 40 * score
+
+
+def write(path, columns, rows):
     with open(path, "w", newline="", encoding="utf-8") as f:
         out = csv.writer(f, lineterminator="\r\n")  # RFC 4180's CRLF
-        out.writerow(COLUMNS)
+        out.writerow(columns)
         out.writerows(rows)
 
 
@@ -60,15 +70,28 @@ def main():
     p.add_argument("--test", type=int, default=10000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--missing", type=float, default=0.01)
+    p.add_argument("--task", choices=["classification", "regression"], default="classification")
     a = p.parse_args()
     rng = random.Random(a.seed)
-    rows = [row(rng, a.missing) for _ in range(a.train + a.test)]
-    out = os.path.join(a.out, "csv_tiers")
+    made = [row(rng, a.missing) for _ in range(a.train + a.test)]
+    regression = a.task == "regression"
+    out = os.path.join(a.out, "csv_spend" if regression else "csv_tiers")
     os.makedirs(out, exist_ok=True)
-    write(os.path.join(out, "train.csv"), rows[: a.train])
-    write(os.path.join(out, "test.csv"), rows[a.train:])
-    counts = {t: sum(r[-1] == t for r in rows) for t in TIERS}
-    print(f"{out}: {a.train} training rows, {a.test} test rows; tiers {counts}")
+    columns = COLUMNS[:-1] + (["spend"] if regression else COLUMNS[-1:])
+    rows = [values + ([f"{spend(score):.2f}"] if regression else [tier]) for values, tier, score, _ in made]
+    write(os.path.join(out, "train.csv"), columns, rows[: a.train])
+    write(os.path.join(out, "test.csv"), columns, rows[a.train:])
+    if regression:
+        # The best any model can do: predict the score without its noise.
+        test = made[a.train:]
+        mean = sum(spend(score) for _, _, score, _ in test) / len(test)
+        total = sum((spend(score) - mean) ** 2 for _, _, score, _ in test)
+        residual = sum((40 * noise) ** 2 for _, _, _, noise in test)
+        print(f"{out}: {a.train} training rows, {a.test} test rows; spend mean {mean:.2f}, "
+              f"reachable test R^2 {1 - residual / total:.4f}")
+    else:
+        counts = {t: sum(r[-1] == t for r in rows) for t in TIERS}
+        print(f"{out}: {a.train} training rows, {a.test} test rows; tiers {counts}")
 
 
 if __name__ == "__main__":

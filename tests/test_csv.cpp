@@ -1,13 +1,16 @@
 // CSV tables (issue 38): the RFC 4180 reader (quotes, CRLF, embedded commas and line breaks,
 // empty fields, UTF-8, blocks smaller than a record) and the encoding of a table as samples
 // (standardization and one-hot against values computed by hand, imputation, class order), with
-// the errors that name file, line and column.
+// the errors that name file, line and column; regression targets and their metrics.
 #include <cmath>
 #include <fstream>
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/data/csv_reader.h"
 #include "libgenesis/data/csv_table.h"
+#include "libgenesis/nn/layers.h"
+#include "libgenesis/ops/factory.h"
+#include "libgenesis/train/trainer.h"
 #include "tests/testing.h"
 
 namespace fs = std::filesystem;
@@ -191,4 +194,73 @@ TEST_CASE("csv encoding: JSON keeps every bit, and damaged JSON is an error nami
   CHECK_THROWS_WITH(data::parse_csv_encoding("{\"format\": 1}", "ckpt/data.json"),
                     Contains("ckpt/data.json: not a CSV encoding written by genesis"));
   CHECK_THROWS_AS(data::parse_csv_encoding("not json", "data.json"), ValueError);
+}
+
+TEST_CASE("csv regression: numeric labels standardized with the training rows', kept in the JSON, bad labels named",
+          "[cpu][csv]") {
+  testing::TempDir tmp;
+  // price: 10, 20, 30, 60 over the training rows 0-3 -> mean 30, std sqrt((400 + 100 + 0 + 900) / 4).
+  const fs::path path = write_text(tmp / "t.csv", "x,price\n1,10\n2,20\n3,30\n4,60\n5,-5.5\n");
+  const data::CsvOptions options{.label = "price", .regression = true};
+  const data::CsvTable table = data::read_csv_table(path, options);
+  const data::CsvEncoding e = data::fit_csv_encoding(table, {0, 1, 2, 3}, options);
+  REQUIRE(e.target.has_value());
+  CHECK(e.classes.empty());
+  CHECK(e.target->name == "price");
+  CHECK(e.target->mean == 30.0);
+  const double s = std::sqrt(350.0);
+  CHECK(e.target->std == Approx(s).epsilon(1e-14));
+  const data::Dataset ds = data::encode_csv(table, data::all_csv_rows(table), e);
+  REQUIRE(ds.targets.shape() == Shape{5, 1});
+  REQUIRE(ds.targets.dtype() == DType::f32);
+  const std::vector<double> want{-20 / s, -10 / s, 0, 30 / s, -35.5 / s};  // the 5th row with the training statistics
+  for (size_t r = 0; r < want.size(); ++r) CHECK(ds.targets.data<float>()[r] == Approx(want[r]).margin(1e-7));
+  const data::CsvEncoding back = data::parse_csv_encoding(data::csv_encoding_json(e), "data.json");
+  REQUIRE(back.target.has_value());
+  CHECK(back.target->mean == e.target->mean);
+  CHECK(back.target->std == e.target->std);
+  // A classifier's encoding has no target; a damaged target is named.
+  CHECK_FALSE(data::parse_csv_encoding(data::csv_encoding_json(data::fit_csv_encoding(
+                                           table, {0, 1}, data::CsvOptions{.label = "price"})),
+                                       "data.json")
+                  .target.has_value());
+  CHECK_THROWS_WITH(data::parse_csv_encoding(R"({"format": "genesis csv encoding", "standardize": true, "features": [],
+                                                 "classes": [], "target": {"name": "p", "mean": 0, "std": 0}})",
+                                             "ckpt/data.json"),
+                    Contains("ckpt/data.json: the regression target needs a name, a mean and a std > 0"));
+  // Without standardization the label is the target as it is.
+  const data::CsvOptions raw{.label = "price", .standardize = false, .regression = true};
+  const data::CsvEncoding plain = data::fit_csv_encoding(table, {0, 1, 2, 3}, raw);
+  CHECK(data::encode_csv(table, {4}, plain).targets.data<float>()[0] == -5.5f);
+  // A label that is no number: file and line, and what to do.
+  const fs::path words = write_text(tmp / "w.csv", "x,price\n1,10\n2,cheap\n");
+  const data::CsvTable worded = data::read_csv_table(words, options);
+  CHECK_THROWS_WITH(data::fit_csv_encoding(worded, data::all_csv_rows(worded), options),
+                    Contains("w.csv:3: label 'cheap' is not a finite number") &&
+                        Contains("data.task = \"classification\""));
+}
+
+TEST_CASE("evaluate_regression: loss on the standardized label, mae and rmse in its units, r2 as scikit-learn's",
+          "[cpu][csv]") {
+  // A model that doubles its input, on 5 rows in batches of 2 (the last one short).
+  nn::Linear model(1, 1);
+  model.load_state_dict({{"weight", from_vector(std::vector<float>{2.0f}, {1, 1})},
+                         {"bias", from_vector(std::vector<float>{0.0f}, {1})}});
+  const std::vector<float> x{0.0f, 1.0f, 2.0f, -1.0f, 0.5f}, t{0.1f, 2.5f, 3.0f, -2.0f, 1.5f};
+  const data::Dataset ds{from_vector(x, {5, 1}), from_vector(t, {5, 1})};
+  double squares = 0, absolute = 0, mean = 0, total = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double error = 2.0 * x[i] - static_cast<double>(t[i]);
+    squares += error * error;
+    absolute += std::abs(error);
+    mean += t[i] / 5.0;
+  }
+  for (const float v : t) total += (v - mean) * (v - mean);
+  for (const train::SampleLoss loss : {train::SampleLoss::mse, train::SampleLoss::l1}) {
+    const auto m = train::evaluate_regression(model, ds, 2, kCPU, {.mean = 10.0, .std = 4.0, .loss = loss});
+    CHECK(m.at("loss") == Approx(loss == train::SampleLoss::mse ? squares / 5 : absolute / 5).epsilon(1e-6));
+    CHECK(m.at("mae") == Approx(absolute / 5 * 4.0).epsilon(1e-6));
+    CHECK(m.at("rmse") == Approx(std::sqrt(squares / 5) * 4.0).epsilon(1e-6));
+    CHECK(m.at("r2") == Approx(1.0 - squares / total).epsilon(1e-6));
+  }
 }

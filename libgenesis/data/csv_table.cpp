@@ -7,7 +7,9 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -203,6 +205,44 @@ std::vector<int64_t> positions_in(const CsvCodes& column, const std::vector<std:
   return at;
 }
 
+// The mean and population standard deviation (1 for a constant column) of the values at `rows`
+// that are not NaN: a running mean, and the spread in units of the largest deviation, so no
+// finite values overflow (1e300 squared is not a double).
+std::pair<double, double> spread_of(const CsvTable& table, const std::vector<double>& values,
+                                    const std::vector<int64_t>& rows, const std::string& column) {
+  int64_t count = 0;
+  double mean = 0.0;
+  for (const int64_t r : rows)
+    if (const double x = values[static_cast<size_t>(r)]; !std::isnan(x)) mean += (x - mean) / static_cast<double>(++count);
+  GENESIS_CHECK(count > 0, UsageError, table.path.string(), ": column '", column, "' has no value in the training rows");
+  double scale = 0.0, squares = 0.0;
+  for (const int64_t r : rows)
+    if (const double x = values[static_cast<size_t>(r)]; !std::isnan(x)) scale = std::max(scale, std::abs(x - mean));
+  for (const int64_t r : rows)
+    if (const double x = values[static_cast<size_t>(r)]; !std::isnan(x) && scale > 0.0)
+      squares += ((x - mean) / scale) * ((x - mean) / scale);
+  const double std = scale * std::sqrt(squares / static_cast<double>(count));
+  GENESIS_CHECK(std::isfinite(mean) && std::isfinite(std), UsageError, table.path.string(), ": column '", column,
+                "' has values too far apart to standardize (their spread overflows a double)");
+  return {mean, std > 0.0 ? std : 1.0};
+}
+
+// A regression's label of every row as a number; UsageError naming the first row whose label is
+// not a finite number.
+std::vector<double> label_numbers(const CsvTable& table) {
+  std::vector<std::optional<double>> of_value;
+  for (const std::string& v : table.labels.values) of_value.push_back(parse_number(v));
+  std::vector<double> out(static_cast<size_t>(table.rows()));
+  for (size_t r = 0; r < out.size(); ++r) {
+    const auto code = static_cast<size_t>(table.labels.rows[r]);
+    GENESIS_CHECK(of_value[code].has_value(), UsageError, table.path.string(), ":", table.lines[r], ": label '",
+                  table.labels.values[code].substr(0, 40), "' is not a finite number, which a regression predicts; fix "
+                  "it, or set data.task = \"classification\"");
+    out[r] = *of_value[code];
+  }
+  return out;
+}
+
 }  // namespace
 
 CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& rows, const CsvOptions& options) {
@@ -227,27 +267,15 @@ CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& 
         if (counts[v] > best || (counts[v] == best && best > 0 && column.values[v] < out.most_frequent))
           best = counts[v], out.most_frequent = column.values[v];
     } else {
-      // A running mean, and the spread in units of the largest deviation: no overflow for any
-      // finite values (1e300 squared is not a double).
-      int64_t count = 0;
-      for (const int64_t r : rows)
-        if (const double x = table.numbers[f][static_cast<size_t>(r)]; !std::isnan(x))
-          out.mean += (x - out.mean) / static_cast<double>(++count);
-      GENESIS_CHECK(count > 0, UsageError, table.path.string(), ": column '", out.name,
-                    "' has no value in the training rows");
-      double scale = 0.0, squares = 0.0;
-      for (const int64_t r : rows)
-        if (const double x = table.numbers[f][static_cast<size_t>(r)]; !std::isnan(x))
-          scale = std::max(scale, std::abs(x - out.mean));
-      for (const int64_t r : rows)
-        if (const double x = table.numbers[f][static_cast<size_t>(r)]; !std::isnan(x) && scale > 0.0)
-          squares += ((x - out.mean) / scale) * ((x - out.mean) / scale);
-      const double std = scale * std::sqrt(squares / static_cast<double>(count));
-      GENESIS_CHECK(std::isfinite(out.mean) && std::isfinite(std), UsageError, table.path.string(), ": column '",
-                    out.name, "' has values too far apart to standardize (their spread overflows a double)");
-      out.std = std > 0.0 ? std : 1.0;
+      std::tie(out.mean, out.std) = spread_of(table, table.numbers[f], rows, out.name);
     }
     e.features.push_back(std::move(out));
+  }
+  if (options.regression) {
+    CsvTarget target{.name = options.label};
+    if (options.standardize) std::tie(target.mean, target.std) = spread_of(table, label_numbers(table), rows, target.name);
+    e.target = target;
+    return e;
   }
   std::vector<std::string> classes;
   const std::vector<int64_t> label_counts = code_counts(table.labels, rows);
@@ -269,12 +297,13 @@ Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, cons
   GENESIS_CHECK(table.features == trained, UsageError, table.path.string(), ": its feature columns (",
                 joined(table.features), ") are not the training data's (", joined(trained), ")");
   const int64_t n = static_cast<int64_t>(rows.size()), width = encoding.width();
-  Dataset out{empty({n, width}), empty({n}, {.dtype = DType::i64})};
+  const bool regression = encoding.target.has_value();
+  Dataset out{empty({n, width}), regression ? empty({n, 1}) : empty({n}, {.dtype = DType::i64})};
   float* x = out.inputs.data<float>();
   std::fill(x, x + n * width, 0.0f);
-  int64_t* y = out.targets.data<int64_t>();
   // Each text value's class or one-hot position, found once per distinct value.
   const std::vector<int64_t> class_of = positions_in(table.labels, encoding.classes);
+  const std::vector<double> numbers = regression ? label_numbers(table) : std::vector<double>{};
   std::vector<std::vector<int64_t>> slot_of(encoding.features.size());
   std::vector<int64_t> missing_slot(encoding.features.size(), -1);
   for (size_t f = 0; f < encoding.features.size(); ++f) {
@@ -287,10 +316,17 @@ Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, cons
   for (int64_t i = 0; i < n; ++i) {
     const auto r = static_cast<size_t>(rows[static_cast<size_t>(i)]);
     const auto label = static_cast<size_t>(table.labels.rows[r]);
-    GENESIS_CHECK(class_of[label] >= 0, UsageError, table.path.string(), ":", table.lines[r], ": label '",
-                  table.labels.values[label], "' is not among the training data's classes (", joined(encoding.classes),
-                  "); a class needs training rows to be learned");
-    y[i] = class_of[label];
+    if (regression) {
+      const double target = (numbers[r] - encoding.target->mean) / encoding.target->std;
+      GENESIS_CHECK(std::abs(target) <= std::numeric_limits<float>::max(), UsageError, table.path.string(), ":",
+                    table.lines[r], ": label ", numbers[r], " is beyond the range of an f32 target");
+      out.targets.data<float>()[i] = static_cast<float>(target);
+    } else {
+      GENESIS_CHECK(class_of[label] >= 0, UsageError, table.path.string(), ":", table.lines[r], ": label '",
+                    table.labels.values[label], "' is not among the training data's classes (",
+                    joined(encoding.classes), "); a class needs training rows to be learned");
+      out.targets.data<int64_t>()[i] = class_of[label];
+    }
     float* row = x + i * width;
     for (size_t f = 0; f < encoding.features.size(); ++f) {
       const CsvFeature& feature = encoding.features[f];
@@ -321,10 +357,12 @@ std::string csv_encoding_json(const CsvEncoding& encoding) {
     else
       features.push_back({{"name", f.name}, {"mean", f.mean}, {"std", f.std}});
   }
-  const nlohmann::json j{{"format", "genesis csv encoding"},
-                         {"standardize", encoding.standardize},
-                         {"features", features},
-                         {"classes", encoding.classes}};
+  nlohmann::json j{{"format", "genesis csv encoding"},
+                   {"standardize", encoding.standardize},
+                   {"features", features},
+                   {"classes", encoding.classes}};
+  if (const std::optional<CsvTarget>& t = encoding.target)
+    j["target"] = {{"name", t->name}, {"mean", t->mean}, {"std", t->std}};
   return j.dump(2) + "\n";
 }
 
@@ -340,6 +378,13 @@ CsvEncoding parse_csv_encoding(std::string_view text, const std::string& file) {
   CsvEncoding e;
   e.standardize = j["standardize"].get<bool>();
   e.classes = j["classes"].get<std::vector<std::string>>();
+  if (j.contains("target")) {
+    const nlohmann::json& t = j["target"];
+    GENESIS_CHECK(t.is_object() && t.contains("name") && t["name"].is_string() && t.contains("mean") &&
+                      t["mean"].is_number() && t.contains("std") && t["std"].is_number() && t["std"].get<double>() > 0.0,
+                  ValueError, file, ": the regression target needs a name, a mean and a std > 0");
+    e.target = CsvTarget{.name = t["name"].get<std::string>(), .mean = t["mean"].get<double>(), .std = t["std"].get<double>()};
+  }
   for (const nlohmann::json& f : j["features"]) {
     GENESIS_CHECK(f.is_object() && f.contains("name") && f["name"].is_string(), ValueError, file,
                   ": a feature without a name");

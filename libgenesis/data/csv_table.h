@@ -1,12 +1,14 @@
 #pragma once
-// Tables of comma-separated values as classifier samples: a header row names the columns, one
-// column holds the label, the feature columns become one input vector per row. Numeric
-// columns are standardized with the training rows' mean and standard deviation; categorical
-// columns are one-hot over the training rows' categories (sorted; a category the training rows
-// lack encodes as all zeros). Labels become class indices over the sorted training labels
-// (numerically when every label is an integer), and their names are kept.
+// Tables of comma-separated values as classifier or regression samples: a header row names the
+// columns, one column holds the label, the feature columns become one input vector per row.
+// Numeric columns are standardized with the training rows' mean and standard deviation;
+// categorical columns are one-hot over the training rows' categories (sorted; a category the
+// training rows lack encodes as all zeros). A classifier's labels become class indices over the
+// sorted training labels (numerically when every label is an integer), and their names are kept;
+// a regression's labels are numbers, standardized as the numeric inputs are.
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +23,7 @@ struct CsvOptions {
   std::vector<std::string> categorical{};  // feature columns read as categories; the others are numbers
   bool impute = false;                     // a missing value takes the training mean or most frequent category
   bool standardize = true;                 // numeric columns to zero mean, unit variance
+  bool regression = false;                 // the label is a number to predict, not a class
 };
 
 // A column of text values, each distinct value kept once: a row holds its value's index.
@@ -59,10 +62,18 @@ struct CsvFeature {
   std::string most_frequent;            // categorical: the imputed category
 };
 
+// A regression's label: what the model predicts is (label - mean) / std.
+struct CsvTarget {
+  std::string name;   // the label column
+  double mean = 0.0;  // the training rows' (0 without standardization)
+  double std = 1.0;   // their population standard deviation (1 without standardization, or when constant)
+};
+
 // What the training rows fix and every split is encoded with.
 struct CsvEncoding {
   std::vector<CsvFeature> features;
-  std::vector<std::string> classes;  // class i's name
+  std::vector<std::string> classes;  // class i's name (a classifier's; empty for a regression)
+  std::optional<CsvTarget> target;   // a regression's label
   bool standardize = true;
   // Inputs per row: one per numeric column, one per category of each categorical column.
   int64_t width() const;
@@ -70,10 +81,12 @@ struct CsvEncoding {
 
 // The statistics of `rows` of the table (the training split): population standard deviations
 // (scikit-learn's StandardScaler), ties of the most frequent category to the first in sort
-// order. Missing values take no part.
+// order. Missing values take no part. A regression's labels must be finite numbers (UsageError
+// naming file:line).
 CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& rows, const CsvOptions& options);
-// `rows` of the table as inputs [N, width] f32 and class indices [N] i64. Throws UsageError
-// naming file:line for a label that is not among the classes.
+// `rows` of the table as inputs [N, width] f32 and class indices [N] i64 (a regression: its
+// standardized labels [N, 1] f32). Throws UsageError naming file:line for a label that is not
+// among the classes, or (a regression) not a finite number.
 Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, const CsvEncoding& encoding);
 // The encoding as JSON text (what checkpoints keep as data.json), and back: ValueError naming
 // `file` for text that is not such an encoding. Numbers keep every bit (shortest round-trip form).

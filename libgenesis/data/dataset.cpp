@@ -68,27 +68,36 @@ void check_dataset(const Dataset& ds, const char* where) {
   GENESIS_CHECK(ds.inputs.dim() >= 1 && ds.inputs.is_contiguous() && ds.inputs.device().is_cpu(), ValueError, where,
                 ": inputs must be a contiguous CPU tensor with a leading example dimension, got shape ",
                 ds.inputs.shape());
-  GENESIS_CHECK(ds.targets.dtype() == DType::i64 && ds.targets.dim() == 1 && ds.targets.is_contiguous() &&
-                    ds.targets.device().is_cpu(),
-                ValueError, where, ": targets must be a contiguous 1-D i64 CPU tensor, got shape ", ds.targets.shape(),
-                " of ", dtype_name(ds.targets.dtype()));
+  const bool classes = ds.targets.dtype() == DType::i64 && ds.targets.dim() == 1;
+  const bool numbers = ds.targets.dtype() == DType::f32 && ds.targets.dim() >= 1;
+  GENESIS_CHECK((classes || numbers) && ds.targets.is_contiguous() && ds.targets.device().is_cpu(), ValueError, where,
+                ": targets must be a contiguous CPU tensor, 1-D i64 (classes) or [N, ...] f32 (a regression), got "
+                "shape ",
+                ds.targets.shape(), " of ", dtype_name(ds.targets.dtype()));
   GENESIS_CHECK(ds.targets.size(0) == ds.inputs.size(0), ValueError, where, ": ", ds.inputs.size(0),
                 " inputs but ", ds.targets.size(0), " targets");
 }
 
 Dataset take(const Dataset& ds, const std::vector<int64_t>& indices) {
   check_dataset(ds, "take");
-  Shape xs = ds.inputs.shape();
-  xs[0] = static_cast<int64_t>(indices.size());
-  Dataset out{empty(xs, {.dtype = ds.inputs.dtype()}), empty({xs[0]}, {.dtype = DType::i64})};
-  size_t row = static_cast<size_t>(ds.inputs.numel() / std::max<int64_t>(1, ds.size())) * ds.inputs.element_size();
-  const char* src = static_cast<const char*>(ds.inputs.data_ptr());
-  char* dst = static_cast<char*>(out.inputs.data_ptr());
+  Shape xs = ds.inputs.shape(), ys = ds.targets.shape();
+  xs[0] = ys[0] = static_cast<int64_t>(indices.size());
+  Dataset out{empty(xs, {.dtype = ds.inputs.dtype()}), empty(ys, {.dtype = ds.targets.dtype()})};
+  // Row by row, in bytes: inputs and targets of any trailing shape.
+  const auto bytes_per_row = [&](const Tensor& t) {
+    return static_cast<size_t>(t.numel() / std::max<int64_t>(1, ds.size())) * t.element_size();
+  };
+  const size_t x_row = bytes_per_row(ds.inputs), y_row = bytes_per_row(ds.targets);
+  const char* x_src = static_cast<const char*>(ds.inputs.data_ptr());
+  const char* y_src = static_cast<const char*>(ds.targets.data_ptr());
+  char* x_dst = static_cast<char*>(out.inputs.data_ptr());
+  char* y_dst = static_cast<char*>(out.targets.data_ptr());
   for (size_t i = 0; i < indices.size(); ++i) {
     GENESIS_CHECK(indices[i] >= 0 && indices[i] < ds.size(), IndexError, "take: index ", indices[i],
                   " out of range for a dataset of ", ds.size());
-    std::memcpy(dst + i * row, src + static_cast<size_t>(indices[i]) * row, row);
-    out.targets.data<int64_t>()[i] = ds.targets.data<int64_t>()[indices[i]];
+    const auto at = static_cast<size_t>(indices[i]);
+    std::memcpy(x_dst + i * x_row, x_src + at * x_row, x_row);
+    std::memcpy(y_dst + i * y_row, y_src + at * y_row, y_row);
   }
   return out;
 }

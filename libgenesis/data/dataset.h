@@ -1,5 +1,5 @@
 #pragma once
-// In-memory supervised datasets (inputs + integer targets) and the Fashion-MNIST loader.
+// In-memory supervised datasets (inputs + class or number targets) and the Fashion-MNIST loader.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -10,7 +10,7 @@ namespace genesis::data {
 
 struct Dataset {
   Tensor inputs;   // [N, ...] f32, contiguous, CPU
-  Tensor targets;  // [N] i64, CPU
+  Tensor targets;  // [N] i64 class indices, or [N, ...] f32 (a regression's numbers); CPU
   int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
 };
 
@@ -33,7 +33,7 @@ std::pair<Dataset, Dataset> split_validation(const Dataset& ds, double fraction,
 // The row indices of that split of `rows` rows: {train, val}.
 std::pair<std::vector<int64_t>, std::vector<int64_t>> validation_rows(int64_t rows, double fraction, uint64_t seed);
 // Throws ValueError (naming `where`) unless inputs are contiguous CPU [N, ...] and targets
-// contiguous i64 [N].
+// contiguous, i64 [N] or f32 [N, ...].
 void check_dataset(const Dataset& ds, const char* where);
 // Rows `indices` of ds (a copy).
 Dataset take(const Dataset& ds, const std::vector<int64_t>& indices);

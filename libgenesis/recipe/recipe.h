@@ -74,6 +74,8 @@ struct RecipeSpec {
     std::vector<std::string> features;     // csv: the input columns; empty = all but the label
     std::vector<std::string> categorical;  // csv: input columns read as categories (one-hot)
     std::string impute;                    // csv: "none" or "mean"
+    std::string task;                      // csv: "classification" or "regression"
+    std::string regression_loss;           // csv regression: "mse" or "l1"
 
     std::string format;                // sft: "auto", "messages", "prompt_completion", "text"
     bool skip_bad = false;             // sft

@@ -267,8 +267,8 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "model",
        .key = "num_classes",
        .fallback = int64_t{10},
-       .min = at_least(2),
-       .doc = "mlp, cnn: number of output classes.",
+       .min = at_least(1),
+       .doc = "mlp, cnn: number of output classes (2 or more; 1 for a regression's one output, data.task).",
        .field = GENESIS_RECIPE_FAMILY_FIELD(&models::MlpConfig::num_classes, &models::CnnConfig::num_classes)},
       {.section = "model",
        .key = "hidden",
@@ -482,6 +482,22 @@ const std::vector<KeySpec>& recipe_schema() {
        .doc = "csv: a missing (empty) input value is an error naming its file, line and column (none), or takes "
               "the training rows' mean, for a categorical column their most frequent category (mean).",
        .field = GENESIS_RECIPE_FIELD(data.impute)},
+      {.section = "data",
+       .key = "task",
+       .fallback = S{"classification"},
+       .choices = {"classification", "regression"},
+       .doc = "csv: classification (data.label holds classes) or regression (data.label holds numbers, "
+              "standardized with the training rows' mean and standard deviation when data.normalize; the model "
+              "has one output, model.num_classes = 1, trained with data.regression_loss; evaluation reports the "
+              "loss on the standardized label, and mae, rmse and r2 in the label's own units).",
+       .field = GENESIS_RECIPE_FIELD(data.task)},
+      {.section = "data",
+       .key = "regression_loss",
+       .fallback = S{"mse"},
+       .choices = {"mse", "l1"},
+       .doc = "csv, data.task = \"regression\": the training loss, mean squared error (mse) or mean absolute "
+              "error (l1), on the standardized label.",
+       .field = GENESIS_RECIPE_FIELD(data.regression_loss)},
       {.section = "data",
        .key = "format",
        .fallback = S{"auto"},
@@ -1163,6 +1179,24 @@ const std::vector<RecipeRule>& recipe_rules() {
       {{"data.name", "model.name", "data.path", "data.label"},
        "data.name = \"csv\" needs model mlp, data.path (the training rows) and data.label (the column to predict).",
        [](const RecipeSpec& r) -> std::string { return csv_data_problem(r); }},
+      {{"data.task", "data.regression_loss", "data.name", "model.num_classes"},
+       "data.task = \"regression\" is for data.name = \"csv\"; data.regression_loss for data.task = \"regression\"; "
+       "model.num_classes = 1 for a regression only.",
+       [](const RecipeSpec& r) -> std::string {
+         const auto* mlp = std::get_if<models::MlpConfig>(&r.model.config);
+         const auto* cnn = std::get_if<models::CnnConfig>(&r.model.config);
+         const int64_t outputs = mlp ? mlp->num_classes : cnn ? cnn->num_classes : 0;
+         if (outputs == 1 && r.data.task != "regression")
+           return "model.num_classes = 1: a classifier needs 2 or more classes (1 is a regression's one output, with "
+                  "data.task = \"regression\")";
+         if (r.data.task == "regression" && r.data.name != "csv")
+           return "data.task = \"regression\" reads numeric labels from a table: it needs data.name = \"csv\" (this "
+                  "recipe has \"" + r.data.name + "\")";
+         if (r.data.regression_loss != "mse" && r.data.task != "regression")
+           return "data.regression_loss = \"" + r.data.regression_loss +
+                  "\" is the loss of a regression: set data.task = \"regression\" or leave it out";
+         return "";
+       }},
       {{"data.seq_len", "model.n_positions", "model.max_position_embeddings"},
        "data.seq_len is at most the model's context (n_positions or max_position_embeddings, when given).",
        [](const RecipeSpec& r) -> std::string {

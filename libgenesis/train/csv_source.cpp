@@ -2,7 +2,9 @@
 // train/data_source.h): data/csv_table.h reads and encodes it, with the statistics of the
 // training rows (or a checkpoint's, so that evaluation encodes as training did), and the samples
 // go through the DataLoader as Fashion-MNIST's do (train/sample_source.h).
+#include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -33,7 +35,10 @@ void check_classifier(const RecipeSpec& spec, const data::CsvEncoding& encoding)
   GENESIS_CHECK(inputs == encoding.width(), RecipeError, "model.input_shape holds ", inputs,
                 " values, but the rows of ", spec.data.path, " encode to ", encoding.width(),
                 " inputs; set model.input_shape = [", encoding.width(), "]");
-  GENESIS_CHECK(mlp->num_classes >= classes, RecipeError, "model.num_classes = ", mlp->num_classes,
+  GENESIS_CHECK(!encoding.target || mlp->num_classes == 1, RecipeError, "model.num_classes = ", mlp->num_classes,
+                ", but a regression (data.task = \"regression\") predicts one number, column '", spec.data.label,
+                "': set model.num_classes = 1");
+  GENESIS_CHECK(encoding.target || mlp->num_classes >= classes, RecipeError, "model.num_classes = ", mlp->num_classes,
                 " is fewer than the ", classes, " classes of column '", spec.data.label, "' in ", spec.data.path,
                 "; set model.num_classes = ", classes);
 }
@@ -42,6 +47,17 @@ std::string class_list(const std::vector<std::string>& classes) {
   std::string out;
   for (size_t i = 0; i < classes.size() && i < 20; ++i) out += (i ? ", " : "") + classes[i];
   return classes.size() > 20 ? out + ", ..." : out;
+}
+
+// What the rows' label gives: the classes, or the number a regression predicts.
+std::string predicted(const data::CsvEncoding& encoding, const std::string& label) {
+  if (const std::optional<data::CsvTarget>& t = encoding.target) {
+    char scale[96];
+    std::snprintf(scale, sizeof scale, " (mean %.6g, standard deviation %.6g)", t->mean, t->std);
+    return "regression of '" + t->name + "'" + (encoding.standardize ? std::string(scale) : std::string());
+  }
+  return std::to_string(encoding.classes.size()) + (encoding.classes.size() == 1 ? " class" : " classes") + " of '" +
+         label + "': " + class_list(encoding.classes);
 }
 
 }  // namespace
@@ -53,7 +69,8 @@ std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device devic
                            .features = d.features,
                            .categorical = d.categorical,
                            .impute = d.impute == "mean",
-                           .standardize = d.normalize};
+                           .standardize = d.normalize,
+                           .regression = d.task == "regression"};
   const data::CsvTable table = data::read_csv_table(d.path, options);
   // The other files are read as the training file's columns, in its order.
   options.features = table.features;
@@ -64,12 +81,19 @@ std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device devic
   const data::CsvEncoding encoding = trained_encoding.empty()
                                          ? data::fit_csv_encoding(table, train_rows, options)
                                          : data::parse_csv_encoding(trained_encoding, "the checkpoint's data.json");
+  GENESIS_CHECK(encoding.target.has_value() == options.regression, RecipeError,
+                "the checkpoint's data.json encodes ", encoding.target ? "a regression" : "a classification",
+                " but this recipe has data.task = \"", d.task, "\"; evaluate with the checkpoint's own recipe");
   check_classifier(spec, encoding);
 
   recipe::RunData samples;
   samples.train = data::encode_csv(table, train_rows, encoding);
   std::string held_out = "no evaluation set";
   SampleSourceNotes notes{.missing_evaluation = "", .encoding = data::csv_encoding_json(encoding)};
+  if (const std::optional<data::CsvTarget>& t = encoding.target)
+    notes.regression = RegressionScale{.mean = t->mean,
+                                       .std = t->std,
+                                       .loss = d.regression_loss == "l1" ? SampleLoss::l1 : SampleLoss::mse};
   if (spec.eval.split == "val" && !d.val_path.empty()) {
     const data::CsvTable val = data::read_csv_table(d.val_path, options);
     samples.eval = data::encode_csv(val, data::all_csv_rows(val), encoding);
@@ -93,8 +117,7 @@ std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device devic
   log.note(d.path + statistics + ": " + count_of(static_cast<int64_t>(train_rows.size()), "training row") + ", " +
            held_out + "; " + count_of(encoding.width(), "input") + " from " + std::to_string(columns - categorical) +
            " numeric and " + std::to_string(categorical) + " categorical (one-hot) columns; " +
-           std::to_string(encoding.classes.size()) + (encoding.classes.size() == 1 ? " class" : " classes") + " of '" +
-           d.label + "': " + class_list(encoding.classes));
+           predicted(encoding, d.label));
   return open_samples(std::move(samples), spec, device, share, std::move(notes));
 }
 

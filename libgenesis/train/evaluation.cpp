@@ -1,4 +1,5 @@
 // `genesis eval`: a checkpoint (or a Hugging Face directory) evaluated on a recipe's data.
+#include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "libgenesis/models/causal_lm.h"
 #include "libgenesis/ops/elementwise.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/ops/index.h"
 #include "libgenesis/ops/linalg.h"
 #include "libgenesis/ops/loss.h"
 #include "libgenesis/ops/reduce.h"
@@ -52,6 +54,41 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
   std::vector<double> sums{loss_sum.item(), correct.item()};
   share.reduce(sums);
   return {{"loss", sums[0] / n}, {"accuracy", sums[1] / n}};
+}
+
+std::map<std::string, double> evaluate_regression(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,
+                                                  Device device, const RegressionScale& scale,
+                                                  const EvalShare& share) {
+  GENESIS_CHECK(dataset.size() > 0, ValueError, "evaluate: the evaluation set is empty");
+  bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  data::DataLoader loader(dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 0});
+  // Sums in f64 on the device, of the standardized values: the loss, |error|, error^2, y, y^2.
+  Tensor sums = zeros({5}, {.dtype = DType::f64, .device = device});
+  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+    if (!share.mine(b)) continue;
+    check_interrupt("evaluating");
+    if (share.world > 1) loader.seek({0, b});  // no prefetch: only positions the loader
+    data::Batch batch = loader.next();
+    const Tensor y = batch.targets.to(device).to(DType::f64);
+    const Tensor outputs = model(batch.inputs.to(device));
+    const Tensor loss = training_loss(outputs, batch.targets.to(device), Reduction::sum, scale.loss);
+    const Tensor error = sub(outputs.to(DType::f64), y);
+    sums = add(sums, stack({loss.to(DType::f64), sum(abs(error)), sum(mul(error, error)), sum(y), sum(mul(y, y))}, 0));
+    share.report(b + 1, loader.batches_per_epoch());
+  }
+  model.train(was_training);
+  const Tensor host = sums.to(kCPU);
+  std::vector<double> totals(host.data<double>(), host.data<double>() + 5);
+  share.reduce(totals);
+  const auto n = static_cast<double>(dataset.size());
+  const double squares_about_mean = totals[4] - totals[3] * totals[3] / n;
+  return {{"loss", totals[0] / n},
+          {"mae", totals[1] / n * scale.std},
+          {"rmse", std::sqrt(totals[2] / n) * scale.std},
+          // A constant label leaves nothing to explain: scikit-learn's 1 for a perfect fit, else 0.
+          {"r2", squares_about_mean > 0.0 ? 1.0 - totals[2] / squares_about_mean : totals[2] == 0.0 ? 1.0 : 0.0}};
 }
 
 // What `genesis eval` runs with: the checkpoint's own recipe defines the model and the data's

@@ -184,9 +184,10 @@ ReportFiles write_report(const std::vector<fs::path>& run_dirs, const fs::path& 
   std::vector<Run> runs;
   for (const fs::path& dir : run_dirs) runs.push_back(load_run(dir));
 
-  // The evaluation metric: a classifier's accuracy, a language model's bits per byte, else the loss.
+  // The evaluation metric: a classifier's accuracy, a language model's bits per byte, a
+  // regression's r2, else the loss.
   std::string metric = "loss";
-  for (const char* key : {"accuracy", "bits_per_byte"})
+  for (const char* key : {"accuracy", "bits_per_byte", "r2"})
     if (any_has(runs, key, true)) {
       metric = key;
       break;

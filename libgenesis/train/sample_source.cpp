@@ -47,6 +47,8 @@ class SampleSource final : public DataSource {
 
   bool has_evaluation() const override { return data_.eval.size() > 0; }
   std::map<std::string, double> evaluate(nn::Module& model) override {
+    if (notes_.regression)
+      return train::evaluate_regression(model, data_.eval, eval_batch_, device_, *notes_.regression, share_);
     return train::evaluate(model, data_.eval, eval_batch_, device_, share_);
   }
   std::string missing_evaluation() const override {

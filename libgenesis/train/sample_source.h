@@ -3,16 +3,20 @@
 // the DataLoader: Fashion-MNIST's source, and what the sources that make such sets from their own
 // files (csv_source.cpp) return.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "libgenesis/recipe/build.h"
 #include "libgenesis/train/data_source.h"
+#include "libgenesis/train/trainer.h"
 
 namespace genesis::train {
 
 struct SampleSourceNotes {
   std::string missing_evaluation;  // DataSource::missing_evaluation(); empty: the generic sentence
   std::string encoding;            // DataSource::encoding()
+  // A regression's targets: evaluated by evaluate_regression; unset: a classifier's (evaluate).
+  std::optional<RegressionScale> regression = std::nullopt;
 };
 
 std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,

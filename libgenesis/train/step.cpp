@@ -12,7 +12,14 @@
 
 namespace genesis::train {
 
-Tensor training_loss(const Tensor& logits, const Tensor& targets, Reduction reduction) {
+Tensor training_loss(const Tensor& logits, const Tensor& targets, Reduction reduction, SampleLoss loss) {
+  if (loss != SampleLoss::cross_entropy) {
+    GENESIS_CHECK(logits.shape() == targets.shape(), ShapeError, "regression: the model's outputs ", logits.shape(),
+                  " and the targets ", targets.shape(), " differ in shape (a regression model has one output)");
+    // In f32 whatever autocast computed the outputs in.
+    const Tensor outputs = logits.to(DType::f32);
+    return loss == SampleLoss::mse ? mse_loss(outputs, targets, reduction) : l1_loss(outputs, targets, reduction);
+  }
   if (logits.dim() != 3) return cross_entropy(logits, targets, {.reduction = reduction});
   const int64_t rows = logits.size(0) * logits.size(1);
   return cross_entropy(logits.reshape({rows, logits.size(2)}), targets.reshape({rows}), {.reduction = reduction});
@@ -49,7 +56,7 @@ Tensor TrainStep::summed_loss(const data::Batch& batch, Device device) {
   if (causal_lm_)
     return causal_lm_->loss(x, y, Reduction::sum, batch.doc_start.defined() ? batch.doc_start.to(device) : Tensor());
   GENESIS_CHECK(!batch.doc_start.defined(), ValueError, "packed rows (doc_start) need a language model");
-  return training_loss(model_(x), y, Reduction::sum);
+  return training_loss(model_(x), y, Reduction::sum, settings_.loss);
 }
 
 Tensor TrainStep::step_denominator(int64_t local_count, Device device) {

@@ -18,8 +18,16 @@
 
 namespace genesis::train {
 
+// What a model that is not a language model is trained to minimize against its batch's targets.
+enum class SampleLoss {
+  cross_entropy,  // a classifier: class indices
+  mse,            // a regression: numbers, shaped as the model's output
+  l1,
+};
+
 struct StepSettings {
   std::optional<DType> autocast;  // [amp] dtype; nullopt: f32
+  SampleLoss loss = SampleLoss::cross_entropy;
   int64_t grad_accum_steps = 1;
   double clip_grad_norm = 0.0;   // <= 0: the norm is measured, nothing clipped
   double clip_grad_value = 0.0;  // <= 0: off
@@ -107,7 +115,9 @@ class NonfiniteSteps {
 };
 
 // Cross-entropy of logits [N, C] against targets [N], or of a sequence model's logits
-// [B, T, V] against the next tokens [B, T].
-Tensor training_loss(const Tensor& logits, const Tensor& targets, Reduction reduction = Reduction::mean);
+// [B, T, V] against the next tokens [B, T]; a regression's mse or l1 of outputs against targets
+// of their shape.
+Tensor training_loss(const Tensor& logits, const Tensor& targets, Reduction reduction = Reduction::mean,
+                     SampleLoss loss = SampleLoss::cross_entropy);
 
 }  // namespace genesis::train

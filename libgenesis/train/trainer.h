@@ -12,6 +12,7 @@
 #include "libgenesis/nn/module.h"
 #include "libgenesis/recipe/recipe.h"
 #include "libgenesis/train/lm_metrics.h"
+#include "libgenesis/train/step.h"
 
 namespace genesis::train {
 
@@ -33,8 +34,22 @@ int run_training(const RecipeSpec& spec, const TrainOptions& options);
 std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,
                                        Device device, const EvalShare& share = {});
 
+// A regression's label scale: the model predicts (label - mean) / std, trained with `loss`.
+struct RegressionScale {
+  double mean = 0.0;
+  double std = 1.0;
+  SampleLoss loss = SampleLoss::mse;
+};
+// A regression model's metrics on `dataset` (targets [N, 1], standardized): "loss", the training
+// loss on the standardized label; "mae" and "rmse" in the label's own units; "r2", one less the
+// residual sum of squares over the total about the set's own mean (scikit-learn's r2_score).
+std::map<std::string, double> evaluate_regression(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,
+                                                  Device device, const RegressionScale& scale,
+                                                  const EvalShare& share = {});
+
 // Loads the checkpoint, evaluates on the recipe's eval split (or `split` when given:
-// "test" or "val") and returns the metrics: loss and accuracy for a classifier; loss,
+// "test" or "val") and returns the metrics: loss and accuracy for a classifier (a regression:
+// loss, mae, rmse and r2); loss,
 // perplexity, bits_per_byte, tokens and bytes on val.bin for a language model (whose shards
 // are prepared first when missing).
 // Progress (a bar on a terminal, a line every 10 s otherwise) and notes go to stderr unless quiet.

@@ -89,6 +89,15 @@ void TrainingRun::prepare_run_directory() {
                " examples per rank per micro-batch");
 }
 
+namespace {
+
+SampleLoss sample_loss(const RecipeSpec::Data& data) {
+  if (data.task != "regression") return SampleLoss::cross_entropy;
+  return data.regression_loss == "l1" ? SampleLoss::l1 : SampleLoss::mse;
+}
+
+}  // namespace
+
 void TrainingRun::load_data_and_model() {
   manual_seed(static_cast<uint64_t>(spec_.run.seed));
   // Rank 0 prepares missing data (token shards) before the others look for it.
@@ -130,6 +139,7 @@ void TrainingRun::load_data_and_model() {
   schedule_.emplace(recipe::build_schedule(spec_, total_));
   train_step_ = std::make_unique<TrainStep>(*model_, *optimizer_, scaler_.get(),
                                             StepSettings{.autocast = amp_,
+                                                         .loss = sample_loss(spec_.data),
                                                          .grad_accum_steps = t_.grad_accum_steps,
                                                          .clip_grad_norm = t_.clip_grad_norm,
                                                          .clip_grad_value = t_.clip_grad_value},

@@ -9,6 +9,13 @@ one with their mean; compare with `genesis train recipes/csv_tiers_mlp.toml --se
 
     python3 data/make_csv.py
     python3 scripts/bench/torch_csv.py [--data data/cache/csv_tiers] [--seeds 0,1,2] [--threads 2]
+
+--task regression is the reference for recipes/csv_spend_mlp.toml: label spend, standardized with
+the training rows' mean and population standard deviation, a 19-64-64-1 MLP trained with
+mean squared error; it prints the test r2, mae and rmse (in the label's units).
+
+    python3 data/make_csv.py --task regression
+    python3 scripts/bench/torch_csv.py --task regression [--data data/cache/csv_spend]
 """
 import argparse
 import csv
@@ -24,7 +31,7 @@ import torch.nn as nn
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 from torch_fashion_mnist import train  # noqa: E402  the classifier recipes' training loop
 
-LABEL = "tier"
+LABEL = "tier"  # "spend" with --task regression
 CATEGORICAL = ["region", "plan", "city"]
 
 
@@ -52,6 +59,10 @@ def fit(header, rows):
             std = math.sqrt(sum((x - mean) ** 2 for x in numbers) / len(numbers)) or 1.0
             encoding.append((j, "numeric", mean, std))
     label = header.index(LABEL)
+    if LABEL == "spend":  # a regression: the label's mean and population standard deviation
+        values = [float(r[label]) for r in rows]
+        mean = sum(values) / len(values)
+        return encoding, (mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)))
     classes = sorted({r[label].strip(" \t") for r in rows})
     return encoding, classes
 
@@ -68,21 +79,34 @@ def encode(header, rows, encoding, classes):
             else:
                 features.extend(1.0 if c == (v or b) else 0.0 for c in a)
         x.append(features)
+    if isinstance(classes, tuple):  # a regression's (mean, std)
+        y = [[(float(r[label]) - classes[0]) / classes[1]] for r in rows]
+        return torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.float32)
     y = [classes.index(r[label].strip(" \t")) for r in rows]
     return torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.long)
 
 
-def run(seed, data, threads, epochs=20):
+def run(seed, data, threads, epochs=20, scale=None):
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     (xtr, ytr), (xte, yte) = data
-    classes = int(ytr.max()) + 1
-    model = nn.Sequential(nn.Linear(xtr.shape[1], 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, classes))
-    train(model, xtr, ytr, epochs, batch=128, lr=3e-3, wd=1e-4)
+    outputs = 1 if scale else int(ytr.max()) + 1
+    model = nn.Sequential(nn.Linear(xtr.shape[1], 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, outputs))
+    loss_fn = nn.functional.mse_loss if scale else nn.functional.cross_entropy
+    train(model, xtr, ytr, epochs, batch=128, lr=3e-3, wd=1e-4, loss_fn=loss_fn)
     model.eval()
+    result = {"seed": seed, "epochs": epochs, "inputs": xtr.shape[1], "torch": torch.__version__}
     with torch.no_grad():
-        accuracy = (model(xte).argmax(1) == yte).float().mean().item()
-    return {"seed": seed, "epochs": epochs, "inputs": xtr.shape[1], "test_accuracy": accuracy, "torch": torch.__version__}
+        predicted = model(xte)
+    if scale:
+        error = (predicted - yte).double()
+        y = yte.double()
+        result["test_r2"] = 1 - (error ** 2).sum().item() / ((y - y.mean()) ** 2).sum().item()
+        result["test_mae"] = error.abs().mean().item() * scale[1]
+        result["test_rmse"] = math.sqrt((error ** 2).mean().item()) * scale[1]
+    else:
+        result["test_accuracy"] = (predicted.argmax(1) == yte).float().mean().item()
+    return result
 
 
 def main():
@@ -90,18 +114,26 @@ def main():
     ap.add_argument("--data", default="data/cache/csv_tiers")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--task", choices=["classification", "regression"], default="classification")
     args = ap.parse_args()
+    global LABEL
+    if args.task == "regression":
+        LABEL = "spend"
+        if args.data == ap.get_default("data"):
+            args.data = "data/cache/csv_spend"
     header, train_rows = read(f"{args.data}/train.csv")
     test_header, test_rows = read(f"{args.data}/test.csv")
     assert test_header == header, "test.csv's columns differ from train.csv's"
     encoding, classes = fit(header, train_rows)
     data = (encode(header, train_rows, encoding, classes), encode(header, test_rows, encoding, classes))
-    accuracies = []
+    scale = classes if args.task == "regression" else None
+    metric = "test_r2" if scale else "test_accuracy"
+    values = []
     for seed in (int(s) for s in args.seeds.split(",")):
-        result = run(seed, data, args.threads)
-        accuracies.append(result["test_accuracy"])
+        result = run(seed, data, args.threads, scale=scale)
+        values.append(result[metric])
         print(json.dumps(result), flush=True)
-    print(json.dumps({"mean_test_accuracy": statistics.mean(accuracies), "seeds": len(accuracies)}))
+    print(json.dumps({"mean_" + metric: statistics.mean(values), "seeds": len(values)}))
 
 
 if __name__ == "__main__":

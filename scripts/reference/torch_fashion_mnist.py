@@ -40,9 +40,10 @@ def make_model(name):
                          nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def train(model, xtr, ytr, epochs, batch=128, lr=1e-3, wd=1e-4):
+def train(model, xtr, ytr, epochs, batch=128, lr=1e-3, wd=1e-4, loss_fn=nn.functional.cross_entropy):
     """genesis's classifier recipes: AdamW (no decay on biases), cosine schedule per step, a fresh
-    shuffle each epoch, the last batch partial. Returns each epoch's seconds."""
+    shuffle each epoch, the last batch partial; loss_fn(outputs, targets) (a regression: mse_loss).
+    Returns each epoch's seconds."""
     decay = [p for n, p in model.named_parameters() if not n.endswith("bias")]
     no_decay = [p for n, p in model.named_parameters() if n.endswith("bias")]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
@@ -57,7 +58,7 @@ def train(model, xtr, ytr, epochs, batch=128, lr=1e-3, wd=1e-4):
         model.train()
         for i in range(steps_per_epoch):
             idx = perm[i * batch : (i + 1) * batch]
-            loss = nn.functional.cross_entropy(model(xtr[idx]), ytr[idx])
+            loss = loss_fn(model(xtr[idx]), ytr[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

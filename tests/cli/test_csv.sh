@@ -4,7 +4,8 @@
 # checkpoint's encoding after the training file changed (and so does a resumed run); data.val_fraction splits; bad tables and
 # recipes exit 2 with one line naming file:line and column: ragged rows, a non-numeric value in
 # a numeric column, a missing label column, an empty file, a validation label the training rows
-# lack, and a model.input_shape that is not the encoded width.
+# lack, and a model.input_shape that is not the encoded width. A regression (data.task) learns
+# the spend table and reports r2, mae and rmse.
 #   tests/cli/test_csv.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
 source "$(dirname "$0")/common.sh" "$@"
@@ -74,5 +75,42 @@ bad "a validation label the training rows lack" "val.csv:2: label 'diamond' is n
   --set "data.val_path=$work/val.csv" --set eval.split=val
 bad "a missing value without data.impute" "column '.*' is empty; fill the value, or set data.impute" --set data.impute=none
 bad "model.input_shape of another width" "set model.input_shape = \[19\]" --set "model.input_shape=[20]"
+bad "one class for a classifier" "model.num_classes = 1: a classifier needs 2 or more classes" --set model.num_classes=1
+
+# 3. Regression (data.task = "regression"): recipes/csv_spend_mlp.toml on data/make_csv.py's spend
+# table learns (test r2 above 0.8 after 300 steps; the noise leaves about 0.98 reachable), reports
+# mae and rmse in the label's units, keeps the label's statistics in the checkpoint, and eval
+# reproduces the metrics; a word for a label, and a model of two outputs, exit 2.
+python3 "$src/data/make_csv.py" --out "$work" --train 2000 --test 400 --task regression >/dev/null \
+  || fail "make_csv.py --task regression failed"
+spend="$src/recipes/csv_spend_mlp.toml"
+rshort=(--set "data.path=$work/csv_spend/train.csv" --set "data.test_path=$work/csv_spend/test.csv"
+        --set training.steps=300 --set training.log_every=100 --set training.batch_size=64 --set scheduler.warmup_steps=10)
+"$genesis" train "$spend" --out "$work/spend" "${rshort[@]}" -q >/dev/null 2>"$work/spend.err"; rc=$?
+check "train a regression on a CSV" 0 $rc
+[ $rc -eq 0 ] || cat "$work/spend.err"
+python3 - "$work/spend" <<'PY' && ok "regression: test r2 > 0.8, mae and rmse in the label's units, the label's statistics kept" \
+  || fail "regression metrics: $(cat "$work/spend/summary.json")"
+import json, sys
+run = sys.argv[1]
+m = json.load(open(run + "/summary.json"))["eval"]
+assert m["r2"] > 0.8 and 0 < m["mae"] < m["rmse"] < 40 and "accuracy" not in m, m
+t = json.load(open(run + "/checkpoints/latest/data.json"))["target"]
+assert t["name"] == "spend" and 90 < t["mean"] < 110 and t["std"] > 10, t
+PY
+json=$("$genesis" eval --checkpoint "$work/spend" 2>/dev/null)
+r2=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["eval"]["r2"])' "$work/spend/summary.json")
+python3 -c 'import json, sys; assert abs(json.loads(sys.argv[1])["r2"] - float(sys.argv[2])) < 1e-12' "$json" "$r2" \
+  && ok "eval reproduces the regression's r2 ($r2)" || fail "eval printed '$json', expected r2 $r2"
+{ head -n 2 "$work/csv_spend/train.csv"; echo "40,50000,10,2,0,north,pro,Dover,lots"; } >"$work/worded.csv"
+"$genesis" train "$spend" --out "$work/bad_spend" "${rshort[@]}" --set "data.path=$work/worded.csv" -q >/dev/null 2>"$work/err"
+[ $? -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "worded.csv:3: label 'lots' is not a finite number" "$work/err" \
+  && ok "a word for a regression label: exit 2, '$(cut -c1-100 "$work/err")'" || fail "worded label: $(cat "$work/err")"
+"$genesis" train "$spend" --out "$work/bad_spend" "${rshort[@]}" --set model.num_classes=2 -q >/dev/null 2>"$work/err"
+[ $? -eq 2 ] && grep -q "a regression (data.task = \"regression\") predicts one number" "$work/err" \
+  && ok "a regression model of 2 outputs: exit 2" || fail "num_classes = 2 for a regression: $(cat "$work/err")"
+"$genesis" train "$src/recipes/fashion_mnist_mlp.toml" --out "$work/bad_spend" --set data.task=regression -q >/dev/null 2>"$work/err"
+[ $? -eq 2 ] && grep -q 'it needs data.name = "csv"' "$work/err" \
+  && ok "data.task = regression on Fashion-MNIST: exit 2" || fail "regression on fashion_mnist: $(cat "$work/err")"
 
 finish "csv"
