@@ -33,6 +33,7 @@ void add_inspect_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_report_command(CLI::App& app);
+void add_predict_command(CLI::App& app);
 void add_completion_command(CLI::App& app);
 
 }  // namespace genesis::cli

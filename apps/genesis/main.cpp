@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   genesis::cli::add_convert_command(app);
   genesis::cli::add_inspect_command(app);
   genesis::cli::add_report_command(app);
+  genesis::cli::add_predict_command(app);
   genesis::cli::add_completion_command(app);
   genesis::cli::add_generate_command(app);
   genesis::cli::add_chat_command(app);

@@ -114,7 +114,9 @@ CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& opt
   }
   GENESIS_CHECK(!options.label.empty(), UsageError, "data.label must name the label column of ", file,
                 " (its columns: ", joined(header), ")");
-  const size_t label = column_of(columns, header, options.label, "data.label", file);
+  // Rows to predict may come without their label; their labels are then all missing.
+  const bool labelled = !options.label_optional || columns.contains(options.label);
+  const size_t label = labelled ? column_of(columns, header, options.label, "data.label", file) : 0;
 
   CsvTable t;
   t.path = path;
@@ -149,12 +151,13 @@ CsvTable read_csv_table(const std::filesystem::path& path, const CsvOptions& opt
     GENESIS_CHECK(fields.size() == header.size(), UsageError, reader.where(), ": ", fields.size(),
                   " fields, but the header has ", header.size(),
                   " columns; every row needs one field per column (a value holding a comma must be quoted)");
-    const std::string_view y = trimmed(fields[label]);
-    GENESIS_CHECK(!y.empty(), UsageError, reader.where(), ": the label column '", options.label,
+    const std::string_view y = labelled ? trimmed(fields[label]) : std::string_view();
+    GENESIS_CHECK(!y.empty() || !labelled, UsageError, reader.where(), ": the label column '", options.label,
                   "' is empty; every row needs a label");
     GENESIS_CHECK(is_utf8(y), UsageError, reader.where(), ": the label column '", options.label,
                   "' holds a value that is not UTF-8 text; save the file as UTF-8");
-    add_code(t.labels, label_codes, y, reader.where());
+    if (labelled) add_code(t.labels, label_codes, y, reader.where());
+    else t.labels.rows.push_back(CsvCodes::kMissing);
     t.lines.push_back(reader.line());
     for (size_t f = 0; f < n; ++f) {
       const std::string_view value = trimmed(fields[at[f]]);
@@ -292,27 +295,12 @@ CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& 
 }
 
 Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, const CsvEncoding& encoding) {
-  std::vector<std::string> trained;
-  for (const CsvFeature& feature : encoding.features) trained.push_back(feature.name);
-  GENESIS_CHECK(table.features == trained, UsageError, table.path.string(), ": its feature columns (",
-                joined(table.features), ") are not the training data's (", joined(trained), ")");
-  const int64_t n = static_cast<int64_t>(rows.size()), width = encoding.width();
+  const int64_t n = static_cast<int64_t>(rows.size());
   const bool regression = encoding.target.has_value();
-  Dataset out{empty({n, width}), regression ? empty({n, 1}) : empty({n}, {.dtype = DType::i64})};
-  float* x = out.inputs.data<float>();
-  std::fill(x, x + n * width, 0.0f);
-  // Each text value's class or one-hot position, found once per distinct value.
+  Dataset out{encode_csv_inputs(table, rows, encoding), regression ? empty({n, 1}) : empty({n}, {.dtype = DType::i64})};
+  // Each text label's class, found once per distinct value.
   const std::vector<int64_t> class_of = positions_in(table.labels, encoding.classes);
   const std::vector<double> numbers = regression ? label_numbers(table) : std::vector<double>{};
-  std::vector<std::vector<int64_t>> slot_of(encoding.features.size());
-  std::vector<int64_t> missing_slot(encoding.features.size(), -1);
-  for (size_t f = 0; f < encoding.features.size(); ++f) {
-    const CsvFeature& feature = encoding.features[f];
-    if (!feature.categorical) continue;
-    slot_of[f] = positions_in(table.categories[f], feature.categories);
-    const auto it = std::find(feature.categories.begin(), feature.categories.end(), feature.most_frequent);
-    if (it != feature.categories.end()) missing_slot[f] = it - feature.categories.begin();
-  }
   for (int64_t i = 0; i < n; ++i) {
     const auto r = static_cast<size_t>(rows[static_cast<size_t>(i)]);
     const auto label = static_cast<size_t>(table.labels.rows[r]);
@@ -327,6 +315,31 @@ Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, cons
                     joined(encoding.classes), "); a class needs training rows to be learned");
       out.targets.data<int64_t>()[i] = class_of[label];
     }
+  }
+  return out;
+}
+
+Tensor encode_csv_inputs(const CsvTable& table, const std::vector<int64_t>& rows, const CsvEncoding& encoding) {
+  std::vector<std::string> trained;
+  for (const CsvFeature& feature : encoding.features) trained.push_back(feature.name);
+  GENESIS_CHECK(table.features == trained, UsageError, table.path.string(), ": its feature columns (",
+                joined(table.features), ") are not the training data's (", joined(trained), ")");
+  const int64_t n = static_cast<int64_t>(rows.size()), width = encoding.width();
+  Tensor inputs = empty({n, width});
+  float* x = inputs.data<float>();
+  std::fill(x, x + n * width, 0.0f);
+  // Each text value's one-hot position, found once per distinct value.
+  std::vector<std::vector<int64_t>> slot_of(encoding.features.size());
+  std::vector<int64_t> missing_slot(encoding.features.size(), -1);
+  for (size_t f = 0; f < encoding.features.size(); ++f) {
+    const CsvFeature& feature = encoding.features[f];
+    if (!feature.categorical) continue;
+    slot_of[f] = positions_in(table.categories[f], feature.categories);
+    const auto it = std::find(feature.categories.begin(), feature.categories.end(), feature.most_frequent);
+    if (it != feature.categories.end()) missing_slot[f] = it - feature.categories.begin();
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const auto r = static_cast<size_t>(rows[static_cast<size_t>(i)]);
     float* row = x + i * width;
     for (size_t f = 0; f < encoding.features.size(); ++f) {
       const CsvFeature& feature = encoding.features[f];
@@ -346,7 +359,7 @@ Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, cons
       }
     }
   }
-  return out;
+  return inputs;
 }
 
 std::string csv_encoding_json(const CsvEncoding& encoding) {

@@ -24,6 +24,7 @@ struct CsvOptions {
   bool impute = false;                     // a missing value takes the training mean or most frequent category
   bool standardize = true;                 // numeric columns to zero mean, unit variance
   bool regression = false;                 // the label is a number to predict, not a class
+  bool label_optional = false;             // a file without the label column is rows to predict (labels missing)
 };
 
 // A column of text values, each distinct value kept once: a row holds its value's index.
@@ -88,6 +89,8 @@ CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& 
 // standardized labels [N, 1] f32). Throws UsageError naming file:line for a label that is not
 // among the classes, or (a regression) not a finite number.
 Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, const CsvEncoding& encoding);
+// The inputs alone (rows to predict, labelled or not): [N, width] f32.
+Tensor encode_csv_inputs(const CsvTable& table, const std::vector<int64_t>& rows, const CsvEncoding& encoding);
 // The encoding as JSON text (what checkpoints keep as data.json), and back: ValueError naming
 // `file` for text that is not such an encoding. Numbers keep every bit (shortest round-trip form).
 std::string csv_encoding_json(const CsvEncoding& encoding);

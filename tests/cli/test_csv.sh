@@ -5,7 +5,8 @@
 # recipes exit 2 with one line naming file:line and column: ragged rows, a non-numeric value in
 # a numeric column, a missing label column, an empty file, a validation label the training rows
 # lack, and a model.input_shape that is not the encoded width. A regression (data.task) learns
-# the spend table and reports r2, mae and rmse.
+# the spend table and reports r2, mae and rmse. genesis predict gives each row's class (or number)
+# as JSON, agreeing with eval.
 #   tests/cli/test_csv.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
 source "$(dirname "$0")/common.sh" "$@"
@@ -41,6 +42,43 @@ cp "$work/run/checkpoints/latest/data.json" "$work/data_before.json"
 cmp -s "$work/data_before.json" "$work/run/checkpoints/latest/data.json" \
   && ok "a resumed run encodes with its checkpoint's statistics" || fail "the resumed run's data.json changed"
 python3 "$src/data/make_csv.py" --out "$work" --train 600 --test 200 >/dev/null
+
+# genesis predict: one JSON object per test row, whose classes score the accuracy eval reports;
+# rows without the label column are predicted alike; a file missing a training column exits 2.
+"$genesis" predict --checkpoint "$work/run" "$data/test.csv" >"$work/predict.jsonl" 2>"$work/predict.err"
+check "predict on the test rows" 0 $?
+acc=$("$genesis" eval --checkpoint "$work/run" 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["accuracy"])')
+python3 - "$work/predict.jsonl" "$acc" <<'PY' && ok "predict: 200 rows, probabilities summing to 1, its classes score eval's accuracy $acc" \
+  || fail "predict output: $(head -c 300 "$work/predict.jsonl") $(cat "$work/predict.err")"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert len(rows) == 200 and rows[0]["input"].endswith("test.csv:2"), rows[:1]
+assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-9 and r["class"] == max(r["probabilities"], key=r["probabilities"].get) for r in rows)
+assert sorted(rows[0]["probabilities"]) == ["bronze", "gold", "platinum", "silver"]
+accuracy = sum(r["class"] == r["label"] for r in rows) / len(rows)
+assert abs(accuracy - float(sys.argv[2])) < 1e-12, (accuracy, sys.argv[2])
+PY
+python3 -c '
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], newline="", encoding="utf-8")))
+csv.writer(open(sys.argv[2], "w", newline="", encoding="utf-8")).writerows([r[:-1] for r in rows])' "$data/test.csv" "$work/unlabelled.csv"
+"$genesis" predict --checkpoint "$work/run/checkpoints" "$work/unlabelled.csv" >"$work/unlabelled.jsonl" 2>&1
+python3 - "$work/predict.jsonl" "$work/unlabelled.jsonl" <<'PY' && ok "predict: rows without the label column get the same classes" \
+  || fail "predict without labels: $(head -c 300 "$work/unlabelled.jsonl")"
+import json, sys
+a = [json.loads(line) for line in open(sys.argv[1])]
+b = [json.loads(line) for line in open(sys.argv[2])]
+assert len(a) == len(b) and all(x["class"] == y["class"] and "label" not in y for x, y in zip(a, b))
+PY
+python3 -c '
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], newline="", encoding="utf-8")))
+csv.writer(open(sys.argv[2], "w", newline="", encoding="utf-8")).writerows([r[:7] + r[8:] for r in rows])' "$data/test.csv" "$work/nocity.csv"
+"$genesis" predict --checkpoint "$work/run" "$work/nocity.csv" >/dev/null 2>"$work/err"
+[ $? -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "nocity.csv:1: no column 'city'" "$work/err" \
+  && ok "predict on a file without a training column: exit 2, '$(cut -c1-90 "$work/err")'" || fail "predict nocity: $(cat "$work/err")"
+"$genesis" predict --checkpoint "$work/run" "$work/absent.csv" >/dev/null 2>"$work/err"
+[ $? -eq 2 ] && grep -q "absent.csv is not a file" "$work/err" && ok "predict on a missing file: exit 2" || fail "predict absent: $(cat "$work/err")"
 
 # A seeded share of the training rows as the validation set.
 "$genesis" train "$recipe" --out "$work/val" "${short[@]}" --set data.val_fraction=0.25 --set eval.split=val \
@@ -102,6 +140,17 @@ json=$("$genesis" eval --checkpoint "$work/spend" 2>/dev/null)
 r2=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["eval"]["r2"])' "$work/spend/summary.json")
 python3 -c 'import json, sys; assert abs(json.loads(sys.argv[1])["r2"] - float(sys.argv[2])) < 1e-12' "$json" "$r2" \
   && ok "eval reproduces the regression's r2 ($r2)" || fail "eval printed '$json', expected r2 $r2"
+# predict: the predictions, in the label's units, give eval's r2.
+"$genesis" predict --checkpoint "$work/spend" "$work/csv_spend/test.csv" >"$work/spend.jsonl" 2>"$work/err"
+python3 - "$work/spend.jsonl" "$r2" <<'PY' && ok "predict: a regression's predictions in the label's units give eval's r2" \
+  || fail "regression predict: $(head -c 300 "$work/spend.jsonl") $(cat "$work/err")"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+y = [r["label"] for r in rows]
+mean = sum(y) / len(y)
+r2 = 1 - sum((r["prediction"] - r["label"]) ** 2 for r in rows) / sum((v - mean) ** 2 for v in y)
+assert len(rows) == 400 and abs(r2 - float(sys.argv[2])) < 1e-5, (len(rows), r2, sys.argv[2])
+PY
 { head -n 2 "$work/csv_spend/train.csv"; echo "40,50000,10,2,0,north,pro,Dover,lots"; } >"$work/worded.csv"
 "$genesis" train "$spend" --out "$work/bad_spend" "${rshort[@]}" --set "data.path=$work/worded.csv" -q >/dev/null 2>"$work/err"
 [ $? -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "worded.csv:3: label 'lots' is not a finite number" "$work/err" \

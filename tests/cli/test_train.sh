@@ -50,6 +50,10 @@ if command -v script >/dev/null; then
   [ "$(grep -cv '^$' "$work/tty_q.out")" = 1 ] && grep -q "\"accuracy\":$acc" "$work/tty_q.out" \
     && ok "eval -q prints only the metrics" || fail "eval -q on a terminal: $(cat "$work/tty_q.out")"
 fi
+# genesis predict takes CSV checkpoints only: a Fashion-MNIST one is a usage error naming why.
+"$genesis" predict --checkpoint "$work/short" "$recipe" >/dev/null 2>"$work/predict.err"
+[ $? -eq 2 ] && grep -q 'predict reads rows of CSV files' "$work/predict.err" \
+  && ok "predict on a Fashion-MNIST checkpoint: exit 2" || fail "predict on fashion_mnist: $(cat "$work/predict.err")"
 # The logged loss is the mean of the window's step losses.
 "$genesis" train "$recipe" --out "$work/every1" --set training.steps=10 --set training.log_every=1 --set training.eval_every=0 -q >/dev/null 2>&1
 "$genesis" train "$recipe" --out "$work/every5" --set training.steps=10 --set training.log_every=5 --set training.eval_every=0 -q >/dev/null 2>&1

@@ -1,0 +1,104 @@
+// `genesis predict` (train/predict.h): CSV rows through a classifier or regression checkpoint.
+#include "libgenesis/train/predict.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "libgenesis/autograd/grad_mode.h"
+#include "libgenesis/core/error.h"
+#include "libgenesis/core/threads.h"
+#include "libgenesis/data/csv_table.h"
+#include "libgenesis/io/checkpoint_dir.h"
+#include "libgenesis/ops/nn.h"
+#include "libgenesis/recipe/build.h"
+#include "libgenesis/train/checkpoint.h"
+#include "libgenesis/train/run_dir.h"
+
+namespace genesis::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// How the checkpoint read its rows: its columns, which are categories, and whether to impute.
+data::CsvOptions reading_options(const RecipeSpec& spec, const data::CsvEncoding& encoding) {
+  data::CsvOptions options{.label = spec.data.label,
+                           .impute = spec.data.impute == "mean",
+                           .regression = encoding.target.has_value(),
+                           .label_optional = true};
+  for (const data::CsvFeature& f : encoding.features) {
+    options.features.push_back(f.name);
+    if (f.categorical) options.categorical.push_back(f.name);
+  }
+  return options;
+}
+
+// The results of `table`'s rows from the model's outputs [N, classes or 1] (on the host).
+void emit_rows(const data::CsvTable& table, const data::CsvEncoding& encoding, int64_t first, const Tensor& outputs,
+               const std::function<void(const nlohmann::ordered_json&)>& emit) {
+  const Tensor values = encoding.target ? outputs.to(DType::f64) : softmax(outputs.to(DType::f64), 1);
+  const double* v = values.data<double>();
+  const int64_t width = values.size(1);
+  for (int64_t i = 0; i < values.size(0); ++i) {
+    const auto r = static_cast<size_t>(first + i);
+    nlohmann::ordered_json out{{"input", table.path.string() + ":" + std::to_string(table.lines[r])}};
+    const double* row = v + i * width;
+    if (const std::optional<data::CsvTarget>& t = encoding.target) {
+      out["prediction"] = row[0] * t->std + t->mean;
+    } else {
+      const auto best = static_cast<size_t>(std::max_element(row, row + encoding.classes.size()) - row);
+      out["class"] = encoding.classes[best];
+      nlohmann::ordered_json probabilities = nlohmann::ordered_json::object();
+      for (size_t c = 0; c < encoding.classes.size(); ++c) probabilities[encoding.classes[c]] = row[c];
+      out["probabilities"] = probabilities;
+    }
+    if (const int32_t code = table.labels.rows[r]; code != data::CsvCodes::kMissing) {
+      // A regression's label as the number it is, where it is one.
+      const std::string& text = table.labels.values[static_cast<size_t>(code)];
+      char* end = nullptr;
+      const double number = std::strtod(text.c_str(), &end);
+      if (encoding.target && end == text.c_str() + text.size()) out["label"] = number;
+      else out["label"] = text;
+    }
+    emit(out);
+  }
+}
+
+}  // namespace
+
+void run_prediction(const fs::path& checkpoint, const std::vector<fs::path>& inputs, const PredictOptions& options,
+                    const std::function<void(const nlohmann::ordered_json&)>& emit) {
+  GENESIS_CHECK(options.batch_size > 0, UsageError, "predict: the batch size must be positive");
+  const fs::path dir = io::resolve_checkpoint(checkpoint);
+  std::optional<RecipeSpec> trained = checkpoint_recipe(dir);
+  GENESIS_CHECK(trained.has_value(), UsageError, "predict: ", checkpoint.string(),
+                " has no readable recipe.toml; give a checkpoint that genesis train wrote");
+  RecipeSpec spec = *trained;
+  GENESIS_CHECK(spec.data.name == "csv", UsageError, "predict: ", checkpoint.string(), " was trained on data.name = \"",
+                spec.data.name, "\"; predict reads rows of CSV files, for checkpoints of data.name = \"csv\"");
+  const std::string encoding_text = checkpoint_data_encoding(dir);
+  GENESIS_CHECK(!encoding_text.empty(), UsageError, "predict: ", checkpoint.string(),
+                " has no data.json (the encoding of its rows); it predates CSV checkpoints: train it again");
+  const data::CsvEncoding encoding = data::parse_csv_encoding(encoding_text, (dir / "data.json").string());
+  if (!options.device.empty()) spec.run.device = options.device;
+  const Device device = recipe::resolve_device(spec.run.device);
+  configure_threads(spec.run.threads, {.measure_load = device.is_cpu()});
+  std::shared_ptr<nn::Module> model = recipe::build_model(spec, device);
+  load_checkpoint(dir, *model, nullptr);
+  model->eval();
+  NoGradGuard no_grad;
+  const data::CsvOptions reading = reading_options(spec, encoding);
+  for (const fs::path& input : inputs) {
+    GENESIS_CHECK(fs::is_regular_file(input), UsageError, "predict: ", input.string(), " is not a file");
+    const data::CsvTable table = data::read_csv_table(input, reading);
+    const std::vector<int64_t> all = data::all_csv_rows(table);
+    for (int64_t first = 0; first < table.rows(); first += options.batch_size) {
+      const int64_t n = std::min(options.batch_size, table.rows() - first);
+      const std::vector<int64_t> rows(all.begin() + first, all.begin() + first + n);
+      const Tensor outputs = (*model)(data::encode_csv_inputs(table, rows, encoding).to(device)).to(kCPU);
+      emit_rows(table, encoding, first, outputs, emit);
+    }
+  }
+}
+
+}  // namespace genesis::train
