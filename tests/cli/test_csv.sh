@@ -151,6 +151,22 @@ mean = sum(y) / len(y)
 r2 = 1 - sum((r["prediction"] - r["label"]) ** 2 for r in rows) / sum((v - mean) ** 2 for v in y)
 assert len(rows) == 400 and abs(r2 - float(sys.argv[2])) < 1e-5, (len(rows), r2, sys.argv[2])
 PY
+# On 2 ranks of 32 rows the regression takes the steps of 1 process of 64 (within 1e-5) and its
+# evaluation, summed over the ranks, gives the same r2.
+ranks=(--set training.steps=40 --set training.log_every=1 --set run.threads=1 -q)
+"$genesis" train "$spend" --out "$work/spend1" "${rshort[@]}" "${ranks[@]}" >/dev/null 2>&1 \
+  && "$genesis" train "$spend" --out "$work/spend2" "${rshort[@]}" "${ranks[@]}" --set training.batch_size=32 \
+    --nproc-per-node 2 >/dev/null 2>"$work/spend2.err"
+python3 - "$work/spend1" "$work/spend2" <<'PY' && ok "regression on 2 ranks x 32 = 1 process x 64: losses within 1e-5, the same r2" \
+  || fail "regression over 2 ranks: $(cat "$work/spend2.err")"
+import json, sys
+def losses(run):
+    return [j["loss"] for j in map(json.loads, open(run + "/metrics.jsonl")) if "loss" in j and "step" in j]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 40 and max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-5, (a, b)
+e1, e2 = (json.load(open(run + "/summary.json"))["eval"] for run in sys.argv[1:])
+assert abs(e1["r2"] - e2["r2"]) < 1e-6, (e1, e2)
+PY
 { head -n 2 "$work/csv_spend/train.csv"; echo "40,50000,10,2,0,north,pro,Dover,lots"; } >"$work/worded.csv"
 "$genesis" train "$spend" --out "$work/bad_spend" "${rshort[@]}" --set "data.path=$work/worded.csv" -q >/dev/null 2>"$work/err"
 [ $? -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "worded.csv:3: label 'lots' is not a finite number" "$work/err" \
