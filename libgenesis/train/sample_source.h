@@ -4,6 +4,7 @@
 // files (csv_source.cpp) return.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "libgenesis/recipe/build.h"
 #include "libgenesis/train/data_source.h"
@@ -14,6 +15,11 @@ struct SampleSourceNotes {
   std::string missing_evaluation;  // DataSource::missing_evaluation(); empty: the generic sentence
   std::string encoding;            // DataSource::encoding()
 };
+
+// For the notes of the sources that make samples from their files: "3 rows", "1 row"; the first
+// 20 class names, comma-separated.
+std::string count_of(int64_t n, const char* noun);
+std::string class_list(const std::vector<std::string>& classes);
 
 std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
                                          const EvalShare& share, SampleSourceNotes notes = {});
