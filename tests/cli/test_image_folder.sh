@@ -5,7 +5,8 @@
 # training folder changed; data.val_fraction splits; RGB input resized from the gray 28x28 PNGs
 # trains; bad folders and recipes exit 2 with one line naming the folder or file: a missing root,
 # an empty class folder, a corrupt PNG (or skipped with data.skip_bad), too few model.num_classes,
-# and a model.input_shape that is no image (refused before the run directory is made).
+# data.mean of the wrong length, and a model.input_shape that is no image (refused before the run
+# directory is made).
 #   tests/cli/test_image_folder.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
 source "$(dirname "$0")/common.sh" "$@"
@@ -69,6 +70,8 @@ bad "a truncated PNG" "3_dress/$first: PNG.*set data.skip_bad = true"
 cp "$work/saved.png" "$data/train/3_dress/$first"
 bad "model.num_classes below the class folders" "model.num_classes = 4 is fewer than the 10 class folders" \
   --set model.num_classes=4
+bad "data.mean of another length than the channels" "data.mean and data.std need one value per channel" \
+  --set "data.mean=[0.5, 0.5]" --set "data.std=[0.5, 0.5]"
 "$genesis" train "$recipe" --out "$work/shape" "${short[@]}" --set "model.input_shape=[2, 28, 28]" -q >/dev/null \
   2>"$work/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "with 1 (gray) or 3 (RGB) channels" "$work/err" && [ ! -e "$work/shape" ] \
