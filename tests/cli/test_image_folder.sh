@@ -2,8 +2,8 @@
 # `[data] name = "image_folder"` end to end (issue 38): a small Fashion-MNIST folder from
 # data/make_image_folder.py trains recipes/fashion_mnist_folder_cnn.toml (a smaller CNN) for a few
 # steps and eval reproduces its accuracy with the checkpoint's classes and statistics after the
-# training folder changed; data.val_fraction splits; RGB input resized from the gray 28x28 PNGs
-# trains; bad folders and recipes exit 2 with one line naming the folder or file: a missing root,
+# training folder changed (and so does a resumed run); data.val_fraction splits; RGB input
+# resized from the gray 28x28 PNGs trains; bad folders and recipes exit 2 with one line naming the folder or file: a missing root,
 # an empty class folder, a corrupt PNG (or skipped with data.skip_bad), too few model.num_classes,
 # data.mean of the wrong length, and a model.input_shape that is no image (refused before the run
 # directory is made).
@@ -38,6 +38,12 @@ for i in range(200): open(f"{sys.argv[2]}/x{i}.png", "wb").write(m.png_gray(28, 
 json=$("$genesis" eval --checkpoint "$work/run" 2>/dev/null)
 echo "$json" | grep -q "\"accuracy\":$acc" && ok "eval after the training folder changed: the checkpoint's statistics" \
   || fail "eval after the training folder changed printed '$json', expected $acc"
+# So does a resumed run: its checkpoints carry the first run's statistics, not the grown folder's.
+cp "$work/run/checkpoints/latest/data.json" "$work/data_before.json"
+"$genesis" train "$recipe" --out "$work/run" --resume "${short[@]}" --set training.steps=50 -q >/dev/null \
+  2>"$work/resume.err" || fail "resume after the training folder changed: $(cat "$work/resume.err")"
+cmp -s "$work/data_before.json" "$work/run/checkpoints/latest/data.json" \
+  && ok "a resumed run encodes with its checkpoint's classes and statistics" || fail "the resumed run's data.json changed"
 rm -f "$data"/train/1_trouser/x*.png
 
 # A seeded share of each class's training images as the validation set.
