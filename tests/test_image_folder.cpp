@@ -285,6 +285,12 @@ TEST_CASE("image folder: bad input names the folder or file", "[cpu][image_folde
     CHECK_THROWS_WITH(data::decode_images(one, {1, 2, 2}, false),
                       Contains(files[i].path.string() + ": ") && Contains("set data.skip_bad = true"));
   }
+  // A header that claims more pixels than any image here is refused before they are allocated.
+  Bytes huge = png(1, 1, 1, {0});
+  huge[17] = huge[21] = 0x01;  // IHDR's width and height (bytes 16-23) become 2^16 + 1 each
+  const uint32_t checksum = static_cast<uint32_t>(crc32(0, huge.data() + 12, 17));  // "IHDR" and its 13 bytes
+  for (int i = 0; i < 4; ++i) huge[29 + i] = static_cast<uint8_t>(checksum >> (24 - 8 * i));
+  CHECK_THROWS_WITH(data::decode_image(huge), Contains("PNG of 65537 x 65537 pixels, more than the 2^28"));
   const data::DecodedImages decoded = data::decode_images(files, {1, 2, 2}, true);
   CHECK(decoded.samples.size() == 1);
   CHECK(decoded.skipped.size() == 4);

@@ -25,6 +25,15 @@ bool starts_with(std::span<const uint8_t> bytes, const std::array<uint8_t, N>& s
   return bytes.size() >= N && std::equal(signature.begin(), signature.end(), bytes.begin());
 }
 
+// A header's size is checked before the pixels are allocated: a corrupt one that claims
+// 100000 x 100000 pixels would otherwise take 40 GB (touched, so not left to overcommit).
+constexpr int64_t kMaxPixels = int64_t{1} << 28;
+
+void check_size(const char* kind, int64_t width, int64_t height) {
+  GENESIS_CHECK(width * height <= kMaxPixels, ValueError, kind, " of ", width, " x ", height,
+                " pixels, more than the 2^28 an image folder decodes (a corrupt header, or an image to shrink first)");
+}
+
 struct SpngFree {
   void operator()(spng_ctx* ctx) const { spng_ctx_free(ctx); }
 };
@@ -41,6 +50,7 @@ Image decode_png(std::span<const uint8_t> bytes) {
   check_spng(spng_set_png_buffer(ctx.get(), bytes.data(), bytes.size()), "buffer");
   spng_ihdr header{};
   check_spng(spng_get_ihdr(ctx.get(), &header), "header");
+  check_size("PNG", header.width, header.height);
   size_t size = 0;
   check_spng(spng_decoded_image_size(ctx.get(), SPNG_FMT_RGBA8, &size), "size");
   std::vector<uint8_t> rgba(size);
@@ -69,6 +79,7 @@ Image decode_jpeg(std::span<const uint8_t> bytes) {
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
   GENESIS_CHECK(tjDecompressHeader3(handle.get(), data, size, &width, &height, &subsampling, &colorspace) == 0,
                 ValueError, "JPEG header: ", tjGetErrorStr2(handle.get()));
+  check_size("JPEG", width, height);
   const bool gray = colorspace == TJCS_GRAY;
   Image image{.channels = gray ? 1 : 3, .height = height, .width = width, .pixels = {}};
   image.pixels.resize(static_cast<size_t>(image.height * image.width * image.channels));
