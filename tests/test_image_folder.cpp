@@ -168,30 +168,32 @@ TEST_CASE("image input: bilinear resize with half-pixel centres, the same size u
   for (size_t i = 0; i < kept.size(); ++i) CHECK(kept[i] == same.pixels[i] / 255.0f);
 }
 
-TEST_CASE("image folder: classes are the sorted folder names, files sorted, other kinds ignored",
+TEST_CASE("image folder: classes are the sorted folder names, files in os.walk order, other kinds ignored",
           "[cpu][image_folder]") {
   testing::TempDir tmp;
   write_folder(tmp / "root", {{"zebra", "b"}, {"zebra", "a"}, {"Apple", "x"}, {"mango", "1"}});
   write_bytes(tmp / "root" / "mango" / "2.JPG", jpeg(8, 8, 1, gray_pixels(5, 64)));
   write_bytes(tmp / "root" / "mango" / "notes.txt", {'h', 'i'});
   write_bytes(tmp / "root" / "mango" / ".hidden.png", {});
-  write_bytes(tmp / "root" / "README", {'h', 'i'});  // a file beside the class folders
+  write_bytes(tmp / "root" / "mango" / ".cache" / "x.png", {});
+  write_folder(tmp / "root" / "mango", {{"deeper", "0"}});  // nested: after the folder's own files
+  write_bytes(tmp / "root" / "README", {'h', 'i'});         // a file beside the class folders
   const data::ImageFolder folder = data::scan_image_folder(tmp / "root");
   CHECK(folder.classes == std::vector<std::string>{"Apple", "mango", "zebra"});  // byte order: capitals first
   CHECK_FALSE(folder.split_folders);
-  CHECK(names(folder.train.files) ==
-        std::vector<std::string>{"Apple/x.png", "mango/1.png", "mango/2.JPG", "zebra/a.png", "zebra/b.png"});
+  CHECK(names(folder.train.files) == std::vector<std::string>{"Apple/x.png", "mango/1.png", "mango/2.JPG",
+                                                              "deeper/0.png", "zebra/a.png", "zebra/b.png"});
   std::vector<int64_t> labels;
   for (const data::ImageFile& f : folder.train.files) labels.push_back(f.label);
-  CHECK(labels == std::vector<int64_t>{0, 1, 1, 2, 2});
+  CHECK(labels == std::vector<int64_t>{0, 1, 1, 1, 2, 2});
   CHECK(folder.train.ignored == 1);
   CHECK(folder.test.files.empty());
 
   // Decoded to [1, 4, 4]: a 2x2 image of 100 grows to 4x4 of 100 / 255.
   const data::DecodedImages decoded = data::decode_images(folder.train.files, {1, 4, 4}, false);
-  CHECK(decoded.samples.inputs.shape() == Shape{5, 1, 4, 4});
+  CHECK(decoded.samples.inputs.shape() == Shape{6, 1, 4, 4});
   CHECK(decoded.samples.inputs.data<float>()[0] == 100 / 255.0f);
-  CHECK(decoded.samples.targets.data<int64_t>()[4] == 2);
+  CHECK(decoded.samples.targets.data<int64_t>()[5] == 2);
 }
 
 TEST_CASE("image folder: train, val and test folders over the training classes", "[cpu][image_folder]") {

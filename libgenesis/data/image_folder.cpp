@@ -37,6 +37,22 @@ std::vector<std::string> class_folders(const fs::path& dir) {
   return out;
 }
 
+// A class folder's files, nested folders included, in the order torchvision's os.walk gives:
+// folder by folder in sorted order, each one's files sorted by name. Hidden names are skipped,
+// and so is what is below a hidden folder; links to folders are not followed (no cycles).
+std::vector<fs::path> class_files(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator(); ++it) {
+    if (hidden(it->path()))
+      it.disable_recursion_pending();
+    else if (!it->is_directory())
+      out.push_back(it->path());
+  }
+  const auto key = [](const fs::path& p) { return std::pair(p.parent_path().string(), p.filename().string()); };
+  std::sort(out.begin(), out.end(), [&](const fs::path& a, const fs::path& b) { return key(a) < key(b); });
+  return out;
+}
+
 std::string listed(const std::vector<std::string>& names) {
   std::string out;
   for (size_t i = 0; i < names.size() && i < 20; ++i) out += (i ? ", " : "") + names[i];
@@ -55,8 +71,7 @@ ImageSplit list_split(const fs::path& dir, const std::vector<std::string>& class
                   "' is not among the training classes (", listed(classes), ")");
     const auto label = static_cast<int64_t>(at - classes.begin());
     const size_t before = split.files.size();
-    for (const fs::path& p : sorted_entries(dir / name)) {
-      if (fs::is_directory(p)) continue;
+    for (const fs::path& p : class_files(dir / name)) {
       if (is_image_file(p))
         split.files.push_back({p, label});
       else

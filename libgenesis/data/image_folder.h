@@ -1,6 +1,7 @@
 #pragma once
 // A folder of images as classifier samples, laid out as torchvision's ImageFolder: one subfolder
-// per class (root/<class>/*.png|*.jpg|*.jpeg), the classes in sorted order of their folder names.
+// per class (root/<class>/*.png|*.jpg|*.jpeg, nested folders included), the classes in sorted
+// order of their folder names.
 // With split folders (root/train/<class>/..., and root/val/, root/test/ when present) each split
 // is such a folder over the training split's classes. Files of other kinds, and names starting
 // with '.', are ignored and counted. Images are decoded into memory once (in parallel), converted
@@ -23,7 +24,7 @@ struct ImageFile {
 
 struct ImageSplit {
   std::filesystem::path dir;
-  std::vector<ImageFile> files;  // class by class, each class's files in sorted name order
+  std::vector<ImageFile> files;  // class by class, each class's files in os.walk's sorted order
   int64_t ignored = 0;           // files that are not images
 };
 

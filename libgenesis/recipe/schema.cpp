@@ -459,8 +459,9 @@ const std::vector<KeySpec>& recipe_schema() {
        .doc = "fashion_mnist: the directory holding the dataset's IDX files; the default is where Debian's "
               "dataset-fashion-mnist package (installed by scripts/setup.sh) puts them. csv: the file of the training "
               "rows (comma-separated, RFC 4180 quoting, a header row). image_folder: the root, holding one folder of "
-              "images (.png, .jpg, .jpeg; other files are ignored) per class, named by the class (the classes are "
-              "the sorted folder names, as torchvision's ImageFolder), or train/, val/ and test/ folders that each "
+              "images (.png, .jpg, .jpeg, nested folders included; other files are ignored) per class, named by "
+              "the class (the classes are the sorted folder names, as torchvision's ImageFolder), or train/, val/ and "
+              "test/ folders that each "
               "hold such class folders (val/ and test/ optional). sft: the training records: "
               "a .jsonl or .jsonl.gz file, a directory of them, or a glob pattern (\"chats/*.jsonl\").",
        .field = GENESIS_RECIPE_FIELD(data.path)},
