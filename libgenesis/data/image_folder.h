@@ -1,11 +1,11 @@
 #pragma once
 // A folder of images as classifier samples, laid out as torchvision's ImageFolder: one subfolder
 // per class (root/<class>/*.png|*.jpg|*.jpeg, nested folders included), the classes in sorted
-// order of their folder names.
-// With split folders (root/train/<class>/..., and root/val/, root/test/ when present) each split
-// is such a folder over the training split's classes. Files of other kinds, and names starting
-// with '.', are ignored and counted. Images are decoded into memory once (in parallel), converted
-// to the model's [C, H, W] (image_decode.h's to_input) and normalized per channel.
+// order of their folder names. With split folders (root/train/<class>/..., and root/val/,
+// root/test/ when present) each split is such a folder over the training split's classes. Files
+// of other kinds are ignored and counted; names starting with '.' are skipped. Images are decoded
+// into memory once (in parallel), converted to the model's [C, H, W] (image_decode.h's to_input)
+// and normalized per channel.
 #include <cstdint>
 #include <filesystem>
 #include <functional>
