@@ -61,6 +61,59 @@ std::string statistics_note(const data::ImageEncoding& encoding) {
   return out.str();
 }
 
+// The training files and the evaluated ones (eval.split's), with where the latter come from.
+struct Splits {
+  std::vector<data::ImageFile> train, held_out;
+  std::string held_out_from;  // a folder, or "data.val_fraction"
+};
+
+Splits choose_splits(const RecipeSpec& spec, const data::ImageFolder& folder) {
+  Splits out{.train = folder.train.files, .held_out = {}, .held_out_from = folder.val.dir.string()};
+  std::vector<data::ImageFile> val = folder.val.files;
+  if (folder.val.dir.empty() && spec.data.val_fraction > 0.0) {
+    std::tie(out.train, val) =
+        data::split_images(out.train, spec.data.val_fraction, static_cast<uint64_t>(spec.run.seed));
+    out.held_out_from = "data.val_fraction";
+  }
+  if (spec.eval.split == "test") {
+    out.held_out = folder.test.files;
+    out.held_out_from = folder.test.dir.string();
+  } else {
+    out.held_out = std::move(val);
+  }
+  return out;
+}
+
+std::string missing_evaluation(const RecipeSpec& spec) {
+  const bool test = spec.eval.split == "test";
+  return "data.name = \"image_folder\" evaluates eval.split = \"" + spec.eval.split + "\" on a " + spec.eval.split +
+         "/ folder beside the train/ one, which " + spec.data.path + " lacks; add them" +
+         (test ? ", or set eval.split = \"val\" with" : ", or set") + " data.val_fraction";
+}
+
+// The run's first note: what was read, how it is encoded, what was left out.
+std::string folder_note(const RecipeSpec& spec, const data::ImageFolder& folder, const Splits& splits,
+                        const recipe::RunData& samples, const data::ImageEncoding& encoding, bool trained,
+                        const std::vector<std::string>& skipped) {
+  const Shape shape = image_shape(spec);
+  const auto classes = static_cast<int64_t>(folder.classes.size());
+  std::string note = spec.data.path + (trained ? " (encoded with the checkpoint's classes and statistics)" : "") +
+                     ": " + count_of(samples.train.size(), "training image") + ", ";
+  note += splits.held_out.empty()
+              ? std::string("no evaluation set")
+              : count_of(samples.eval.size(), spec.eval.split == "test" ? "test image" : "validation image") + " (" +
+                    splits.held_out_from + ")";
+  note += "; as [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + ", " + std::to_string(shape[2]) +
+          "], " + statistics_note(encoding) + "; " + std::to_string(classes) +
+          (classes == 1 ? " class: " : " classes: ") + class_list(folder.classes);
+  const int64_t ignored = folder.train.ignored + folder.val.ignored + folder.test.ignored;
+  if (ignored > 0) note += "; " + count_of(ignored, "file") + " of other kinds ignored";
+  if (!skipped.empty())
+    note += "; " + count_of(static_cast<int64_t>(skipped.size()), "unreadable image") +
+            " skipped (data.skip_bad), the first: " + skipped.front();
+  return note;
+}
+
 }  // namespace
 
 std::unique_ptr<DataSource> open_image_folder_source(const RecipeSpec& spec, Device device, RunLog& log,
@@ -77,46 +130,22 @@ std::unique_ptr<DataSource> open_image_folder_source(const RecipeSpec& spec, Dev
                 " is fewer than the ", classes, " class folders of ", folder.train.dir.string(),
                 "; set model.num_classes = ", classes);
 
-  std::vector<data::ImageFile> train = folder.train.files, val = folder.val.files;
-  std::string val_from = folder.val.dir.string();
-  if (folder.val.dir.empty() && d.val_fraction > 0.0) {
-    std::tie(train, val) = data::split_images(train, d.val_fraction, static_cast<uint64_t>(spec.run.seed));
-    val_from = "data.val_fraction";
-  }
-  const bool test = spec.eval.split == "test";
-  const std::vector<data::ImageFile>& held_out = test ? folder.test.files : val;
-  SampleSourceNotes notes;
-  if (held_out.empty())
-    notes.missing_evaluation = "data.name = \"image_folder\" evaluates eval.split = \"" + spec.eval.split + "\" on a " +
-                               spec.eval.split + "/ folder beside the train/ one, which " + d.path +
-                               " lacks; add them" + (test ? ", or set eval.split = \"val\" with" : ", or set") +
-                               " data.val_fraction";
-
+  const Splits splits = choose_splits(spec, folder);
   auto progress = [&](int64_t done, int64_t total) { log.progress("decoding images", done, total); };
-  data::DecodedImages train_images = data::decode_images(train, shape, d.skip_bad, progress);
-  data::DecodedImages eval_images = data::decode_images(held_out, shape, d.skip_bad, progress);
-  GENESIS_CHECK(train_images.samples.size() > 0, UsageError, folder.train.dir.string(),
-                ": none of the training images could be read (", train_images.skipped.size(), " skipped)");
-  choose_statistics(d, train_images.samples, trained, encoding);
-  recipe::RunData samples{.train = std::move(train_images.samples), .eval = std::move(eval_images.samples)};
+  data::DecodedImages train = data::decode_images(splits.train, shape, d.skip_bad, progress);
+  data::DecodedImages held_out = data::decode_images(splits.held_out, shape, d.skip_bad, progress);
+  GENESIS_CHECK(train.samples.size() > 0, UsageError, folder.train.dir.string(),
+                ": none of the training images could be read (", train.skipped.size(), " skipped)");
+  choose_statistics(d, train.samples, trained, encoding);
+  recipe::RunData samples{.train = std::move(train.samples), .eval = std::move(held_out.samples)};
   data::normalize_images(samples.train, encoding);
   data::normalize_images(samples.eval, encoding);
 
-  const int64_t skipped = static_cast<int64_t>(train_images.skipped.size() + eval_images.skipped.size());
-  const int64_t ignored = folder.train.ignored + folder.val.ignored + folder.test.ignored;
-  std::string note = d.path + (trained ? " (encoded with the checkpoint's classes and statistics)" : "") + ": " +
-                     count_of(samples.train.size(), "training image") + ", ";
-  note += held_out.empty() ? std::string("no evaluation set")
-                           : count_of(samples.eval.size(), test ? "test image" : "validation image") + " (" +
-                                 (test ? folder.test.dir.string() : val_from) + ")";
-  note += "; as [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + ", " + std::to_string(shape[2]) +
-          "], " + statistics_note(encoding) + "; " + std::to_string(classes) +
-          (classes == 1 ? " class: " : " classes: ") + class_list(folder.classes);
-  if (ignored > 0) note += "; " + count_of(ignored, "file") + " of other kinds ignored";
-  if (skipped > 0)
-    note += "; " + count_of(skipped, "unreadable image") + " skipped (data.skip_bad), the first: " +
-            (train_images.skipped.empty() ? eval_images.skipped : train_images.skipped).front();
-  log.note(note);
+  std::vector<std::string> skipped = std::move(train.skipped);
+  skipped.insert(skipped.end(), held_out.skipped.begin(), held_out.skipped.end());
+  log.note(folder_note(spec, folder, splits, samples, encoding, trained, skipped));
+  SampleSourceNotes notes;
+  notes.missing_evaluation = splits.held_out.empty() ? missing_evaluation(spec) : "";
   notes.encoding = data::image_encoding_json(encoding);
   return open_samples(std::move(samples), spec, device, share, std::move(notes));
 }
