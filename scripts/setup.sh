@@ -13,6 +13,8 @@ packages=(
   nlohmann-json3-dev     # JSON output, checkpoints metadata
   libpcre2-dev           # tokenizer pre-tokenization
   zlib1g-dev             # gzip'd datasets
+  libspng-dev            # PNG decoding: image folders (data.name = "image_folder")
+  libturbojpeg0-dev      # JPEG decoding (libjpeg-turbo's TurboJPEG API): image folders
   libdnnl-dev            # oneDNN: f32 CPU convolutions (GENESIS_DNNL), the primitives PyTorch uses on CPUs
   ocl-icd-opencl-dev     # OpenCL headers + loader: oneDNN's CMake config requires them (only a Recommends of libdnnl-dev)
   librsvg2-bin           # rsvg-convert: the tests render genesis report's SVG charts

@@ -66,8 +66,8 @@ struct RecipeSpec {
     // data.tokenizer's default, GPT-2's vocabulary as data/fetch.sh brings it; an SFT run left at it
     // takes model.init_from's tokenizer.
     static constexpr const char* kDefaultTokenizer = "data/cache/gpt2";
-    std::string name;                      // "fashion_mnist", "csv", "tokens" or "sft"
-    std::string path;                      // fashion_mnist: IDX directory; csv: the table; sft: records
+    std::string name;                      // "fashion_mnist", "csv", "image_folder", "tokens" or "sft"
+    std::string path;                      // fashion_mnist: IDX dir; csv: the table; image_folder: root; sft: records
     std::string val_path;                  // csv, sft
     std::string test_path;                 // csv
     std::string label;                     // csv: the target column
@@ -78,7 +78,9 @@ struct RecipeSpec {
     std::string regression_loss;           // csv regression: "mse" or "l1"
 
     std::string format;                // sft: "auto", "messages", "prompt_completion", "text"
-    bool skip_bad = false;             // sft
+    bool skip_bad = false;             // sft, image_folder
+    std::vector<double> mean;          // image_folder: per channel; empty = the training images'
+    std::vector<double> std;           // image_folder: per channel
     std::string chat_template;         // sft
     std::string train_on;              // sft: "assistant", "completion", "all"
     bool pack = false;                 // sft

@@ -150,6 +150,26 @@ std::string csv_data_problem(const RecipeSpec& r) {
   return "";
 }
 
+std::string image_folder_data_problem(const RecipeSpec& r) {
+  if (r.data.name != "image_folder") return "";
+  const Shape* shape = nullptr;
+  if (const auto* cnn = std::get_if<models::CnnConfig>(&r.model.config)) shape = &cnn->input_shape;
+  if (const auto* mlp = std::get_if<models::MlpConfig>(&r.model.config)) shape = &mlp->input_shape;
+  if (shape == nullptr) return "data.name = \"image_folder\" gives images for model.name = \"cnn\" or \"mlp\"";
+  if (r.data.path.empty() || r.data.path == data::kFashionMnistDir)
+    return "data.name = \"image_folder\" needs data.path: the folder of class folders";
+  if (shape->size() != 3 || ((*shape)[0] != 1 && (*shape)[0] != 3))
+    return "data.name = \"image_folder\" needs model.input_shape = [channels, height, width] with 1 (gray) or 3 "
+           "(RGB) channels";
+  const auto channels = static_cast<size_t>((*shape)[0]);
+  if (r.data.mean.size() != r.data.std.size() || (!r.data.mean.empty() && r.data.mean.size() != channels))
+    return "data.mean and data.std need one value per channel of model.input_shape (" + std::to_string(channels) +
+           "), or neither";
+  for (const double s : r.data.std)
+    if (!(s > 0)) return "data.std: every value must be > 0";
+  return "";
+}
+
 std::string token_data_problem(const RecipeSpec& r) {
   if (r.data.name != "tokens") return "";
   if (!r.model.is_language_model())
@@ -425,9 +445,10 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "name",
        .fallback = S{"fashion_mnist"},
-       .choices = {"fashion_mnist", "csv", "tokens", "sft"},
+       .choices = {"fashion_mnist", "csv", "image_folder", "tokens", "sft"},
        .doc = "Dataset: fashion_mnist (images for mlp/cnn), csv (a table with a header row for mlp: data.path, "
-              "label, features, categorical, impute; see docs/architecture.md, Data sources), tokens (token shards "
+              "label, features, categorical, impute; see docs/architecture.md, Data sources), image_folder (PNG and "
+              "JPEG files in one folder per class, for cnn/mlp: data.path, mean, std, skip_bad), tokens (token shards "
               "for a language model: data.shards, seq_len, tokenizer, source, fetch), or sft (supervised fine-tuning "
               "of a language model on JSONL records: data.path, format, chat_template, train_on, pack; see "
               "docs/finetuning.md).",
@@ -437,7 +458,11 @@ const std::vector<KeySpec>& recipe_schema() {
        .fallback = S{"/usr/share/datasets/fashion-mnist"},
        .doc = "fashion_mnist: the directory holding the dataset's IDX files; the default is where Debian's "
               "dataset-fashion-mnist package (installed by scripts/setup.sh) puts them. csv: the file of the training "
-              "rows (comma-separated, RFC 4180 quoting, a header row). sft: the training records: "
+              "rows (comma-separated, RFC 4180 quoting, a header row). image_folder: the root, holding one folder of "
+              "images (.png, .jpg, .jpeg, nested folders included; other files are ignored) per class, named by "
+              "the class (the classes are the sorted folder names, as torchvision's ImageFolder), or train/, val/ and "
+              "test/ folders that each "
+              "hold such class folders (val/ and test/ optional). sft: the training records: "
               "a .jsonl or .jsonl.gz file, a directory of them, or a glob pattern (\"chats/*.jsonl\").",
        .field = GENESIS_RECIPE_FIELD(data.path)},
       {.section = "data",
@@ -509,7 +534,8 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "skip_bad",
        .fallback = false,
        .doc = "sft: skip malformed records (counted in a note) instead of stopping at the first, which is "
-              "named by file and line.",
+              "named by file and line. image_folder: skip images that do not decode (truncated or corrupt; "
+              "counted in a note, the first named) instead of stopping at the first.",
        .field = GENESIS_RECIPE_FIELD(data.skip_bad)},
       {.section = "data",
        .key = "chat_template",
@@ -579,14 +605,26 @@ const std::vector<KeySpec>& recipe_schema() {
        .fallback = 0.0,
        .min = at_least(0),
        .max = below(1),
-       .doc = "Fraction of the training set held out for validation.",
+       .doc = "Fraction of the training set held out for validation (image_folder: of each class's training "
+              "images, when the root has no val/ folder).",
        .field = GENESIS_RECIPE_FIELD(data.val_fraction)},
       {.section = "data",
        .key = "normalize",
        .fallback = true,
        .doc = "Normalize inputs to zero mean and unit variance (training-set statistics; csv: each numeric "
-              "column on its own).",
+              "column on its own; image_folder: each channel on its own, unless data.mean and data.std are given).",
        .field = GENESIS_RECIPE_FIELD(data.normalize)},
+      {.section = "data",
+       .key = "mean",
+       .fallback = Floats{},
+       .doc = "image_folder: the mean of each channel of model.input_shape (after scaling pixels to [0, 1]), "
+              "subtracted before dividing by data.std; empty = the training images' statistics (data.normalize).",
+       .field = GENESIS_RECIPE_FIELD(data.mean)},
+      {.section = "data",
+       .key = "std",
+       .fallback = Floats{},
+       .doc = "image_folder: the standard deviation of each channel (> 0), given with data.mean.",
+       .field = GENESIS_RECIPE_FIELD(data.std)},
       {.section = "data",
        .key = "shuffle",
        .fallback = true,
@@ -1149,9 +1187,12 @@ const std::vector<RecipeRule>& recipe_rules() {
                     : "";
        }},
       {{"eval.split", "data.val_fraction", "data.val_path"},
-       "eval.split = \"val\" needs data.val_fraction > 0 (csv, sft: or data.val_path).",
+       "eval.split = \"val\" needs data.val_fraction > 0 (csv, sft: or data.val_path; image_folder: or a val/ "
+       "folder).",
        [](const RecipeSpec& r) -> std::string {
          if (r.eval.split != "val" || r.data.val_fraction > 0) return "";
+         // An image folder's val/ folder is looked for when the run starts.
+         if (r.data.name == "image_folder") return "";
          if (r.data.name != "sft" && r.data.name != "csv") return "eval.split = \"val\" needs data.val_fraction > 0";
          return r.data.val_path.empty() ? "eval.split = \"val\" needs data.val_path or data.val_fraction > 0" : "";
        }},
@@ -1197,6 +1238,10 @@ const std::vector<RecipeRule>& recipe_rules() {
                   "\" is the loss of a regression: set data.task = \"regression\" or leave it out";
          return "";
        }},
+      {{"data.name", "model.name", "data.path", "model.input_shape", "data.mean", "data.std"},
+       "data.name = \"image_folder\" needs model cnn or mlp with input_shape = [1 or 3, height, width], data.path "
+       "(the folder), and data.mean and data.std both empty or one value per channel (std > 0).",
+       [](const RecipeSpec& r) -> std::string { return image_folder_data_problem(r); }},
       {{"data.seq_len", "model.n_positions", "model.max_position_embeddings"},
        "data.seq_len is at most the model's context (n_positions or max_position_embeddings, when given).",
        [](const RecipeSpec& r) -> std::string {

@@ -19,10 +19,6 @@ namespace genesis::train {
 
 namespace {
 
-std::string count_of(int64_t n, const char* noun) {
-  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
-}
-
 // The encoded inputs must be what the model takes: checked before the model is built, where a
 // mismatch would otherwise be a matrix product's shape error at the first step.
 void check_classifier(const RecipeSpec& spec, const data::CsvEncoding& encoding) {
@@ -41,12 +37,6 @@ void check_classifier(const RecipeSpec& spec, const data::CsvEncoding& encoding)
   GENESIS_CHECK(encoding.target || mlp->num_classes >= classes, RecipeError, "model.num_classes = ", mlp->num_classes,
                 " is fewer than the ", classes, " classes of column '", spec.data.label, "' in ", spec.data.path,
                 "; set model.num_classes = ", classes);
-}
-
-std::string class_list(const std::vector<std::string>& classes) {
-  std::string out;
-  for (size_t i = 0; i < classes.size() && i < 20; ++i) out += (i ? ", " : "") + classes[i];
-  return classes.size() > 20 ? out + ", ..." : out;
 }
 
 // What the rows' label gives: the classes, or the number a regression predicts.

@@ -6,11 +6,14 @@
 
 namespace genesis::train {
 
-// The sources, each in its own file (sample_source.cpp, csv_source.cpp, token_source.cpp, sft_source.cpp).
+// The sources, each in its own file (sample_source.cpp, csv_source.cpp, image_folder_source.cpp,
+// token_source.cpp, sft_source.cpp).
 std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog& log,
                                                const EvalShare& share, const std::string& encoding);
 std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device device, RunLog& log, const EvalShare& share,
                                             const std::string& encoding);
+std::unique_ptr<DataSource> open_image_folder_source(const RecipeSpec& spec, Device device, RunLog& log,
+                                                     const EvalShare& share, const std::string& encoding);
 std::unique_ptr<DataSource> open_token_source(const RecipeSpec& spec, Device device, RunLog& log,
                                               const EvalShare& share, const std::string& encoding);
 std::unique_ptr<DataSource> open_sft_source(const RecipeSpec& spec, Device device, RunLog& log, const EvalShare& share,
@@ -33,6 +36,7 @@ const std::vector<SourceEntry>& sources() {
   static const std::vector<SourceEntry> table{
       {"fashion_mnist", false, open_sample_source},
       {"csv", false, open_csv_source},
+      {"image_folder", false, open_image_folder_source},
       {"tokens", true, open_token_source},
       {"sft", true, open_sft_source},
   };

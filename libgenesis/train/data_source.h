@@ -3,6 +3,7 @@
 // the training loop, `genesis eval` and the run's reports use without asking which it is.
 //   samples  (data.name = "fashion_mnist")  a sample dataset through the DataLoader
 //   csv      (data.name = "csv")            a table's rows, encoded, through the same loader
+//   images   (data.name = "image_folder")   a folder of PNG/JPEG files per class, decoded, through the same loader
 //   tokens   (data.name = "tokens")         windows of token shards, every position trained
 //   sft      (data.name = "sft")            JSONL records through a chat template, masked and packed
 // A source gives this rank's micro-batches with what they count (the targets that take part in

@@ -68,6 +68,16 @@ class SampleSource final : public DataSource {
 
 }  // namespace
 
+std::string count_of(int64_t n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+std::string class_list(const std::vector<std::string>& classes) {
+  std::string out;
+  for (size_t i = 0; i < classes.size() && i < 20; ++i) out += (i ? ", " : "") + classes[i];
+  return classes.size() > 20 ? out + ", ..." : out;
+}
+
 std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
                                          const EvalShare& share, SampleSourceNotes notes) {
   return std::make_unique<SampleSource>(std::move(data), spec, device, share, std::move(notes));

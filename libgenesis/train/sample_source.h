@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "libgenesis/recipe/build.h"
 #include "libgenesis/train/data_source.h"
@@ -18,6 +19,11 @@ struct SampleSourceNotes {
   // A regression's targets: evaluated by evaluate_regression; unset: a classifier's (evaluate).
   std::optional<RegressionScale> regression = std::nullopt;
 };
+
+// For the notes of the sources that make samples from their files: "3 rows", "1 row"; the first
+// 20 class names, comma-separated.
+std::string count_of(int64_t n, const char* noun);
+std::string class_list(const std::vector<std::string>& classes);
 
 std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
                                          const EvalShare& share, SampleSourceNotes notes = {});

@@ -7,6 +7,7 @@
 # when nothing failed; requires WHAT COMMAND...: what scripts/setup.sh installs is a precondition,
 # so its absence fails the test at once; finish_skipped NAME WHY: the end of a test whose part
 # could not run for a reason outside the machine (exit 77, which CTest reports as not run);
+# bad NAME PATTERN SETTINGS...: a bad run's exit 2 and one line;
 # wait_for_stop_handling PID: until the process handles SIGTERM.
 genesis=${1:?path to the genesis executable}
 src=${2:-}
@@ -51,6 +52,19 @@ finish() {
   fi
   echo "$1: $failures check(s) failed"
   exit 1
+}
+# bad NAME PATTERN SETTINGS...: `genesis train "$recipe" "${short[@]}" SETTINGS` (the caller's
+# recipe and short run) exits 2 with one line on stderr matching PATTERN.
+bad() {
+  local name=$1 pattern=$2
+  shift 2
+  "$genesis" train "$recipe" --out "$work/bad" --overwrite "${short[@]}" "$@" -q >/dev/null 2>"$work/err"
+  local rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q -- "$pattern" "$work/err"; then
+    ok "$name: exit 2, '$(cut -c1-110 "$work/err")'"
+  else
+    fail "$name: rc $rc, expected 2 and one line matching '$pattern': $(cat "$work/err")"
+  fi
 }
 # make_sft_data: data/make_sft.py's word-reversal conversations (200 train, 20 val) and byte
 # tokenizer, in $work/data.

@@ -88,18 +88,6 @@ csv.writer(open(sys.argv[2], "w", newline="", encoding="utf-8")).writerows([r[:7
   || fail "val_fraction: rc $rc, $(cat "$work/val.err")"
 
 # 2. Bad input: exit 2, one line on stderr naming what, where and what to do.
-# bad NAME PATTERN SETTINGS...: a run with these settings fails so.
-bad() {
-  local name=$1 pattern=$2
-  shift 2
-  "$genesis" train "$recipe" --out "$work/bad" --overwrite "${short[@]}" "$@" -q >/dev/null 2>"$work/err"
-  local rc=$?
-  if [ $rc -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q -- "$pattern" "$work/err"; then
-    ok "$name: exit 2, '$(cut -c1-110 "$work/err")'"
-  else
-    fail "$name: rc $rc, expected 2 and one line matching '$pattern': $(cat "$work/err")"
-  fi
-}
 head -n 3 "$data/train.csv" >"$work/ragged.csv" && echo "1,2,3" >>"$work/ragged.csv"
 bad "ragged row" "ragged.csv:4: 3 fields, but the header has 9 columns" --set "data.path=$work/ragged.csv"
 { head -n 2 "$data/train.csv"; echo "forty,50000,10,2,0,north,pro,Dover,gold"; } >"$work/text.csv"
