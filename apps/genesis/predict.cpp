@@ -1,4 +1,4 @@
-// genesis predict --checkpoint RUN INPUT...: one JSON object per input row on stdout
+// genesis predict --checkpoint RUN INPUT...: one JSON object per input row or image on stdout
 // (libgenesis/train/predict.h).
 #include <iostream>
 
@@ -10,14 +10,15 @@ namespace genesis::cli {
 
 void add_predict_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
-      "predict", "Predict with a trained classifier or regression: one JSON object per input row on stdout");
+      "predict", "Predict with a trained classifier or regression: one JSON object per input row or image on stdout");
   auto checkpoint = std::make_shared<std::string>();
   auto inputs = std::make_shared<std::vector<std::string>>();
   auto options = std::make_shared<train::PredictOptions>();
   options->device.clear();
   sub->add_option("INPUT", *inputs,
-                  "CSV files with the training columns (data.name = \"csv\"); a label column, when there, is "
-                  "reported beside each prediction")
+                  "CSV files with the training columns (data.name = \"csv\"; a label column, when there, is "
+                  "reported beside each prediction), or PNG/JPEG files and folders of them (data.name = "
+                  "\"image_folder\")")
       ->required();
   sub->add_option("--checkpoint", *checkpoint, "Run directory, its checkpoints/, latest, or a checkpoint directory")
       ->required();

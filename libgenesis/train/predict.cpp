@@ -1,4 +1,5 @@
-// `genesis predict` (train/predict.h): CSV rows through a classifier or regression checkpoint.
+// `genesis predict` (train/predict.h): CSV rows through a classifier or regression checkpoint,
+// image files through an image classifier's.
 #include "libgenesis/train/predict.h"
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/threads.h"
 #include "libgenesis/data/csv_table.h"
+#include "libgenesis/data/image_decode.h"
+#include "libgenesis/data/image_folder.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/ops/nn.h"
 #include "libgenesis/recipe/build.h"
@@ -33,6 +36,13 @@ data::CsvOptions reading_options(const RecipeSpec& spec, const data::CsvEncoding
   return options;
 }
 
+// Each class's probability from a classifier's outputs (one row of softmax).
+nlohmann::ordered_json class_probabilities(const std::vector<std::string>& classes, const double* row) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (size_t c = 0; c < classes.size(); ++c) out[classes[c]] = row[c];
+  return out;
+}
+
 // The results of `table`'s rows from the model's outputs [N, classes or 1] (on the host).
 void emit_rows(const data::CsvTable& table, const data::CsvEncoding& encoding, int64_t first, const Tensor& outputs,
                const std::function<void(const nlohmann::ordered_json&)>& emit) {
@@ -48,9 +58,7 @@ void emit_rows(const data::CsvTable& table, const data::CsvEncoding& encoding, i
     } else {
       const auto best = static_cast<size_t>(std::max_element(row, row + encoding.classes.size()) - row);
       out["class"] = encoding.classes[best];
-      nlohmann::ordered_json probabilities = nlohmann::ordered_json::object();
-      for (size_t c = 0; c < encoding.classes.size(); ++c) probabilities[encoding.classes[c]] = row[c];
-      out["probabilities"] = probabilities;
+      out["probabilities"] = class_probabilities(encoding.classes, row);
     }
     if (const int32_t code = table.labels.rows[r]; code != data::CsvCodes::kMissing) {
       // A regression's label as the number it is, where it is one.
@@ -64,6 +72,68 @@ void emit_rows(const data::CsvTable& table, const data::CsvEncoding& encoding, i
   }
 }
 
+// The rows of CSV files, batch by batch.
+void predict_csv(nn::Module& model, const RecipeSpec& spec, const std::string& encoding_text, const fs::path& json,
+                 const std::vector<fs::path>& inputs, const PredictOptions& options, Device device,
+                 const std::function<void(const nlohmann::ordered_json&)>& emit) {
+  const data::CsvEncoding encoding = data::parse_csv_encoding(encoding_text, json.string());
+  const data::CsvOptions reading = reading_options(spec, encoding);
+  for (const fs::path& input : inputs) {
+    GENESIS_CHECK(fs::is_regular_file(input), UsageError, "predict: ", input.string(), " is not a file");
+    const data::CsvTable table = data::read_csv_table(input, reading);
+    const std::vector<int64_t> all = data::all_csv_rows(table);
+    for (int64_t first = 0; first < table.rows(); first += options.batch_size) {
+      const int64_t n = std::min(options.batch_size, table.rows() - first);
+      const std::vector<int64_t> rows(all.begin() + first, all.begin() + first + n);
+      const Tensor outputs = model(data::encode_csv_inputs(table, rows, encoding).to(device)).to(kCPU);
+      emit_rows(table, encoding, first, outputs, emit);
+    }
+  }
+}
+
+// Image files, and the images under folders (sorted, nested folders included), batch by batch.
+void predict_images(nn::Module& model, const RecipeSpec& spec, const std::string& encoding_text, const fs::path& json,
+                    const std::vector<fs::path>& inputs, const PredictOptions& options, Device device,
+                    const std::function<void(const nlohmann::ordered_json&)>& emit) {
+  const data::ImageEncoding encoding = data::parse_image_encoding(encoding_text, json.string());
+  std::vector<data::ImageFile> files;
+  for (const fs::path& input : inputs) {
+    if (fs::is_regular_file(input)) {
+      files.push_back({.path = input, .label = 0});
+      continue;
+    }
+    GENESIS_CHECK(fs::is_directory(input), UsageError, "predict: ", input.string(), " is neither a file nor a folder");
+    std::vector<fs::path> found;
+    for (const fs::directory_entry& e : fs::recursive_directory_iterator(input))
+      if (e.is_regular_file() && data::is_image_file(e.path())) found.push_back(e.path());
+    GENESIS_CHECK(!found.empty(), UsageError, "predict: the folder ", input.string(), " holds no .png, .jpg or .jpeg file");
+    std::sort(found.begin(), found.end());
+    for (fs::path& path : found) files.push_back({.path = std::move(path), .label = 0});
+  }
+  const Shape shape = std::visit(
+      [](const auto& config) -> Shape {
+        if constexpr (requires { config.input_shape; }) return config.input_shape;
+        else return {};
+      },
+      spec.model.config);
+  for (size_t first = 0; first < files.size(); first += static_cast<size_t>(options.batch_size)) {
+    const size_t n = std::min(static_cast<size_t>(options.batch_size), files.size() - first);
+    const std::vector<data::ImageFile> batch(files.begin() + static_cast<std::ptrdiff_t>(first),
+                                             files.begin() + static_cast<std::ptrdiff_t>(first + n));
+    data::Dataset images = data::decode_images(batch, shape, /*skip_bad=*/false).samples;
+    data::normalize_images(images, encoding);
+    const Tensor probabilities = softmax(model(images.inputs.to(device)).to(kCPU).to(DType::f64), 1);
+    const double* p = probabilities.data<double>();
+    for (size_t i = 0; i < n; ++i) {
+      const double* row = p + static_cast<int64_t>(i) * probabilities.size(1);
+      const auto best = static_cast<size_t>(std::max_element(row, row + encoding.classes.size()) - row);
+      emit(nlohmann::ordered_json{{"input", batch[i].path.string()},
+                                  {"class", encoding.classes[best]},
+                                  {"probabilities", class_probabilities(encoding.classes, row)}});
+    }
+  }
+}
+
 }  // namespace
 
 void run_prediction(const fs::path& checkpoint, const std::vector<fs::path>& inputs, const PredictOptions& options,
@@ -74,12 +144,13 @@ void run_prediction(const fs::path& checkpoint, const std::vector<fs::path>& inp
   GENESIS_CHECK(trained.has_value(), UsageError, "predict: ", checkpoint.string(),
                 " has no readable recipe.toml; give a checkpoint that genesis train wrote");
   RecipeSpec spec = *trained;
-  GENESIS_CHECK(spec.data.name == "csv", UsageError, "predict: ", checkpoint.string(), " was trained on data.name = \"",
-                spec.data.name, "\"; predict reads rows of CSV files, for checkpoints of data.name = \"csv\"");
+  const bool csv = spec.data.name == "csv", images = spec.data.name == "image_folder";
+  GENESIS_CHECK(csv || images, UsageError, "predict: ", checkpoint.string(), " was trained on data.name = \"",
+                spec.data.name, "\"; predict reads rows of CSV files (data.name = \"csv\") and image files "
+                "(data.name = \"image_folder\")");
   const std::string encoding_text = checkpoint_data_encoding(dir);
   GENESIS_CHECK(!encoding_text.empty(), UsageError, "predict: ", checkpoint.string(),
-                " has no data.json (the encoding of its rows); it predates CSV checkpoints: train it again");
-  const data::CsvEncoding encoding = data::parse_csv_encoding(encoding_text, (dir / "data.json").string());
+                " has no data.json (the encoding of its inputs); it predates such checkpoints: train it again");
   if (!options.device.empty()) spec.run.device = options.device;
   const Device device = recipe::resolve_device(spec.run.device);
   configure_threads(spec.run.threads, {.measure_load = device.is_cpu()});
@@ -87,18 +158,8 @@ void run_prediction(const fs::path& checkpoint, const std::vector<fs::path>& inp
   load_checkpoint(dir, *model, nullptr);
   model->eval();
   NoGradGuard no_grad;
-  const data::CsvOptions reading = reading_options(spec, encoding);
-  for (const fs::path& input : inputs) {
-    GENESIS_CHECK(fs::is_regular_file(input), UsageError, "predict: ", input.string(), " is not a file");
-    const data::CsvTable table = data::read_csv_table(input, reading);
-    const std::vector<int64_t> all = data::all_csv_rows(table);
-    for (int64_t first = 0; first < table.rows(); first += options.batch_size) {
-      const int64_t n = std::min(options.batch_size, table.rows() - first);
-      const std::vector<int64_t> rows(all.begin() + first, all.begin() + first + n);
-      const Tensor outputs = (*model)(data::encode_csv_inputs(table, rows, encoding).to(device)).to(kCPU);
-      emit_rows(table, encoding, first, outputs, emit);
-    }
-  }
+  const auto predict = csv ? predict_csv : predict_images;
+  predict(*model, spec, encoding_text, dir / "data.json", inputs, options, device, emit);
 }
 
 }  // namespace genesis::train

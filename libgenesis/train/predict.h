@@ -1,8 +1,9 @@
 #pragma once
 // `genesis predict`: a trained model applied to inputs that belong to no dataset split, one
 // result per input. A checkpoint of data.name = "csv" takes rows of CSV files with its training
-// columns (the label column may be there, and is then reported beside the prediction); they are
-// encoded with the checkpoint's own statistics (data.json), as `genesis eval` encodes.
+// columns (the label column may be there, and is then reported beside the prediction); one of
+// data.name = "image_folder" takes PNG and JPEG files, and folders of them. Inputs are encoded
+// with the checkpoint's own statistics (data.json), as `genesis eval` encodes.
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -21,8 +22,9 @@ struct PredictOptions {
 // `emit` with one JSON object per input row, in file and row order:
 //   {"input": "FILE:LINE", "class": NAME, "probabilities": {NAME: p, ...}[, "label": NAME]}   a classifier
 //   {"input": "FILE:LINE", "prediction": X[, "label": X]}                                      a regression
+//   {"input": "FILE", "class": NAME, "probabilities": {NAME: p, ...}}                             an image
 // Throws UsageError for a checkpoint whose data predict does not read, or inputs that are not
-// such rows (naming the file, line and column).
+// such rows or images (naming the file, and for rows the line and column).
 void run_prediction(const std::filesystem::path& checkpoint, const std::vector<std::filesystem::path>& inputs,
                     const PredictOptions& options, const std::function<void(const nlohmann::ordered_json&)>& emit);
 

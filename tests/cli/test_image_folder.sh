@@ -46,6 +46,27 @@ cmp -s "$work/data_before.json" "$work/run/checkpoints/latest/data.json" \
   && ok "a resumed run encodes with its checkpoint's classes and statistics" || fail "the resumed run's data.json changed"
 rm -f "$data"/train/1_trouser/x*.png
 
+# genesis predict on the test folder: one JSON line per image, whose classes (the folder each
+# image sits in being its label) score the accuracy eval reports; a file that is no image exits 2.
+"$genesis" predict --checkpoint "$work/run" "$data/test" >"$work/predict.jsonl" 2>"$work/predict.err"
+check "predict on the test folder" 0 $?
+acc=$("$genesis" eval --checkpoint "$work/run" 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["accuracy"])')
+python3 - "$work/predict.jsonl" "$acc" <<'PY' && ok "predict: 100 images with class names, scoring eval's accuracy $acc" \
+  || fail "predict on images: $(head -c 300 "$work/predict.jsonl") $(cat "$work/predict.err")"
+import json, os, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert len(rows) == 100 and all(abs(sum(r["probabilities"].values()) - 1) < 1e-9 for r in rows), rows[:1]
+accuracy = sum(r["class"] == os.path.basename(os.path.dirname(r["input"])) for r in rows) / len(rows)
+assert abs(accuracy - float(sys.argv[2])) < 1e-12, (accuracy, sys.argv[2])
+PY
+one=$(find "$data/test" -name '*.png' | sort | head -n 1)
+"$genesis" predict --checkpoint "$work/run" "$one" | grep -q "\"input\":\"$one\"" && ok "predict on one image file" \
+  || fail "predict on $one"
+printf 'not an image' >"$work/fake.png"
+"$genesis" predict --checkpoint "$work/run" "$work/fake.png" >/dev/null 2>"$work/err"
+[ $? -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "fake.png: neither a PNG nor a JPEG" "$work/err" \
+  && ok "predict on a file that is no image: exit 2, '$(cut -c1-90 "$work/err")'" || fail "predict fake.png: $(cat "$work/err")"
+
 # A seeded share of each class's training images as the validation set.
 "$genesis" train "$recipe" --out "$work/val" "${short[@]}" --set data.val_fraction=0.25 --set eval.split=val \
   >/dev/null 2>"$work/val.err"; rc=$?
