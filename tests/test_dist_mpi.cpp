@@ -109,8 +109,11 @@ struct MpirunResult {
 // scripts/setup.sh installs), bounded by coreutils' timeout.
 MpirunResult run_worker(const std::string& tag) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  // Open MPI's session directory under a base of this run's own: two mpiruns started at once
+  // (CTest runs cases side by side) race to create the shared /tmp/ompi.HOST.UID otherwise.
+  const testing::TempDir session("genesis_mpirun");
   // One OpenMP thread a rank: the two ranks share the cores.
-  std::string command = "OMP_NUM_THREADS=1 ";
+  std::string command = "OMP_NUM_THREADS=1 OMPI_MCA_orte_tmpdir_base='" + session.path().string() + "' ";
   if (geteuid() == 0) command += "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
   command += "timeout -k 5 30 mpirun --oversubscribe -np 2 '" + self + "' '" + tag + "' 2>&1";
   const auto start = std::chrono::steady_clock::now();

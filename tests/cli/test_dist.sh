@@ -131,8 +131,11 @@ cp "$work/zero/recipe.toml" "$work/zero_one/recipe.toml"
 # 4. mpirun: the mpi backend gives the same losses.
 if command -v mpirun >/dev/null 2>&1 && "$genesis" info 2>/dev/null | grep -qi "mpi.*yes\|mpi: on\|with mpi"; then :; fi
 if command -v mpirun >/dev/null 2>&1; then
-  mpi_env=()
-  [ "$(id -u)" = 0 ] && mpi_env=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+  # Open MPI's session directory under this test's own base: mpiruns of cases CTest runs beside
+  # this one race to create the shared /tmp/ompi.HOST.UID otherwise.
+  mkdir -p "$work/ompi"
+  mpi_env=(env OMPI_MCA_orte_tmpdir_base="$work/ompi")
+  [ "$(id -u)" = 0 ] && mpi_env+=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
   if "${mpi_env[@]}" mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS "$genesis" train "$recipe" --out "$work/mpi" \
       --set training.batch_size=64 "${common[@]}" >/dev/null 2>"$work/mpi.err"; then
     r=$(max_rel "$work/one/metrics.jsonl" "$work/mpi/metrics.jsonl")
