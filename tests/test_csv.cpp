@@ -264,3 +264,23 @@ TEST_CASE("evaluate_regression: loss on the standardized label, mae and rmse in 
     CHECK(m.at("r2") == Approx(1.0 - squares / total).epsilon(1e-6));
   }
 }
+
+TEST_CASE("evaluate: a classifier's confusion matrix, accuracy and macro-F1 as scikit-learn computes them",
+          "[cpu][csv]") {
+  // Identity weights over one-hot inputs: each row's prediction is its input's hot position.
+  nn::Linear model(4, 4, /*bias=*/false);
+  std::vector<float> eye(16, 0.0f);
+  for (int i = 0; i < 4; ++i) eye[static_cast<size_t>(i * 5)] = 1.0f;
+  model.load_state_dict({{"weight", from_vector(eye, {4, 4})}});
+  const std::vector<int64_t> truth{0, 0, 1, 1, 2, 2, 2}, guess{0, 1, 1, 1, 2, 0, 2};
+  std::vector<float> inputs(truth.size() * 4, 0.0f);
+  for (size_t i = 0; i < guess.size(); ++i) inputs[i * 4 + static_cast<size_t>(guess[i])] = 1.0f;
+  const data::Dataset ds{from_vector(inputs, {7, 4}), from_vector(truth, {7})};
+  const train::ClassifierEvaluation e = train::evaluate(model, ds, 3, kCPU, 4);
+  CHECK(e.confusion == std::vector<std::vector<int64_t>>{{1, 1, 0, 0}, {0, 2, 0, 0}, {1, 0, 2, 0}, {0, 0, 0, 0}});
+  CHECK(e.metrics.at("accuracy") == Approx(5.0 / 7.0).epsilon(1e-12));
+  // F1 of class 0: 2 x 1 / (2 predicted + 2 actual); classes 1 and 2: 4 / 5; class 3 never
+  // occurs and takes no part: (0.5 + 0.8 + 0.8) / 3, what f1_score(average="macro") gives.
+  CHECK(e.metrics.at("macro_f1") == Approx(0.7).epsilon(1e-12));
+  CHECK_THROWS_WITH(train::evaluate(model, ds, 3, kCPU, 5), Contains("the model gives [3, 4] for 5 classes"));
+}

@@ -79,7 +79,8 @@ std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device devic
   recipe::RunData samples;
   samples.train = data::encode_csv(table, train_rows, encoding);
   std::string held_out = "no evaluation set";
-  SampleSourceNotes notes{.missing_evaluation = "", .encoding = data::csv_encoding_json(encoding)};
+  SampleSourceNotes notes{
+      .missing_evaluation = "", .encoding = data::csv_encoding_json(encoding), .classes = encoding.classes};
   if (const std::optional<data::CsvTarget>& t = encoding.target)
     notes.regression = RegressionScale{.mean = t->mean,
                                        .std = t->std,

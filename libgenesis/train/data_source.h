@@ -16,7 +16,9 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "libgenesis/core/device.h"
 #include "libgenesis/data/loader.h"
@@ -26,6 +28,12 @@
 #include "libgenesis/train/run_log.h"
 
 namespace genesis::train {
+
+// A classifier's last evaluation, by class: counts[t][p] examples of class t predicted as p.
+struct ConfusionMatrix {
+  std::vector<std::string> classes;  // each class's name
+  std::vector<std::vector<int64_t>> counts;
+};
 
 class DataSource {
  public:
@@ -48,6 +56,8 @@ class DataSource {
   virtual std::map<std::string, double> evaluate(nn::Module& model) = 0;
   // Why there is no evaluation set and what to do about it (when has_evaluation() is false).
   virtual std::string missing_evaluation() const { return "the recipe's data has no evaluation set"; }
+  // A classifier's confusion matrix from the last evaluate(); nullopt for other data.
+  virtual std::optional<ConfusionMatrix> confusion() const { return std::nullopt; }
 
   // Refuses (RecipeError) a model this data cannot feed, before the first step: token ids past
   // its vocabulary, a sequence longer than its context.

@@ -29,15 +29,39 @@ namespace genesis::train {
 
 namespace fs = std::filesystem;
 
-std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,
-                                       Device device, const EvalShare& share) {
+namespace {
+
+// The mean F1 over the classes that occur among the targets or the predictions.
+double macro_f1(const std::vector<std::vector<int64_t>>& confusion) {
+  const size_t n = confusion.size();
+  double total = 0.0;
+  int64_t counted = 0;
+  for (size_t c = 0; c < n; ++c) {
+    int64_t predicted = 0, actual = 0;
+    for (size_t k = 0; k < n; ++k) {
+      predicted += confusion[k][c];
+      actual += confusion[c][k];
+    }
+    if (predicted + actual == 0) continue;
+    total += 2.0 * static_cast<double>(confusion[c][c]) / static_cast<double>(predicted + actual);
+    ++counted;
+  }
+  return counted > 0 ? total / static_cast<double>(counted) : 0.0;
+}
+
+}  // namespace
+
+ClassifierEvaluation evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size, Device device,
+                              int64_t classes, const EvalShare& share) {
   GENESIS_CHECK(dataset.size() > 0, ValueError, "evaluate: the evaluation set is empty");
+  GENESIS_CHECK(classes > 0, ValueError, "evaluate: a classifier has at least one output");
   bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
   data::DataLoader loader(dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 0});
   Tensor loss_sum = scalar_tensor(0.0, {.dtype = DType::f64, .device = device});
-  Tensor correct = scalar_tensor(0.0, {.dtype = DType::i64, .device = device});
+  // Each example's target and prediction, kept on the device and read once at the end.
+  std::vector<Tensor> targets, predictions;
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
     if (!share.mine(b)) continue;
     check_interrupt("evaluating");
@@ -45,15 +69,41 @@ std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& d
     data::Batch batch = loader.next();
     Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
     Tensor logits = model(x);
+    GENESIS_CHECK(logits.dim() == 2 && logits.size(1) == classes, ShapeError, "evaluate: the model gives ",
+                  logits.shape(), " for ", classes, " classes");
     loss_sum = add(loss_sum, cross_entropy(logits, y, {.reduction = Reduction::sum}).to(DType::f64));
-    correct = add(correct, sum(eq(argmax(logits, -1), y)));
+    targets.push_back(y);
+    predictions.push_back(argmax(logits, -1));
     share.report(b + 1, loader.batches_per_epoch());
   }
   model.train(was_training);
-  auto n = static_cast<double>(dataset.size());
-  std::vector<double> sums{loss_sum.item(), correct.item()};
+  // The sums the ranks add: the loss, then the confusion counts row by row.
+  const auto width = static_cast<size_t>(classes);
+  std::vector<double> sums(1 + width * width, 0.0);
+  sums[0] = loss_sum.item();
+  if (!targets.empty()) {
+    const Tensor t = cat(targets, 0).to(kCPU).to(DType::i64), p = cat(predictions, 0).to(kCPU).to(DType::i64);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const int64_t truth = t.data<int64_t>()[i], guess = p.data<int64_t>()[i];
+      GENESIS_CHECK(truth >= 0 && truth < classes, ValueError, "evaluate: target ", truth, " is not one of the ",
+                    classes, " classes");
+      sums[1 + static_cast<size_t>(truth) * width + static_cast<size_t>(guess)] += 1.0;
+    }
+  }
   share.reduce(sums);
-  return {{"loss", sums[0] / n}, {"accuracy", sums[1] / n}};
+  ClassifierEvaluation out;
+  out.confusion.assign(width, std::vector<int64_t>(width, 0));
+  int64_t correct = 0;
+  for (size_t t = 0; t < width; ++t)
+    for (size_t p = 0; p < width; ++p) {
+      out.confusion[t][p] = static_cast<int64_t>(sums[1 + t * width + p]);
+      if (t == p) correct += out.confusion[t][p];
+    }
+  const auto n = static_cast<double>(dataset.size());
+  out.metrics = {{"loss", sums[0] / n},
+                 {"accuracy", static_cast<double>(correct) / n},
+                 {"macro_f1", macro_f1(out.confusion)}};
+  return out;
 }
 
 std::map<std::string, double> evaluate_regression(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,

@@ -147,6 +147,7 @@ std::unique_ptr<DataSource> open_image_folder_source(const RecipeSpec& spec, Dev
   SampleSourceNotes notes;
   notes.missing_evaluation = splits.held_out.empty() ? missing_evaluation(spec) : "";
   notes.encoding = data::image_encoding_json(encoding);
+  notes.classes = encoding.classes;
   return open_samples(std::move(samples), spec, device, share, std::move(notes));
 }
 

@@ -177,6 +177,42 @@ bool any_has(const std::vector<Run>& runs, const std::string& key, bool evals) {
   return false;
 }
 
+// A classifier's figures by class from its summary's confusion matrix: support, precision,
+// recall and F1 of each class that occurs among the targets or the predictions; "" without one.
+std::string class_table(const Run& run) {
+  const json& s = run.summary;
+  if (!s.is_object() || !s.contains("confusion_matrix") || !s["confusion_matrix"].is_object()) return "";
+  const json& m = s["confusion_matrix"];
+  if (!m.contains("classes") || !m.contains("counts") || !m["classes"].is_array() || !m["counts"].is_array()) return "";
+  const size_t n = m["classes"].size();
+  if (m["counts"].size() != n) return "";
+  std::vector<std::vector<double>> counts(n, std::vector<double>(n, 0.0));
+  for (size_t t = 0; t < n; ++t) {
+    const json& row = m["counts"][t];
+    if (!row.is_array() || row.size() != n) return "";
+    for (size_t p = 0; p < n; ++p) counts[t][p] = row[p].is_number() ? row[p].get<double>() : 0.0;
+  }
+  std::ostringstream out;
+  out << "<h2>By class: " << escape(run.name) << " (" << escape(m.value("split", std::string("eval")))
+      << ")</h2>\n<table><tr><th>class</th><th>support</th><th>precision</th><th>recall</th><th>F1</th></tr>\n";
+  for (size_t c = 0; c < n; ++c) {
+    double predicted = 0, actual = 0;
+    for (size_t k = 0; k < n; ++k) {
+      predicted += counts[k][c];
+      actual += counts[c][k];
+    }
+    if (predicted + actual == 0) continue;
+    const double hits = counts[c][c];
+    auto ratio = [](double a, double b) { return b > 0 ? number(a / b) : std::string("&ndash;"); };
+    const std::string name = m["classes"][c].is_string() ? m["classes"][c].get<std::string>() : std::to_string(c);
+    out << "<tr><td>" << escape(name) << "</td><td>" << static_cast<int64_t>(actual) << "</td><td>"
+        << ratio(hits, predicted) << "</td><td>" << ratio(hits, actual) << "</td><td>"
+        << ratio(2 * hits, predicted + actual) << "</td></tr>\n";
+  }
+  out << "</table>\n";
+  return out.str();
+}
+
 }  // namespace
 
 ReportFiles write_report(const std::vector<fs::path>& run_dirs, const fs::path& html) {
@@ -242,6 +278,7 @@ ReportFiles write_report(const std::vector<fs::path>& run_dirs, const fs::path& 
          << "</td></tr>\n";
   }
   page << "</table>\n";
+  for (const Run& run : runs) page << class_table(run);
   // The recipe keys that differ between the runs: each run against the first with a recipe.
   const Run* base = nullptr;
   for (const Run& run : runs)

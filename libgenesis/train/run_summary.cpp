@@ -46,6 +46,9 @@ void TrainingRun::write_summary(double train_s, double wall_s) {
     // Time the step waited for the gradient collectives (the part the backward did not hide).
     summary["comm_wait_share"] = train_s > 0 ? data_parallel_->wait_seconds() / train_s : 0.0;
   }
+  // A classifier's last evaluation by class (genesis report's per-class table reads it).
+  if (const std::optional<ConfusionMatrix> c = data_->confusion())
+    summary["confusion_matrix"] = {{"split", spec_.eval.split}, {"classes", c->classes}, {"counts", c->counts}};
   if (state_.grad_scaler) summary["skipped_steps"] = state_.grad_scaler->skipped_steps;
   if (!scaler_) summary["nonfinite_steps"] = nonfinite_->count();
   if (language_model_) {

@@ -1,7 +1,9 @@
 // The samples of a classifier's dataset through the DataLoader (train/sample_source.h).
 #include "libgenesis/train/sample_source.h"
 
+#include <algorithm>
 #include <utility>
+#include <variant>
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/train/trainer.h"
@@ -18,6 +20,7 @@ class SampleSource final : public DataSource {
         device_(device),
         share_(share),
         eval_batch_(recipe::eval_batch_size(spec)),
+        outputs_(model_outputs(spec)),
         notes_(std::move(notes)) {
     // A larger batch would be cut to the dataset every step while the banner and samples/s
     // count the requested size.
@@ -49,8 +52,11 @@ class SampleSource final : public DataSource {
   std::map<std::string, double> evaluate(nn::Module& model) override {
     if (notes_.regression)
       return train::evaluate_regression(model, data_.eval, eval_batch_, device_, *notes_.regression, share_);
-    return train::evaluate(model, data_.eval, eval_batch_, device_, share_);
+    ClassifierEvaluation result = train::evaluate(model, data_.eval, eval_batch_, device_, outputs_, share_);
+    confusion_ = ConfusionMatrix{.classes = class_names(), .counts = std::move(result.confusion)};
+    return result.metrics;
   }
+  std::optional<ConfusionMatrix> confusion() const override { return confusion_; }
   std::string missing_evaluation() const override {
     return notes_.missing_evaluation.empty() ? DataSource::missing_evaluation() : notes_.missing_evaluation;
   }
@@ -58,12 +64,30 @@ class SampleSource final : public DataSource {
   std::string row_noun() const override { return "examples"; }
 
  private:
+  // The names of the model's outputs: the data's classes, then indices for outputs beyond them.
+  std::vector<std::string> class_names() const {
+    std::vector<std::string> names = notes_.classes;
+    names.resize(static_cast<size_t>(std::max<int64_t>(outputs_, static_cast<int64_t>(names.size()))));
+    for (size_t i = notes_.classes.size(); i < names.size(); ++i) names[i] = std::to_string(i);
+    return names;
+  }
+  static int64_t model_outputs(const RecipeSpec& spec) {
+    return std::visit(
+        [](const auto& config) -> int64_t {
+          if constexpr (requires { config.num_classes; }) return config.num_classes;
+          else return 0;
+        },
+        spec.model.config);
+  }
+
   recipe::RunData data_;
   Device device_;
   EvalShare share_;
   int64_t eval_batch_;
+  int64_t outputs_;  // a classifier's classes (the model's outputs)
   SampleSourceNotes notes_;
   std::unique_ptr<data::DataLoader> loader_;
+  std::optional<ConfusionMatrix> confusion_;
 };
 
 }  // namespace
@@ -85,7 +109,11 @@ std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec&
 
 std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog&, const EvalShare& share,
                                                const std::string&) {
-  return open_samples(recipe::build_data(spec), spec, device, share);
+  // Fashion-MNIST's classes, as its documentation names labels 0-9.
+  SampleSourceNotes notes;
+  notes.classes = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                   "Ankle boot"};
+  return open_samples(recipe::build_data(spec), spec, device, share, std::move(notes));
 }
 
 }  // namespace genesis::train

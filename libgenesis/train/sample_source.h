@@ -18,6 +18,8 @@ struct SampleSourceNotes {
   std::string encoding;            // DataSource::encoding()
   // A regression's targets: evaluated by evaluate_regression; unset: a classifier's (evaluate).
   std::optional<RegressionScale> regression = std::nullopt;
+  // A classifier's class names, in class order (the confusion matrix's); empty: their indices.
+  std::vector<std::string> classes = {};
 };
 
 // For the notes of the sources that make samples from their files: "3 rows", "1 row"; the first

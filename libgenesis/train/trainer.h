@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "libgenesis/data/dataset.h"
 #include "libgenesis/nn/module.h"
@@ -29,10 +30,18 @@ struct TrainOptions {
 // run directory that cannot be used as asked and genesis errors for everything else.
 int run_training(const RecipeSpec& spec, const TrainOptions& options);
 
-// Mean cross-entropy loss and accuracy of `model` on `dataset`, in eval mode, no grad.
-// With a share over ranks, each evaluates its batches and every rank returns the totals.
-std::map<std::string, double> evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,
-                                       Device device, const EvalShare& share = {});
+// A classifier's figures on an evaluation set: "loss" (mean cross-entropy), "accuracy" and
+// "macro_f1" (the mean F1 over the classes that occur among the targets or the predictions, as
+// scikit-learn's f1_score(average="macro")), and the confusion matrix: confusion[t][p] counts
+// the examples of class t predicted as p, over the model's `classes` outputs.
+struct ClassifierEvaluation {
+  std::map<std::string, double> metrics;
+  std::vector<std::vector<int64_t>> confusion;
+};
+// `model` on `dataset` in eval mode, no grad. With a share over ranks, each evaluates its
+// batches and every rank returns the totals.
+ClassifierEvaluation evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size, Device device,
+                              int64_t classes, const EvalShare& share = {});
 
 // A regression's label scale: the model predicts (label - mean) / std, trained with `loss`.
 struct RegressionScale {

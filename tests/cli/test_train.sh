@@ -199,6 +199,22 @@ fi
 table=$(GENESIS="$genesis" SWEEP_DIR="$work/sweep" bash "$src/scripts/sweep.sh" "$recipe" optimizer.lr 1e-3 2e-3 -- --set training.steps=5 -q 2>/dev/null)
 if [ "$(echo "$table" | grep -c '^| [12]e-3 | 0\.')" = 2 ]; then ok "sweep table has a row per value"; else fail "sweep table: $table"; fi
 grep -q '"peak_memory_bytes": [1-9]' "$work/short/summary.json" && ok "summary reports peak memory" || fail "summary has no peak memory"
+# A classifier's summary holds its confusion matrix over the named classes, agreeing with its
+# accuracy, and macro-F1 beside it; genesis report draws a table by class from it.
+python3 - "$work/short/summary.json" <<'PY' && ok "summary: the confusion matrix by class name, agreeing with accuracy; macro_f1" \
+  || fail "summary's confusion matrix: $(head -c 400 "$work/short/summary.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+m, e = s["confusion_matrix"], s["eval"]
+assert m["classes"][0] == "T-shirt/top" and m["classes"][9] == "Ankle boot" and m["split"] == "test", m["classes"]
+counts = m["counts"]
+assert sum(map(sum, counts)) == 10000 and abs(sum(counts[i][i] for i in range(10)) / 10000 - e["accuracy"]) < 1e-12
+f1 = [2 * counts[c][c] / (sum(counts[c]) + sum(r[c] for r in counts)) for c in range(10)]
+assert abs(sum(f1) / 10 - e["macro_f1"]) < 1e-12, (f1, e)
+PY
+"$genesis" report "$work/short" --out "$work/short_report/index.html" >/dev/null 2>&1 \
+  && grep -q "<h2>By class: " "$work/short_report/index.html" && grep -q "<td>Ankle boot</td><td>1000</td>" "$work/short_report/index.html" \
+  && ok "report: a table by class, with names and support" || fail "report has no table by class"
 # genesis report over the sweep's runs: an HTML page and four SVG files that parse and render,
 # the swept key in the table of differing keys.
 "$genesis" report "$work/sweep"/*/ --out "$work/report/index.html" >"$work/report.out" 2>"$work/report.err"
