@@ -1,6 +1,7 @@
 // `genesis eval`: a checkpoint (or a Hugging Face directory) evaluated on a recipe's data.
 #include <cmath>
 #include <cstdio>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -49,24 +50,34 @@ double macro_f1(const std::vector<std::vector<int64_t>>& confusion) {
   return counted > 0 ? total / static_cast<double>(counted) : 0.0;
 }
 
-}  // namespace
-
-ClassifierEvaluation evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size, Device device,
-                              int64_t classes, const EvalShare& share) {
+// Runs `step` on each of this rank's batches of `dataset` in eval mode without grad (the model's
+// mode restored after), reporting progress to the share.
+void for_each_batch(nn::Module& model, const data::Dataset& dataset, int64_t batch_size, const EvalShare& share,
+                    const std::function<void(const data::Batch&)>& step) {
   GENESIS_CHECK(dataset.size() > 0, ValueError, "evaluate: the evaluation set is empty");
-  GENESIS_CHECK(classes > 0, ValueError, "evaluate: a classifier has at least one output");
-  bool was_training = model.is_training();
+  const bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
   data::DataLoader loader(dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 0});
-  Tensor loss_sum = scalar_tensor(0.0, {.dtype = DType::f64, .device = device});
-  // Each example's target and prediction, kept on the device and read once at the end.
-  std::vector<Tensor> targets, predictions;
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
     if (!share.mine(b)) continue;
     check_interrupt("evaluating");
     if (share.world > 1) loader.seek({0, b});  // no prefetch: only positions the loader
-    data::Batch batch = loader.next();
+    step(loader.next());
+    share.report(b + 1, loader.batches_per_epoch());
+  }
+  model.train(was_training);
+}
+
+}  // namespace
+
+ClassifierEvaluation evaluate(nn::Module& model, const data::Dataset& dataset, int64_t batch_size, Device device,
+                              int64_t classes, const EvalShare& share) {
+  GENESIS_CHECK(classes > 0, ValueError, "evaluate: a classifier has at least one output");
+  Tensor loss_sum = scalar_tensor(0.0, {.dtype = DType::f64, .device = device});
+  // Each example's target and prediction, kept on the device and read once at the end.
+  std::vector<Tensor> targets, predictions;
+  for_each_batch(model, dataset, batch_size, share, [&](const data::Batch& batch) {
     Tensor x = batch.inputs.to(device), y = batch.targets.to(device);
     Tensor logits = model(x);
     GENESIS_CHECK(logits.dim() == 2 && logits.size(1) == classes, ShapeError, "evaluate: the model gives ",
@@ -74,9 +85,7 @@ ClassifierEvaluation evaluate(nn::Module& model, const data::Dataset& dataset, i
     loss_sum = add(loss_sum, cross_entropy(logits, y, {.reduction = Reduction::sum}).to(DType::f64));
     targets.push_back(y);
     predictions.push_back(argmax(logits, -1));
-    share.report(b + 1, loader.batches_per_epoch());
-  }
-  model.train(was_training);
+  });
   // The sums the ranks add: the loss, then the confusion counts row by row.
   const auto width = static_cast<size_t>(classes);
   std::vector<double> sums(1 + width * width, 0.0);
@@ -109,26 +118,15 @@ ClassifierEvaluation evaluate(nn::Module& model, const data::Dataset& dataset, i
 std::map<std::string, double> evaluate_regression(nn::Module& model, const data::Dataset& dataset, int64_t batch_size,
                                                   Device device, const RegressionScale& scale,
                                                   const EvalShare& share) {
-  GENESIS_CHECK(dataset.size() > 0, ValueError, "evaluate: the evaluation set is empty");
-  bool was_training = model.is_training();
-  model.eval();
-  NoGradGuard no_grad;
-  data::DataLoader loader(dataset, {.batch_size = batch_size, .shuffle = false, .prefetch = 0});
   // Sums in f64 on the device, of the standardized values: the loss, |error|, error^2, y, y^2.
   Tensor sums = zeros({5}, {.dtype = DType::f64, .device = device});
-  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
-    if (!share.mine(b)) continue;
-    check_interrupt("evaluating");
-    if (share.world > 1) loader.seek({0, b});  // no prefetch: only positions the loader
-    data::Batch batch = loader.next();
+  for_each_batch(model, dataset, batch_size, share, [&](const data::Batch& batch) {
     const Tensor y = batch.targets.to(device).to(DType::f64);
     const Tensor outputs = model(batch.inputs.to(device));
     const Tensor loss = training_loss(outputs, batch.targets.to(device), Reduction::sum, scale.loss);
     const Tensor error = sub(outputs.to(DType::f64), y);
     sums = add(sums, stack({loss.to(DType::f64), sum(abs(error)), sum(mul(error, error)), sum(y), sum(mul(y, y))}, 0));
-    share.report(b + 1, loader.batches_per_epoch());
-  }
-  model.train(was_training);
+  });
   const Tensor host = sums.to(kCPU);
   std::vector<double> totals(host.data<double>(), host.data<double>() + 5);
   share.reduce(totals);

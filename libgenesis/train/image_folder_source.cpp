@@ -26,15 +26,10 @@ namespace {
 
 // [C, H, W] of the model's input (the recipe's checks made it three entries with C 1 or 3).
 Shape image_shape(const RecipeSpec& spec) {
-  if (const auto* cnn = std::get_if<models::CnnConfig>(&spec.model.config)) return cnn->input_shape;
-  if (const auto* mlp = std::get_if<models::MlpConfig>(&spec.model.config)) return mlp->input_shape;
-  GENESIS_THROW(RecipeError, "data.name = \"image_folder\" gives images, which model ", spec.model.name,
-                " does not take; use model.name = \"cnn\" or \"mlp\"");
-}
-
-int64_t model_classes(const RecipeSpec& spec) {
-  if (const auto* cnn = std::get_if<models::CnnConfig>(&spec.model.config)) return cnn->num_classes;
-  return std::get<models::MlpConfig>(spec.model.config).num_classes;
+  Shape shape = classifier_input_shape(spec);
+  GENESIS_CHECK(!shape.empty(), RecipeError, "data.name = \"image_folder\" gives images, which model ",
+                spec.model.name, " does not take; use model.name = \"cnn\" or \"mlp\"");
+  return shape;
 }
 
 // The statistics every split is normalized with: the checkpoint's, the recipe's, or the
@@ -126,7 +121,7 @@ std::unique_ptr<DataSource> open_image_folder_source(const RecipeSpec& spec, Dev
   const data::ImageFolder folder = data::scan_image_folder(d.path, encoding.classes);
   encoding.classes = folder.classes;
   const auto classes = static_cast<int64_t>(folder.classes.size());
-  GENESIS_CHECK(model_classes(spec) >= classes, RecipeError, "model.num_classes = ", model_classes(spec),
+  GENESIS_CHECK(classifier_outputs(spec) >= classes, RecipeError, "model.num_classes = ", classifier_outputs(spec),
                 " is fewer than the ", classes, " class folders of ", folder.train.dir.string(),
                 "; set model.num_classes = ", classes);
 

@@ -16,6 +16,7 @@
 #include "libgenesis/recipe/build.h"
 #include "libgenesis/train/checkpoint.h"
 #include "libgenesis/train/run_dir.h"
+#include "libgenesis/train/sample_source.h"
 
 namespace genesis::train {
 
@@ -110,12 +111,7 @@ void predict_images(nn::Module& model, const RecipeSpec& spec, const std::string
     std::sort(found.begin(), found.end());
     for (fs::path& path : found) files.push_back({.path = std::move(path), .label = 0});
   }
-  const Shape shape = std::visit(
-      [](const auto& config) -> Shape {
-        if constexpr (requires { config.input_shape; }) return config.input_shape;
-        else return {};
-      },
-      spec.model.config);
+  const Shape shape = classifier_input_shape(spec);
   for (size_t first = 0; first < files.size(); first += static_cast<size_t>(options.batch_size)) {
     const size_t n = std::min(static_cast<size_t>(options.batch_size), files.size() - first);
     const std::vector<data::ImageFile> batch(files.begin() + static_cast<std::ptrdiff_t>(first),

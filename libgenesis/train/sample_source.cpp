@@ -20,7 +20,7 @@ class SampleSource final : public DataSource {
         device_(device),
         share_(share),
         eval_batch_(recipe::eval_batch_size(spec)),
-        outputs_(model_outputs(spec)),
+        outputs_(classifier_outputs(spec)),
         notes_(std::move(notes)) {
     // A larger batch would be cut to the dataset every step while the banner and samples/s
     // count the requested size.
@@ -71,15 +71,6 @@ class SampleSource final : public DataSource {
     for (size_t i = notes_.classes.size(); i < names.size(); ++i) names[i] = std::to_string(i);
     return names;
   }
-  static int64_t model_outputs(const RecipeSpec& spec) {
-    return std::visit(
-        [](const auto& config) -> int64_t {
-          if constexpr (requires { config.num_classes; }) return config.num_classes;
-          else return 0;
-        },
-        spec.model.config);
-  }
-
   recipe::RunData data_;
   Device device_;
   EvalShare share_;
@@ -100,6 +91,24 @@ std::string class_list(const std::vector<std::string>& classes) {
   std::string out;
   for (size_t i = 0; i < classes.size() && i < 20; ++i) out += (i ? ", " : "") + classes[i];
   return classes.size() > 20 ? out + ", ..." : out;
+}
+
+int64_t classifier_outputs(const RecipeSpec& spec) {
+  return std::visit(
+      [](const auto& config) -> int64_t {
+        if constexpr (requires { config.num_classes; }) return config.num_classes;
+        else return 0;
+      },
+      spec.model.config);
+}
+
+Shape classifier_input_shape(const RecipeSpec& spec) {
+  return std::visit(
+      [](const auto& config) -> Shape {
+        if constexpr (requires { config.input_shape; }) return config.input_shape;
+        else return {};
+      },
+      spec.model.config);
 }
 
 std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,

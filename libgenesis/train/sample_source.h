@@ -27,6 +27,10 @@ struct SampleSourceNotes {
 std::string count_of(int64_t n, const char* noun);
 std::string class_list(const std::vector<std::string>& classes);
 
+// A classifier's (mlp, cnn) model.num_classes and model.input_shape; 0 and empty for other models.
+int64_t classifier_outputs(const RecipeSpec& spec);
+Shape classifier_input_shape(const RecipeSpec& spec);
+
 std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
                                          const EvalShare& share, SampleSourceNotes notes = {});
 
