@@ -166,15 +166,16 @@ check "generate --checkpoint with a changed base" 2 $?
 bad "eval --checkpoint with a changed base" 2 eval --checkpoint "$work/lora" -q
 grep -q "which has changed since" "$work/err" && ok "eval names the changed base" || fail "eval: $(cat "$work/err")"
 
-# The CPU example's chain, two steps each on the small data, from a working directory whose
-# data/cache holds it: recipes/sft_repeat_cpu.toml trains the base, exported where
-# recipes/lora_reverse_cpu.toml takes it from; the LoRA run trains its 155,648 adapter parameters
-# and scores exact match, in training and in genesis eval.
-mkdir -p "$work/example/data" && ln -s "$work/data" "$work/example/data/cache"
+# The CPU example's chain, two steps each on the small data, from a working directory of its own
+# with the data root (${GENESIS_DATA}) holding that data: recipes/sft_repeat_cpu.toml trains the
+# base, exported where recipes/lora_reverse_cpu.toml takes it from; the LoRA run trains its
+# 155,648 adapter parameters and scores exact match, in training and in genesis eval.
+mkdir -p "$work/example"
 exe=$(realpath "$genesis") recipes=$(realpath "$src/recipes")
 example() {  # example RECIPE: 2 steps in $work/example
-  (cd "$work/example" && "$exe" train "$recipes/$1" --set training.steps=2 --set scheduler.warmup_steps=1 --set eval.exact_match=2 \
-    --set "data.cache_dir=$work/cache" -q >/dev/null 2>"$work/example.err") || cat "$work/example.err"
+  (cd "$work/example" && GENESIS_DATA="$work/data" "$exe" train "$recipes/$1" --set training.steps=2 \
+    --set scheduler.warmup_steps=1 --set eval.exact_match=2 --set "data.cache_dir=$work/cache" -q >/dev/null \
+    2>"$work/example.err") || cat "$work/example.err"
 }
 example sft_repeat_cpu.toml && (cd "$work/example" && "$exe" convert runs/sft_repeat_cpu runs/sft_repeat_cpu_hf --to hf -q \
   >/dev/null) && example lora_reverse_cpu.toml
