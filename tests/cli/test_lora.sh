@@ -73,7 +73,14 @@ a=$(gen --checkpoint "$work/lora")
 b=$(gen --model "$work/merged")
 c=$(gen --model "$work/base")
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "merged model = base + adapters: $a" || fail "merged '$b' vs adapters '$a'"
-[ "$a" != "$c" ] && ok "the adapters change the base's output" || fail "the adapters changed nothing: '$c'"
+# Greedy ids of a weak model can coincide for base and adapters; sampled with one seed from the
+# two distributions, 40 tokens diverge.
+sampled() { "$genesis" generate "$@" --prompt "<|im_start|>user\nReverse: cat dog owl<|im_end|>\n" --max-new-tokens 40 \
+  --temperature 1 --seed 3 --ids -q 2>/dev/null; }
+sampled_lora=$(sampled --checkpoint "$work/lora")
+sampled_base=$(sampled --model "$work/base")
+[ -n "$sampled_lora" ] && [ "$sampled_lora" != "$sampled_base" ] && ok "the adapters change the base's output" \
+  || fail "the adapters changed nothing: '$sampled_base'"
 
 # model.adapter: a run that trains the exported adapter on starts from it (one step at lr 1e-12
 # leaves it as it was: the run's checkpoint generates what the LoRA run does).
