@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-135}
 shift || true
-all=(safetensors recipe config tokenizer shard idx trainer_json chat_template sft_records csv)
+all=(safetensors recipe config tokenizer shard idx trainer_json chat_template sft_records csv image)
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${all[@]}")
 for name in "${names[@]}"; do
@@ -39,7 +39,7 @@ trap 'rm -rf "$work"' EXIT
 failed=()
 for name in "${names[@]}"; do
   dict=tests/fuzz/json.dict
-  case $name in recipe) dict=tests/fuzz/toml.dict ;; chat_template) dict=tests/fuzz/jinja.dict ;; shard | idx) dict= ;; esac
+  case $name in recipe) dict=tests/fuzz/toml.dict ;; chat_template) dict=tests/fuzz/jinja.dict ;; shard | idx | image) dict= ;; esac
   mkdir -p "$work/$name" "$build/findings/$name"
   # The first corpus directory (empty, scratch) receives new inputs; the committed one is read.
   args=(-max_total_time="$per" -timeout=10 -rss_limit_mb=2048 -seed="${FUZZ_SEED:-1}" -print_final_stats=1

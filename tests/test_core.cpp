@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "libgenesis/core/allocator.h"
+#include "libgenesis/core/printable.h"
 #include "tests/testing.h"
 
 using namespace genesis;
@@ -281,4 +282,16 @@ TEST_CASE("bad input raises genesis errors", "[cpu][core]") {
   } catch (const ShapeError& e) {
     CHECK(std::string(e.what()).find("add: shapes [2, 3] and [4]") != std::string::npos);
   }
+}
+
+TEST_CASE("printable: control characters and bytes that are not UTF-8 escaped, UTF-8 kept", "[cpu][core]") {
+  CHECK(printable("plain text, 42") == "plain text, 42");
+  CHECK(printable("a\nb\tc\rd\x7f") == "a\\nb\\tc\\x0dd\\x7f");
+  CHECK(printable(std::string("nul\0byte", 8)) == "nul\\x00byte");
+  CHECK(printable("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") == "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");  // é € 😀
+  CHECK(printable("\xff\xfe") == "\\xff\\xfe");
+  CHECK(printable("cut \xe2\x82") == "cut \\xe2\\x82");              // a sequence cut short
+  CHECK(printable("\xc0\xaf overlong") == "\\xc0\\xaf overlong");    // an overlong '/'
+  CHECK(printable("\xed\xa0\x80 surrogate") == "\\xed\\xa0\\x80 surrogate");
+  CHECK(printable("\xf4\x90\x80\x80 past U+10FFFF") == "\\xf4\\x90\\x80\\x80 past U+10FFFF");
 }

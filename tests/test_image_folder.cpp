@@ -292,7 +292,19 @@ TEST_CASE("image folder: bad input names the folder or file", "[cpu][image_folde
   huge[17] = huge[21] = 0x01;  // IHDR's width and height (bytes 16-23) become 2^16 + 1 each
   const uint32_t checksum = static_cast<uint32_t>(crc32(0, huge.data() + 12, 17));  // "IHDR" and its 13 bytes
   for (int i = 0; i < 4; ++i) huge[29 + i] = static_cast<uint8_t>(checksum >> (24 - 8 * i));
-  CHECK_THROWS_WITH(data::decode_image(huge), Contains("PNG of 65537 x 65537 pixels, more than the 2^28"));
+  CHECK_THROWS_WITH(data::decode_image(huge), Contains("PNG of 65537 x 65537 pixels, more than the 268435456"));
+  CHECK_THROWS_WITH(data::decode_image(png(3, 2, 1, gray_pixels(1, 6)), 5), Contains("PNG of 3 x 2 pixels, more than the 5"));
+  // A large file of another kind is refused from its first bytes: nothing past them is read.
+  {
+    const fs::path sparse = tmp / "bad" / "c" / "sparse.png";
+    std::ofstream(sparse, std::ios::binary) << "not an image";
+    fs::resize_file(sparse, uintmax_t{1} << 40);  // a terabyte of holes
+    CHECK_THROWS_WITH(data::read_image(sparse), Contains("sparse.png: neither a PNG nor a JPEG"));
+    write_bytes(sparse, good);
+    fs::resize_file(sparse, data::kMaxImageFileBytes + 1);
+    CHECK_THROWS_WITH(data::read_image(sparse), Contains("sparse.png: 1073741825 bytes, more than the 1073741824"));
+    fs::remove(sparse);
+  }
   const data::DecodedImages decoded = data::decode_images(files, {1, 2, 2}, true);
   CHECK(decoded.samples.size() == 1);
   CHECK(decoded.skipped.size() == 4);

@@ -330,7 +330,9 @@ TEST_CASE("safetensors rejects corrupt files with FormatError naming the problem
   }
   SECTION("control characters in names are escaped") {
     std::string header = "{\"a\\nb\":" + entry("F32", "[1]", 0, 8) + "}";
-    CHECK_THAT(open_error(dir, file_bytes(header, f32x2)), Contains("tensor 'a\\x0Ab'"));
+    CHECK_THAT(open_error(dir, file_bytes(header, f32x2)), Contains("tensor 'a\\nb'"));
+    header = "{\"a\\u0001\\u00e9\":" + entry("F32", "[1]", 0, 8) + "}";  // U+0001 escaped, é kept
+    CHECK_THAT(open_error(dir, file_bytes(header, f32x2)), Contains("tensor 'a\\x01\u00e9'"));
   }
   SECTION("offsets past the data buffer") {
     CHECK_THAT(open_error(dir, one(entry("F32", "[4]", 0, 16), f32x2)), Contains("past the end"));

@@ -3,6 +3,7 @@
 // exact round-trips of arbitrary bytes, and the errors on bad files and ids.
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -261,14 +262,32 @@ TEST_CASE("tokenizer errors name the file or the id", "[cpu][tokenizer]") {
   write(dir / "whitespace.json", no_byte_level.dump());
   REQUIRE_THAT(message_of([&] { Tokenizer::load(dir / "whitespace.json"); }), Contains("Whitespace"));
 
-  // A field of the wrong type: a ValueError naming the file, not nlohmann's raw text.
-  auto string_id = tiny_tokenizer_json();
-  string_id["pre_tokenizer"] = {{"type", 5}};
-  write(dir / "string_id.json", string_id.dump());
-  REQUIRE_THROWS_AS(Tokenizer::load(dir / "string_id.json"), genesis::ValueError);
-  msg = message_of([&] { Tokenizer::load(dir / "string_id.json"); });
-  REQUIRE_THAT(msg, Contains("string_id.json") && Contains("unexpected type"));
-  REQUIRE_FALSE(Catch::Matchers::Contains("[json.exception").match(msg));
+  // A field of the wrong type: a ValueError naming the file and the field's JSON path, not
+  // nlohmann's raw text.
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> wrong_types{
+      {[](nlohmann::json& j) { j["pre_tokenizer"] = {{"type", 5}}; }, "pre_tokenizer.type must be a string, got number"},
+      {[](nlohmann::json& j) {
+         j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", 1}}}}}}};
+       },
+       "pre_tokenizer.pretokenizers[0].pattern.Regex must be a string, got number"},
+      {[](nlohmann::json& j) { j["model"]["merges"][1] = {"a", 7}; }, "model.merges[1][1] must be a string, got number"},
+      {[](nlohmann::json& j) { j["model"]["merges"] = "a b"; }, "model.merges must be an array, got string"},
+      {[](nlohmann::json& j) { j["model"]["type"] = nlohmann::json::array(); }, "model.type must be a string, got array"},
+      {[](nlohmann::json& j) { j["added_tokens"] = {{{"content", "<x>"}, {"id", "9"}}}; },
+       "added_tokens[0].id must be a non-negative integer, got string"},
+      {[](nlohmann::json& j) { j["added_tokens"] = {{{"content", 3}, {"id", 9}}}; },
+       "added_tokens[0].content must be a string, got number"},
+      {[](nlohmann::json& j) { j["normalizer"] = {{"kind", "NFC"}}; }, "missing key 'normalizer.type'"},
+      {[](nlohmann::json& j) { j["model"] = 1; }, "model must be an object, got number"}};
+  for (const auto& [edit, expected] : wrong_types) {
+    auto wrong = tiny_tokenizer_json();
+    edit(wrong);
+    write(dir / "wrong.json", wrong.dump());
+    REQUIRE_THROWS_AS(Tokenizer::load(dir / "wrong.json"), genesis::ValueError);
+    msg = message_of([&] { Tokenizer::load(dir / "wrong.json"); });
+    CHECK_THAT(msg, Contains("wrong.json: " + expected));
+    CHECK_FALSE(Catch::Matchers::Contains("[json.exception").match(msg));
+  }
 
   write(dir / "tokenizer.json", tiny_tokenizer_json().dump());
   Tokenizer tok = Tokenizer::load(dir / "tokenizer.json");

@@ -12,6 +12,7 @@
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/interrupt.h"
+#include "libgenesis/core/printable.h"
 #include "libgenesis/core/threads.h"
 #include "libgenesis/dist/failure.h"
 
@@ -65,7 +66,7 @@ int main(int argc, char** argv) {
   genesis::cli::add_chat_command(app);
   if (argc > 1) {
     if (std::string message = genesis::cli::unknown_command_message(app, argv[1]); !message.empty()) {
-      std::cerr << "genesis: error: " << message << "\n";
+      std::cerr << "genesis: error: " << genesis::printable(message) << "\n";
       return 2;
     }
   }
@@ -77,19 +78,19 @@ int main(int argc, char** argv) {
   try {
     return genesis::cli::run_selected(app);
   } catch (const genesis::UsageError& e) {
-    std::cerr << "genesis: error: " << e.what() << "\n";
+    std::cerr << "genesis: error: " << genesis::printable(e.what()) << "\n";
     return 2;
   } catch (const genesis::Interrupted& e) {
-    std::cerr << "genesis: " << e.what() << "\n";
+    std::cerr << "genesis: " << genesis::printable(e.what()) << "\n";
     return 130;
   } catch (const genesis::DistError& e) {
     // A rank is gone: the process's normal exit (the CUDA runtime's teardown) could wait on NCCL
     // work that will never finish, so leave at once, as PyTorch's NCCL watchdog does.
-    if (!genesis::dist::failure_reported()) std::cerr << "genesis: error: " << e.what() << std::endl;
+    if (!genesis::dist::failure_reported()) std::cerr << "genesis: error: " << genesis::printable(e.what()) << std::endl;
     std::_Exit(1);
   } catch (const std::filesystem::filesystem_error& e) {
     if (genesis::dist::failure_reported()) std::_Exit(1);
-    std::cerr << "genesis: error: " << filesystem_message(e) << "\n";
+    std::cerr << "genesis: error: " << genesis::printable(filesystem_message(e)) << "\n";
     return 1;
   } catch (const std::bad_alloc&) {
     if (genesis::dist::failure_reported()) std::_Exit(1);
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     if (genesis::dist::failure_reported()) std::_Exit(1);  // a consequence of the failure already named
-    std::cerr << "genesis: error: " << e.what() << "\n";
+    std::cerr << "genesis: error: " << genesis::printable(e.what()) << "\n";
     return 1;
   }
 }

@@ -27,11 +27,9 @@ bool starts_with(std::span<const uint8_t> bytes, const std::array<uint8_t, N>& s
 
 // A header's size is checked before the pixels are allocated: a corrupt one that claims
 // 100000 x 100000 pixels would otherwise take 40 GB (touched, so not left to overcommit).
-constexpr int64_t kMaxPixels = int64_t{1} << 28;
-
-void check_size(const char* kind, int64_t width, int64_t height) {
-  GENESIS_CHECK(width * height <= kMaxPixels, ValueError, kind, " of ", width, " x ", height,
-                " pixels, more than the 2^28 an image folder decodes (a corrupt header, or an image to shrink first)");
+void check_size(const char* kind, int64_t width, int64_t height, int64_t max_pixels) {
+  GENESIS_CHECK(width * height <= max_pixels, ValueError, kind, " of ", width, " x ", height, " pixels, more than the ",
+                max_pixels, " an image folder decodes (a corrupt header, or an image to shrink first)");
 }
 
 struct SpngFree {
@@ -44,13 +42,13 @@ void check_spng(int status, const char* what) {
 
 // Every PNG kind (palette, 1 to 16 bits, with or without alpha) decodes to RGBA8; gray kinds
 // keep one of the equal channels.
-Image decode_png(std::span<const uint8_t> bytes) {
+Image decode_png(std::span<const uint8_t> bytes, int64_t max_pixels) {
   std::unique_ptr<spng_ctx, SpngFree> ctx(spng_ctx_new(0));
   GENESIS_CHECK(ctx != nullptr, ValueError, "PNG: out of memory for a decoder");
   check_spng(spng_set_png_buffer(ctx.get(), bytes.data(), bytes.size()), "buffer");
   spng_ihdr header{};
   check_spng(spng_get_ihdr(ctx.get(), &header), "header");
-  check_size("PNG", header.width, header.height);
+  check_size("PNG", header.width, header.height, max_pixels);
   size_t size = 0;
   check_spng(spng_decoded_image_size(ctx.get(), SPNG_FMT_RGBA8, &size), "size");
   std::vector<uint8_t> rgba(size);
@@ -71,7 +69,7 @@ struct TurboJpegFree {
 
 // Gray JPEGs decode to one channel, the others to RGB. A warning (a truncated file, bad data
 // that libjpeg would paper over with gray) stops the decode: the image is not what was saved.
-Image decode_jpeg(std::span<const uint8_t> bytes) {
+Image decode_jpeg(std::span<const uint8_t> bytes, int64_t max_pixels) {
   std::unique_ptr<void, TurboJpegFree> handle(tjInitDecompress());
   GENESIS_CHECK(handle != nullptr, ValueError, "JPEG: ", tjGetErrorStr2(nullptr));
   auto* data = const_cast<uint8_t*>(bytes.data());  // TurboJPEG 2.1 takes no const, reads only
@@ -79,7 +77,7 @@ Image decode_jpeg(std::span<const uint8_t> bytes) {
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
   GENESIS_CHECK(tjDecompressHeader3(handle.get(), data, size, &width, &height, &subsampling, &colorspace) == 0,
                 ValueError, "JPEG header: ", tjGetErrorStr2(handle.get()));
-  check_size("JPEG", width, height);
+  check_size("JPEG", width, height, max_pixels);
   const bool gray = colorspace == TJCS_GRAY;
   Image image{.channels = gray ? 1 : 3, .height = height, .width = width, .pixels = {}};
   image.pixels.resize(static_cast<size_t>(image.height * image.width * image.channels));
@@ -116,6 +114,13 @@ std::vector<Tap> taps(int64_t source, int64_t destination) {
   return out;
 }
 
+// Why `bytes` (the whole file, or its start) is no image this decodes; empty when it has a PNG's
+// or a JPEG's signature.
+std::string not_an_image(std::span<const uint8_t> bytes) {
+  if (starts_with(bytes, kPngSignature) || starts_with(bytes, kJpegSignature)) return "";
+  return bytes.empty() ? "the file is empty" : "neither a PNG nor a JPEG (no signature of either)";
+}
+
 }  // namespace
 
 bool is_image_file(const std::filesystem::path& path) {
@@ -125,16 +130,26 @@ bool is_image_file(const std::filesystem::path& path) {
   return extension == ".png" || extension == ".jpg" || extension == ".jpeg";
 }
 
-Image decode_image(std::span<const uint8_t> bytes) {
-  if (starts_with(bytes, kPngSignature)) return decode_png(bytes);
-  if (starts_with(bytes, kJpegSignature)) return decode_jpeg(bytes);
-  GENESIS_THROW(ValueError, bytes.empty() ? "the file is empty" : "neither a PNG nor a JPEG (no signature of either)");
+Image decode_image(std::span<const uint8_t> bytes, int64_t max_pixels) {
+  if (starts_with(bytes, kPngSignature)) return decode_png(bytes, max_pixels);
+  if (starts_with(bytes, kJpegSignature)) return decode_jpeg(bytes, max_pixels);
+  GENESIS_THROW(ValueError, not_an_image(bytes));
 }
 
 Image read_image(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   GENESIS_CHECK(in.good(), ValueError, path.string(), ": cannot open the file");
-  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The signature first: a large file of another kind is refused before it is read.
+  std::vector<uint8_t> bytes(kPngSignature.size());
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  bytes.resize(static_cast<size_t>(in.gcount()));
+  if (const std::string problem = not_an_image(bytes); !problem.empty())
+    GENESIS_THROW(ValueError, path.string(), ": ", problem);
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  GENESIS_CHECK(error || size <= kMaxImageFileBytes, ValueError, path.string(), ": ", size,
+                " bytes, more than the ", kMaxImageFileBytes, " an image file may hold here");
+  bytes.insert(bytes.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   try {
     return decode_image(bytes);
   } catch (const ValueError& e) {

@@ -20,11 +20,17 @@ struct Image {
 // The image kinds by file name: ".png", ".jpg", ".jpeg" (any case). Others are not images here.
 bool is_image_file(const std::filesystem::path& path);
 
+// Bounds on what is decoded: the pixels a header may claim (checked before they are allocated)
+// and the bytes of a file (checked before it is read, after its signature).
+constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+constexpr uintmax_t kMaxImageFileBytes = uintmax_t{1} << 30;
+
 // Decodes the bytes of a PNG or JPEG (told apart by their signature, not the name). Throws
 // ValueError saying what the decoder found wrong (a truncated file, a bad checksum, not an
-// image); the caller names the file.
-Image decode_image(std::span<const uint8_t> bytes);
-// Reads and decodes a file; the ValueError names it.
+// image, more than max_pixels); the caller names the file.
+Image decode_image(std::span<const uint8_t> bytes, int64_t max_pixels = kMaxImagePixels);
+// Reads and decodes a file; the ValueError names it. A file without a PNG's or a JPEG's
+// signature is refused from its first bytes, one above kMaxImageFileBytes from its size.
 Image read_image(const std::filesystem::path& path);
 
 // The image as `channels` x `height` x `width` floats in [0, 1] at `out` (channel-major, the

@@ -149,10 +149,26 @@ Tokenizer Tokenizer::from_gpt2_files_unchecked(const fs::path& encoder_json, con
 
 namespace {
 
-const json& member(const json& object, const char* key, const std::string& where) {
+// `object`'s field `key`; `path` names the object in the file ("model", "added_tokens[3]").
+const json& member(const json& object, const char* key, const std::string& where, const std::string& path = "") {
+  GENESIS_CHECK(object.is_object(), ValueError, where, ": ", path.empty() ? "the file" : path, " must be an object, got ",
+                object.type_name());
   auto it = object.find(key);
-  GENESIS_CHECK(it != object.end(), ValueError, where, ": missing key '", key, "'");
+  GENESIS_CHECK(it != object.end(), ValueError, where, ": missing key '", path.empty() ? "" : path + ".", key, "'");
   return *it;
+}
+
+// The string at JSON path `path`, or a ValueError naming the path and what is there instead.
+std::string string_at(const json& value, const std::string& path, const std::string& where) {
+  GENESIS_CHECK(value.is_string(), ValueError, where, ": ", path, " must be a string, got ", value.type_name());
+  return value.get<std::string>();
+}
+
+// `object[key]` as a string when present and not null, else `fallback`.
+std::string optional_string(const json& object, const char* key, const std::string& fallback, const std::string& path,
+                            const std::string& where) {
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? fallback : string_at(*it, path + "." + key, where);
 }
 
 bool flag(const json& object, const char* key) {
@@ -161,11 +177,15 @@ bool flag(const json& object, const char* key) {
 }
 
 // Adds the pre-tokenizer `p`'s regex stages; returns whether it includes a ByteLevel step.
-bool add_pre_tokenizer(Tokenizer::Impl& impl, const json& p, const std::string& where) {
-  std::string type = member(p, "type", where + " pre_tokenizer").get<std::string>();
+bool add_pre_tokenizer(Tokenizer::Impl& impl, const json& p, const std::string& where, const std::string& path) {
+  std::string type = string_at(member(p, "type", where, path), path + ".type", where);
   if (type == "Sequence") {
     bool byte_level = false;
-    for (const auto& step : member(p, "pretokenizers", where)) byte_level |= add_pre_tokenizer(impl, step, where);
+    const json& steps = member(p, "pretokenizers", where, path);
+    GENESIS_CHECK(steps.is_array(), ValueError, where, ": ", path, ".pretokenizers must be an array, got ",
+                  steps.type_name());
+    for (size_t i = 0; i < steps.size(); ++i)
+      byte_level |= add_pre_tokenizer(impl, steps[i], where, path + ".pretokenizers[" + std::to_string(i) + "]");
     return byte_level;
   }
   if (type == "ByteLevel") {
@@ -175,17 +195,18 @@ bool add_pre_tokenizer(Tokenizer::Impl& impl, const json& p, const std::string& 
     return true;
   }
   if (type == "Split") {
-    const json& pattern = member(p, "pattern", where + " Split");
-    std::string behavior = p.value("behavior", "Isolated");
+    const json& pattern = member(p, "pattern", where, path);
+    std::string behavior = optional_string(p, "behavior", "Isolated", path, where);
     GENESIS_CHECK(behavior == "Isolated" && !flag(p, "invert"), ValueError, where,
                   ": Split pre-tokenizer with behavior '", behavior,
                   "' or invert is not supported (genesis supports Isolated, not inverted)");
     std::string regex;
-    if (pattern.contains("Regex")) {
-      regex = pattern["Regex"].get<std::string>();
+    if (pattern.is_object() && pattern.contains("Regex")) {
+      regex = string_at(pattern["Regex"], path + ".pattern.Regex", where);
     } else {
       // A literal String pattern: quote it for PCRE2.
-      regex = "\\Q" + member(pattern, "String", where).get<std::string>() + "\\E";
+      regex = "\\Q" + string_at(member(pattern, "String", where, path + ".pattern"), path + ".pattern.String", where) +
+              "\\E";
     }
     impl.splits.push_back(std::make_unique<detail::Regex>(regex, where + " Split"));
     return false;
@@ -201,35 +222,36 @@ Tokenizer Tokenizer::from_hf_json_unchecked(const fs::path& tokenizer_json) {
   json root = parse_json(read_existing(tokenizer_json, "tokenizer.json"), tokenizer_json);
   GENESIS_CHECK(root.is_object(), ValueError, where, ": expected a JSON object");
   const json& model = member(root, "model", where);
+  GENESIS_CHECK(model.is_object(), ValueError, where, ": model must be an object, got ", model.type_name());
   // Files from early versions of tokenizers name no model type; a merge list means BPE there.
-  std::string type = model.value("type", model.contains("merges") ? "BPE" : "");
+  std::string type = optional_string(model, "type", model.contains("merges") ? "BPE" : "", "model", where);
   GENESIS_CHECK(type == "BPE", ValueError, where, ": model type is '", type,
                 "', genesis reads only byte-level BPE tokenizers (model.type \"BPE\")");
   GENESIS_CHECK(!flag(model, "byte_fallback"), ValueError, where,
                 ": byte_fallback BPE (SentencePiece style) is not supported; genesis reads byte-level BPE");
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    auto it = model.find(key);
-    GENESIS_CHECK(it == model.end() || it->is_null() || it->get<std::string>().empty(), ValueError, where, ": model.",
-                  key, " is not supported");
-  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    GENESIS_CHECK(optional_string(model, key, "", "model", where).empty(), ValueError, where, ": model.", key,
+                  " is not supported");
   if (auto n = root.find("normalizer"); n != root.end() && !n->is_null()) {
-    std::string normalizer = n->value("type", "");
+    std::string normalizer = string_at(member(*n, "type", where, "normalizer"), "normalizer.type", where);
     GENESIS_CHECK(normalizer == "NFC", ValueError, where, ": normalizer '", normalizer,
                   "' is not supported (none, or NFC, whose input genesis takes as already NFC)");
   }
 
   auto impl = std::make_unique<Impl>();
   impl->ignore_merges = flag(model, "ignore_merges");
-  const json& vocab = member(model, "vocab", where);
+  const json& vocab = member(model, "vocab", where, "model");
   GENESIS_CHECK(vocab.is_object(), ValueError, where, ": model.vocab is not an object token -> id");
   const auto added_tokens = root.find("added_tokens");
   const size_t entries = vocab.size() + (added_tokens != root.end() ? added_tokens->size() : 0);
   set_vocab(*impl, vocab, where, entries);
-  const json& merges = member(model, "merges", where);
+  const json& merges = member(model, "merges", where, "model");
+  GENESIS_CHECK(merges.is_array(), ValueError, where, ": model.merges must be an array, got ", merges.type_name());
   uint32_t rank = 0;
   for (const auto& merge : merges) {
     if (merge.is_array() && merge.size() == 2) {
-      impl->add_merge(merge[0].get<std::string>(), merge[1].get<std::string>(), rank++, where);
+      const std::string at = "model.merges[" + std::to_string(rank) + "]";
+      impl->add_merge(string_at(merge[0], at + "[0]", where), string_at(merge[1], at + "[1]", where), rank++, where);
       continue;
     }
     GENESIS_CHECK(merge.is_string(), ValueError, where, ": merge ", rank,
@@ -242,17 +264,24 @@ Tokenizer Tokenizer::from_hf_json_unchecked(const fs::path& tokenizer_json) {
 
   bool byte_level = false;
   if (auto p = root.find("pre_tokenizer"); p != root.end() && !p->is_null())
-    byte_level = add_pre_tokenizer(*impl, *p, where);
+    byte_level = add_pre_tokenizer(*impl, *p, where, "pre_tokenizer");
   GENESIS_CHECK(byte_level, ValueError, where,
                 ": the pre-tokenizer has no ByteLevel step; genesis reads only byte-level BPE tokenizers");
 
   if (added_tokens != root.end()) {
-    for (const auto& token : *added_tokens) {
-      std::string content = member(token, "content", where).get<std::string>();
+    GENESIS_CHECK(added_tokens->is_array(), ValueError, where, ": added_tokens must be an array, got ",
+                  added_tokens->type_name());
+    for (size_t i = 0; i < added_tokens->size(); ++i) {
+      const json& token = (*added_tokens)[i];
+      const std::string at = "added_tokens[" + std::to_string(i) + "]";
+      std::string content = string_at(member(token, "content", where, at), at + ".content", where);
       GENESIS_CHECK(!content.empty(), ValueError, where, ": an added token has empty content");
       GENESIS_CHECK(!flag(token, "single_word") && !flag(token, "lstrip") && !flag(token, "rstrip"), ValueError, where,
                     ": added token '", content, "' uses single_word/lstrip/rstrip, which genesis does not support");
-      const auto id = member(token, "id", where).get<uint64_t>();
+      const json& id_field = member(token, "id", where, at);
+      GENESIS_CHECK(id_field.is_number_unsigned(), ValueError, where, ": ", at,
+                    ".id must be a non-negative integer, got ", id_field.type_name());
+      const auto id = id_field.get<uint64_t>();
       set_token(*impl, id, content, where, entries);
       impl->added.push_back({content, static_cast<TokenId>(id)});
     }

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "libgenesis/core/printable.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/io/json_text.h"
 
@@ -88,25 +89,9 @@ std::string offsets_str(uint64_t begin, uint64_t end) {
   return detail::concat("[", begin, ", ", end, "]");
 }
 
-// Control bytes (possible in names, which are JSON strings) would break the one-line message;
-// with `ascii_only`, bytes that may not be UTF-8 are escaped too.
-std::string printable(std::string_view text, bool ascii_only = false) {
-  std::string out;
-  for (char c : text) {
-    auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7F || (ascii_only && byte >= 0x80)) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\x%02X", byte);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 template <class... Parts>
 FormatError format_error(const fs::path& path, const Parts&... parts) {
+  // Control bytes and bytes that are not UTF-8 (possible in names, JSON strings) are escaped.
   return FormatError(printable(detail::concat("safetensors file '", path.string(), "': ", parts...)));
 }
 
@@ -371,7 +356,7 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
     json::sax_parse(header_begin, header_end, &check);
     header = json::parse(header_begin, header_end);
   } catch (const json::exception& e) {
-    throw format_error(path, "header is not valid JSON: ", printable(shortened(io::json_error_text(e), 240), true));
+    throw format_error(path, "header is not valid JSON: ", shortened(io::json_error_text(e), 240));
   }
   for (const auto& [key, value] : header.items()) {
     if (key == kMetadataKey) {

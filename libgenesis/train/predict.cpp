@@ -116,7 +116,10 @@ void predict_images(nn::Module& model, const RecipeSpec& spec, const std::string
     const size_t n = std::min(static_cast<size_t>(options.batch_size), files.size() - first);
     const std::vector<data::ImageFile> batch(files.begin() + static_cast<std::ptrdiff_t>(first),
                                              files.begin() + static_cast<std::ptrdiff_t>(first + n));
-    data::Dataset images = data::decode_images(batch, shape, /*skip_bad=*/false).samples;
+    data::DecodedImages decoded = data::decode_images(batch, shape, /*skip_bad=*/true);
+    GENESIS_CHECK(decoded.skipped.empty(), UsageError, "predict: ", decoded.skipped.front(),
+                  "; replace or remove the file");
+    data::Dataset& images = decoded.samples;
     data::normalize_images(images, encoding);
     const Tensor probabilities = softmax(model(images.inputs.to(device)).to(kCPU).to(DType::f64), 1);
     const double* p = probabilities.data<double>();
