@@ -3,8 +3,9 @@
 # trains a few steps on labelled texts made here (JSONL, and the same as CSV), eval reproduces
 # the run's accuracy and summary.json holds the confusion matrix with the class names; genesis
 # predict gives each line's class and probabilities as JSON (a file and stdin) agreeing with
-# eval; bad inputs exit 2 with one line naming file:line: a record without its text, an empty
-# text, a label outside the checkpoint's classes, too few model.num_classes.
+# eval; generate and convert refuse the checkpoint; bad inputs exit 2 with one line naming
+# file:line: a record without its text, an empty text, a label outside the checkpoint's classes,
+# too few model.num_classes.
 #   tests/cli/test_text_classification.sh PATH_TO_GENESIS SOURCE_DIR
 set -u
 source "$(dirname "$0")/common.sh" "$@"
@@ -99,6 +100,17 @@ out=$(printf 'sun joy calm\n\nrain grim cold loss\n' | "$genesis" predict --chec
   && ok "predict - reads stdin, a line each, blank lines skipped" || fail "predict from stdin: $out"
 "$genesis" predict --checkpoint "$work/run" "$work/test.jsonl" 2>/dev/null | head -n 1 | grep -q '"label":' \
   && ok "predict on JSONL records echoes their label" || fail "predict on records: no label"
+
+# The checkpoint is self-contained (its tokenizer beside data.json); the language-model commands
+# refuse it with a line saying what it is.
+[ -f "$work/run/checkpoints/latest/tokenizer.json" ] && ok "the checkpoint keeps its tokenizer" \
+  || fail "no tokenizer.json in $(ls "$work/run/checkpoints/latest")"
+"$genesis" generate --checkpoint "$work/run" --prompt "sun" >/dev/null 2>"$work/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "holds a text classifier" "$work/err" && ok "generate refuses a text classifier" \
+  || fail "generate on a text classifier: rc $rc, $(cat "$work/err")"
+"$genesis" convert "$work/run" "$work/hf" --to hf >/dev/null 2>"$work/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "is a text classifier" "$work/err" && ok "convert refuses a text classifier" \
+  || fail "convert of a text classifier: rc $rc, $(cat "$work/err")"
 
 # 3. The same texts as CSV (data.text and data.label name the columns) train as well.
 "$genesis" train "$recipe" --out "$work/run_csv" -q --set "data.path=$work/train.csv" --set "data.test_path=$work/test.csv" \
