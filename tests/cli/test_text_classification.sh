@@ -118,6 +118,38 @@ out=$(printf 'sun joy calm\n\nrain grim cold loss\n' | "$genesis" predict --chec
 check "train on a CSV of texts" 0 $?
 [ -s "$work/run_csv/summary.json" ] && ok "CSV run wrote summary.json" || { fail "CSV run"; cat "$work/csv.err"; }
 
+# 4. From a pretrained genesis language model: a few steps on the texts as tokens, exported with
+# convert --to hf, then LoRA adapters and the head on it (init_from); eval and predict of the LoRA
+# checkpoint (adapters and head alone) agree.
+python3 -c 'import json, sys; [print(json.loads(l)["text"]) for l in open(sys.argv[1])]' "$work/train.jsonl" >"$work/texts.txt"
+cat >"$work/lm.toml" <<TOML
+include = ["$recipe"]
+[run]
+name = "lm"
+[data]
+name = "tokens"
+shards = "$work/shards"
+source = ["$work/texts.txt"]
+val_fraction = 0.1
+seq_len = 32
+[training]
+steps = 10
+batch_size = 8
+[eval]
+split = "val"
+TOML
+"$genesis" train "$work/lm.toml" --out "$work/lm" -q >/dev/null 2>"$work/lm.err" \
+  && "$genesis" convert "$work/lm" "$work/lm_hf" --to hf >/dev/null 2>>"$work/lm.err"
+check "a language model on the texts, exported" 0 $?
+"$genesis" train "$recipe" --out "$work/lora" -q --set "model.init_from=$work/lm_hf" --set lora.r=4 --set training.steps=40 \
+  >/dev/null 2>"$work/lora.err"
+check "LoRA and the head on the exported model" 0 $?
+lora_acc=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["eval"]["accuracy"])' "$work/lora/summary.json" 2>/dev/null)
+"$genesis" eval --checkpoint "$work/lora" 2>/dev/null | grep -q "\"accuracy\":$lora_acc" \
+  && ok "eval of the LoRA checkpoint reproduces its accuracy $lora_acc" || { fail "LoRA eval"; cat "$work/lora.err"; }
+"$genesis" predict --checkpoint "$work/lora" "$work/lines.txt" 2>/dev/null | head -n 1 | grep -q '"class":' \
+  && ok "predict with the LoRA checkpoint" || fail "predict with the LoRA checkpoint"
+
 # 4. Bad input: one line naming file:line, exit 2.
 short=(--set training.steps=1)
 printf '{"text": "sun joy", "label": "good"}\n{"label": "bad"}\n' >"$work/no_text.jsonl"
