@@ -44,13 +44,17 @@ name = "text-test"
 device = "cpu"
 [model]
 name = "llama"
-init_from = ")" + (dir / "model").string() + R"("
+init_from = ")" +
+         (dir / "model").string() + R"("
 num_classes = 2
 [data]
 name = "text_classification"
-path = ")" + (dir / "train.jsonl").string() + R"("
-test_path = ")" + (dir / "test.jsonl").string() + R"("
-cache_dir = ")" + (dir / "cache").string() + R"("
+path = ")" +
+         (dir / "train.jsonl").string() + R"("
+test_path = ")" +
+         (dir / "test.jsonl").string() + R"("
+cache_dir = ")" +
+         (dir / "cache").string() + R"("
 seq_len = 12
 [optimizer]
 name = "adamw"
@@ -83,8 +87,9 @@ void write_task(const TempDir& dir) {
 TEST_CASE("labelled texts: JSONL and CSV records, integer labels, lines, errors by file and line",
           "[cpu][text_classification]") {
   TempDir tmp;
-  write_text_file(tmp / "a.jsonl", "{\"text\": \"hello\", \"label\": \"spam\"}\n\n{\"body\": \"x\", \"y\": 3, \"text\": \"t\", "
-                         "\"label\": 3}\n");
+  write_text_file(tmp / "a.jsonl",
+                  "{\"text\": \"hello\", \"label\": \"spam\"}\n\n{\"body\": \"x\", \"y\": 3, \"text\": \"t\", "
+                  "\"label\": 3}\n");
   const data::LabelledTexts a = data::read_labelled_texts(tmp / "a.jsonl", {});
   REQUIRE(a.size() == 2);
   CHECK(a.texts == std::vector<std::string>{"hello", "t"});
@@ -161,8 +166,11 @@ TEST_CASE("text classification source: sorted classes, splits, data.json, a labe
   CHECK(source->confusion()->classes == std::vector<std::string>{"no", "yes"});
 
   // A checkpoint's classes label the data; a label they lack is named by file and line.
-  write_text_file(tmp / "test.jsonl", "{\"text\": \"aaa\", \"label\": \"yes\"}\n{\"text\": \"ccc\", \"label\": \"maybe\"}\n");
-  CHECK_THAT(usage_error([&] { train::open_data_source(spec, Device(), log, {}, data::text_encoding_json({"no", "yes"})); }),
+  write_text_file(tmp / "test.jsonl",
+                  "{\"text\": \"aaa\", \"label\": \"yes\"}\n{\"text\": \"ccc\", \"label\": \"maybe\"}\n");
+  CHECK_THAT(usage_error([&] {
+               train::open_data_source(spec, Device(), log, {}, data::text_encoding_json({"no", "yes"}));
+             }),
              Contains("test.jsonl:2") && Contains("'maybe' is not one of the checkpoint's classes (no, yes)"));
   CHECK_THROWS_AS(parse_recipe(recipe_text(tmp), "text.toml", {"model.num_classes=1"}), RecipeError);
   CHECK_THROWS_AS(parse_recipe(recipe_text(tmp), "text.toml", {"model.name=mlp"}), RecipeError);
@@ -186,13 +194,15 @@ TEST_CASE("sequence classifier: last and mean pooling equal a hand computation, 
       const Tensor pooled = pooling == models::Pooling::last ? hidden.narrow(0, n - 1, 1) : mean(hidden, {0}, true);
       return linear(pooled, score);
     };
-    const Tensor batch = classifier.forward(from_vector(std::vector<int32_t>{5, 9, 200, 17, -1, -1, 33, 1, -1, -1, -1, -1}, {2, 6}));
+    const Tensor batch =
+        classifier.forward(from_vector(std::vector<int32_t>{5, 9, 200, 17, -1, -1, 33, 1, -1, -1, -1, -1}, {2, 6}));
     REQUIRE(batch.shape() == Shape{2, 3});
     require_close(batch.narrow(0, 0, 1), by_hand(a), 1e-4, 1e-6);
     require_close(batch.narrow(0, 1, 1), by_hand(b), 1e-4, 1e-6);
     // The same row padded more (or alone, not padded) gives the same logits.
     const Tensor alone = classifier.forward(from_vector(b, {1, 2}));
-    const Tensor padded = classifier.forward(from_vector(std::vector<int32_t>{33, 1, -1, -1, -1, -1, -1, -1, -1}, {1, 9}));
+    const Tensor padded =
+        classifier.forward(from_vector(std::vector<int32_t>{33, 1, -1, -1, -1, -1, -1, -1, -1}, {1, 9}));
     require_close(alone, batch.narrow(0, 1, 1), 1e-5, 1e-6);
     require_close(padded, alone, 1e-5, 1e-6);
   }
@@ -202,9 +212,10 @@ TEST_CASE("sequence classifier: last and mean pooling equal a hand computation, 
   CHECK_THROWS_AS(classifier.forward(from_vector(std::vector<int32_t>{-1, -1}, {1, 2})), ValueError);
 }
 
-TEST_CASE("text classification: gradients reach the head and the backbone, training separates the task, LoRA "
-          "trains the adapters and the head",
-          "[cpu][text_classification]") {
+TEST_CASE(
+    "text classification: gradients reach the head and the backbone, training separates the task, LoRA "
+    "trains the adapters and the head",
+    "[cpu][text_classification]") {
   TempDir tmp;
   write_task(tmp);
   for (const bool lora : {false, true}) {
@@ -218,7 +229,8 @@ TEST_CASE("text classification: gradients reach the head and the backbone, train
     CHECK(std::find(trained.begin(), trained.end(), "score.weight") != trained.end());
     CHECK(std::find(trained.begin(), trained.end(), "lm_head.weight") == trained.end());
     if (lora) {
-      for (const std::string& name : trained) CHECK((name == "score.weight" || name.find("lora_") != std::string::npos));
+      for (const std::string& name : trained)
+        CHECK((name == "score.weight" || name.find("lora_") != std::string::npos));
     } else {
       CHECK(std::find(trained.begin(), trained.end(), "model.embed_tokens.weight") != trained.end());
     }

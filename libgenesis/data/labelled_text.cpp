@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "libgenesis/core/error.h"
@@ -67,7 +66,8 @@ LabelledTexts read_jsonl_texts(const fs::path& path, const TextFields& fields) {
     GENESIS_CHECK(record.contains(fields.text) && record[fields.text].is_string(), UsageError, where,
                   ": the record has no string field \"", fields.text, "\" (data.text names the text's field)");
     std::string text = record[fields.text].get<std::string>();
-    GENESIS_CHECK(!text.empty(), UsageError, where, ": the field \"", fields.text, "\" is empty; every record needs a text");
+    GENESIS_CHECK(!text.empty(), UsageError, where, ": the field \"", fields.text,
+                  "\" is empty; every record needs a text");
     const bool labelled = record.contains(fields.label) && !record[fields.label].is_null();
     GENESIS_CHECK(labelled || fields.label_optional, UsageError, where, ": the record has no field \"", fields.label,
                   "\" (data.label names the class's field)");
@@ -87,7 +87,8 @@ std::string LabelledTexts::where(int64_t i) const {
 }
 
 LabelledTexts read_labelled_texts(const fs::path& path, const TextFields& fields) {
-  GENESIS_CHECK(fs::is_regular_file(path), UsageError, path.string(), fs::exists(path) ? " is not a file" : " does not exist");
+  GENESIS_CHECK(fs::is_regular_file(path), UsageError, path.string(),
+                fs::exists(path) ? " is not a file" : " does not exist");
   return path.extension() == ".csv" ? read_csv_texts(path, fields) : read_jsonl_texts(path, fields);
 }
 
@@ -123,10 +124,10 @@ Tensor tokenize_texts(const Tokenizer& tokenizer, const LabelledTexts& texts, co
     cached = o.cache_dir / "text_classification" / (io::hex16(key) + ".safetensors");
     if (fs::exists(cached)) {
       Tensor rows = io::SafetensorsFile(cached).tensor("rows").contiguous();
-      GENESIS_CHECK(rows.dim() == 2 && rows.size(0) == texts.size() && rows.size(1) == o.seq_len &&
-                        rows.dtype() == DType::i32,
-                    ValueError, cached.string(), ": the cached tokens do not match ", texts.path.string(),
-                    "; delete the file to tokenize again");
+      GENESIS_CHECK(
+          rows.dim() == 2 && rows.size(0) == texts.size() && rows.size(1) == o.seq_len && rows.dtype() == DType::i32,
+          ValueError, cached.string(), ": the cached tokens do not match ", texts.path.string(),
+          "; delete the file to tokenize again");
       if (reused) *reused = true;
       return rows.clone();
     }
@@ -142,7 +143,8 @@ Tensor tokenize_texts(const Tokenizer& tokenizer, const LabelledTexts& texts, co
   Tensor out = from_vector(rows, {texts.size(), o.seq_len});
   if (!cached.empty()) {
     fs::create_directories(cached.parent_path());
-    io::save_safetensors(cached, {{"rows", out}}, {{"source", texts.path.string()}, {"seq_len", std::to_string(o.seq_len)}});
+    io::save_safetensors(cached, {{"rows", out}},
+                         {{"source", texts.path.string()}, {"seq_len", std::to_string(o.seq_len)}});
   }
   if (reused) *reused = false;
   return out;
@@ -155,11 +157,11 @@ std::string text_encoding_json(const std::vector<std::string>& classes) {
 
 std::vector<std::string> parse_text_encoding(std::string_view text, const std::string& file) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  GENESIS_CHECK(j.is_object() && j.contains("format") && j["format"] == "genesis text classification encoding" &&
-                    j.contains("classes") && j["classes"].is_array() && !j["classes"].empty() &&
-                    std::all_of(j["classes"].begin(), j["classes"].end(),
-                                [](const nlohmann::json& v) { return v.is_string(); }),
-                ValueError, file, ": not a text classification encoding written by genesis (format, classes)");
+  GENESIS_CHECK(
+      j.is_object() && j.contains("format") && j["format"] == "genesis text classification encoding" &&
+          j.contains("classes") && j["classes"].is_array() && !j["classes"].empty() &&
+          std::all_of(j["classes"].begin(), j["classes"].end(), [](const nlohmann::json& v) { return v.is_string(); }),
+      ValueError, file, ": not a text classification encoding written by genesis (format, classes)");
   return j["classes"].get<std::vector<std::string>>();
 }
 

@@ -44,8 +44,8 @@ LabelledTexts read_text_lines(const std::filesystem::path& path);
 struct TextTokenOptions {
   int64_t seq_len = 256;
   std::filesystem::path cache_dir = {};  // empty: no cache
-  std::string tokenizer_key = {};   // what identifies the tokenizer in the cache key
-  std::string text_field = {};      // part of the key: the file's other fields may change the texts read
+  std::string tokenizer_key = {};        // what identifies the tokenizer in the cache key
+  std::string text_field = {};           // part of the key: the file's other fields may change the texts read
   std::function<void(int64_t done, int64_t total)> progress{};  // texts tokenized
 };
 

@@ -1,8 +1,7 @@
 #include "libgenesis/models/sequence_classifier.h"
 
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
@@ -31,9 +30,10 @@ SequenceClassifier::SequenceClassifier(std::shared_ptr<CausalLM> backbone, int64
   register_module("", backbone_);
   backbone_->set_trainable({"lm_head"}, false);
   const nlohmann::json config = nlohmann::json::parse(backbone_->hf_config_json(), nullptr, false);
-  const double spread = config.is_object() && config.contains("initializer_range") && config["initializer_range"].is_number()
-                         ? config["initializer_range"].get<double>()
-                         : 0.02;
+  const double spread =
+      config.is_object() && config.contains("initializer_range") && config["initializer_range"].is_number()
+          ? config["initializer_range"].get<double>()
+          : 0.02;
   const Tensor& embedding = backbone_->head_weight();
   Tensor weight = empty({num_classes, embedding.size(1)});
   {

@@ -35,7 +35,8 @@ void fetch_missing(const RecipeSpec& spec, RunLog& log) {
   if (d.fetch.empty() || !missing()) return;
   std::string targets;
   for (const std::string& t : d.fetch) targets += " " + t;
-  recipe::fetch_data(spec, missing, "bash data/fetch.sh" + targets, [&log](const std::string& line) { log.note(line); });
+  recipe::fetch_data(spec, missing, "bash data/fetch.sh" + targets,
+                     [&log](const std::string& line) { log.note(line); });
 }
 
 // The texts of one file, tokenized (through the cache), as rows of ids and class indices.
@@ -68,8 +69,8 @@ class TextSamples {
     for (int64_t i = 0; i < ids.numel(); ++i) largest_id_ = std::max<int64_t>(largest_id_, v[i]);
     for (int64_t r = 0; r < ids.size(0); ++r) cut += v[(r + 1) * ids.size(1) - 1] != kPad ? 1 : 0;
     log_.note(texts.path.string() + ": " + (reused ? "tokens read back from the cache" : "tokenized") + "; " +
-              count_of(cut, "text") + " of " + std::to_string(texts.size()) + " cut to data.seq_len = " +
-              std::to_string(spec_.data.seq_len) + " tokens");
+              count_of(cut, "text") + " of " + std::to_string(texts.size()) +
+              " cut to data.seq_len = " + std::to_string(spec_.data.seq_len) + " tokens");
     std::vector<int64_t> targets(static_cast<size_t>(texts.size()));
     for (int64_t i = 0; i < texts.size(); ++i) {
       const std::string& label = texts.labels[static_cast<size_t>(i)];
@@ -117,29 +118,31 @@ void check_text_model(const nn::Module& model, int64_t largest_id, int64_t seq_l
   GENESIS_CHECK(largest_id < lm.vocab_size(), RecipeError, "the tokenizer ", tokenizer.string(), " gives token id ",
                 largest_id, ", past the model's vocabulary of ", lm.vocab_size(),
                 " (a tokenizer of another model? data.tokenizer, model.init_from)");
-  GENESIS_CHECK(seq_len <= lm.max_positions(), RecipeError, "data.seq_len (", seq_len, ") exceeds the model's context of ",
-                lm.max_positions(), " positions");
+  GENESIS_CHECK(seq_len <= lm.max_positions(), RecipeError, "data.seq_len (", seq_len,
+                ") exceeds the model's context of ", lm.max_positions(), " positions");
 }
 
 }  // namespace
 
 std::unique_ptr<DataSource> open_text_classification_source(const RecipeSpec& spec, Device device, RunLog& log,
-                                                            const EvalShare& share, const std::string& trained_encoding) {
+                                                            const EvalShare& share,
+                                                            const std::string& trained_encoding) {
   const RecipeSpec::Data& d = spec.data;
   fetch_missing(spec, log);
   TextSamples texts(spec, log);
   const data::LabelledTexts train = texts.read(d.path);
   std::vector<int64_t> train_rows = every_row(train.size()), val_rows;
   if (d.val_path.empty() && d.val_fraction > 0.0)
-    std::tie(train_rows, val_rows) = data::validation_rows(train.size(), d.val_fraction, static_cast<uint64_t>(spec.run.seed));
+    std::tie(train_rows, val_rows) =
+        data::validation_rows(train.size(), d.val_fraction, static_cast<uint64_t>(spec.run.seed));
   const bool trained = !trained_encoding.empty();
-  const std::vector<std::string> classes = trained
-                                               ? data::parse_text_encoding(trained_encoding, "the checkpoint's data.json")
-                                               : training_classes(train, train_rows);
+  const std::vector<std::string> classes =
+      trained ? data::parse_text_encoding(trained_encoding, "the checkpoint's data.json")
+              : training_classes(train, train_rows);
   const char* whose = trained ? "checkpoint's" : "training rows'";
-  GENESIS_CHECK(spec.model.num_classes >= static_cast<int64_t>(classes.size()), RecipeError, "model.num_classes = ",
-                spec.model.num_classes, " is fewer than the ", classes.size(), " classes of ", d.path, " (",
-                class_list(classes), "); set model.num_classes = ", classes.size());
+  GENESIS_CHECK(spec.model.num_classes >= static_cast<int64_t>(classes.size()), RecipeError,
+                "model.num_classes = ", spec.model.num_classes, " is fewer than the ", classes.size(), " classes of ",
+                d.path, " (", class_list(classes), "); set model.num_classes = ", classes.size());
 
   recipe::RunData samples;
   samples.train = texts.samples(train, train_rows, classes, whose);
@@ -168,8 +171,8 @@ std::unique_ptr<DataSource> open_text_classification_source(const RecipeSpec& sp
   notes.check_model = [largest = texts.largest_id(), seq_len = d.seq_len, tokenizer = texts.tokenizer_dir()](
                           const nn::Module& model) { check_text_model(model, largest, seq_len, tokenizer); };
   log.note(d.path + ": " + count_of(static_cast<int64_t>(train_rows.size()), "training text") + ", " + held_out + "; " +
-           std::to_string(classes.size()) + (classes.size() == 1 ? " class" : " classes") + (trained ? " (the checkpoint's)" : "") + ": " +
-           class_list(classes));
+           std::to_string(classes.size()) + (classes.size() == 1 ? " class" : " classes") +
+           (trained ? " (the checkpoint's)" : "") + ": " + class_list(classes));
   return open_samples(std::move(samples), spec, device, share, std::move(notes));
 }
 
