@@ -117,7 +117,7 @@ TEST_CASE("labelled texts: JSONL and CSV records, integer labels, lines, errors 
   write_text_file(tmp / "bad.jsonl", "{\"text\": \"a\", \"label\": 1.5}\nnot json\n");
   CHECK_THAT(usage_error([&] { data::read_labelled_texts(tmp / "bad.jsonl", {}); }), Contains("bad.jsonl:1"));
   write_text_file(tmp / "bad.csv", "text,label\n,ham\n");
-  CHECK_THAT(usage_error([&] { data::read_labelled_texts(tmp / "bad.csv", {}); }), Contains("bad.csv:2"));
+  CHECK_THAT(usage_error([&] { data::read_labelled_texts(tmp / "bad.csv", {}); }), Contains("bad.csv:2: the column 'text' is empty"));
 }
 
 TEST_CASE("labelled texts: tokens cut to seq_len, right-padded, cached", "[cpu][text_classification]") {

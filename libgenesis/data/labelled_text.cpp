@@ -27,14 +27,17 @@ LabelledTexts read_csv_texts(const fs::path& path, const TextFields& fields) {
   const CsvTable table = read_csv_table(path, {.label = fields.label,
                                                .features = {fields.text},
                                                .categorical = {fields.text},
-                                               .impute = false,
+                                               .impute = true,  // an empty text is refused below, in its own words
                                                .standardize = false,
                                                .regression = false,
                                                .label_optional = fields.label_optional});
   LabelledTexts out{.path = path, .texts = {}, .labels = {}, .lines = table.lines};
   const CsvCodes& texts = table.categories.front();
   for (int64_t r = 0; r < table.rows(); ++r) {
-    out.texts.push_back(texts.values[static_cast<size_t>(texts.rows[static_cast<size_t>(r)])]);
+    const int32_t text = texts.rows[static_cast<size_t>(r)];
+    GENESIS_CHECK(text != CsvCodes::kMissing, UsageError, out.where(r), ": the column '", fields.text,
+                  "' is empty; every row needs a text");
+    out.texts.push_back(texts.values[static_cast<size_t>(text)]);
     const int32_t label = table.labels.rows[static_cast<size_t>(r)];
     out.labels.push_back(label == CsvCodes::kMissing ? std::string() : table.labels.values[static_cast<size_t>(label)]);
   }
