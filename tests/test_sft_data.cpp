@@ -24,69 +24,11 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-void write(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << text;
-}
-
 void write_gz(const fs::path& path, const std::string& text) {
   gzFile gz = gzopen(path.c_str(), "wb");
   REQUIRE(gz != nullptr);
   gzwrite(gz, text.data(), static_cast<unsigned>(text.size()));
   gzclose(gz);
-}
-
-// Byte-level alphabet (ids 0..255 the bytes, GPT-2's byte-to-unicode names), no merges, and
-// ChatML's special tokens: every byte is a token, so spans map to tokens exactly.
-std::string byte_char(int b) {
-  // GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the rest to 256 + n.
-  static const std::vector<std::string> table = [] {
-    std::vector<int> printable;
-    for (int c = '!'; c <= '~'; ++c) printable.push_back(c);
-    for (int c = 0xA1; c <= 0xAC; ++c) printable.push_back(c);
-    for (int c = 0xAE; c <= 0xFF; ++c) printable.push_back(c);
-    std::vector<int> code(256, -1);
-    for (int c : printable) code[static_cast<size_t>(c)] = c;
-    int extra = 0;
-    for (int c = 0; c < 256; ++c)
-      if (code[static_cast<size_t>(c)] < 0) code[static_cast<size_t>(c)] = 256 + extra++;
-    std::vector<std::string> out;
-    for (int c = 0; c < 256; ++c) {
-      const int u = code[static_cast<size_t>(c)];
-      std::string s;
-      if (u < 0x80) s += static_cast<char>(u);
-      else {
-        s += static_cast<char>(0xC0 | (u >> 6));
-        s += static_cast<char>(0x80 | (u & 0x3F));
-      }
-      out.push_back(s);
-    }
-    return out;
-  }();
-  return table[static_cast<size_t>(b)];
-}
-
-const char* kChatml =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
-// A model directory's tokenizer files: tokenizer.json and tokenizer_config.json (ChatML).
-void write_tokenizer(const fs::path& dir) {
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
-  const nlohmann::json tokenizer{
-      {"version", "1.0"},
-      {"added_tokens",
-       {{{"id", 256}, {"content", "<|im_start|>"}, {"special", true}},
-        {{"id", 257}, {"content", "<|im_end|>"}, {"special", true}},
-        {{"id", 258}, {"content", "<|endoftext|>"}, {"special", true}}}},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-  write(dir / "tokenizer.json", tokenizer.dump());
-  write(dir / "tokenizer_config.json",
-        nlohmann::json{{"chat_template", kChatml}, {"eos_token", "<|im_end|>"}, {"bos_token", nullptr}}.dump());
 }
 
 std::string conversation(const std::string& user, const std::string& answer) {
@@ -119,9 +61,9 @@ std::string error_of(const std::vector<fs::path>& files) {
 
 TEST_CASE("sft records: the three formats, gzip, directories, blank lines", "[cpu][sft]") {
   TempDir tmp;
-  write(tmp.path() / "chats/a.jsonl", conversation("2+2?", "4") + "\n" + conversation("3+3?", "6"));
+  write_text_file(tmp.path() / "chats/a.jsonl", conversation("2+2?", "4") + "\n" + conversation("3+3?", "6"));
   write_gz(tmp.path() / "chats/b.jsonl.gz", conversation("1+1?", "2"));
-  write(tmp.path() / "chats/notes.txt", "not a record file");
+  write_text_file(tmp.path() / "chats/notes.txt", "not a record file");
   const std::vector<fs::path> files = sft_files({(tmp.path() / "chats").string()});
   REQUIRE(files.size() == 2);
   const std::vector<SftRecord> records = read_all(files);
@@ -131,8 +73,8 @@ TEST_CASE("sft records: the three formats, gzip, directories, blank lines", "[cp
   CHECK(records[2].messages[2] == ChatMessage{"assistant", "2"});
   CHECK(records[1].where == (tmp.path() / "chats/a.jsonl").string() + ":3");
 
-  write(tmp.path() / "pc.jsonl", R"({"prompt": "Q: hi", "completion": " A: hello"})" "\n");
-  write(tmp.path() / "text.jsonl", R"({"text": "plain words"})" "\n");
+  write_text_file(tmp.path() / "pc.jsonl", R"({"prompt": "Q: hi", "completion": " A: hello"})" "\n");
+  write_text_file(tmp.path() / "text.jsonl", R"({"text": "plain words"})" "\n");
   const auto pc = read_all({tmp.path() / "pc.jsonl"}), text = read_all({tmp.path() / "text.jsonl"});
   CHECK(pc.at(0).format == SftFormat::prompt_completion);
   CHECK(pc.at(0).completion == " A: hello");
@@ -143,7 +85,7 @@ TEST_CASE("sft records: a bad record is an error naming file and line, or skippe
   TempDir tmp;
   const fs::path f = tmp.path() / "bad.jsonl";
   auto line2 = [&](const std::string& bad) {
-    write(f, conversation("a", "b") + bad + "\n");
+    write_text_file(f, conversation("a", "b") + bad + "\n");
     return error_of({f});
   };
   CHECK_THAT(line2("{not json"), Contains("bad.jsonl:2: not a JSON record"));
@@ -162,10 +104,10 @@ TEST_CASE("sft records: a bad record is an error naming file and line, or skippe
   CHECK(noisy.size() < 400);
   CHECK(noisy.find('\x01') == std::string::npos);
   // The first record's format decides: a text file gets no conversation guessed from its keys.
-  write(tmp.path() / "none.jsonl", R"({"question": "x", "answer": "y"})" "\n");
+  write_text_file(tmp.path() / "none.jsonl", R"({"question": "x", "answer": "y"})" "\n");
   CHECK_THAT(error_of({tmp.path() / "none.jsonl"}), Contains("none of the formats") && Contains("question"));
 
-  write(f, conversation("a", "b") + "{oops\n" + R"({"messages": []})" + "\n" + conversation("c", "d"));
+  write_text_file(f, conversation("a", "b") + "{oops\n" + R"({"messages": []})" + "\n" + conversation("c", "d"));
   SftReader reader({f}, SftFormat::automatic, /*skip_bad=*/true);
   int good = 0;
   while (reader.next()) ++good;
@@ -175,7 +117,7 @@ TEST_CASE("sft records: a bad record is an error naming file and line, or skippe
 
   CHECK_THAT(error_of({tmp.path() / "missing.jsonl"}), Contains("missing.jsonl"));
   CHECK_THROWS_WITH(sft_files({(tmp.path() / "nowhere").string()}), Contains("nowhere does not exist"));
-  write(tmp.path() / "data.csv", "a,b\n");
+  write_text_file(tmp.path() / "data.csv", "a,b\n");
   CHECK_THROWS_WITH(sft_files({(tmp.path() / "data.csv").string()}), Contains("not a .jsonl"));
   // A truncated gzip file is an error, not a silent end of the data.
   write_gz(tmp.path() / "cut.jsonl.gz", conversation("q", "a") + conversation("q2", "a2"));
@@ -186,7 +128,7 @@ TEST_CASE("sft records: a bad record is an error naming file and line, or skippe
 
 TEST_CASE("sft labels: the assistant turns and their end-of-turn tokens train, nothing else", "[cpu][sft]") {
   TempDir tmp;
-  write_tokenizer(tmp.path());
+  write_byte_tokenizer(tmp.path());
   const Tokenizer tokenizer = Tokenizer::load(tmp.path());
   const ChatTemplate chat = ChatTemplate::from_tokenizer_config(tmp.path() / "tokenizer_config.json");
   SftRecord r;
@@ -221,7 +163,7 @@ TEST_CASE("sft labels: the assistant turns and their end-of-turn tokens train, n
 
 TEST_CASE("sft prepare: prepared once, reused, prepared again when a source or the template changes", "[cpu][sft]") {
   TempDir tmp;
-  write_tokenizer(tmp.path() / "model");
+  write_byte_tokenizer(tmp.path() / "model");
   const Tokenizer tokenizer = Tokenizer::load(tmp.path() / "model");
   const ChatTemplate chat = ChatTemplate::from_tokenizer_config(tmp.path() / "model/tokenizer_config.json");
   const SftEncoder encoder(tokenizer, &chat, "<|im_end|>", TrainOn::assistant);
@@ -230,12 +172,12 @@ TEST_CASE("sft prepare: prepared once, reused, prepared again when a source or t
     const std::string n = std::to_string(i);
     records += conversation(std::string("q").append(n), std::string("answer ").append(n));
   }
-  write(tmp.path() / "train.jsonl", records);
+  write_text_file(tmp.path() / "train.jsonl", records);
   SftPrepareOptions o;
   o.train_files = {tmp.path() / "train.jsonl"};
   o.val_fraction = 0.2;
   o.cache_dir = tmp.path() / "cache";
-  o.template_text = kChatml;
+  o.template_text = kChatmlTemplate;
   const SftPrepared first = prepare_sft(encoder, o);
   CHECK_FALSE(first.reused);
   CHECK(first.train.examples() == 8);
@@ -246,7 +188,7 @@ TEST_CASE("sft prepare: prepared once, reused, prepared again when a source or t
   // The same examples come back.
   CHECK(again.train.ids.numel() == first.train.ids.numel());
 
-  write(tmp.path() / "train.jsonl", records + conversation("one more", "record"));
+  write_text_file(tmp.path() / "train.jsonl", records + conversation("one more", "record"));
   const SftPrepared changed = prepare_sft(encoder, o);
   CHECK_FALSE(changed.reused);
   CHECK(changed.dir != first.dir);
@@ -329,12 +271,12 @@ TEST_CASE("sft rows: a packed row gives each document the loss and gradients it 
 
 TEST_CASE("sft source: packed and unpacked rows give the same validation loss", "[cpu][sft]") {
   TempDir tmp;
-  write_tokenizer(tmp.path() / "model");
+  write_byte_tokenizer(tmp.path() / "model");
   std::string records;
   for (int i = 0; i < 40; ++i)
     records += conversation("what is " + std::to_string(i) + " + " + std::to_string(i * 7 % 13) + "?",
                             std::string(static_cast<size_t>(1 + i % 9), 'x') + std::to_string(i + i * 7 % 13));
-  write(tmp.path() / "train.jsonl", records);
+  write_text_file(tmp.path() / "train.jsonl", records);
   const std::string recipe = R"(
 [run]
 name = "sft-test"

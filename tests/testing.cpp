@@ -3,7 +3,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #if GENESIS_WITH_CUDA
 #include "libgenesis/cuda/runtime.h"
@@ -128,6 +131,68 @@ bool cuda_ready() {
   WARN("skipped: genesis was built without the CUDA backend");
   return false;
 #endif
+}
+
+namespace {
+
+// Byte-level alphabet (ids 0..255 the bytes, GPT-2's byte-to-unicode names), no merges, and
+// ChatML's special tokens: every byte is a token, so spans map to tokens exactly.
+std::string byte_char(int b) {
+  // GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the rest to 256 + n.
+  static const std::vector<std::string> table = [] {
+    std::vector<int> printable;
+    for (int c = '!'; c <= '~'; ++c) printable.push_back(c);
+    for (int c = 0xA1; c <= 0xAC; ++c) printable.push_back(c);
+    for (int c = 0xAE; c <= 0xFF; ++c) printable.push_back(c);
+    std::vector<int> code(256, -1);
+    for (int c : printable) code[static_cast<size_t>(c)] = c;
+    int extra = 0;
+    for (int c = 0; c < 256; ++c)
+      if (code[static_cast<size_t>(c)] < 0) code[static_cast<size_t>(c)] = 256 + extra++;
+    std::vector<std::string> out;
+    for (int c = 0; c < 256; ++c) {
+      const int u = code[static_cast<size_t>(c)];
+      std::string s;
+      if (u < 0x80) s += static_cast<char>(u);
+      else {
+        s += static_cast<char>(0xC0 | (u >> 6));
+        s += static_cast<char>(0x80 | (u & 0x3F));
+      }
+      out.push_back(s);
+    }
+    return out;
+  }();
+  return table[static_cast<size_t>(b)];
+}
+
+}  // namespace
+
+void write_text_file(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+const char* const kChatmlTemplate =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+void write_byte_tokenizer(const std::filesystem::path& dir) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+  const nlohmann::json tokenizer{
+      {"version", "1.0"},
+      {"added_tokens",
+       {{{"id", 256}, {"content", "<|im_start|>"}, {"special", true}},
+        {{"id", 257}, {"content", "<|im_end|>"}, {"special", true}},
+        {{"id", 258}, {"content", "<|endoftext|>"}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  write_text_file(dir / "tokenizer.json", tokenizer.dump());
+  write_text_file(dir / "tokenizer_config.json",
+                  nlohmann::json{{"chat_template", kChatmlTemplate}, {"eos_token", "<|im_end|>"}, {"bos_token", nullptr}}
+                      .dump());
 }
 
 }  // namespace genesis::testing

@@ -56,6 +56,15 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// Writes `text` to `path`, creating its folder.
+void write_text_file(const std::filesystem::path& path, const std::string& text);
+
+// ChatML as a chat template, and a model directory's tokenizer files for tests: tokenizer.json,
+// a byte-level alphabet without merges (ids 0..255 the bytes, so every byte is one token) plus
+// <|im_start|> 256, <|im_end|> 257 and <|endoftext|> 258, and tokenizer_config.json with the template.
+extern const char* const kChatmlTemplate;
+void write_byte_tokenizer(const std::filesystem::path& dir);
+
 // True when a CUDA device can run the tests; prints the skip message once otherwise.
 bool cuda_ready();
 

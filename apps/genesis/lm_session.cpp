@@ -54,6 +54,9 @@ LoadedModel load_from_checkpoint(const fs::path& path, Device device) {
   RecipeSpec spec = parse_recipe(io::read_file(dir / "recipe.toml"), (dir / "recipe.toml").string());
   GENESIS_CHECK(spec.model.is_language_model(), UsageError, "--checkpoint ", dir.string(), " holds a ", spec.model.name,
                 " model, not a language model");
+  GENESIS_CHECK(!spec.classifies_text(), UsageError, "--checkpoint ", dir.string(),
+                " holds a text classifier (a language model with a classifier head): genesis predict --checkpoint ",
+                path.string(), " TEXTS classifies texts");
   LoadedModel m;
   if (spec.model.init_from.empty()) {
     m.model = std::dynamic_pointer_cast<models::CausalLM>(recipe::build_model(spec, kCPU));

@@ -1,4 +1,4 @@
-// genesis predict --checkpoint RUN INPUT...: one JSON object per input row or image on stdout
+// genesis predict --checkpoint RUN INPUT...: one JSON object per input row, image or text on stdout
 // (libgenesis/train/predict.h).
 #include <iostream>
 
@@ -10,7 +10,7 @@ namespace genesis::cli {
 
 void add_predict_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
-      "predict", "Predict with a trained classifier or regression: one JSON object per input row or image on stdout");
+      "predict", "Predict with a trained classifier or regression: one JSON object per input row, image or text on stdout");
   auto checkpoint = std::make_shared<std::string>();
   auto inputs = std::make_shared<std::vector<std::string>>();
   auto options = std::make_shared<train::PredictOptions>();
@@ -18,7 +18,8 @@ void add_predict_command(CLI::App& app) {
   sub->add_option("INPUT", *inputs,
                   "CSV files with the training columns (data.name = \"csv\"; a label column, when there, is "
                   "reported beside each prediction), or PNG/JPEG files and folders of them (data.name = "
-                  "\"image_folder\")")
+                  "\"image_folder\"), or texts: lines of plain files (- for stdin) and .jsonl/.csv records "
+                  "(data.name = \"text_classification\")")
       ->required();
   sub->add_option("--checkpoint", *checkpoint, "Run directory, its checkpoints/, latest, or a checkpoint directory")
       ->required();

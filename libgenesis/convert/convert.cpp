@@ -14,6 +14,7 @@
 #include "libgenesis/models/config_json.h"
 #include "libgenesis/models/gpt2.h"
 #include "libgenesis/models/llama.h"
+#include "libgenesis/recipe/recipe.h"
 
 namespace genesis::io {
 
@@ -21,6 +22,16 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+// Whether the source is a run of data.name = "text_classification" (its recipe says so).
+bool text_classifier(const ModelSource& source) {
+  if (source.recipe_toml.empty()) return false;
+  try {
+    return parse_recipe(source.recipe_toml, (source.dir / "recipe.toml").string()).classifies_text();
+  } catch (const RecipeError&) {
+    return false;
+  }
+}
 
 const char* hf_dtype_name(DType dtype) {
   switch (dtype) {
@@ -288,6 +299,10 @@ ConvertResult convert_model(const fs::path& src, const fs::path& dst, const Conv
       UsageError, "--dtype must be f32, bf16 or f16");
   check_destination(src, dst, options.overwrite);
   const ModelSource opened = open_model_source(src);
+  GENESIS_CHECK(!text_classifier(opened), UsageError, "'", src.string(),
+                "' is a text classifier (a language model with a classifier head, data.name = "
+                "\"text_classification\"), which convert does not export; its model.safetensors already names its "
+                "tensors as transformers' *ForSequenceClassification does");
   const std::optional<LoraCheckpoint> lora = open_lora_checkpoint(opened);
   GENESIS_CHECK(lora || options.to != "peft", UsageError, "--to peft takes a LoRA run or checkpoint, and '",
                 src.string(), "' holds a whole model");

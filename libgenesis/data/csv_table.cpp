@@ -284,14 +284,18 @@ CsvEncoding fit_csv_encoding(const CsvTable& table, const std::vector<int64_t>& 
   const std::vector<int64_t> label_counts = code_counts(table.labels, rows);
   for (size_t v = 0; v < label_counts.size(); ++v)
     if (label_counts[v] > 0) classes.push_back(table.labels.values[v]);
+  sort_classes(classes);
+  e.classes = std::move(classes);
+  return e;
+}
+
+void sort_classes(std::vector<std::string>& classes) {
   std::sort(classes.begin(), classes.end());
   const bool integers =
       std::all_of(classes.begin(), classes.end(), [](const std::string& c) { return parse_integer(c); });
   if (integers)
     std::sort(classes.begin(), classes.end(),
               [](const std::string& a, const std::string& b) { return *parse_integer(a) < *parse_integer(b); });
-  e.classes = std::move(classes);
-  return e;
 }
 
 Dataset encode_csv(const CsvTable& table, const std::vector<int64_t>& rows, const CsvEncoding& encoding) {

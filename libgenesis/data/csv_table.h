@@ -95,6 +95,8 @@ Tensor encode_csv_inputs(const CsvTable& table, const std::vector<int64_t>& rows
 // `file` for text that is not such an encoding. Numbers keep every bit (shortest round-trip form).
 std::string csv_encoding_json(const CsvEncoding& encoding);
 CsvEncoding parse_csv_encoding(std::string_view text, const std::string& file);
+// Class names in class order: sorted, numerically when every one is an integer (byte order otherwise).
+void sort_classes(std::vector<std::string>& classes);
 // 0, 1, ..., rows - 1.
 std::vector<int64_t> all_csv_rows(const CsvTable& table);
 

@@ -17,6 +17,7 @@
 #include "libgenesis/io/user_paths.h"
 #include "libgenesis/models/classifier.h"
 #include "libgenesis/models/hf.h"
+#include "libgenesis/models/sequence_classifier.h"
 #include "libgenesis/recipe/schema.h"
 #if GENESIS_WITH_CUDA
 #include "libgenesis/cuda/runtime.h"
@@ -349,6 +350,11 @@ std::shared_ptr<nn::Module> build_model(const RecipeSpec& spec, Device device) {
   add_lora_adapters(spec, *model);
   if (auto* lm = dynamic_cast<models::CausalLM*>(model.get()))
     lm->set_activation_checkpointing(activation_checkpointing(spec), spec.training.activation_checkpointing_every);
+  // The head comes after the adapters: it is new, so it trains whole (PEFT's modules_to_save).
+  if (spec.classifies_text())
+    model = std::make_shared<models::SequenceClassifier>(std::static_pointer_cast<models::CausalLM>(model),
+                                                         spec.model.num_classes,
+                                                         models::parse_pooling(spec.model.pooling).value_or(models::Pooling::last));
   // The frozen part takes its dtype before the move: a bf16 base never exists in f32 on the GPU,
   // and an NF4 one arrives there layer by layer.
   const DType frozen = frozen_dtype(spec);

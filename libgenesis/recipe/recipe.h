@@ -56,6 +56,10 @@ struct RecipeSpec {
     std::string init_from;  // language models: a Hugging Face model directory to start from
     std::string dtype;      // "auto", "f32", "bf16", "f16": the storage of the parameters that do not train
     std::string adapter;    // a PEFT LoRA adapter directory applied to init_from's model (it trains on)
+    // A language model's classifier head (data.name = "text_classification"): its classes and how
+    // a row's hidden states are pooled ("last" or "mean"). The classifiers' own count is their config's.
+    int64_t num_classes = 0;
+    std::string pooling;
     bool is_language_model() const { return name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3"; }
     // The config of `name`'s family with that family's defaults: what the loader fills once it
     // has read model.name.
@@ -66,11 +70,12 @@ struct RecipeSpec {
     // data.tokenizer's default, GPT-2's vocabulary as data/fetch.sh brings it; an SFT run left at it
     // takes model.init_from's tokenizer.
     static constexpr const char* kDefaultTokenizer = "${GENESIS_DATA}/gpt2";
-    std::string name;                      // "fashion_mnist", "csv", "image_folder", "tokens" or "sft"
+    std::string name;                      // "fashion_mnist", "csv", "image_folder", "text_classification", "tokens" or "sft"
     std::string path;                      // fashion_mnist: IDX dir; csv: the table; image_folder: root; sft: records
     std::string val_path;                  // csv, sft
     std::string test_path;                 // csv
-    std::string label;                     // csv: the target column
+    std::string label;                     // csv, text_classification: the target column (field)
+    std::string text;                      // text_classification: the text column (field)
     std::vector<std::string> features;     // csv: the input columns; empty = all but the label
     std::vector<std::string> categorical;  // csv: input columns read as categories (one-hot)
     std::string impute;                    // csv: "none" or "mean"
@@ -155,6 +160,9 @@ struct RecipeSpec {
     bool enabled() const { return r > 0; }
     bool operator==(const Lora&) const = default;
   };
+  // Whether the model is a language model with a classifier head (models/sequence_classifier.h):
+  // what data.name = "text_classification" trains.
+  bool classifies_text() const { return model.is_language_model() && data.name == "text_classification"; }
   // Whether the run trains LoRA adapters on a frozen base: new ones ([lora]) or model.adapter's.
   bool trains_adapters() const { return lora.enabled() || !model.adapter.empty(); }
   struct Eval {

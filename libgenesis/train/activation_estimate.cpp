@@ -170,6 +170,8 @@ class Estimator {
     const auto C = static_cast<double>(width), V = static_cast<double>(vocab);
     const double cast = in_.autocast && weight.weight_f32 ? a_ * V * C : 0;
     double bytes = tokens_ * (r_ * C + 8);  // the last block's output, kept by the final norm
+    // A classifier's head reads one pooled row per example (its mean pooling an f32 copy of the states).
+    if (in_.classifier_head) return static_cast<int64_t>(bytes + tokens_ * 4 * C);
     if (!in_.cuda) {
       // linear + cross_entropy: the logits in f32, kept, and their gradient beside them.
       bytes += tokens_ * ((weight.trains ? a_ * C : 0) + 8 * V) + cast;

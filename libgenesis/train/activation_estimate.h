@@ -36,6 +36,7 @@ struct ActivationInputs {
   double lora_dropout = 0;       // lora.dropout
   int64_t every = 1;             // training.activation_checkpointing_every
   bool gradient_buffers = true;  // gradients live between steps (a weight's new gradient is added into one)
+  bool classifier_head = false;  // a text classifier's head (pooled rows) instead of the language-model loss
   // The layer of a dotted module name ("model.layers.0.self_attn.q_proj"; the head: "lm_head", or the
   // tied embedding's module).
   std::function<LinearLayer(const std::string& module)> layer;

@@ -93,10 +93,9 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
   if (!data_encoding.empty()) io::write_file_atomic(tx.path() / "data.json", data_encoding);
   // Language models also carry their Hugging Face config.json, which `genesis convert` and
   // `genesis inspect` read (and which makes the weights a model directory of their own).
-  if (const auto* lm = dynamic_cast<const models::CausalLM*>(&model)) {
+  if (const auto* lm = dynamic_cast<const models::CausalLM*>(&model))
     io::write_file_atomic(tx.path() / "config.json", lm->hf_config_json() + "\n");
-    if (!tokenizer.empty()) copy_tokenizer_files(tokenizer, tx.path());
-  }
+  if (!tokenizer.empty()) copy_tokenizer_files(tokenizer, tx.path());
   tx.commit();
   io::update_latest_pointer(checkpoints_dir, name);
   io::prune_checkpoints(checkpoints_dir, keep_last);

@@ -7,13 +7,15 @@
 namespace genesis::train {
 
 // The sources, each in its own file (sample_source.cpp, csv_source.cpp, image_folder_source.cpp,
-// token_source.cpp, sft_source.cpp).
+// text_classification_source.cpp, token_source.cpp, sft_source.cpp).
 std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog& log,
                                                const EvalShare& share, const std::string& encoding);
 std::unique_ptr<DataSource> open_csv_source(const RecipeSpec& spec, Device device, RunLog& log, const EvalShare& share,
                                             const std::string& encoding);
 std::unique_ptr<DataSource> open_image_folder_source(const RecipeSpec& spec, Device device, RunLog& log,
                                                      const EvalShare& share, const std::string& encoding);
+std::unique_ptr<DataSource> open_text_classification_source(const RecipeSpec& spec, Device device, RunLog& log,
+                                                            const EvalShare& share, const std::string& encoding);
 std::unique_ptr<DataSource> open_token_source(const RecipeSpec& spec, Device device, RunLog& log,
                                               const EvalShare& share, const std::string& encoding);
 std::unique_ptr<DataSource> open_sft_source(const RecipeSpec& spec, Device device, RunLog& log, const EvalShare& share,
@@ -37,6 +39,7 @@ const std::vector<SourceEntry>& sources() {
       {"fashion_mnist", false, open_sample_source},
       {"csv", false, open_csv_source},
       {"image_folder", false, open_image_folder_source},
+      {"text_classification", false, open_text_classification_source},
       {"tokens", true, open_token_source},
       {"sft", true, open_sft_source},
   };

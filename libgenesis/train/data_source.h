@@ -4,6 +4,7 @@
 //   samples  (data.name = "fashion_mnist")  a sample dataset through the DataLoader
 //   csv      (data.name = "csv")            a table's rows, encoded, through the same loader
 //   images   (data.name = "image_folder")   a folder of PNG/JPEG files per class, decoded, through the same loader
+//   text     (data.name = "text_classification")  labelled texts, tokenized, for a language model with a classifier head
 //   tokens   (data.name = "tokens")         windows of token shards, every position trained
 //   sft      (data.name = "sft")            JSONL records through a chat template, masked and packed
 // A source gives this rank's micro-batches with what they count (the targets that take part in

@@ -281,6 +281,7 @@ MemoryEstimate estimate_memory(const RecipeSpec& spec, const MemoryEstimateOptio
                               .lora_dropout = spec.lora.dropout,
                               .every = spec.training.activation_checkpointing_every,
                               .gradient_buffers = !e.gradients_overlap,
+                              .classifier_head = spec.classifies_text(),
                               .layer = layer};
   in.act_bytes = amp ? static_cast<int64_t>(dtype_size(*amp)) : in.residual_bytes;
   const detail::ModeActivations modes = detail::language_model_activations(in);

@@ -1,5 +1,5 @@
 // `genesis predict` (train/predict.h): CSV rows through a classifier or regression checkpoint,
-// image files through an image classifier's.
+// image files through an image classifier's, texts through a text classifier's.
 #include "libgenesis/train/predict.h"
 
 #include <algorithm>
@@ -11,12 +11,15 @@
 #include "libgenesis/data/csv_table.h"
 #include "libgenesis/data/image_decode.h"
 #include "libgenesis/data/image_folder.h"
+#include "libgenesis/data/labelled_text.h"
 #include "libgenesis/io/checkpoint_dir.h"
 #include "libgenesis/ops/nn.h"
 #include "libgenesis/recipe/build.h"
 #include "libgenesis/train/checkpoint.h"
 #include "libgenesis/train/run_dir.h"
+#include "libgenesis/models/sequence_classifier.h"
 #include "libgenesis/train/sample_source.h"
+#include "libgenesis/train/sft_data.h"
 
 namespace genesis::train {
 
@@ -133,6 +136,38 @@ void predict_images(nn::Module& model, const RecipeSpec& spec, const std::string
   }
 }
 
+// Texts: the lines of plain files ("-": standard input), or the records of .jsonl and .csv files
+// with the checkpoint's text field (a label, when there, is echoed), batch by batch.
+void predict_texts(nn::Module& model, const RecipeSpec& spec, const std::string& encoding_text, const fs::path& json,
+                   const std::vector<fs::path>& inputs, const PredictOptions& options, Device device,
+                   const std::function<void(const nlohmann::ordered_json&)>& emit) {
+  const std::vector<std::string> classes = data::parse_text_encoding(encoding_text, json.string());
+  // The checkpoint keeps the tokenizer it was trained with.
+  const fs::path dir = json.parent_path();
+  const data::Tokenizer tokenizer = data::Tokenizer::load(data::Tokenizer::found_in(dir) ? dir : tokenizer_path(spec));
+  const data::TextFields fields{
+      .text = spec.data.text, .label = spec.data.label.empty() ? "label" : spec.data.label, .label_optional = true};
+  for (const fs::path& input : inputs) {
+    const bool records = input.extension() == ".jsonl" || input.extension() == ".csv";
+    const data::LabelledTexts texts = records ? data::read_labelled_texts(input, fields) : data::read_text_lines(input);
+    const Tensor ids = data::tokenize_texts(tokenizer, texts, {.seq_len = spec.data.seq_len}, models::SequenceClassifier::kPad);
+    for (int64_t first = 0; first < texts.size(); first += options.batch_size) {
+      const int64_t n = std::min(options.batch_size, texts.size() - first);
+      const Tensor probabilities =
+          softmax(model(ids.narrow(0, first, n).to(device)).to(kCPU).to(DType::f64), 1).contiguous();
+      for (int64_t i = 0; i < n; ++i) {
+        const double* row = probabilities.data<double>() + i * probabilities.size(1);
+        const auto best = static_cast<size_t>(std::max_element(row, row + classes.size()) - row);
+        nlohmann::ordered_json out{{"input", texts.where(first + i)},
+                                   {"class", classes[best]},
+                                   {"probabilities", class_probabilities(classes, row)}};
+        if (const std::string& label = texts.labels[static_cast<size_t>(first + i)]; !label.empty()) out["label"] = label;
+        emit(out);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void run_prediction(const fs::path& checkpoint, const std::vector<fs::path>& inputs, const PredictOptions& options,
@@ -144,9 +179,11 @@ void run_prediction(const fs::path& checkpoint, const std::vector<fs::path>& inp
                 " has no readable recipe.toml; give a checkpoint that genesis train wrote");
   RecipeSpec spec = *trained;
   const bool csv = spec.data.name == "csv", images = spec.data.name == "image_folder";
-  GENESIS_CHECK(csv || images, UsageError, "predict: ", checkpoint.string(), " was trained on data.name = \"",
-                spec.data.name, "\"; predict reads rows of CSV files (data.name = \"csv\") and image files "
-                "(data.name = \"image_folder\")");
+  GENESIS_CHECK(csv || images || spec.classifies_text(), UsageError, "predict: ", checkpoint.string(),
+                " was trained on data.name = \"", spec.data.name,
+                "\"; predict reads rows of CSV files (data.name = \"csv\"), image files (data.name = "
+                "\"image_folder\") and texts (data.name = \"text_classification\")");
+  if (const std::optional<BaseModelRef> base = checkpoint_base(dir)) require_base_unchanged(*base, dir);
   const std::string encoding_text = checkpoint_data_encoding(dir);
   GENESIS_CHECK(!encoding_text.empty(), UsageError, "predict: ", checkpoint.string(),
                 " has no data.json (the encoding of its inputs); it predates such checkpoints: train it again");
@@ -157,7 +194,7 @@ void run_prediction(const fs::path& checkpoint, const std::vector<fs::path>& inp
   load_checkpoint(dir, *model, nullptr);
   model->eval();
   NoGradGuard no_grad;
-  const auto predict = csv ? predict_csv : predict_images;
+  const auto predict = csv ? predict_csv : images ? predict_images : predict_texts;
   predict(*model, spec, encoding_text, dir / "data.json", inputs, options, device, emit);
 }
 

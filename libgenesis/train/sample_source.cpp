@@ -61,6 +61,10 @@ class SampleSource final : public DataSource {
     return notes_.missing_evaluation.empty() ? DataSource::missing_evaluation() : notes_.missing_evaluation;
   }
   std::string encoding() const override { return notes_.encoding; }
+  std::filesystem::path tokenizer() const override { return notes_.tokenizer; }
+  void check_model(const nn::Module& model) const override {
+    if (notes_.check_model) notes_.check_model(model);
+  }
   std::string row_noun() const override { return "examples"; }
 
  private:
@@ -94,6 +98,7 @@ std::string class_list(const std::vector<std::string>& classes) {
 }
 
 int64_t classifier_outputs(const RecipeSpec& spec) {
+  if (spec.classifies_text()) return spec.model.num_classes;
   return std::visit(
       [](const auto& config) -> int64_t {
         if constexpr (requires { config.num_classes; }) return config.num_classes;

@@ -28,18 +28,6 @@ std::vector<fs::path> record_files(const std::string& entry, const char* key) {
   return data::sft_files(paths);
 }
 
-// The recipe's tokenizer: data.tokenizer when the recipe changes it from its default, else
-// model.init_from's when that directory holds one.
-fs::path tokenizer_path(const RecipeSpec& spec) {
-  const bool default_tokenizer = spec.data.tokenizer == io::expand_path(RecipeSpec::Data::kDefaultTokenizer);
-  if (default_tokenizer && !spec.model.init_from.empty() && data::Tokenizer::found_in(spec.model.init_from))
-    return spec.model.init_from;
-  GENESIS_CHECK(fs::exists(spec.data.tokenizer), UsageError, "data.tokenizer: ", spec.data.tokenizer,
-                " does not exist", spec.model.init_from.empty() ? "" : " (and model.init_from holds no tokenizer)",
-                "; set data.tokenizer to a tokenizer.json or a directory holding one");
-  return spec.data.tokenizer;
-}
-
 // data.chat_template: a tokenizer_config.json or a Jinja file; else init_from's
 // tokenizer_config.json when it has a template. Null when there is none.
 std::unique_ptr<data::ChatTemplate> chat_template(const RecipeSpec& spec, std::string& text) {
@@ -65,6 +53,23 @@ std::unique_ptr<data::ChatTemplate> chat_template(const RecipeSpec& spec, std::s
 }
 
 }  // namespace
+
+fs::path tokenizer_path(const RecipeSpec& spec) {
+  const bool default_tokenizer = spec.data.tokenizer == io::expand_path(RecipeSpec::Data::kDefaultTokenizer);
+  if (default_tokenizer && !spec.model.init_from.empty() && data::Tokenizer::found_in(spec.model.init_from))
+    return spec.model.init_from;
+  GENESIS_CHECK(fs::exists(spec.data.tokenizer), UsageError, "data.tokenizer: ", spec.data.tokenizer,
+                " does not exist", spec.model.init_from.empty() ? "" : " (and model.init_from holds no tokenizer)",
+                "; set data.tokenizer to a tokenizer.json or a directory holding one");
+  return spec.data.tokenizer;
+}
+
+std::string tokenizer_key(const fs::path& dir) {
+  const fs::path file = !fs::is_directory(dir)                  ? dir
+                        : fs::exists(dir / "tokenizer.json") ? dir / "tokenizer.json"
+                                                              : dir / "encoder.json";
+  return std::to_string(data::file_fingerprint(file));
+}
 
 ChatFormat chat_format(const RecipeSpec& spec) {
   ChatFormat f;
@@ -102,11 +107,7 @@ SftData prepare_sft_data(const RecipeSpec& spec, RunLog& log) {
   o.format = *data::parse_sft_format(spec.data.format);
   o.skip_bad = spec.data.skip_bad;
   o.cache_dir = io::cache_root(spec.data.cache_dir);
-  const fs::path& dir = f.tokenizer_dir;
-  const fs::path tokenizer_file = !fs::is_directory(dir)                  ? dir
-                                  : fs::exists(dir / "tokenizer.json") ? dir / "tokenizer.json"
-                                                                        : dir / "encoder.json";
-  o.tokenizer_key = std::to_string(data::file_fingerprint(tokenizer_file));
+  o.tokenizer_key = tokenizer_key(f.tokenizer_dir);
   o.template_text = f.template_text;
   o.eos_token = f.eos;
   o.train_on_name = spec.data.train_on;

@@ -25,6 +25,13 @@ struct ChatFormat {
   std::string eos;            // the chat template's eos_token, else <|endoftext|>
 };
 
+// The recipe's tokenizer (a directory or a tokenizer.json): data.tokenizer when the recipe changes it
+// from its default, else model.init_from's when that directory holds one. UsageError when missing.
+std::filesystem::path tokenizer_path(const RecipeSpec& spec);
+// What identifies that tokenizer in the keys of caches (a fingerprint of its tokenizer.json or
+// encoder.json).
+std::string tokenizer_key(const std::filesystem::path& tokenizer);
+
 // The recipe's chat format. Throws UsageError naming the key when a file is missing or the
 // tokenizer has no end token.
 ChatFormat chat_format(const RecipeSpec& spec);

@@ -116,9 +116,9 @@ fs::path default_run_dir(const RecipeSpec& spec) { return fs::path(spec.run.out_
 
 int run_training(const RecipeSpec& spec, const TrainOptions& options) {
   const bool language_model = language_model_data(spec.data.name);
-  GENESIS_CHECK(language_model == spec.model.is_language_model(), RecipeError, "model ", spec.model.name,
+  GENESIS_CHECK(language_model == spec.model.is_language_model() || spec.classifies_text(), RecipeError, "model ", spec.model.name,
                 spec.model.is_language_model() ? " is a language model: it trains on language-model data (data.name = "
-                                                 "\"tokens\")"
+                                                 "\"tokens\" or \"sft\") or labelled text (\"text_classification\")"
                                                : " is a classifier: it trains on samples (data.name = \"fashion_mnist\")",
                 ", not data.name = \"", spec.data.name, "\"");
   // Before the run directory is touched:
