@@ -58,6 +58,7 @@ Batch DataLoader::make_batch(LoaderCursor at) const {
     std::iota(indices.begin(), indices.end(), begin);
   }
   Dataset rows = take(dataset_, indices);
+  if (options_.transform) options_.transform(rows, indices, at.epoch);
   return {.inputs = rows.inputs, .targets = rows.targets, .epoch = at.epoch, .index = at.batch, .loss_terms = rows.targets.size(0)};
 }
 

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -37,6 +38,12 @@ struct LoaderCursor {
   friend bool operator==(const LoaderCursor&, const LoaderCursor&) = default;
 };
 
+// Changes a batch's rows in place before the loader hands the batch out (a training set's
+// augmentation): `samples` are the rows' indices in the dataset, `epoch` the batch's. It must
+// depend on nothing else, so that a resumed run's batches equal an uninterrupted run's. It runs
+// on the prefetch thread when there is one.
+using BatchTransform = std::function<void(Dataset& rows, const std::vector<int64_t>& samples, int64_t epoch)>;
+
 struct LoaderOptions {
   int64_t batch_size = 64;  // per rank
   bool shuffle = true;
@@ -49,6 +56,7 @@ struct LoaderOptions {
   // than ranks.
   int rank = 0;
   int world_size = 1;
+  BatchTransform transform = {};  // none when empty
 };
 
 class DataLoader {
