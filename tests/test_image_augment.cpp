@@ -1,14 +1,17 @@
 // Image augmentation ([data.augment], issue 38): each transform against its hand formula (the
 // flip an exact mirror, the crop a shift with zeros, 90 degrees a transpose flipped, brightness
 // and contrast as ColorJitter's blends), draws that depend on (seed, epoch, sample) alone, the
-// DataLoader's transform repeated exactly after a seek.
+// DataLoader's transform repeated exactly after a seek, and the recipe's keys and errors.
 #include <algorithm>
 #include <cmath>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "libgenesis/data/image_augment.h"
 #include "libgenesis/data/loader.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/recipe/recipe.h"
 #include "tests/testing.h"
 
 using namespace genesis;
@@ -196,4 +199,40 @@ TEST_CASE("image augment: the loader's transform gives the same batches after a 
   }
   ahead->seek({.epoch = 1, .batch = 1});
   for (int step = 5; step < 8; ++step) CHECK(bytes(ahead->next()) == seen[static_cast<size_t>(step)]);
+}
+
+TEST_CASE("recipe: [data.augment] keys, --set, and their errors", "[cpu][recipe][augment]") {
+  const std::string base =
+      "[run]\nname = \"t\"\n[model]\nname = \"cnn\"\ninput_shape = [1, 28, 28]\n[optimizer]\nname = \"sgd\"\n"
+      "lr = 0.1\n[training]\nsteps = 1\n[data]\nname = \"image_folder\"\npath = \"images\"\n";
+  const RecipeSpec spec =
+      parse_recipe(base + "[data.augment]\ncrop_padding = 2\nflip = true\nrotation = 10\n", "t.toml");
+  CHECK(spec.data.augment == data::AugmentOptions{.crop_padding = 2, .flip = true, .rotation = 10});
+  CHECK(parse_recipe(spec.to_toml(), "resolved.toml") == spec);
+  CHECK(spec.to_toml().find("\n[data.augment]\ncrop_padding = 2\nflip = true\n") != std::string::npos);
+  CHECK(recipe_json(spec)["data"]["augment"]["crop_padding"] == 2);
+  // A dotted key under [data] is the same table; --set reaches into it.
+  CHECK(parse_recipe(base + "augment.flip = true\n", "t.toml").data.augment == data::AugmentOptions{.flip = true});
+  CHECK(parse_recipe(base, "t.toml", {"data.augment.brightness=0.25", "data.augment.contrast=0.5"}).data.augment ==
+        data::AugmentOptions{.brightness = 0.25, .contrast = 0.5});
+  CHECK(parse_recipe(base, "t.toml").data.augment == data::AugmentOptions{});
+
+  auto error = [&](const std::string& extra, const std::vector<std::string>& overrides = {}) {
+    try {
+      parse_recipe(base + extra, "t.toml", overrides);
+    } catch (const RecipeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(error("[data.augment]\nrotation = -5\n"), Contains("t.toml:") && Contains("data.augment.rotation"));
+  CHECK_THAT(error("[data.augment]\ncrop_padding = -1\n"), Contains("data.augment.crop_padding"));
+  CHECK_THAT(error("", {"data.augment.brightness=-0.1"}), Contains("data.augment.brightness"));
+  CHECK_THAT(error("[data.augment]\nflips = true\n"),
+             Contains("unknown key 'flips' in [data.augment]") && Contains("did you mean 'flip'"));
+  CHECK_THAT(error("[data.augmnt]\nflip = true\n"), Contains("did you mean 'augment'"));
+  CHECK_THAT(error("", {"data.augment=true"}), Contains("[data.augment] is a section"));
+  CHECK_THAT(error("", {"data.name=fashion_mnist", "data.augment.flip=true"}),
+             Contains("[data.augment] augments the images of data.name = \"image_folder\""));
+  CHECK(error("", {"data.name=fashion_mnist", "data.augment.flip=false"}) == "no error");
 }

@@ -15,7 +15,7 @@ namespace {
 class SampleSource final : public DataSource {
  public:
   SampleSource(recipe::RunData data, const RecipeSpec& spec, Device device, const EvalShare& share,
-               SampleSourceNotes notes)
+               SampleSourceNotes notes, data::BatchTransform train_transform)
       : data_(std::move(data)),
         device_(device),
         share_(share),
@@ -34,7 +34,8 @@ class SampleSource final : public DataSource {
                                          .seed = static_cast<uint64_t>(spec.run.seed),
                                          .prefetch = static_cast<int>(spec.data.prefetch),
                                          .rank = share.rank,
-                                         .world_size = share.world});
+                                         .world_size = share.world,
+                                         .transform = std::move(train_transform)});
   }
 
   data::Batch next() override { return loader_->next(); }
@@ -112,8 +113,10 @@ Shape classifier_input_shape(const RecipeSpec& spec) {
 }
 
 std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
-                                         const EvalShare& share, SampleSourceNotes notes) {
-  return std::make_unique<SampleSource>(std::move(data), spec, device, share, std::move(notes));
+                                         const EvalShare& share, SampleSourceNotes notes,
+                                         data::BatchTransform train_transform) {
+  return std::make_unique<SampleSource>(std::move(data), spec, device, share, std::move(notes),
+                                        std::move(train_transform));
 }
 
 std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog&, const EvalShare& share,
