@@ -50,6 +50,11 @@ struct LoaderOptions {
   bool drop_last = false;  // drop a final partial batch
   uint64_t seed = 0;
   int prefetch = 2;  // batches prepared ahead by a background thread; 0 = none
+  // The OpenMP threads of the prefetch thread's parallel regions (a transform's); 0 = the
+  // process's count. A CPU run sets 1: the prefetch thread runs beside the training step, whose
+  // threads hold the cores, and a team of its own would put more threads than cores in the
+  // step's barriers. On the training thread (prefetch = 0) the transform uses the step's threads.
+  int prefetch_threads = 0;
   // Data parallel: a step's global batch is batch_size * world_size consecutive samples of the
   // epoch's order (the same on every rank), and rank r takes the r-th slice. The epoch's final
   // partial global batch is split evenly over the ranks, or dropped when it holds fewer samples

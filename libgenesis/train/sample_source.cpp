@@ -33,6 +33,7 @@ class SampleSource final : public DataSource {
                                          .drop_last = false,
                                          .seed = static_cast<uint64_t>(spec.run.seed),
                                          .prefetch = static_cast<int>(spec.data.prefetch),
+                                         .prefetch_threads = device.is_cpu() ? 1 : 0,
                                          .rank = share.rank,
                                          .world_size = share.world,
                                          .transform = std::move(train_transform)});
