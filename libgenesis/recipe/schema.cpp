@@ -454,10 +454,10 @@ const std::vector<KeySpec>& recipe_schema() {
        .choices = {"fashion_mnist", "csv", "image_folder", "tokens", "sft"},
        .doc = "Dataset: fashion_mnist (images for mlp/cnn), csv (a table with a header row for mlp: data.path, "
               "label, features, categorical, impute; see docs/architecture.md, Data sources), image_folder (PNG and "
-              "JPEG files in one folder per class, for cnn/mlp: data.path, mean, std, skip_bad), tokens (token shards "
-              "for a language model: data.shards, seq_len, tokenizer, source, fetch), or sft (supervised fine-tuning "
-              "of a language model on JSONL records: data.path, format, chat_template, train_on, pack; see "
-              "docs/finetuning.md).",
+              "JPEG files in one folder per class, for cnn/mlp: data.path, mean, std, skip_bad, [data.augment]), "
+              "tokens (token shards for a language model: data.shards, seq_len, tokenizer, source, fetch), or sft "
+              "(supervised fine-tuning of a language model on JSONL records: data.path, format, chat_template, "
+              "train_on, pack; see docs/finetuning.md).",
        .field = GENESIS_RECIPE_FIELD(data.name)},
       {.section = "data",
        .key = "path",
