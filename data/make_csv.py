@@ -4,8 +4,9 @@ customers with numeric and categorical columns and the tier they end up in, a cl
 linear model cannot quite do, or (--task regression) their monthly spend, a number. Deterministic
 (seeded), standard library only, nothing downloaded.
 
-  data/make_csv.py [--out data/cache] [--train 20000] [--test 10000] [--seed 1] [--missing 0.01]
+  data/make_csv.py [--out DATA_ROOT] [--train 20000] [--test 10000] [--seed 1] [--missing 0.01]
                    [--task classification|regression]
+  (DATA_ROOT: the data root of data/genesis_paths.py)
 
 Produces OUT/csv_tiers/train.csv and test.csv with the header
   age,income,tenure_months,visits,balance,region,plan,city,tier
@@ -22,6 +23,8 @@ import csv
 import math
 import os
 import random
+
+from genesis_paths import data_root  # noqa: E402  beside this script
 
 REGIONS = {"north": 0.3, "south": -0.2, "east": 0.1, "west": -0.4, "central": 0.0}
 PLANS = {"basic": -0.6, "plus": 0.1, "pro": 0.6}
@@ -65,7 +68,7 @@ def write(path, columns, rows):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="data/cache")
+    p.add_argument("--out", default=data_root())
     p.add_argument("--train", type=int, default=20000)
     p.add_argument("--test", type=int, default=10000)
     p.add_argument("--seed", type=int, default=1)

@@ -3,7 +3,8 @@
 data.name = "image_folder" (recipes/fashion_mnist_folder_cnn.toml): one 28x28 gray PNG per
 image, standard library only (zlib + struct; no numpy or PIL needed).
 
-  data/make_image_folder.py [--idx /usr/share/datasets/fashion-mnist] [--out data/cache]
+  data/make_image_folder.py [--idx /usr/share/datasets/fashion-mnist] [--out DATA_ROOT]
+  (DATA_ROOT: the data root of data/genesis_paths.py)
                             [--train 60000] [--test 10000]
 
 Produces OUT/fashion_mnist_png/train/<class>/<index>.png and test/<class>/<index>.png, the
@@ -16,6 +17,8 @@ import gzip
 import os
 import struct
 import zlib
+
+from genesis_paths import data_root  # noqa: E402  beside this script
 
 CLASSES = ["0_tshirt_top", "1_trouser", "2_pullover", "3_dress", "4_coat", "5_sandal", "6_shirt", "7_sneaker",
            "8_bag", "9_ankle_boot"]
@@ -59,7 +62,7 @@ def write_split(idx, prefix, out, count):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--idx", default="/usr/share/datasets/fashion-mnist")
-    parser.add_argument("--out", default="data/cache")
+    parser.add_argument("--out", default=data_root())
     parser.add_argument("--train", type=int, default=60000)
     parser.add_argument("--test", type=int, default=10000)
     args = parser.parse_args()

@@ -3,7 +3,8 @@
 fine-tuned, and the byte-level tokenizer it is tokenized with. Deterministic (seeded) and
 offline: nothing is downloaded.
 
-  data/make_sft.py [--out data/cache] [--train 20000] [--val 400] [--seed 1]
+  data/make_sft.py [--out DATA_ROOT] [--train 20000] [--val 400] [--seed 1]
+  (DATA_ROOT: the data root of data/genesis_paths.py)
 
 Produces
   OUT/sft_reverse/train.jsonl, val.jsonl   {"messages": [system, user, assistant]}: reverse the
@@ -23,6 +24,8 @@ import argparse
 import json
 import os
 import random
+
+from genesis_paths import data_root  # noqa: E402  beside this script
 
 WORDS = """red blue green gold gray pink black white fox cat dog owl bee ant elk yak cow pig hen
 ram sun moon star rain snow wind fire ice sea lake hill road tree leaf rose oak fig plum pear
@@ -115,7 +118,7 @@ def write_task(out, task, train, val, seed, seen):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "cache"))
+    p.add_argument("--out", default=data_root())
     p.add_argument("--train", type=int, default=20000)
     p.add_argument("--val", type=int, default=400)
     p.add_argument("--seed", type=int, default=1)

@@ -112,32 +112,11 @@ LaunchOptions shell(int nproc, const std::string& script) {
   return options;
 }
 
-// Sets an environment variable for the scope, then puts back what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      setenv(name_.c_str(), old_->c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
-
 }  // namespace
 
 TEST_CASE("launcher: every rank gets the torchrun environment, its stderr lines prefixed", "[launcher][cpu]") {
-  const ScopedEnv inherited_rank("RANK", "99");  // overridden for the children
-  const ScopedEnv inherited("GENESIS_LAUNCHER_TEST", "kept");
+  const testing::ScopedEnv inherited_rank("RANK", "99");  // overridden for the children
+  const testing::ScopedEnv inherited("GENESIS_LAUNCHER_TEST", "kept");
   const Outcome out =
       launch(shell(4,
                    "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $GENESIS_LAUNCHED "

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "libgenesis/autograd/autocast.h"
+#include "libgenesis/autograd/checkpoint.h"
 #include "libgenesis/io/peft.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/models/hf.h"
@@ -163,6 +164,35 @@ TEST_CASE("LoRA: forward is base + scale (x A^T) B^T, gradients of x, A and B gr
   testing::require_close(eval_out, dropped(x32), 0, 0);
   dropped.train();
   CHECK(!testing::allclose(dropped(x32), eval_out, 1e-3, 1e-3));
+}
+
+TEST_CASE("LoRA: lora_linear on a transposed weight, and under selective checkpointing bit for bit", "[cpu][lora]") {
+  manual_seed(4);
+  const Tensor x = testing::rand_leaf({2, 3, 5}), wt = testing::rand_leaf({5, 4});
+  const Tensor a = testing::rand_leaf({2, 5}), b = testing::rand_leaf({4, 2});
+  // GPT-2's Conv1D keeps its weight [in, out] and is applied through the transposed view.
+  const Tensor composed = add(linear(x, wt.t()), mul(linear(linear(x, a), b), 0.5));
+  testing::require_close(lora_linear(x, wt.t(), Tensor(), a, b, 0.5), composed, 1e-12, 1e-12);
+  testing::gradcheck([](const TensorList& in) { return lora_linear(in[0], in[1].t(), Tensor(), in[2], in[3], 0.5); },
+                     {x, wt, a, b});
+
+  // Selective checkpointing keeps the op's output and x A^T; the replay takes them back.
+  const Tensor w = testing::rand_values({6, 5}), bias = testing::rand_values({6});
+  Tensor a32 = testing::rand_values({3, 5}).requires_grad_(true), b32 = testing::rand_values({6, 3}).requires_grad_(true);
+  const CheckpointFunction block = [&](const TensorList& in) {
+    return TensorList{gelu(lora_linear(in[0], w, bias, a32, b32, 2.0), GeluApproximation::tanh)};
+  };
+  auto run = [&](bool checkpointed) {
+    manual_seed(9);
+    Tensor in = testing::rand_values({4, 5}).requires_grad_(true);
+    a32.zero_grad_(true);
+    b32.zero_grad_(true);
+    const Tensor out = checkpointed ? checkpoint(block, {in}, {.keep_products = true})[0] : block({in})[0];
+    sum(mul(out, out)).backward();
+    return std::tuple{out.to_vector<float>(), in.grad().to_vector<float>(), a32.grad().to_vector<float>(),
+                      b32.grad().to_vector<float>()};
+  };
+  CHECK(run(true) == run(false));
 }
 
 TEST_CASE("LoRA: targets by name or dotted suffix, all-linear, and errors naming the layers", "[cpu][lora]") {

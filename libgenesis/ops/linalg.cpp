@@ -2,6 +2,7 @@
 #include "libgenesis/ops/linalg.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <optional>
 
@@ -77,9 +78,10 @@ struct PreparedGemm {
   kernels::cpu::GemmArgs args;
 };
 
-// out [batch..., m, n] (contiguous) = a [batch..., m, k] @ b [batch..., k, n] + beta * out,
+// out [batch..., m, n] (contiguous) = alpha * a [batch..., m, k] @ b [batch..., k, n] + beta * out,
 // for m, n, k > 0. a, b and out share a floating dtype, a device and the batch shape.
-PreparedGemm prepare_gemm(const char* op, const Tensor& a_in, const Tensor& b_in, Tensor& out, double beta) {
+PreparedGemm prepare_gemm(const char* op, const Tensor& a_in, const Tensor& b_in, Tensor& out, double beta,
+                          double alpha = 1.0) {
   const int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   PreparedGemm g{gemm_operand(a_in), gemm_operand(b_in), {}};
   g.args = {.trans_a = g.a.trans,
@@ -97,7 +99,7 @@ PreparedGemm prepare_gemm(const char* op, const Tensor& a_in, const Tensor& b_in
             .ldc = n,
             .stride_c = m * n,
             .batch = out.numel() / (m * n),
-            .alpha = 1.0,
+            .alpha = alpha,
             .beta = beta};
   kernels::cpu::GemmArgs& args = g.args;
   // A batch of row-major A entries stacked back to back against one shared B is a single
@@ -114,14 +116,14 @@ PreparedGemm prepare_gemm(const char* op, const Tensor& a_in, const Tensor& b_in
   return g;
 }
 
-// out = a @ b + beta * out (see prepare_gemm), any sizes. No autograd.
-void run_gemm(const char* op, const Tensor& a_in, const Tensor& b_in, Tensor& out, double beta) {
+// out = alpha * a @ b + beta * out (see prepare_gemm), any sizes. No autograd.
+void run_gemm(const char* op, const Tensor& a_in, const Tensor& b_in, Tensor& out, double beta, double alpha = 1.0) {
   if (out.numel() == 0) return;
   if (a_in.size(-1) == 0) {
     if (beta == 0.0) out.fill_(0.0);
     return;
   }
-  PreparedGemm g = prepare_gemm(op, a_in, b_in, out, beta);
+  PreparedGemm g = prepare_gemm(op, a_in, b_in, out, beta, alpha);
   if (out.device().is_cpu()) {
     kernels::cpu::gemm(out.dtype(), g.args);
   } else {
@@ -422,7 +424,83 @@ Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Te
   return out;
 }
 
+// lora_linear after the op prologue: the base's linear_forward, then the adapter's two GEMMs,
+// the second accumulating into the base's output.
+Tensor lora_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& lora_a,
+                      const Tensor& lora_b, double scale) {
+  const char* op = "lora_linear";
+  const LinearShapes shapes = check_linear(op, x, weight, bias);
+  detail::check_defined(op, lora_a, "lora_a");
+  detail::check_defined(op, lora_b, "lora_b");
+  const int64_t rows = shapes.rows, in_features = weight.size(1), out_features = weight.size(0);
+  GENESIS_CHECK(lora_a.dim() == 2 && lora_b.dim() == 2 && lora_a.size(1) == in_features &&
+                    lora_b.size(0) == out_features && lora_b.size(1) == lora_a.size(0),
+                ShapeError, op, ": lora_a of shape ", lora_a.shape(), " and lora_b of shape ", lora_b.shape(),
+                " do not fit weight of shape ", weight.shape(), " (expected [r, ", in_features, "] and [",
+                out_features, ", r])");
+  const int64_t r = lora_a.size(0);
+  const DType dt = promote_types(promote_types(shapes.dtype, lora_a.dtype()), lora_b.dtype());
+  GENESIS_CHECK(is_floating(dt), DTypeError, op, ": expects floating tensors, got ", dtype_name(dt));
+  const bool grad = needs_grad({x, weight, bias, lora_a, lora_b});
+  const Tensor x2 = x.to(dt).reshape({rows, in_features}), w = weight.to(dt), a = lora_a.to(dt), b = lora_b.to(dt);
+  const Tensor bias2 = bias.defined() ? bias.to(dt).contiguous() : Tensor();
+  Tensor out, down;  // down = scale * x A^T [rows, r]: lora_b's gradient reads it
+  const TensorList kept = kept_or_computed(op, [&] {
+    out = linear_forward(op, x2, w, bias2, false, false).out;
+    NoGradGuard forward_only;
+    down = empty({rows, r}, {.dtype = dt, .device = x2.device()});
+    run_gemm(op, x2, a.t(), down, 0.0, scale);
+    run_gemm(op, down, b.t(), out, 1.0);
+    return TensorList{out, down};
+  });
+  if (!out.defined()) {  // taken back from a checkpoint's forward
+    out = kept[0];
+    down = kept[1];
+  }
+  Tensor result = out.view(shapes.out_shape);
+  if (!grad) return result;
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_bias = bias.defined() && bias.requires_grad();
+  const bool need_a = lora_a.requires_grad(), need_b = lora_b.requires_grad();
+  record(op, {x, weight, bias, lora_a, lora_b}, {result},
+         [xs = need_w || need_a ? saved(x) : Tensor(), ws = need_x ? saved(weight) : Tensor(),
+          as = need_x ? saved(lora_a) : Tensor(), bs = need_x || need_a ? saved(lora_b) : Tensor(),
+          downs = need_b ? saved(down) : Tensor(), x_shape = x.shape(), rows, in_features, out_features, scale, need_x,
+          need_w, need_bias, need_a, need_b,
+          dtypes = std::array<DType, 5>{x.dtype(), weight.dtype(), bias.defined() ? bias.dtype() : dt, lora_a.dtype(),
+                                        lora_b.dtype()},
+          weight_transposed = weight.size(1) > 1 && weight.stride(0) == 1 && weight.stride(1) == weight.size(0)](
+             const TensorList& g) {
+           const Tensor g2 = g[0].reshape({rows, out_features});
+           const DType gd = g2.dtype();
+           const Tensor x2 = xs.defined() ? xs.to(gd).reshape({rows, in_features}) : Tensor();
+           TensorList grads = linear_backward("lora_linear", g2, x2, ws.defined() ? ws.to(gd) : Tensor(), need_x,
+                                              need_w, need_bias, weight_transposed);
+           grads.resize(5);
+           if (need_x || need_a) {
+             NoGradGuard no_graph;
+             const Tensor up = matmul(g2, bs.to(gd));  // the gradient of x A^T B^T's middle factor, [rows, r]
+             if (need_x) run_gemm("lora_linear", up, as.to(gd), grads[0], 1.0, scale);
+             if (need_a) {
+               grads[3] = empty({up.size(1), in_features}, {.dtype = gd, .device = g2.device()});
+               run_gemm("lora_linear", up.t(), x2, grads[3], 0.0, scale);
+             }
+           }
+           if (need_b) grads[4] = matmul(g2.t(), downs.to(gd));
+           if (grads[0].defined()) grads[0] = grads[0].reshape(x_shape);
+           for (size_t i = 0; i < 5; ++i)
+             if (grads[i].defined()) grads[i] = grads[i].to(dtypes[i]);
+           return grads;
+         });
+  return result;
+}
+
 }  // namespace
+
+Tensor lora_linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg, const Tensor& a_arg,
+                   const Tensor& b_arg, double scale) {
+  auto [x, weight, bias, lora_a, lora_b] = detail::op_prologue<OpId::lora_linear>(x_arg, weight_arg, bias_arg, a_arg, b_arg);
+  return lora_linear_op(x, weight, bias, lora_a, lora_b, scale);
+}
 
 Tensor linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg) {
   auto [x, weight, bias] = detail::op_prologue<OpId::linear>(x_arg, weight_arg, bias_arg);

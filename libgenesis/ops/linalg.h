@@ -1,5 +1,6 @@
 #pragma once
-// Linear algebra: matmul with NumPy batching/broadcasting rules, bmm, linear and linear_gelu.
+// Linear algebra: matmul with NumPy batching/broadcasting rules, bmm, linear, linear_gelu and
+// lora_linear.
 // CPU through OpenBLAS (f16/bf16 computed in f32), CUDA through cuBLASLt (f64: cuBLAS).
 #include "libgenesis/core/tensor.h"
 
@@ -19,6 +20,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // gelu(linear(x, weight, bias), GeluApproximation::tanh) (the MLP of GPT-2). On CUDA one GEMM
 // applies bias and GELU (cuBLASLt epilogue) and keeps the pre-activation for the backward.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// A LoRA-adapted linear layer in one op: x W^T + b + scale * (x A^T) B^T, with lora_a [r, in] and
+// lora_b [out, r] (bias optional). The adapter's product is accumulated into the base's output
+// by its GEMM (beta = 1), and its input gradient into the base's (dx = dy W + scale (dy B) A), so
+// no [..., out] temporary or extra pass exists; the backward keeps x, the factors and the
+// [..., r] product x A^T (times scale), never the output. Gradients for every input that asks.
+Tensor lora_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& lora_a,
+                   const Tensor& lora_b, double scale);
 
 // Lets CUDA f32 matmuls use TF32 tensor cores (10-bit mantissa inputs; several times faster
 // on Ampere and later). Process-wide, off by default; no effect without CUDA.

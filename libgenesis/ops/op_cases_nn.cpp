@@ -140,6 +140,38 @@ void append_nn_cases(std::vector<OpCase>& cases) {
          .parity_rtol = kProductRtol});
   }
 
+  // x [..., K], weight [N, K], lora_a [r, K], lora_b [N, r], bias [N] (optional fifth shape);
+  // scale 2.
+  cases.push_back(
+      {.name = "lora_linear",
+       .op = OpId::lora_linear,
+       .test = {.shapes = {{2, 3, 6}, {5, 6}, {3, 6}, {5, 3}, {5}}},
+       .bench = {.shapes = {{8192, 1536}, {1536, 1536}, {16, 1536}, {1536, 16}, {1536}}},
+       .min_shapes = 4,
+       .max_shapes = 5,
+       .forward = [](const OpArgs&, const X& x,
+                     const TensorOptions&) { return lora_linear(x[0], x[1], x.size() > 4 ? x[4] : Tensor(), x[2], x[3], 2.0); },
+       .cost =
+           [](const OpArgs& a, bool backward, double es) {
+             const Shape& w = a.shapes[1];
+             const int64_t rows = numel_of(a.shapes[0]) / a.shapes[0].back(), r = a.shapes[2][0];
+             OpCost base = matrix_product({rows, w[1]}, {w[1], w[0]}, backward, es);
+             const OpCost down = matrix_product({rows, w[1]}, {w[1], r}, backward, es);
+             const OpCost up = matrix_product({rows, r}, {r, w[0]}, backward, es);
+             return OpCost{base.bytes + down.bytes, base.flops + down.flops + up.flops};
+           },
+       .torch = "F.linear(x[0], x[1], x[4] if len(x) > 4 else None) + 2.0 * F.linear(F.linear(x[0], x[2]), x[3])",
+       .check_args =
+           [](const OpArgs& a) {
+             const Shape &x = a.shapes[0], &w = a.shapes[1], &la = a.shapes[2], &lb = a.shapes[3];
+             return x.size() >= 2 && w.size() == 2 && la.size() == 2 && lb.size() == 2 && la[1] == x.back() &&
+                            lb[0] == w[0] && lb[1] == la[0]
+                        ? std::string()
+                        : std::string("lora_linear operands are x [..., K], weight [N, K], lora_a [r, K], lora_b [N, r]");
+           },
+       .row_inputs = {0},
+       .parity_rtol = kProductRtol});
+
   // --- softmax family and normalization ----------------------------------------------
   cases.push_back({.name = "softmax",
                    .op = OpId::softmax,

@@ -108,6 +108,7 @@ std::string_view autocast_policy_name(AutocastPolicy policy);
   X(bmm, "linalg", true, lower)                                     \
   X(linear, "linalg", true, lower)                                  \
   X(linear_gelu, "linalg", true, lower)                             \
+  X(lora_linear, "linalg", true, lower)                             \
   /* neural-network functions */                                    \
   X(softmax, "nn", true, f32)                                       \
   X(log_softmax, "nn", true, f32)                                   \

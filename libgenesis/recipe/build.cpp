@@ -14,6 +14,7 @@
 #include "libgenesis/io/dir_lock.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/io/peft.h"
+#include "libgenesis/io/user_paths.h"
 #include "libgenesis/models/classifier.h"
 #include "libgenesis/models/hf.h"
 #include "libgenesis/recipe/schema.h"
@@ -171,15 +172,39 @@ void freeze_parameters(const RecipeSpec& spec, nn::Module& model) {
 
 }  // namespace
 
+namespace {
+
+// `text` as one word of a POSIX shell command.
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// data/fetch.sh of the source tree genesis was built from, else of the working directory; empty
+// when neither has one.
+fs::path fetch_script() {
+#ifdef GENESIS_SOURCE_DIR
+  if (const fs::path built_from = fs::path(GENESIS_SOURCE_DIR) / "data" / "fetch.sh"; fs::exists(built_from))
+    return built_from;
+#endif
+  return fs::exists("data/fetch.sh") ? fs::absolute("data/fetch.sh") : fs::path();
+}
+
+}  // namespace
+
 void fetch_data(const RecipeSpec& spec, const std::function<bool()>& missing, const std::string& by_hand,
                 const std::function<void(const std::string&)>& progress) {
   const RecipeSpec::Data& d = spec.data;
-  GENESIS_CHECK(!d.fetch.empty() && fs::exists("data/fetch.sh"), UsageError, "data for ", spec.run.name,
-                " is not prepared and cannot be fetched from here (data/fetch.sh runs from the genesis source "
-                "directory); run: ",
+  const fs::path script = fetch_script();
+  GENESIS_CHECK(!d.fetch.empty() && !script.empty(), UsageError, "data for ", spec.run.name,
+                " is not prepared and cannot be fetched from here (data/fetch.sh of the genesis source directory "
+                "is not found); run: ",
                 by_hand);
-  const std::string fetch = "bash data/fetch.sh " + join(d.fetch, " ");
-  progress("preparing data: " + fetch);
+  // The child writes where this process reads: the data root as resolved here.
+  const std::string fetch = "GENESIS_DATA=" + shell_quote(io::data_root().string()) + " bash " +
+                            shell_quote(script.string()) + " " + join(d.fetch, " ");
+  progress("preparing data: data/fetch.sh " + join(d.fetch, " ") + " into " + io::data_root().string());
   // Under genesis train SIGINT/SIGTERM are blocked in this thread (train/stop_signal.h) and a
   // child inherits the mask: unblocked for the fetch, so that Ctrl-C still stops it.
   sigset_t stop_signals, mask;

@@ -88,6 +88,12 @@ epochs = 3
   wrong type and values out of range are errors that name the place: `file:line:col` in a
   recipe, or the `--set` argument. An int is accepted where a float is expected, not the
   reverse. Recipe errors exit with code 2.
+- **Paths.** A relative path starts at the working directory. In the keys that name files
+  (their type reads "path" below), `${GENESIS_DATA}` is where `data/fetch.sh` keeps what it
+  fetches (`$GENESIS_DATA`, else `$GENESIS_CACHE_DIR/data`, else `$XDG_CACHE_HOME/genesis/data`,
+  else `~/.cache/genesis/data`), so the project's recipes run from any directory; any other
+  `${NAME}` is that environment variable (unset is an error), and a leading `~/` is the home
+  directory. The resolved recipe holds the expanded paths.
 - **Resolved recipe.** `RecipeSpec::to_toml()` writes every key in the order below, defaults
   included (an unset optional key appears as a comment), except the [model] keys of models
   other than `model.name` (a recipe may set them; they are ignored); reading it back gives the
@@ -164,7 +170,9 @@ std::string recipe_reference_markdown() {
     out += "| key | type | default | valid values | meaning |\n|---|---|---|---|---|\n";
     for (const KeySpec& key : recipe_schema()) {
       if (std::string_view(key.section) != section.name) continue;
-      const std::string type = key.number_as_text ? "string or float" : type_name(key.type());
+      const std::string type = key.number_as_text ? "string or float"
+                               : key.path         ? (key.type() == ValueType::String ? "path" : "path list")
+                                                  : type_name(key.type());
       out += "| `" + std::string(key.key) + "` | " + type + " | " + table_cell(default_cell(key)) +
              " | " + table_cell(describe_constraint(key)) + " | " + table_cell(key.doc) + " |\n";
     }

@@ -8,8 +8,12 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/user_paths.h"
 #include "libgenesis/recipe/schema.h"
 
 namespace genesis {
@@ -348,6 +352,18 @@ class Loader {
   std::map<std::string, Entry> entries_;
 };
 
+// A path key's value with ${NAME} and ~/ expanded (io/user_paths.h); a recipe error at `where`.
+void expand_paths(std::string& path, const KeySpec& key, const std::string& where) {
+  try {
+    path = io::expand_path(path);
+  } catch (const ValueError& e) {
+    fail(where, key.full_name() + ": " + e.what());
+  }
+}
+void expand_paths(std::vector<std::string>& paths, const KeySpec& key, const std::string& where) {
+  for (std::string& path : paths) expand_paths(path, key, where);
+}
+
 RecipeSpec build(const std::map<std::string, Entry>& entries, const std::string& top_file) {
   RecipeSpec spec;
   std::vector<std::string> missing;
@@ -368,6 +384,8 @@ RecipeSpec build(const std::map<std::string, Entry>& entries, const std::string&
             *member = T{};  // not set, whatever the default of the config type that holds it
           else
             *member = std::get<T>(key.fallback);
+          if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::vector<std::string>>)
+            if (key.path) expand_paths(*member, key, given ? it->second.where : top_file);
         },
         key.field(spec));
     if (key.after_set) key.after_set(spec);

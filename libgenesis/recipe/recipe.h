@@ -66,7 +66,7 @@ struct RecipeSpec {
   struct Data {
     // data.tokenizer's default, GPT-2's vocabulary as data/fetch.sh brings it; an SFT run left at it
     // takes model.init_from's tokenizer.
-    static constexpr const char* kDefaultTokenizer = "data/cache/gpt2";
+    static constexpr const char* kDefaultTokenizer = "${GENESIS_DATA}/gpt2";
     std::string name;                      // "fashion_mnist", "csv", "image_folder", "tokens" or "sft"
     std::string path;                      // fashion_mnist: IDX dir; csv: the table; image_folder: root; sft: records
     std::string val_path;                  // csv, sft

@@ -244,6 +244,7 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "run",
        .key = "out_dir",
        .fallback = S{"runs"},
+       .path = true,
        .doc = "Directory holding the run directories (relative paths start at the working directory).",
        .field = GENESIS_RECIPE_FIELD(run.out_dir)},
       {.section = "run",
@@ -428,6 +429,7 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "model",
        .key = "init_from",
        .fallback = S{""},
+       .path = true,
        .doc = "lm: a Hugging Face model directory (config.json + model.safetensors or its sharded index) to start "
               "from (relative paths start at the working directory); its config.json sets the architecture. "
               "Empty = random initialization.",
@@ -443,6 +445,7 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "model",
        .key = "adapter",
        .fallback = S{""},
+       .path = true,
        .doc = "lm: a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) applied to "
               "model.init_from's model: its r, alpha and layers replace [lora], and its adapters train on from "
               "their values (or are evaluated). Empty = none.",
@@ -462,6 +465,7 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "path",
        .fallback = S{"/usr/share/datasets/fashion-mnist"},
+       .path = true,
        .doc = "fashion_mnist: the directory holding the dataset's IDX files; the default is where Debian's "
               "dataset-fashion-mnist package (installed by scripts/setup.sh) puts them. csv: the file of the training "
               "rows (comma-separated, RFC 4180 quoting, a header row). image_folder: the root, holding one folder of "
@@ -474,6 +478,7 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "val_path",
        .fallback = S{""},
+       .path = true,
        .doc = "csv: a CSV file of validation rows, with the training file's columns; empty = data.val_fraction of "
               "the training rows (a seeded draw). sft: the validation records, as data.path takes them; empty = "
               "data.val_fraction of the training records (every k-th one).",
@@ -481,6 +486,7 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "test_path",
        .fallback = S{""},
+       .path = true,
        .doc = "csv: a CSV file of test rows, with the training file's columns: what eval.split = \"test\" "
               "evaluates on.",
        .field = GENESIS_RECIPE_FIELD(data.test_path)},
@@ -546,6 +552,7 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "chat_template",
        .fallback = S{""},
+       .path = true,
        .doc = "sft: the chat template rendering conversations: a Jinja file, or a tokenizer_config.json holding "
               "one; empty = the chat_template of model.init_from's tokenizer_config.json.",
        .field = GENESIS_RECIPE_FIELD(data.chat_template)},
@@ -566,12 +573,14 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "cache_dir",
        .fallback = S{""},
+       .path = true,
        .doc = "sft: where prepared (tokenized) data is kept, keyed by the sources' bytes, the tokenizer and the "
               "template; empty = $GENESIS_CACHE_DIR, else $XDG_CACHE_HOME/genesis, else ~/.cache/genesis.",
        .field = GENESIS_RECIPE_FIELD(data.cache_dir)},
       {.section = "data",
        .key = "shards",
        .fallback = S{""},
+       .path = true,
        .doc = "tokens: directory holding train.bin and val.bin (token shards, genesis or llm.c format). When "
               "train.bin is missing, the run prepares it first: data/fetch.sh brings what `fetch` names, then "
               "`source` is tokenized with `tokenizer` (val.bin gets val_fraction of every document).",
@@ -586,6 +595,7 @@ const std::vector<KeySpec>& recipe_schema() {
       {.section = "data",
        .key = "tokenizer",
        .fallback = S{RecipeSpec::Data::kDefaultTokenizer},
+       .path = true,
        .doc = "tokens: the tokenizer that makes the shards and measures bits per byte: a tokenizer.json, or a "
               "directory with it or GPT-2's encoder.json + vocab.bpe. sft: left at this default, the tokenizer of "
               "model.init_from.",
@@ -595,6 +605,7 @@ const std::vector<KeySpec>& recipe_schema() {
        .fallback = Strings{},
        .check = check_nonempty_strings,
        .check_doc = "no empty strings",
+       .path = true,
        .doc = "tokens: text files (or directories: their *.txt files, sorted) tokenized into the shards when "
               "train.bin is missing; one document each.",
        .field = GENESIS_RECIPE_FIELD(data.source)},

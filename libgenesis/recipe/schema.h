@@ -49,6 +49,9 @@ struct KeySpec {
   // A String key that also takes a TOML number; a number (given either way) is kept as its
   // shortest TOML text ("1024" -> "1024.0") and written back unquoted.
   bool number_as_text = false;
+  // A String or StringList key naming files: its values go through io::expand_path (${NAME},
+  // ${GENESIS_DATA}, a leading ~/) when the recipe is built, its default included.
+  bool path = false;
   const char* doc = "";
   // Where the key's value lives; a null pointer when the spec's model family has no such key
   // (a key of another family: read, checked and ignored, and left out of the resolved recipe).

@@ -8,6 +8,7 @@
 
 #include "libgenesis/core/error.h"
 #include "libgenesis/io/file_util.h"
+#include "libgenesis/io/user_paths.h"
 #include "libgenesis/recipe/build.h"
 
 namespace genesis::train {
@@ -27,24 +28,10 @@ std::vector<fs::path> record_files(const std::string& entry, const char* key) {
   return data::sft_files(paths);
 }
 
-}  // namespace
-
-fs::path cache_root(const std::string& configured) {
-  if (!configured.empty()) return configured;
-  if (const char* dir = std::getenv("GENESIS_CACHE_DIR"); dir && *dir) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return fs::path(xdg) / "genesis";
-  const char* home = std::getenv("HOME");
-  GENESIS_CHECK(home && *home, UsageError,
-                "data.cache_dir is not set and neither are GENESIS_CACHE_DIR, XDG_CACHE_HOME or HOME: set data.cache_dir");
-  return fs::path(home) / ".cache" / "genesis";
-}
-
-namespace {
-
 // The recipe's tokenizer: data.tokenizer when the recipe changes it from its default, else
 // model.init_from's when that directory holds one.
 fs::path tokenizer_path(const RecipeSpec& spec) {
-  const bool default_tokenizer = spec.data.tokenizer == RecipeSpec::Data::kDefaultTokenizer;
+  const bool default_tokenizer = spec.data.tokenizer == io::expand_path(RecipeSpec::Data::kDefaultTokenizer);
   if (default_tokenizer && !spec.model.init_from.empty() && data::Tokenizer::found_in(spec.model.init_from))
     return spec.model.init_from;
   GENESIS_CHECK(fs::exists(spec.data.tokenizer), UsageError, "data.tokenizer: ", spec.data.tokenizer,
@@ -98,7 +85,7 @@ SftData prepare_sft_data(const RecipeSpec& spec, RunLog& log) {
   auto missing = [&] {
     bool any = !fs::exists(d.path) && d.path.find_first_of("*?[") == std::string::npos;
     for (const std::string* p : {&d.val_path, &d.chat_template}) any |= !p->empty() && !fs::exists(*p);
-    return any || (d.tokenizer != RecipeSpec::Data::kDefaultTokenizer && !fs::exists(d.tokenizer));
+    return any || (d.tokenizer != io::expand_path(RecipeSpec::Data::kDefaultTokenizer) && !fs::exists(d.tokenizer));
   };
   if (!d.fetch.empty() && missing()) {
     std::string targets;
@@ -114,7 +101,7 @@ SftData prepare_sft_data(const RecipeSpec& spec, RunLog& log) {
   o.val_fraction = spec.data.val_fraction;
   o.format = *data::parse_sft_format(spec.data.format);
   o.skip_bad = spec.data.skip_bad;
-  o.cache_dir = cache_root(spec.data.cache_dir);
+  o.cache_dir = io::cache_root(spec.data.cache_dir);
   const fs::path& dir = f.tokenizer_dir;
   const fs::path tokenizer_file = !fs::is_directory(dir)                  ? dir
                                   : fs::exists(dir / "tokenizer.json") ? dir / "tokenizer.json"

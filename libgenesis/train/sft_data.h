@@ -37,8 +37,4 @@ struct SftData {
 // Prepares the recipe's records (or finds them prepared), its stages and a progress bar to `log`.
 SftData prepare_sft_data(const RecipeSpec& spec, RunLog& log);
 
-// Where prepared data is kept: data.cache_dir, else $GENESIS_CACHE_DIR, else
-// $XDG_CACHE_HOME/genesis, else ~/.cache/genesis.
-std::filesystem::path cache_root(const std::string& configured);
-
 }  // namespace genesis::train

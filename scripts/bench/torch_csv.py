@@ -8,14 +8,14 @@ cosine schedule per step, batch size and epochs, on the CPU. Prints one JSON obj
 one with their mean; compare with `genesis train recipes/csv_tiers_mlp.toml --set run.seed=S`.
 
     python3 data/make_csv.py
-    python3 scripts/bench/torch_csv.py [--data data/cache/csv_tiers] [--seeds 0,1,2] [--threads 2]
+    python3 scripts/bench/torch_csv.py [--data DATA_ROOT/csv_tiers] [--seeds 0,1,2] [--threads 2]
 
 --task regression is the reference for recipes/csv_spend_mlp.toml: label spend, standardized with
 the training rows' mean and population standard deviation, a 19-64-64-1 MLP trained with
 mean squared error; it prints the test r2, mae and rmse (in the label's units).
 
     python3 data/make_csv.py --task regression
-    python3 scripts/bench/torch_csv.py --task regression [--data data/cache/csv_spend]
+    python3 scripts/bench/torch_csv.py --task regression [--data DATA_ROOT/csv_spend]
 """
 import argparse
 import csv
@@ -30,6 +30,8 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 from torch_fashion_mnist import train  # noqa: E402  the classifier recipes' training loop
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data"))
+from genesis_paths import data_root  # noqa: E402  where data/make_csv.py writes by default
 
 LABEL = "tier"  # "spend" with --task regression
 CATEGORICAL = ["region", "plan", "city"]
@@ -111,7 +113,7 @@ def run(seed, data, threads, epochs=20, scale=None):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default="data/cache/csv_tiers")
+    ap.add_argument("--data", default=os.path.join(data_root(), "csv_tiers"))
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--task", choices=["classification", "regression"], default="classification")
@@ -120,7 +122,7 @@ def main():
     if args.task == "regression":
         LABEL = "spend"
         if args.data == ap.get_default("data"):
-            args.data = "data/cache/csv_spend"
+            args.data = os.path.join(data_root(), "csv_spend")
     header, train_rows = read(f"{args.data}/train.csv")
     test_header, test_rows = read(f"{args.data}/test.csv")
     assert test_header == header, "test.csv's columns differ from train.csv's"

@@ -2,7 +2,7 @@
 # Proves the README's promise: on a fresh Debian 12 machine, `scripts/test.sh` and then
 # `scripts/quickstart.sh` work as written. Makes a clean bookworm root with mmdebstrap, copies
 # this working tree into it (tracked and untracked files, nothing git ignores: no build tree,
-# no data/cache), and runs the two commands inside it. Nothing of the host is used but its
+# nothing fetched), and runs the two commands inside it. Nothing of the host is used but its
 # kernel, its network settings (resolv.conf, hosts, proxy variables) and, read-only,
 # /usr/local/cuda, as the machine image ships it.
 #   scripts/ci/fresh_debian.sh [options] [-- COMMAND...]

@@ -4,6 +4,9 @@ b=$(mktemp -d)
 tar -xJf "${1:?bundle archive}" -C "$b"
 export LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 genesis="$b/bin/genesis"
+# The recipes' ${GENESIS_DATA}: on the GPU host, the data fetched here travels with the tree as
+# data/cache (a carried path), unless GENESIS_DATA says otherwise.
+export GENESIS_DATA="${GENESIS_DATA:-$PWD/data/cache}"
 
 # The [data] section of the GPU scripts' small language-model recipes: the repository's own docs,
 # tokenized with the test fixture's BPE (vocabulary 703) into shards under $1, windows of $2 tokens.

@@ -4,7 +4,7 @@
 # scripts/reference/torch_lm_curve.py and loaded through model.init_from) on the same windows
 # (data.shuffle = false), the logged losses compared (issue bar: within 1%).
 #   scripts/gpu/curve_vs_torch.sh BUNDLE.tar.xz        STEPS=200 TOLERANCE=0.01
-# Needs data/cache/gpt2 and data/cache/shards; $OUT receives both curves and the logs.
+# Needs gpt2/ and shards/ under $GENESIS_DATA (bundle_env.sh); $OUT receives both curves and the logs.
 set -uo pipefail
 archive=${1:?bundle archive}
 out=${OUT:-/tmp/genesis-curve}; mkdir -p "$out"
@@ -16,7 +16,7 @@ python3 scripts/reference/torch_lm_curve.py init "$work/init" > "$out/init.txt" 
   --set training.steps="$steps" --set training.eval_every=100000 --set training.checkpoint_every=100000 \
   --out "$work/run" --overwrite -q > "$out/genesis.txt" 2>&1 || { tail -5 "$out/genesis.txt"; exit 1; }
 cp "$work/run/metrics.jsonl" "$out/genesis_metrics.jsonl"
-python3 scripts/reference/torch_lm_curve.py train "$work/init" data/cache/shards/sotu_mobydick_gpt2/train.bin \
+python3 scripts/reference/torch_lm_curve.py train "$work/init" "$GENESIS_DATA/shards/sotu_mobydick_gpt2/train.bin" \
   --steps "$steps" --json "$out/torch_curve.json" > "$out/torch.txt" 2>&1 || { tail -5 "$out/torch.txt"; exit 1; }
 python3 scripts/reference/torch_lm_curve.py compare "$out/torch_curve.json" "$out/genesis_metrics.jsonl" \
   --tolerance "${TOLERANCE:-0.01}" | tee "$out/curve_vs_torch.txt"

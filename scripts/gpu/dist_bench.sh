@@ -11,7 +11,7 @@
 #     within dist.timeout_s naming it;
 #   - PyTorch side by side: scripts/bench/torch_ddp.py (DDP + torch.compile + bf16) under torchrun
 #     on the same GPU counts.
-# Needs a bundle (scripts/gpu/bundle.sh) and the LM data in data/cache (gpt2/ and shards/).
+# Needs a bundle (scripts/gpu/bundle.sh) and the LM data under $GENESIS_DATA (gpt2/ and shards/; bundle_env.sh).
 #   scripts/gpu/dist_bench.sh BUNDLE.tar.xz
 #   STEPS=60 (steps per run)  TORCH=0 skips PyTorch  WIDE=N world size of the widest run (default: all GPUs)
 #   CHANNELS="8 4" also runs 2 ranks with NCCL_MAX_NCHANNELS of each value

@@ -4,7 +4,8 @@
 # torch.compile bf16 of the same model (scripts/bench/torch_train_lm.py), all in one call, with
 # `genesis bench compare` ratios; a short `genesis train` run of each confirms the trainer's
 # own throughput; then optional f32-vs-bf16 loss curves of gpt2_124m and their plot. Needs a
-# bundle (scripts/gpu/bundle.sh) and the LM data (data/cache/gpt2 and data/cache/shards).
+# bundle (scripts/gpu/bundle.sh) and the LM data (gpt2/ and shards/ under $GENESIS_DATA;
+# bundle_env.sh).
 #   scripts/gpu/lm_bench.sh BUNDLE.tar.xz
 #   MODELS="gpt2_124m qwen2_0.5b"  DTYPES="bf16"  STEPS=30 (timed steps; 5 warm-up)
 #   CURVE_STEPS=200 (0 skips the loss curves)  TORCH_COMPILE=0 skips the torch.compile runs

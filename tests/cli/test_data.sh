@@ -110,7 +110,7 @@ if [ $rc -eq 3 ]; then
   finish_skipped data "GPT-2 checks need data/fetch.sh, which could not run: $(tail -n1 "$work/fetch.err")"
 fi
 [ $rc -eq 0 ] || { cat "$work/fetch.err"; fail "data/fetch.sh exited $rc"; finish data; }
-cache="$src/data/cache"
+cache=$(bash "$src/data/fetch.sh" --where)  # the data root, where it put them
 round_trip "gpt2, random bytes" "$cache/gpt2" "$work/random.bin"
 round_trip "gpt2, Moby Dick" "$cache/gpt2" "$cache/mobydick.txt"
 if command -v node >/dev/null; then
@@ -130,4 +130,17 @@ fi
 "$genesis" data bench-tokenizer --tokenizer "$cache/gpt2" --input "$cache/mobydick.txt" >"$work/bench.json" \
   && grep -q '"round_trip": true' "$work/bench.json" && ok "bench-tokenizer: $(grep cold_cpu_mb_per_s "$work/bench.json" | tr -d ' ,')" \
   || fail "bench-tokenizer failed"
+
+# 4. A recipe runs from any working directory: recipes/mobydick_gpt_tiny.toml, started elsewhere with
+# an empty data root, fetches through the source tree's data/fetch.sh into ${GENESIS_DATA},
+# tokenizes there and trains; the working directory receives the run and nothing else.
+mkdir -p "$work/elsewhere"
+(cd "$work/elsewhere" && GENESIS_DATA="$work/root" "$(realpath "$genesis")" train "$(realpath "$src")/recipes/mobydick_gpt_tiny.toml" \
+  --set training.steps=2 --set scheduler.warmup_steps=1 --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 -q \
+  >/dev/null 2>"$work/elsewhere.err") || cat "$work/elsewhere.err"
+check "mobydick_gpt_tiny.toml from another directory" 0 $?
+[ -s "$work/root/gpt2/vocab.bpe" ] && [ -s "$work/root/mobydick.txt" ] && [ -s "$work/root/shards/mobydick_gpt2/train.bin" ] \
+  && ok "it fetched and tokenized into the data root" || fail "data root holds: $(ls -R "$work/root" | head -20)"
+[ "$(ls "$work/elsewhere")" = runs ] && [ -f "$work/elsewhere/runs/mobydick_gpt_tiny/summary.json" ] \
+  && ok "the working directory holds only runs/" || fail "working directory holds: $(ls "$work/elsewhere")"
 finish data

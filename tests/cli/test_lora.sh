@@ -73,7 +73,14 @@ a=$(gen --checkpoint "$work/lora")
 b=$(gen --model "$work/merged")
 c=$(gen --model "$work/base")
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "merged model = base + adapters: $a" || fail "merged '$b' vs adapters '$a'"
-[ "$a" != "$c" ] && ok "the adapters change the base's output" || fail "the adapters changed nothing: '$c'"
+# Greedy ids of a weak model can coincide for base and adapters; sampled with one seed from the
+# two distributions, 40 tokens diverge.
+sampled() { "$genesis" generate "$@" --prompt "<|im_start|>user\nReverse: cat dog owl<|im_end|>\n" --max-new-tokens 40 \
+  --temperature 1 --seed 3 --ids -q 2>/dev/null; }
+sampled_lora=$(sampled --checkpoint "$work/lora")
+sampled_base=$(sampled --model "$work/base")
+[ -n "$sampled_lora" ] && [ "$sampled_lora" != "$sampled_base" ] && ok "the adapters change the base's output" \
+  || fail "the adapters changed nothing: '$sampled_base'"
 
 # model.adapter: a run that trains the exported adapter on starts from it (one step at lr 1e-12
 # leaves it as it was: the run's checkpoint generates what the LoRA run does).
@@ -166,15 +173,16 @@ check "generate --checkpoint with a changed base" 2 $?
 bad "eval --checkpoint with a changed base" 2 eval --checkpoint "$work/lora" -q
 grep -q "which has changed since" "$work/err" && ok "eval names the changed base" || fail "eval: $(cat "$work/err")"
 
-# The CPU example's chain, two steps each on the small data, from a working directory whose
-# data/cache holds it: recipes/sft_repeat_cpu.toml trains the base, exported where
-# recipes/lora_reverse_cpu.toml takes it from; the LoRA run trains its 155,648 adapter parameters
-# and scores exact match, in training and in genesis eval.
-mkdir -p "$work/example/data" && ln -s "$work/data" "$work/example/data/cache"
+# The CPU example's chain, two steps each on the small data, from a working directory of its own
+# with the data root (${GENESIS_DATA}) holding that data: recipes/sft_repeat_cpu.toml trains the
+# base, exported where recipes/lora_reverse_cpu.toml takes it from; the LoRA run trains its
+# 155,648 adapter parameters and scores exact match, in training and in genesis eval.
+mkdir -p "$work/example"
 exe=$(realpath "$genesis") recipes=$(realpath "$src/recipes")
 example() {  # example RECIPE: 2 steps in $work/example
-  (cd "$work/example" && "$exe" train "$recipes/$1" --set training.steps=2 --set scheduler.warmup_steps=1 --set eval.exact_match=2 \
-    --set "data.cache_dir=$work/cache" -q >/dev/null 2>"$work/example.err") || cat "$work/example.err"
+  (cd "$work/example" && GENESIS_DATA="$work/data" "$exe" train "$recipes/$1" --set training.steps=2 \
+    --set scheduler.warmup_steps=1 --set eval.exact_match=2 --set "data.cache_dir=$work/cache" -q >/dev/null \
+    2>"$work/example.err") || cat "$work/example.err"
 }
 example sft_repeat_cpu.toml && (cd "$work/example" && "$exe" convert runs/sft_repeat_cpu runs/sft_repeat_cpu_hf --to hf -q \
   >/dev/null) && example lora_reverse_cpu.toml
