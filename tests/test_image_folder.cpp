@@ -1,6 +1,7 @@
 // Image folders (issue 38): PNG and JPEG decoding against known pixels (PNGs written here by hand
 // with zlib, JPEGs with TurboJPEG), gray/RGB conversion, the bilinear resize, the folder's class
-// order and splits, per-channel statistics, and each bad input with the file it names.
+// order and splits, per-channel statistics, each bad input with the file it names, and the
+// source's augmentation of training batches only.
 #include <turbojpeg.h>
 #include <zlib.h>
 
@@ -10,6 +11,8 @@
 #include "libgenesis/data/image_decode.h"
 #include "libgenesis/data/image_folder.h"
 #include "libgenesis/ops/factory.h"
+#include "libgenesis/recipe/build.h"
+#include "libgenesis/train/data_source.h"
 #include "tests/testing.h"
 
 namespace fs = std::filesystem;
@@ -310,4 +313,38 @@ TEST_CASE("image folder: bad input names the folder or file", "[cpu][image_folde
   CHECK(decoded.skipped.size() == 4);
   CHECK_THAT(decoded.skipped[0], Contains("cut.png: PNG"));
   CHECK_THAT(decoded.skipped[3], Contains("text.png: neither a PNG nor a JPEG"));
+}
+
+// [data.augment] changes the training batches only: evaluation reads the test images as a run
+// without augmentation does, and the batches keep their samples (the same targets).
+TEST_CASE("image folder: [data.augment] changes training batches, never the evaluation",
+          "[cpu][image_folder][augment]") {
+  testing::TempDir tmp;
+  for (const std::string split : {"train", "test"})
+    for (int i = 0; i < 12; ++i) {
+      Bytes pixels(64);
+      for (size_t k = 0; k < pixels.size(); ++k)
+        pixels[k] = static_cast<uint8_t>((k * 37 + static_cast<size_t>(i) * 11) % 256);
+      write_bytes(tmp / split / (i % 2 ? "b" : "a") / (std::to_string(i) + ".png"), png(8, 8, 1, pixels));
+    }
+  const std::string recipe =
+      "[run]\nname = \"t\"\nseed = 5\n[model]\nname = \"mlp\"\ninput_shape = [1, 8, 8]\n"
+      "hidden = [4]\nnum_classes = 2\n[data]\nname = \"image_folder\"\npath = \"" +
+      tmp.path().string() +
+      "\"\nprefetch = 0\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n[training]\nsteps = 1\n"
+      "batch_size = 4\n[eval]\nsplit = \"test\"\n";
+  const RecipeSpec plain = parse_recipe(recipe, "t.toml");
+  const RecipeSpec augmented = parse_recipe(recipe, "t.toml",
+                                            {"data.augment.crop_padding=2", "data.augment.flip=true",
+                                             "data.augment.rotation=20", "data.augment.contrast=0.5"});
+  train::RunLog log("", true);
+  const std::unique_ptr<train::DataSource> a = train::open_data_source(plain, kCPU, log);
+  const std::unique_ptr<train::DataSource> b = train::open_data_source(augmented, kCPU, log);
+  const std::shared_ptr<nn::Module> model = recipe::build_model(plain, kCPU);
+  CHECK(a->evaluate(*model) == b->evaluate(*model));
+  for (int step = 0; step < 4; ++step) {
+    const data::Batch x = a->next(), y = b->next();
+    CHECK(std::equal(x.targets.data<int64_t>(), x.targets.data<int64_t>() + 4, y.targets.data<int64_t>()));
+    CHECK(!std::equal(x.inputs.data<float>(), x.inputs.data<float>() + 4 * 64, y.inputs.data<float>()));
+  }
 }

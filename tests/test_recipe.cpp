@@ -215,14 +215,14 @@ TEST_CASE("recipe: unknown sections and keys, with did-you-mean and location", "
         "inline.toml:10:2: unknown section [optimiser]; did you mean [optimizer]?");
   CHECK(
       text_error(kMinimal + "[wandb]\nproject = \"x\"\n") ==
-      "inline.toml:10:2: unknown section [wandb]; sections are run, model, data, optimizer, scheduler, training, lora, eval, "
-      "amp, dist");
+      "inline.toml:10:2: unknown section [wandb]; sections are run, model, data, data.augment, optimizer, scheduler, "
+      "training, lora, eval, amp, dist");
   CHECK(text_error("lr = 1\n" + kMinimal) ==
         "inline.toml:1:1: key 'lr' is outside any section; it belongs to [optimizer]");
   CHECK(text_error("rum = 1\n" + kMinimal) == "inline.toml:1:1: key 'rum' is outside any section; did you mean [run]?");
   CHECK(text_error("zzz = 1\n" + kMinimal) ==
-        "inline.toml:1:1: key 'zzz' is outside any section; sections are run, model, data, optimizer, scheduler, "
-        "training, lora, eval, amp, dist");
+        "inline.toml:1:1: key 'zzz' is outside any section; sections are run, model, data, data.augment, optimizer, "
+        "scheduler, training, lora, eval, amp, dist");
   CHECK(text_error("[steps]\n" + kMinimal) ==
         "inline.toml:1:2: unknown section [steps]; 'steps' is a key of [training]");
   CHECK(text_error("[optimizer]\nname = \"sgd\"\n  lrr = 0.1\n") ==

@@ -1,5 +1,7 @@
 #include "libgenesis/data/loader.h"
 
+#include <omp.h>
+
 #include <numeric>
 
 #include "libgenesis/core/error.h"
@@ -58,6 +60,7 @@ Batch DataLoader::make_batch(LoaderCursor at) const {
     std::iota(indices.begin(), indices.end(), begin);
   }
   Dataset rows = take(dataset_, indices);
+  if (options_.transform) options_.transform(rows, indices, at.epoch);
   return {.inputs = rows.inputs, .targets = rows.targets, .epoch = at.epoch, .index = at.batch, .loss_terms = rows.targets.size(0)};
 }
 
@@ -68,6 +71,7 @@ void DataLoader::start_worker() {
   worker_error_ = nullptr;
   if (options_.prefetch == 0) return;
   worker_ = std::thread([this] {
+    if (options_.prefetch_threads > 0) omp_set_num_threads(options_.prefetch_threads);  // this thread's regions only
     try {
       for (;;) {
         LoaderCursor at;

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -37,18 +38,30 @@ struct LoaderCursor {
   friend bool operator==(const LoaderCursor&, const LoaderCursor&) = default;
 };
 
+// Changes a batch's rows in place before the loader hands the batch out (a training set's
+// augmentation): `samples` are the rows' indices in the dataset, `epoch` the batch's. It must
+// depend on nothing else, so that a resumed run's batches equal an uninterrupted run's. It runs
+// on the prefetch thread when there is one.
+using BatchTransform = std::function<void(Dataset& rows, const std::vector<int64_t>& samples, int64_t epoch)>;
+
 struct LoaderOptions {
   int64_t batch_size = 64;  // per rank
   bool shuffle = true;
   bool drop_last = false;  // drop a final partial batch
   uint64_t seed = 0;
   int prefetch = 2;  // batches prepared ahead by a background thread; 0 = none
+  // The OpenMP threads of the prefetch thread's parallel regions (a transform's); 0 = the
+  // process's count. A CPU run sets 1: the prefetch thread runs beside the training step, whose
+  // threads hold the cores, and a team of its own would put more threads than cores in the
+  // step's barriers. On the training thread (prefetch = 0) the transform uses the step's threads.
+  int prefetch_threads = 0;
   // Data parallel: a step's global batch is batch_size * world_size consecutive samples of the
   // epoch's order (the same on every rank), and rank r takes the r-th slice. The epoch's final
   // partial global batch is split evenly over the ranks, or dropped when it holds fewer samples
   // than ranks.
   int rank = 0;
   int world_size = 1;
+  BatchTransform transform = {};  // none when empty
 };
 
 class DataLoader {

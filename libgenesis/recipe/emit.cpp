@@ -82,7 +82,8 @@ epochs = 3
   including file wins over all of them.
 - **Overrides.** `--set section.key=value` applies after all files. The value is read as the
   key's type: `3e-3` and `1` for floats, `true`/`false`, `[1, 2]` for lists; strings are
-  taken as typed, and string lists may leave items unquoted (`[bias, norm]`).
+  taken as typed, and string lists may leave items unquoted (`[bias, norm]`). A section inside
+  another (`[data.augment]`) takes its full name: `--set data.augment.flip=true`.
 - **Validation.** Unknown sections and keys (with a did-you-mean suggestion), values of the
   wrong type and values out of range are errors that name the place: `file:line:col` in a
   recipe, or the `--set` argument. An int is accepted where a float is expected, not the
@@ -125,11 +126,20 @@ nlohmann::json recipe_json(const RecipeSpec& spec) {
   using namespace recipe;
   RecipeSpec copy = spec;  // KeySpec::field takes a mutable spec
   nlohmann::json out = nlohmann::json::object();
-  for (const SectionSpec& section : recipe_sections()) out[section.name] = nlohmann::json::object();
+  // A section inside another ("data.augment") is an object inside the other's.
+  auto section_object = [&out](std::string_view name) -> nlohmann::json& {
+    nlohmann::json::json_pointer pointer;
+    for (size_t begin = 0, end = 0; end != std::string_view::npos; begin = end + 1) {
+      end = name.find('.', begin);
+      pointer /= std::string(name.substr(begin, end - begin));
+    }
+    return out[pointer];
+  };
+  for (const SectionSpec& section : recipe_sections()) section_object(section.name) = nlohmann::json::object();
   for (const KeySpec& key : recipe_schema()) {
     const std::optional<Value> value = read_field(key, copy);
     if (!value) continue;
-    nlohmann::json& slot = out[key.section][key.key];
+    nlohmann::json& slot = section_object(key.section)[key.key];
     if (key.presence == Presence::Optional && is_unset(*value)) slot = nullptr;
     else std::visit([&slot](const auto& v) { slot = v; }, *value);
   }

@@ -42,16 +42,22 @@ std::vector<std::string> section_names() {
   return names;
 }
 
+bool is_section(std::string_view name) {
+  auto names = section_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// A section's keys, and the names of the sections inside it ("augment" of [data]).
 std::vector<std::string> key_names(std::string_view section) {
   std::vector<std::string> names;
   for (const KeySpec& k : recipe_schema())
     if (section == k.section) names.emplace_back(k.key);
+  for (const SectionSpec& s : recipe_sections()) {
+    const std::string_view name = s.name;
+    if (name.size() > section.size() + 1 && name.starts_with(section) && name[section.size()] == '.')
+      names.emplace_back(name.substr(section.size() + 1));
+  }
   return names;
-}
-
-bool is_section(std::string_view name) {
-  auto names = section_names();
-  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 // For a top-level name that is not a section: a table (`[name]`) or a value (`name = ...`).
@@ -233,12 +239,16 @@ class Loader {
   void apply_override(const std::string& text) {
     const std::string where = "--set " + text;
     size_t eq = text.find('=');
-    size_t dot = text.find('.');
-    if (eq == std::string::npos || dot == std::string::npos || dot > eq) fail(where, "expected section.key=value");
+    // The key is what follows the last dot before '=': sections hold dots ("data.augment.flip").
+    size_t dot = eq == std::string::npos ? std::string::npos : text.rfind('.', eq);
+    if (eq == std::string::npos || dot == std::string::npos) fail(where, "expected section.key=value");
     std::string section = text.substr(0, dot);
     std::string key = text.substr(dot + 1, eq - dot - 1);
     std::string raw = text.substr(eq + 1);
     if (!is_section(section)) fail(where, unknown_section_message(section, true));
+    if (is_section(section + "." + key))
+      fail(where,
+           "[" + section + "." + key + "] is a section: set its keys, --set " + section + "." + key + ".KEY=value");
     const KeySpec* spec = find_key(section, key);
     if (!spec) fail(where, unknown_key_message(section, key));
     entries_[spec->full_name()] = {override_value(*spec, raw, where), where};
@@ -277,14 +287,26 @@ class Loader {
     };
     // Checked in file order, so the first mistake in the file is the one reported.
     std::vector<Found> found;
+    // A section's keys, and those of the sections inside it ([data.augment] is the table
+    // `augment` in the table `data`).
+    std::function<void(const std::string&, const toml::key&, const toml::node&)> collect =
+        [&](const std::string& section, const toml::key& name, const toml::node& node) {
+          const toml::table* keys = node.as_table();
+          if (!keys) fail(location(display, name.source()), "[" + section + "] must be a table, got " + describe(node));
+          for (auto&& [key, value] : *keys) {
+            const std::string inner = section + "." + std::string(key.str());
+            if (is_section(inner))
+              collect(inner, key, value);
+            else
+              found.push_back({&key, &value, section});
+          }
+        };
     for (auto&& [name, node] : table) {
       if (name.str() == "include") continue;
       std::string section(name.str());
       if (!is_section(section))
         fail(location(display, name.source()), unknown_section_message(section, node.is_table()));
-      const toml::table* keys = node.as_table();
-      if (!keys) fail(location(display, name.source()), "[" + section + "] must be a table, got " + describe(node));
-      for (auto&& [key, value] : *keys) found.push_back({&key, &value, section});
+      collect(section, name, node);
     }
     std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
       const auto &pa = a.key->source().begin, &pb = b.key->source().begin;

@@ -13,6 +13,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/data/image_augment.h"
 #include "libgenesis/models/classifier.h"
 #include "libgenesis/models/gpt2.h"
 #include "libgenesis/models/llama.h"
@@ -86,6 +87,7 @@ struct RecipeSpec {
     bool skip_bad = false;             // sft, image_folder
     std::vector<double> mean;          // image_folder: per channel; empty = the training images'
     std::vector<double> std;           // image_folder: per channel
+    data::AugmentOptions augment;      // image_folder: [data.augment], of training batches
     std::string chat_template;         // sft
     std::string train_on;              // sft: "assistant", "completion", "all"
     bool pack = false;                 // sft

@@ -200,6 +200,12 @@ const std::vector<SectionSpec>& recipe_sections() {
        "(gpt2, llama, qwen2, qwen3), with the names and meaning of Hugging Face's config.json. Keys of "
        "models other than `name` are accepted and ignored."},
       {"data", "The dataset and its loading."},
+      {"data.augment",
+       "Random augmentation of the training batches of data.name = \"image_folder\" (never of evaluation or "
+       "predict), as torchvision's RandomCrop(padding), RandomHorizontalFlip, RandomRotation and ColorJitter, in "
+       "that order, on the decoded images in [0, 1]; normalization follows. Each sample's draws depend only on "
+       "run.seed, the epoch and the sample's index, so a resumed run repeats an uninterrupted one exactly and "
+       "every rank augments a sample alike. All keys at 0 or false: no augmentation."},
       {"optimizer", "The optimizer. Keys marked with optimizer names are used by those only."},
       {"scheduler", "Learning-rate schedule, as a factor of optimizer.lr; step counts are optimizer steps."},
       {"training", "Length of the run, batching, gradient clipping, logging and checkpoints."},
@@ -467,9 +473,9 @@ const std::vector<KeySpec>& recipe_schema() {
        .choices = {"fashion_mnist", "csv", "image_folder", "text_classification", "tokens", "sft"},
        .doc = "Dataset: fashion_mnist (images for mlp/cnn), csv (a table with a header row for mlp: data.path, "
               "label, features, categorical, impute; see docs/architecture.md, Data sources), image_folder (PNG and "
-              "JPEG files in one folder per class, for cnn/mlp: data.path, mean, std, skip_bad), text_classification "
-              "(labelled text, JSONL or CSV, for a language model with a classifier head: data.path, text, label, "
-              "seq_len, tokenizer; model.num_classes, pooling), tokens (token shards "
+              "JPEG files in one folder per class, for cnn/mlp: data.path, mean, std, skip_bad, [data.augment]), "
+              "text_classification (labelled text, JSONL or CSV, for a language model with a classifier head: "
+              "data.path, text, label, seq_len, tokenizer; model.num_classes, pooling), tokens (token shards "
               "for a language model: data.shards, seq_len, tokenizer, source, fetch), or sft (supervised fine-tuning "
               "of a language model on JSONL records: data.path, format, chat_template, train_on, pack; see "
               "docs/finetuning.md).",
@@ -681,6 +687,41 @@ const std::vector<KeySpec>& recipe_schema() {
        .doc = "lm on data.name = \"text_classification\": what the classifier head reads, the hidden state of "
               "each row's last token (as transformers' *ForSequenceClassification) or the mean over its tokens.",
        .field = GENESIS_RECIPE_FIELD(model.pooling)},
+      // [data.augment]
+      {.section = "data.augment",
+       .key = "crop_padding",
+       .fallback = int64_t{0},
+       .min = at_least(0),
+       .doc = "Pad each side of the image with this many pixels of zeros (black, before normalization), then "
+              "crop a random window of model.input_shape's size (RandomCrop(size, padding)); 0 = off.",
+       .field = GENESIS_RECIPE_FIELD(data.augment.crop_padding)},
+      {.section = "data.augment",
+       .key = "flip",
+       .fallback = false,
+       .doc = "Mirror the image left-right with probability 0.5 (RandomHorizontalFlip).",
+       .field = GENESIS_RECIPE_FIELD(data.augment.flip)},
+      {.section = "data.augment",
+       .key = "rotation",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .max = at_most(180),
+       .doc = "Rotate by an angle uniform in [-rotation, rotation] degrees about the image's centre, bilinear, "
+              "zeros outside (RandomRotation(degrees, InterpolationMode.BILINEAR)); 0 = off.",
+       .field = GENESIS_RECIPE_FIELD(data.augment.rotation)},
+      {.section = "data.augment",
+       .key = "brightness",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .doc = "Multiply the pixels by a factor uniform in [max(0, 1 - brightness), 1 + brightness], clamped to "
+              "[0, 1] (ColorJitter's brightness); 0 = off.",
+       .field = GENESIS_RECIPE_FIELD(data.augment.brightness)},
+      {.section = "data.augment",
+       .key = "contrast",
+       .fallback = 0.0,
+       .min = at_least(0),
+       .doc = "Blend the image with its mean gray by a factor c uniform in [max(0, 1 - contrast), 1 + contrast]: "
+              "c x + (1 - c) mean, clamped to [0, 1] (ColorJitter's contrast; applied after brightness); 0 = off.",
+       .field = GENESIS_RECIPE_FIELD(data.augment.contrast)},
       // [optimizer]
       {.section = "optimizer",
        .key = "name",
@@ -1288,6 +1329,14 @@ const std::vector<RecipeRule>& recipe_rules() {
        "data.name = \"image_folder\" needs model cnn or mlp with input_shape = [1 or 3, height, width], data.path "
        "(the folder), and data.mean and data.std both empty or one value per channel (std > 0).",
        [](const RecipeSpec& r) -> std::string { return image_folder_data_problem(r); }},
+      {{"data.augment.crop_padding", "data.augment.flip", "data.augment.rotation", "data.augment.brightness",
+        "data.augment.contrast", "data.name"},
+       "[data.augment] is for data.name = \"image_folder\".",
+       [](const RecipeSpec& r) -> std::string {
+         if (!r.data.augment.enabled() || r.data.name == "image_folder") return "";
+         return "[data.augment] augments the images of data.name = \"image_folder\"; this recipe has data.name = \"" +
+                r.data.name + "\": remove [data.augment]";
+       }},
       {{"data.seq_len", "model.n_positions", "model.max_position_embeddings"},
        "data.seq_len is at most the model's context (n_positions or max_position_embeddings, when given).",
        [](const RecipeSpec& r) -> std::string {

@@ -5,8 +5,10 @@
 // come from the training split, or from a checkpoint (data.json), so that evaluation and a
 // resumed run encode as training did.
 //
-// Augmentation ([data.augment], random crops and flips per batch) is a later stage: it would sit
-// between the decoded images and the loader's batches, as a transform of each batch.
+// Augmentation ([data.augment], data/image_augment.h) is a transform of each training batch
+// between the decoded images and the loader's batches: it acts on the images in [0, 1], so the
+// training split stays unnormalized in memory and each batch is normalized after its
+// augmentation. The evaluation split is normalized once, as without augmentation.
 #include <iomanip>
 #include <memory>
 #include <sstream>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "libgenesis/core/error.h"
+#include "libgenesis/data/image_augment.h"
 #include "libgenesis/data/image_folder.h"
 #include "libgenesis/train/sample_source.h"
 
@@ -54,6 +57,33 @@ std::string statistics_note(const data::ImageEncoding& encoding) {
   for (size_t c = 0; c < encoding.std.size(); ++c) out << (c ? ", " : "") << encoding.std[c];
   out << "]";
   return out.str();
+}
+
+// What [data.augment] does, for the run's note: "crop padding 2, flip, rotation 10 degrees".
+std::string augment_note(const data::AugmentOptions& augment) {
+  std::ostringstream out;
+  out << std::setprecision(4);
+  const char* separator = "";
+  auto item = [&](const char* name, auto value, const char* unit) {
+    if (value > 0) out << std::exchange(separator, ", ") << name << value << unit;
+  };
+  item("crop padding ", augment.crop_padding, "");
+  if (augment.flip) out << std::exchange(separator, ", ") << "flip";
+  item("rotation ", augment.rotation, " degrees");
+  item("brightness ", augment.brightness, "");
+  item("contrast ", augment.contrast, "");
+  return out.str();
+}
+
+// The training batches' transform: [data.augment] on the images in [0, 1], then the
+// normalization. Empty without augmentation: the training split is then normalized once.
+data::BatchTransform augment_batches(const RecipeSpec& spec, const data::ImageEncoding& encoding) {
+  if (!spec.data.augment.enabled()) return {};
+  return [augment = data::ImageAugment(spec.data.augment, static_cast<uint64_t>(spec.run.seed)), encoding](
+             data::Dataset& rows, const std::vector<int64_t>& samples, int64_t epoch) {
+    augment.apply(rows.inputs, samples, epoch);
+    data::normalize_images(rows, encoding);
+  };
 }
 
 // The training files and the evaluated ones (eval.split's), with where the latter come from.
@@ -99,8 +129,10 @@ std::string folder_note(const RecipeSpec& spec, const data::ImageFolder& folder,
               : count_of(samples.eval.size(), spec.eval.split == "test" ? "test image" : "validation image") + " (" +
                     splits.held_out_from + ")";
   note += "; as [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + ", " + std::to_string(shape[2]) +
-          "], " + statistics_note(encoding) + "; " + std::to_string(classes) +
-          (classes == 1 ? " class: " : " classes: ") + class_list(folder.classes);
+          "], " + statistics_note(encoding) +
+          (spec.data.augment.enabled() ? ", training batches augmented (" + augment_note(spec.data.augment) + ")"
+                                       : std::string()) +
+          "; " + std::to_string(classes) + (classes == 1 ? " class: " : " classes: ") + class_list(folder.classes);
   const int64_t ignored = folder.train.ignored + folder.val.ignored + folder.test.ignored;
   if (ignored > 0) note += "; " + count_of(ignored, "file") + " of other kinds ignored";
   if (!skipped.empty())
@@ -133,7 +165,8 @@ std::unique_ptr<DataSource> open_image_folder_source(const RecipeSpec& spec, Dev
                 ": none of the training images could be read (", train.skipped.size(), " skipped)");
   choose_statistics(d, train.samples, trained, encoding);
   recipe::RunData samples{.train = std::move(train.samples), .eval = std::move(held_out.samples)};
-  data::normalize_images(samples.train, encoding);
+  data::BatchTransform augment = augment_batches(spec, encoding);
+  if (!augment) data::normalize_images(samples.train, encoding);
   data::normalize_images(samples.eval, encoding);
 
   std::vector<std::string> skipped = std::move(train.skipped);
@@ -143,7 +176,7 @@ std::unique_ptr<DataSource> open_image_folder_source(const RecipeSpec& spec, Dev
   notes.missing_evaluation = splits.held_out.empty() ? missing_evaluation(spec) : "";
   notes.encoding = data::image_encoding_json(encoding);
   notes.classes = encoding.classes;
-  return open_samples(std::move(samples), spec, device, share, std::move(notes));
+  return open_samples(std::move(samples), spec, device, share, std::move(notes), std::move(augment));
 }
 
 }  // namespace genesis::train

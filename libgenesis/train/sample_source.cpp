@@ -15,7 +15,7 @@ namespace {
 class SampleSource final : public DataSource {
  public:
   SampleSource(recipe::RunData data, const RecipeSpec& spec, Device device, const EvalShare& share,
-               SampleSourceNotes notes)
+               SampleSourceNotes notes, data::BatchTransform train_transform)
       : data_(std::move(data)),
         device_(device),
         share_(share),
@@ -33,8 +33,10 @@ class SampleSource final : public DataSource {
                                          .drop_last = false,
                                          .seed = static_cast<uint64_t>(spec.run.seed),
                                          .prefetch = static_cast<int>(spec.data.prefetch),
+                                         .prefetch_threads = device.is_cpu() ? 1 : 0,
                                          .rank = share.rank,
-                                         .world_size = share.world});
+                                         .world_size = share.world,
+                                         .transform = std::move(train_transform)});
   }
 
   data::Batch next() override { return loader_->next(); }
@@ -117,8 +119,10 @@ Shape classifier_input_shape(const RecipeSpec& spec) {
 }
 
 std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
-                                         const EvalShare& share, SampleSourceNotes notes) {
-  return std::make_unique<SampleSource>(std::move(data), spec, device, share, std::move(notes));
+                                         const EvalShare& share, SampleSourceNotes notes,
+                                         data::BatchTransform train_transform) {
+  return std::make_unique<SampleSource>(std::move(data), spec, device, share, std::move(notes),
+                                        std::move(train_transform));
 }
 
 std::unique_ptr<DataSource> open_sample_source(const RecipeSpec& spec, Device device, RunLog&, const EvalShare& share,

@@ -37,7 +37,10 @@ std::string class_list(const std::vector<std::string>& classes);
 int64_t classifier_outputs(const RecipeSpec& spec);
 Shape classifier_input_shape(const RecipeSpec& spec);
 
+// `train_transform` changes each training batch (an image folder's augmentation); evaluation
+// reads the evaluation set as it is.
 std::unique_ptr<DataSource> open_samples(recipe::RunData data, const RecipeSpec& spec, Device device,
-                                         const EvalShare& share, SampleSourceNotes notes = {});
+                                         const EvalShare& share, SampleSourceNotes notes = {},
+                                         data::BatchTransform train_transform = {});
 
 }  // namespace genesis::train

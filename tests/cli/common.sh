@@ -8,7 +8,8 @@
 # so its absence fails the test at once; finish_skipped NAME WHY: the end of a test whose part
 # could not run for a reason outside the machine (exit 77, which CTest reports as not run);
 # bad NAME PATTERN SETTINGS...: a bad run's exit 2 and one line;
-# wait_for_stop_handling PID: until the process handles SIGTERM.
+# wait_for_stop_handling PID: until the process handles SIGTERM;
+# losses_match ONE TWO STEPS: two runs' logged training losses, STEPS each, within 1e-5.
 genesis=${1:?path to the genesis executable}
 src=${2:-}
 work=$(mktemp -d)
@@ -65,6 +66,18 @@ bad() {
   else
     fail "$name: rc $rc, expected 2 and one line matching '$pattern': $(cat "$work/err")"
   fi
+}
+# losses_match ONE TWO STEPS: the run directories ONE and TWO logged STEPS training losses each,
+# equal within 1e-5 relative (a run on several ranks against one process of the same global
+# batch); exits non-zero, printing both lists, otherwise.
+losses_match() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+def losses(run):
+    return [j["loss"] for j in map(json.loads, open(run + "/metrics.jsonl")) if "loss" in j and "step" in j]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == int(sys.argv[3]) and max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-5, (a, b)
+PY
 }
 # make_sft_data: data/make_sft.py's word-reversal conversations (200 train, 20 val) and byte
 # tokenizer, in $work/data.

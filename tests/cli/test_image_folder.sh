@@ -3,7 +3,8 @@
 # data/make_image_folder.py trains recipes/fashion_mnist_folder_cnn.toml (a smaller CNN) for a few
 # steps and eval reproduces its accuracy with the checkpoint's classes and statistics after the
 # training folder changed (and so does a resumed run); data.val_fraction splits; RGB input
-# resized from the gray 28x28 PNGs trains; bad folders and recipes exit 2 with one line naming the folder or file: a missing root,
+# resized from the gray 28x28 PNGs trains; [data.augment] trains, resumes byte for byte and
+# splits over 2 ranks; bad folders and recipes exit 2 with one line naming the folder or file: a missing root,
 # an empty class folder, a corrupt PNG (or skipped with data.skip_bad), too few model.num_classes,
 # data.mean of the wrong length, and a model.input_shape that is no image (refused before the run
 # directory is made).
@@ -79,6 +80,29 @@ printf 'not an image' >"$work/fake.png"
 [ $rc -eq 0 ] && grep -q "as \[3, 20, 20\]" "$work/rgb.err" && ok "RGB 20x20 input from gray 28x28 PNGs" \
   || fail "rgb: rc $rc, $(cat "$work/rgb.err")"
 
+# [data.augment] trains and is noted; a run stopped at step 20 and resumed ends with the
+# uninterrupted run's weights byte for byte (each sample's draws depend on the seed, the epoch and
+# its index only), and on 2 ranks of 16 it takes the steps of 1 process of 32.
+aug=("${short[@]}" --set data.augment.crop_padding=2 --set data.augment.flip=true --set data.augment.rotation=10
+     --set data.augment.brightness=0.2 --set data.augment.contrast=0.2 --set training.checkpoint_every=20)
+"$genesis" train "$recipe" --out "$work/aug" "${aug[@]}" >/dev/null 2>"$work/aug.err"; rc=$?
+[ $rc -eq 0 ] && grep -q "training batches augmented (crop padding 2, flip, rotation 10 degrees, brightness 0.2, contrast 0.2)" \
+  "$work/aug.err" && ok "[data.augment] trains, noted" || fail "augmented run: rc $rc, $(cat "$work/aug.err")"
+mkdir -p "$work/aug_resumed/checkpoints"
+cp -r "$work/aug/checkpoints/step_00000020" "$work/aug_resumed/checkpoints/"
+ln -s step_00000020 "$work/aug_resumed/checkpoints/latest"
+cp "$work/aug/recipe.toml" "$work/aug_resumed/recipe.toml"
+"$genesis" train "$recipe" --out "$work/aug_resumed" --resume "${aug[@]}" -q >/dev/null 2>"$work/aug_resumed.err" \
+  || fail "augmented resume: $(cat "$work/aug_resumed.err")"
+cmp -s "$work/aug/checkpoints/step_00000040/model.safetensors" "$work/aug_resumed/checkpoints/step_00000040/model.safetensors" \
+  && ok "augmented: resumed at step 20, the final weights are byte-identical" || fail "augmented: final weights differ after resume"
+ranks=(--set training.steps=20 --set training.log_every=1 --set run.threads=1 -q)
+"$genesis" train "$recipe" --out "$work/aug1" "${aug[@]}" "${ranks[@]}" >/dev/null 2>&1 \
+  && "$genesis" train "$recipe" --out "$work/aug2" "${aug[@]}" "${ranks[@]}" --set training.batch_size=16 \
+    --nproc-per-node 2 >/dev/null 2>"$work/aug2.err"
+losses_match "$work/aug1" "$work/aug2" 20 && ok "augmented on 2 ranks x 16 = 1 process x 32: losses within 1e-5" \
+  || fail "augmented over 2 ranks: $(cat "$work/aug2.err")"
+
 # 2. Bad input: exit 2, one line on stderr naming what, where and what to do.
 bad "a missing root" "$work/nowhere: no such directory" --set "data.path=$work/nowhere"
 mkdir "$data/train/zz_empty"
@@ -95,6 +119,12 @@ bad "a truncated PNG" "3_dress/$first: PNG.*set data.skip_bad = true"
 [ $rc -eq 0 ] && grep -q "399 training images.*1 unreadable image skipped (data.skip_bad), the first: .*3_dress/$first" \
   "$work/skip.err" && ok "data.skip_bad = true: the truncated PNG skipped and named" || fail "skip_bad: rc $rc, $(cat "$work/skip.err")"
 cp "$work/saved.png" "$data/train/3_dress/$first"
+bad "a negative data.augment.rotation" "data.augment.rotation" --set data.augment.rotation=-5
+"$genesis" train "$src/recipes/fashion_mnist_mlp.toml" --out "$work/aug_mnist" --set data.augment.flip=true -q \
+  >/dev/null 2>"$work/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "\[data.augment\] augments the images of data.name = \"image_folder\"" "$work/err" \
+  && [ ! -e "$work/aug_mnist" ] && ok "[data.augment] with fashion_mnist: a recipe error before the run directory" \
+  || fail "[data.augment] with fashion_mnist: rc $rc, $(cat "$work/err")"
 bad "model.num_classes below the class folders" "model.num_classes = 4 is fewer than the 10 class folders" \
   --set model.num_classes=4
 bad "data.mean of another length than the channels" "data.mean and data.std need one value per channel" \
