@@ -135,12 +135,12 @@ fi
 # an empty data root, fetches through the source tree's data/fetch.sh into ${GENESIS_DATA},
 # tokenizes there and trains; the working directory receives the run and nothing else.
 mkdir -p "$work/elsewhere"
-(cd "$work/elsewhere" && GENESIS_DATA="$work/root" "$(realpath "$genesis")" train "$(realpath "$src")/recipes/mobydick_gpt_tiny.toml" \
+(cd "$work/elsewhere" && GENESIS_DATA="$work/data_root" "$(realpath "$genesis")" train "$(realpath "$src")/recipes/mobydick_gpt_tiny.toml" \
   --set training.steps=2 --set scheduler.warmup_steps=1 --set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2 -q \
   >/dev/null 2>"$work/elsewhere.err") || cat "$work/elsewhere.err"
 check "mobydick_gpt_tiny.toml from another directory" 0 $?
-[ -s "$work/root/gpt2/vocab.bpe" ] && [ -s "$work/root/mobydick.txt" ] && [ -s "$work/root/shards/mobydick_gpt2/train.bin" ] \
-  && ok "it fetched and tokenized into the data root" || fail "data root holds: $(ls -R "$work/root" | head -20)"
+[ -s "$work/data_root/gpt2/vocab.bpe" ] && [ -s "$work/data_root/mobydick.txt" ] && [ -s "$work/data_root/shards/mobydick_gpt2/train.bin" ] \
+  && ok "it fetched and tokenized into the data root" || fail "data root holds: $(ls -R "$work/data_root" | head -20)"
 [ "$(ls "$work/elsewhere")" = runs ] && [ -f "$work/elsewhere/runs/mobydick_gpt_tiny/summary.json" ] \
   && ok "the working directory holds only runs/" || fail "working directory holds: $(ls "$work/elsewhere")"
 finish data
