@@ -142,6 +142,10 @@ const std::map<std::string_view, AutocastCase>& autocast_cases() {
       return lora_linear(input({2, 3}, d.first), input({4, 3}, d.rest), input({4}, d.rest), input({2, 3}, d.rest),
                          input({4, 2}, d.rest), 2.0);
     });
+    c["swiglu_linear"] = with_inputs([](InputDtypes d) {
+      return swiglu_linear(input({2, 3}, d.first), input({2, 3}, d.first), input({4, 3}, d.rest), input({4}, d.rest),
+                           input({2, 3}, d.rest), input({4, 2}, d.rest), 2.0);
+    });
     // neural-network functions and losses
     c["softmax"] = unary_case([](const Tensor& x) { return softmax(x, 1); });
     c["log_softmax"] = unary_case([](const Tensor& x) { return log_softmax(x, 1); });

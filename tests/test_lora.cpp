@@ -16,10 +16,15 @@
 #include "libgenesis/models/hf.h"
 #include "libgenesis/nn/layers.h"
 #include "libgenesis/nn/lora.h"
+#include "libgenesis/ops/linalg.h"
 #include "libgenesis/ops/quant.h"
+#include "libgenesis/ops/transformer.h"
 #include "libgenesis/recipe/build.h"
 #include "libgenesis/train/lm_metrics.h"
 #include "tests/testing.h"
+#if GENESIS_WITH_CUDA
+#include "libgenesis/cuda/caching_allocator.h"
+#endif
 
 using namespace genesis;
 namespace fs = std::filesystem;
@@ -166,6 +171,26 @@ TEST_CASE("LoRA: forward is base + scale (x A^T) B^T, gradients of x, A and B gr
   CHECK(!testing::allclose(dropped(x32), eval_out, 1e-3, 1e-3));
 }
 
+namespace {
+
+// `block` under selective checkpointing against the plain run, on a [4, in_features] input: the
+// output and the gradients of the input and of the adapter factors a and b, bit for bit.
+void check_checkpointing_bit_exact(const CheckpointFunction& block, int64_t in_features, Tensor& a, Tensor& b) {
+  auto run = [&](bool checkpointed) {
+    manual_seed(9);
+    Tensor in = testing::rand_values({4, in_features}).requires_grad_(true);
+    a.zero_grad_(true);
+    b.zero_grad_(true);
+    const Tensor out = checkpointed ? checkpoint(block, {in}, {.keep_products = true})[0] : block({in})[0];
+    sum(mul(out, out)).backward();
+    return std::tuple{out.to_vector<float>(), in.grad().to_vector<float>(), a.grad().to_vector<float>(),
+                      b.grad().to_vector<float>()};
+  };
+  CHECK(run(true) == run(false));
+}
+
+}  // namespace
+
 TEST_CASE("LoRA: lora_linear on a transposed weight, and under selective checkpointing bit for bit", "[cpu][lora]") {
   manual_seed(4);
   const Tensor x = testing::rand_leaf({2, 3, 5}), wt = testing::rand_leaf({5, 4});
@@ -179,21 +204,113 @@ TEST_CASE("LoRA: lora_linear on a transposed weight, and under selective checkpo
   // Selective checkpointing keeps the op's output and x A^T; the replay takes them back.
   const Tensor w = testing::rand_values({6, 5}), bias = testing::rand_values({6});
   Tensor a32 = testing::rand_values({3, 5}).requires_grad_(true), b32 = testing::rand_values({6, 3}).requires_grad_(true);
-  const CheckpointFunction block = [&](const TensorList& in) {
-    return TensorList{gelu(lora_linear(in[0], w, bias, a32, b32, 2.0), GeluApproximation::tanh)};
-  };
-  auto run = [&](bool checkpointed) {
-    manual_seed(9);
-    Tensor in = testing::rand_values({4, 5}).requires_grad_(true);
-    a32.zero_grad_(true);
-    b32.zero_grad_(true);
-    const Tensor out = checkpointed ? checkpoint(block, {in}, {.keep_products = true})[0] : block({in})[0];
-    sum(mul(out, out)).backward();
-    return std::tuple{out.to_vector<float>(), in.grad().to_vector<float>(), a32.grad().to_vector<float>(),
-                      b32.grad().to_vector<float>()};
-  };
-  CHECK(run(true) == run(false));
+  check_checkpointing_bit_exact(
+      [&](const TensorList& in) {
+        return TensorList{gelu(lora_linear(in[0], w, bias, a32, b32, 2.0), GeluApproximation::tanh)};
+      },
+      5, a32, b32);
 }
+
+namespace {
+
+// The forward's output and every input's gradient of swiglu_linear, fused or composed (swiglu,
+// then lora_linear or linear), for gate and up [rows, k] (strided views when `strided`).
+std::vector<std::vector<float>> swiglu_linear_run(bool fused, bool adapted, bool strided, Device device,
+                                                  std::optional<DType> autocast) {
+  manual_seed(21);
+  const int64_t rows = 37, k = 13, n = 11, r = 3;
+  auto leaf = [&](const Shape& shape) { return testing::rand_values(shape).to(device).requires_grad_(true); };
+  Tensor gate = leaf(strided ? Shape{k, rows} : Shape{rows, k}), up = leaf(strided ? Shape{k, rows} : Shape{rows, k});
+  Tensor w = leaf({n, k}), bias = leaf({n}), a = leaf({r, k}), b = leaf({n, r});
+  // Under autocast gate and up arrive in the autocast dtype, as the MLP's projections give them
+  // (the fused op casts f32 ones, being a matrix product; swiglu alone would keep them f32).
+  Tensor g = strided ? gate.t() : gate, u = strided ? up.t() : up;
+  if (autocast) {
+    g = g.to(*autocast);
+    u = u.to(*autocast);
+  }
+  Tensor out;
+  {
+    AutocastGuard cast(autocast);
+    if (fused) {
+      out = adapted ? swiglu_linear(g, u, w, bias, a, b, 1.5) : swiglu_linear(g, u, w, bias);
+    } else {
+      const Tensor h = swiglu(g, u);
+      out = adapted ? lora_linear(h, w, bias, a, b, 1.5) : linear(h, w, bias);
+    }
+  }
+  const Tensor weights = testing::rand_values(out.shape()).to(device).to(out.dtype());
+  sum(mul(out.to(DType::f32), weights.to(DType::f32))).backward();
+  std::vector<std::vector<float>> values{out.to(DType::f32).to(Device{}).to_vector<float>()};
+  for (const Tensor& t : {gate, up, w, bias, a, b})
+    if (t.grad().defined()) values.push_back(t.grad().to(DType::f32).to(Device{}).to_vector<float>());
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA: swiglu_linear equals swiglu then lora_linear or linear, bit for bit, and checkpoints", "[cpu][lora]") {
+  for (bool adapted : {true, false})
+    for (bool strided : {false, true}) {
+      INFO("adapted " << adapted << ", strided " << strided);
+      const auto fused = swiglu_linear_run(true, adapted, strided, Device{}, std::nullopt);
+      CHECK(fused.size() == (adapted ? 7u : 5u));
+      CHECK(fused == swiglu_linear_run(false, adapted, strided, Device{}, std::nullopt));
+    }
+  // Under bf16 autocast on the CPU as well (h rounded to bf16 in both).
+  CHECK(swiglu_linear_run(true, true, false, Device{}, DType::bf16) ==
+        swiglu_linear_run(false, true, false, Device{}, DType::bf16));
+  // Gradients in f64, the adapted and the plain forms.
+  const Tensor gate = testing::rand_leaf({2, 3, 6}), up = testing::rand_leaf({2, 3, 6});
+  const Tensor w = testing::rand_leaf({5, 6}), bias = testing::rand_leaf({5});
+  const Tensor a = testing::rand_leaf({2, 6}), b = testing::rand_leaf({5, 2});
+  testing::gradcheck([](const TensorList& in) { return swiglu_linear(in[0], in[1], in[2], in[3], in[4], in[5], 0.5); },
+                     {gate, up, w, bias, a, b});
+  testing::gradcheck([](const TensorList& in) { return swiglu_linear(in[0], in[1], in[2].t()); },
+                     {gate, up, testing::rand_leaf({6, 5})});
+  // Errors name the op and the shapes.
+  CHECK_THROWS_WITH(swiglu_linear(gate, testing::rand_leaf({2, 3, 5}), w), Catch::Contains("swiglu_linear: gate"));
+  CHECK_THROWS_WITH(swiglu_linear(gate, up, w, bias, a, Tensor(), 1.0), Catch::Contains("lora_b"));
+
+  // Selective checkpointing keeps the op's output and x A^T; the replay takes them back.
+  Tensor a32 = testing::rand_values({3, 6}).requires_grad_(true), b32 = testing::rand_values({5, 3}).requires_grad_(true);
+  const Tensor w_gate = testing::rand_values({6, 6}), w_up = testing::rand_values({6, 6}), w_down = testing::rand_values({5, 6});
+  check_checkpointing_bit_exact(
+      [&](const TensorList& in) {
+        const Tensor projected =
+            swiglu_linear(linear(in[0], w_gate), linear(in[0], w_up), w_down, Tensor(), a32, b32, 2.0);
+        return TensorList{gelu(projected, GeluApproximation::tanh)};
+      },
+      6, a32, b32);
+}
+
+#if GENESIS_WITH_CUDA
+TEST_CASE("cuda LoRA: swiglu_linear equals the composed ops bit for bit, and keeps no SwiGLU output", "[cuda][lora]") {
+  if (!testing::cuda_ready()) return;
+  constexpr Device kCuda0{DeviceType::cuda, 0};
+  for (bool adapted : {true, false})
+    for (bool strided : {false, true})
+      for (std::optional<DType> autocast : {std::optional<DType>(), std::optional<DType>(DType::bf16)}) {
+        INFO("adapted " << adapted << ", strided " << strided << ", autocast " << autocast.has_value());
+        CHECK(swiglu_linear_run(true, adapted, strided, kCuda0, autocast) ==
+              swiglu_linear_run(false, adapted, strided, kCuda0, autocast));
+      }
+  // What the graph holds after the forward: the composed form keeps h [rows, k] for the down
+  // projection's weight gradient; the fused op does not.
+  auto held = [&](bool fused) {
+    const int64_t rows = 1024, k = 512, n = 256;
+    const Tensor gate = testing::rand_values({rows, k}).to(kCuda0).requires_grad_(true);
+    const Tensor up = testing::rand_values({rows, k}).to(kCuda0).requires_grad_(true);
+    const Tensor w = testing::rand_values({n, k}).to(kCuda0).requires_grad_(true);
+    const size_t before = cuda::memory_stats().allocated;
+    const Tensor out = fused ? swiglu_linear(gate, up, w) : linear(swiglu(gate, up), w);
+    return static_cast<int64_t>(cuda::memory_stats().allocated - before) -
+           static_cast<int64_t>(out.numel() * out.element_size());
+  };
+  CHECK(held(true) == 0);
+  CHECK(held(false) >= 1024 * 512 * 4);
+}
+#endif  // GENESIS_WITH_CUDA
 
 TEST_CASE("LoRA: targets by name or dotted suffix, all-linear, and errors naming the layers", "[cpu][lora]") {
   CHECK(nn::lora_pattern_matches("model.layers.0.self_attn.q_proj", "q_proj"));

@@ -23,8 +23,8 @@
 #include "apps/genesis/lm_session.h"
 #include "libgenesis/autograd/autocast.h"
 #include "libgenesis/core/error.h"
-#include "libgenesis/io/user_paths.h"
 #include "libgenesis/models/sampling.h"
+#include "libgenesis/recipe/build.h"
 #include "libgenesis/train/sft_data.h"
 
 namespace genesis::cli {
@@ -59,7 +59,7 @@ train::ChatFormat chat_format_of(const ChatArgs& a, const LoadedModel& m) {
     GENESIS_CHECK(data::Tokenizer::found_in(a.model.model_dir), UsageError, where,
                   " has no tokenizer (tokenizer.json, or encoder.json + vocab.bpe); copy the model's tokenizer there");
     spec.model.init_from = a.model.model_dir;
-    spec.data.tokenizer = io::expand_path(RecipeSpec::Data::kDefaultTokenizer);
+    spec.data.tokenizer = recipe::default_tokenizer();
   }
   if (!a.chat_template.empty()) {
     GENESIS_CHECK(fs::is_regular_file(a.chat_template), UsageError, "--chat-template ", a.chat_template,

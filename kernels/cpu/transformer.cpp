@@ -38,19 +38,26 @@ A sigmoid_of(A v) {
   return A(1) / (A(1) + std::exp(-v));
 }
 
+// silu(g) * u rounded to T; the forward and the backward's recomputation share it, so they agree
+// bit for bit.
+template <class T, class A>
+T swiglu_value(A g, A sig, A u) {
+  return static_cast<T>(g * sig * u);
+}
+
 template <class T>
 void swiglu_typed(int64_t n, const T* gate, const T* up, T* y) {
   using A = acc_t<T>;
   parallel_for(n, 8, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const A g = static_cast<A>(gate[i]);
-      y[i] = static_cast<T>(g * sigmoid_of(g) * static_cast<A>(up[i]));
+      y[i] = swiglu_value<T>(g, sigmoid_of(g), static_cast<A>(up[i]));
     }
   });
 }
 
 template <class T>
-void swiglu_backward_typed(int64_t n, const T* gate, const T* up, const T* grad_y, T* grad_gate, T* grad_up) {
+void swiglu_backward_typed(int64_t n, const T* gate, const T* up, const T* grad_y, T* grad_gate, T* grad_up, T* y) {
   using A = acc_t<T>;
   parallel_for(n, 10, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -58,6 +65,7 @@ void swiglu_backward_typed(int64_t n, const T* gate, const T* up, const T* grad_
       const A sig = sigmoid_of(g);
       grad_gate[i] = static_cast<T>(gy * u * sig * (A(1) + g * (A(1) - sig)));
       grad_up[i] = static_cast<T>(gy * g * sig);
+      if (y) y[i] = swiglu_value<T>(g, sig, u);
     }
   });
 }
@@ -197,11 +205,11 @@ void swiglu(DType dtype, int64_t n, const void* gate, const void* up, void* y) {
 }
 
 void swiglu_backward(DType dtype, int64_t n, const void* gate, const void* up, const void* grad_y, void* grad_gate,
-                     void* grad_up) {
+                     void* grad_up, void* y) {
   GENESIS_DISPATCH_FLOAT(dtype, "swiglu", {
     swiglu_backward_typed(n, static_cast<const scalar_t*>(gate), static_cast<const scalar_t*>(up),
                           static_cast<const scalar_t*>(grad_y), static_cast<scalar_t*>(grad_gate),
-                          static_cast<scalar_t*>(grad_up));
+                          static_cast<scalar_t*>(grad_up), static_cast<scalar_t*>(y));
   });
 }
 

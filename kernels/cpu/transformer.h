@@ -19,10 +19,11 @@ using kernels::AttentionShape;
 void rope(DType dtype, bool inverse, int64_t outer, int64_t seq, int64_t dim, const void* x, const void* cos,
           const void* sin, int64_t outer_per_table, void* y);
 
-// y = silu(gate) * up over n elements.
+// y = silu(gate) * up over n elements, and its gradients; y, when not null, receives the
+// forward's values again, bit for bit (ops/linalg.h's swiglu_linear keeps no y).
 void swiglu(DType dtype, int64_t n, const void* gate, const void* up, void* y);
 void swiglu_backward(DType dtype, int64_t n, const void* gate, const void* up, const void* grad_y, void* grad_gate,
-                     void* grad_up);
+                     void* grad_up, void* y = nullptr);
 
 // out [batch, q_heads, q_len, head_dim]; probs [batch, q_heads, q_len, kv_len] receives the
 // attention weights in the accumulator type (f64 for f64, f32 otherwise), zero where masked.

@@ -113,9 +113,10 @@ __global__ void swiglu_kernel(int64_t n, const T* gate, const T* up, T* y) {
   for (int64_t i = packs * VEC + first; i < n; i += stride) y[i] = swiglu_value(gate[i], up[i]);
 }
 
-template <int VEC, class T>
+// WITH_Y: also writes the forward's values into y (the same swiglu_value, so the same bits).
+template <int VEC, bool WITH_Y, class T>
 __global__ void swiglu_backward_kernel(int64_t n, const T* gate, const T* up, const T* grad_y, T* grad_gate,
-                                       T* grad_up) {
+                                       T* grad_up, T* y) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t packs = n / VEC;
@@ -127,9 +128,16 @@ __global__ void swiglu_backward_kernel(int64_t n, const T* gate, const T* up, co
     for (int j = 0; j < VEC; ++j) swiglu_grads(g.v[j], u.v[j], gy.v[j], gg.v[j], gu.v[j]);
     store_pack<VEC>(grad_gate + p * VEC, gg);
     store_pack<VEC>(grad_up + p * VEC, gu);
+    if constexpr (WITH_Y) {
+      Pack<T, VEC> out;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) out.v[j] = swiglu_value(g.v[j], u.v[j]);
+      store_pack<VEC>(y + p * VEC, out);
+    }
   }
   for (int64_t i = packs * VEC + first; i < n; i += stride) {
     swiglu_grads(gate[i], up[i], grad_y[i], grad_gate[i], grad_up[i]);
+    if constexpr (WITH_Y) y[i] = swiglu_value(gate[i], up[i]);
   }
 }
 
@@ -369,7 +377,7 @@ void swiglu(DType dtype, int64_t n, const void* gate, const void* up, void* y, c
 }
 
 void swiglu_backward(DType dtype, int64_t n, const void* gate, const void* up, const void* grad_y, void* grad_gate,
-                     void* grad_up, cudaStream_t stream) {
+                     void* grad_up, void* y, cudaStream_t stream) {
   if (n == 0) return;
   GENESIS_CUDA_DISPATCH_FLOAT(dtype, "swiglu", {
     const auto* g = static_cast<const scalar_t*>(gate);
@@ -377,12 +385,15 @@ void swiglu_backward(DType dtype, int64_t n, const void* gate, const void* up, c
     const auto* gy = static_cast<const scalar_t*>(grad_y);
     auto* gg = static_cast<scalar_t*>(grad_gate);
     auto* gu = static_cast<scalar_t*>(grad_up);
+    auto* out = static_cast<scalar_t*>(y);
     constexpr int V = kPack<scalar_t>;
-    if (aligned16(g) && aligned16(u) && aligned16(gy) && aligned16(gg) && aligned16(gu)) {
-      swiglu_backward_kernel<V><<<grid_size((n + V - 1) / V), kBlockSize, 0, stream>>>(n, g, u, gy, gg, gu);
-    } else {
-      swiglu_backward_kernel<1><<<grid_size(n), kBlockSize, 0, stream>>>(n, g, u, gy, gg, gu);
-    }
+    const bool vector = aligned16(g) && aligned16(u) && aligned16(gy) && aligned16(gg) && aligned16(gu) &&
+                        (!out || aligned16(out));
+    const unsigned blocks = vector ? grid_size((n + V - 1) / V) : grid_size(n);
+    if (vector && out) swiglu_backward_kernel<V, true><<<blocks, kBlockSize, 0, stream>>>(n, g, u, gy, gg, gu, out);
+    if (vector && !out) swiglu_backward_kernel<V, false><<<blocks, kBlockSize, 0, stream>>>(n, g, u, gy, gg, gu, out);
+    if (!vector && out) swiglu_backward_kernel<1, true><<<blocks, kBlockSize, 0, stream>>>(n, g, u, gy, gg, gu, out);
+    if (!vector && !out) swiglu_backward_kernel<1, false><<<blocks, kBlockSize, 0, stream>>>(n, g, u, gy, gg, gu, out);
   });
   GENESIS_CUDA_LAUNCH_CHECK();
 }

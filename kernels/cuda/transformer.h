@@ -27,10 +27,11 @@ struct RopeInput {
 void rope(DType dtype, bool inverse, const RopeInput& x, int64_t seq, int64_t dim, const void* cos, const void* sin,
           void* y, cudaStream_t stream);
 
-// y = silu(gate) * up over n contiguous elements, and its gradients.
+// y = silu(gate) * up over n contiguous elements, and its gradients; y, when not null, receives
+// the forward's values again, bit for bit (ops/linalg.h's swiglu_linear keeps no y).
 void swiglu(DType dtype, int64_t n, const void* gate, const void* up, void* y, cudaStream_t stream);
 void swiglu_backward(DType dtype, int64_t n, const void* gate, const void* up, const void* grad_y, void* grad_gate,
-                     void* grad_up, cudaStream_t stream);
+                     void* grad_up, void* y, cudaStream_t stream);
 
 // Element strides of a [batch, heads, rows, head_dim] attention operand whose head_dim is
 // unit-stride.

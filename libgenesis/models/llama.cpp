@@ -142,7 +142,8 @@ class DecoderLayer final : public nn::Module {
             .reshape({batch, steps, heads_ * head_dim_});
     Tensor h = add(x, (*o_proj_)(attended));
     Tensor m = (*post_attention_layernorm_)(h);
-    return add(h, (*down_proj_)(swiglu((*gate_proj_)(m), (*up_proj_)(m))));
+    // The down projection takes gate and up: it computes SwiGLU itself and keeps no output of it.
+    return add(h, down_proj_->forward_swiglu((*gate_proj_)(m), (*up_proj_)(m)));
   }
 
  private:

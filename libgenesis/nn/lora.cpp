@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "libgenesis/autograd/autocast.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/nn/init.h"
@@ -9,6 +10,7 @@
 #include "libgenesis/ops/factory.h"
 #include "libgenesis/ops/linalg.h"
 #include "libgenesis/ops/nn.h"
+#include "libgenesis/ops/transformer.h"
 
 namespace genesis::nn {
 
@@ -48,6 +50,16 @@ Tensor LoraTarget::forward(const Tensor& x) {
                        lora_->b->weight(), lora_->scale);
   const Tensor y = base_forward(x);
   return lora_ ? lora_->add_to(y, x, is_training()) : y;
+}
+
+Tensor LoraTarget::forward_swiglu(const Tensor& gate, const Tensor& up) {
+  const bool composed = nf4_ || (lora_ && is_training() && lora_->dropout > 0) ||
+                        (!autocast_enabled() && autocast_dtype());
+  if (composed) return (*this)(swiglu(gate, up));
+  const Tensor w = transposed_ ? weight_->t() : *weight_;
+  const Tensor b = bias_ ? *bias_ : Tensor();
+  if (!lora_) return swiglu_linear(gate, up, w, b);
+  return swiglu_linear(gate, up, w, b, lora_->a->weight(), lora_->b->weight(), lora_->scale);
 }
 
 void LoraTarget::attach_lora(LoraAdapter adapter) {

@@ -68,6 +68,10 @@ class LoraTarget : public Module {
   int64_t out_features() const { return out_; }
   // The base product plus the adapter's update once one is attached.
   Tensor forward(const Tensor& x) override;
+  // (*this)(swiglu(gate, up)), the down projection of a SwiGLU MLP: one op (ops/linalg.h's
+  // swiglu_linear, which keeps no SwiGLU output for the backward) where forward would take the
+  // plain product or lora_linear; composed otherwise (NF4 base, adapter dropout, f32 module).
+  Tensor forward_swiglu(const Tensor& gate, const Tensor& up);
   // Registers the adapter's factors as this layer's children lora_A and lora_B.
   void attach_lora(LoraAdapter adapter);
   const std::optional<LoraAdapter>& lora() const { return lora_; }

@@ -1,4 +1,4 @@
-// matmul, bmm, linear and linear_gelu: argument checks, operand layouts for GEMM, backward formulas.
+// matmul, bmm, linear, linear_gelu, lora_linear and swiglu_linear: argument checks, operand layouts for GEMM, backward formulas.
 #include "libgenesis/ops/linalg.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linalg.h"
+#include "kernels/cpu/transformer.h"
 #include "libgenesis/autograd/checkpoint.h"
 #include "libgenesis/autograd/record.h"
 #include "libgenesis/ops/dispatch.h"
@@ -18,6 +19,7 @@
 #if GENESIS_WITH_CUDA
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/linalg.h"
+#include "kernels/cuda/transformer.h"
 #include "libgenesis/cuda/blas.h"
 #endif
 
@@ -424,21 +426,109 @@ Tensor linear_op(const char* op, const Tensor& x, const Tensor& weight, const Te
   return out;
 }
 
+// The adapter of a linear layer, y = x W^T + b + scale (x A^T) B^T (lora_linear, swiglu_linear):
+// checks that the factors fit the weight. Both undefined: a plain linear.
+bool check_adapter(const char* op, const Tensor& weight, const Tensor& lora_a, const Tensor& lora_b) {
+  if (!lora_a.defined() && !lora_b.defined()) return false;
+  detail::check_defined(op, lora_a, "lora_a");
+  detail::check_defined(op, lora_b, "lora_b");
+  const int64_t in_features = weight.size(1), out_features = weight.size(0);
+  GENESIS_CHECK(lora_a.dim() == 2 && lora_b.dim() == 2 && lora_a.size(1) == in_features &&
+                    lora_b.size(0) == out_features && lora_b.size(1) == lora_a.size(0),
+                ShapeError, op, ": lora_a of shape ", lora_a.shape(), " and lora_b of shape ", lora_b.shape(),
+                " do not fit weight of shape ", weight.shape(), " (expected [r, ", in_features, "] and [",
+                out_features, ", r])");
+  return true;
+}
+
+// x2 [rows, in] W^T + b, and with an adapter (a, b_ defined) down = scale x2 A^T [rows, r], then
+// out += down B^T (beta = 1: no [rows, out] temporary). All of one dtype; no autograd.
+std::pair<Tensor, Tensor> adapted_forward(const char* op, const Tensor& x2, const Tensor& w, const Tensor& bias,
+                                          const Tensor& a, const Tensor& b, double scale) {
+  Tensor out = linear_forward(op, x2, w, bias, false, false).out;
+  if (!a.defined()) return {out, Tensor()};
+  NoGradGuard forward_only;
+  Tensor down = empty({x2.size(0), a.size(0)}, {.dtype = x2.dtype(), .device = x2.device()});
+  run_gemm(op, x2, a.t(), down, 0.0, scale);
+  run_gemm(op, down, b.t(), out, 1.0);
+  return {out, down};
+}
+
+// The backward of an adapted linear in two stages, so that swiglu_linear can compute its input x
+// between them: first x's gradient, dx = dy W + scale (dy B) A, then the parameters' from x.
+struct AdaptedBackward {
+  const char* op;
+  Tensor w, a, b;  // in their own dtypes; each kept only where a gradient reads it
+  Tensor down;     // scale x A^T [rows, r], lora_b's gradient reads it
+  double scale;
+  bool need_x, need_w, need_bias, need_a, need_b, weight_transposed;
+
+  // dy B [rows, r] (what lora_a's gradient and x's share) where either needs it.
+  Tensor adapter_grad(const Tensor& g2) const {
+    if (!(need_x || need_a) || !b.defined()) return Tensor();
+    NoGradGuard no_graph;
+    return matmul(g2, b.to(g2.dtype()));
+  }
+  // x's gradient [rows, in] from g2 [rows, out] and adapter_grad(g2).
+  Tensor input_grad(const Tensor& g2, const Tensor& up) const {
+    if (!need_x) return Tensor();
+    NoGradGuard no_graph;
+    Tensor dx = linear_backward(op, g2, Tensor(), w.to(g2.dtype()), true, false, false, weight_transposed)[0];
+    if (up.defined()) run_gemm(op, up, a.to(g2.dtype()), dx, 1.0, scale);
+    return dx;
+  }
+  // The gradients of weight, bias, lora_a and lora_b (undefined where not asked) from x2 [rows, in]
+  // in g2's dtype, each cast to its parameter's dtype in `dtypes`.
+  std::array<Tensor, 4> param_grads(const Tensor& g2, const Tensor& x2, const Tensor& up,
+                                    const std::array<DType, 4>& dtypes) const {
+    NoGradGuard no_graph;
+    std::array<Tensor, 4> grads;
+    const TensorList base = linear_backward(op, g2, x2, Tensor(), false, need_w, need_bias, weight_transposed);
+    grads[0] = base[1];
+    grads[1] = base[2];
+    if (need_a) {
+      grads[2] = empty({up.size(1), x2.size(1)}, {.dtype = g2.dtype(), .device = g2.device()});
+      run_gemm(op, up.t(), x2, grads[2], 0.0, scale);
+    }
+    if (need_b) grads[3] = matmul(g2.t(), down.to(g2.dtype()));
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (grads[i].defined()) grads[i] = grads[i].to(dtypes[i]);
+    return grads;
+  }
+};
+
+bool is_transposed_weight(const Tensor& weight) {
+  return weight.size(1) > 1 && weight.stride(0) == 1 && weight.stride(1) == weight.size(0);
+}
+
+// What the backward of an adapted linear keeps (the adapter's factors undefined: none), where
+// need_x says whether its input takes a gradient.
+AdaptedBackward adapted_backward(const char* op, bool need_x, const Tensor& weight, const Tensor& bias,
+                                 const Tensor& lora_a, const Tensor& lora_b, const Tensor& down, double scale) {
+  const bool adapted = lora_a.defined();
+  const bool need_a = adapted && lora_a.requires_grad(), need_b = adapted && lora_b.requires_grad();
+  return {.op = op,
+          .w = need_x ? saved(weight) : Tensor(),
+          .a = need_x && adapted ? saved(lora_a) : Tensor(),
+          .b = (need_x || need_a) && adapted ? saved(lora_b) : Tensor(),
+          .down = need_b ? saved(down) : Tensor(),
+          .scale = scale,
+          .need_x = need_x,
+          .need_w = weight.requires_grad(),
+          .need_bias = bias.defined() && bias.requires_grad(),
+          .need_a = need_a,
+          .need_b = need_b,
+          .weight_transposed = is_transposed_weight(weight)};
+}
+
 // lora_linear after the op prologue: the base's linear_forward, then the adapter's two GEMMs,
 // the second accumulating into the base's output.
 Tensor lora_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& lora_a,
                       const Tensor& lora_b, double scale) {
   const char* op = "lora_linear";
   const LinearShapes shapes = check_linear(op, x, weight, bias);
-  detail::check_defined(op, lora_a, "lora_a");
-  detail::check_defined(op, lora_b, "lora_b");
+  check_adapter(op, weight, lora_a, lora_b);
   const int64_t rows = shapes.rows, in_features = weight.size(1), out_features = weight.size(0);
-  GENESIS_CHECK(lora_a.dim() == 2 && lora_b.dim() == 2 && lora_a.size(1) == in_features &&
-                    lora_b.size(0) == out_features && lora_b.size(1) == lora_a.size(0),
-                ShapeError, op, ": lora_a of shape ", lora_a.shape(), " and lora_b of shape ", lora_b.shape(),
-                " do not fit weight of shape ", weight.shape(), " (expected [r, ", in_features, "] and [",
-                out_features, ", r])");
-  const int64_t r = lora_a.size(0);
   const DType dt = promote_types(promote_types(shapes.dtype, lora_a.dtype()), lora_b.dtype());
   GENESIS_CHECK(is_floating(dt), DTypeError, op, ": expects floating tensors, got ", dtype_name(dt));
   const bool grad = needs_grad({x, weight, bias, lora_a, lora_b});
@@ -446,11 +536,7 @@ Tensor lora_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias,
   const Tensor bias2 = bias.defined() ? bias.to(dt).contiguous() : Tensor();
   Tensor out, down;  // down = scale * x A^T [rows, r]: lora_b's gradient reads it
   const TensorList kept = kept_or_computed(op, [&] {
-    out = linear_forward(op, x2, w, bias2, false, false).out;
-    NoGradGuard forward_only;
-    down = empty({rows, r}, {.dtype = dt, .device = x2.device()});
-    run_gemm(op, x2, a.t(), down, 0.0, scale);
-    run_gemm(op, down, b.t(), out, 1.0);
+    std::tie(out, down) = adapted_forward(op, x2, w, bias2, a, b, scale);
     return TensorList{out, down};
   });
   if (!out.defined()) {  // taken back from a checkpoint's forward
@@ -459,36 +545,103 @@ Tensor lora_linear_op(const Tensor& x, const Tensor& weight, const Tensor& bias,
   }
   Tensor result = out.view(shapes.out_shape);
   if (!grad) return result;
-  const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_bias = bias.defined() && bias.requires_grad();
-  const bool need_a = lora_a.requires_grad(), need_b = lora_b.requires_grad();
+  const AdaptedBackward backward = adapted_backward(op, x.requires_grad(), weight, bias, lora_a, lora_b, down, scale);
   record(op, {x, weight, bias, lora_a, lora_b}, {result},
-         [xs = need_w || need_a ? saved(x) : Tensor(), ws = need_x ? saved(weight) : Tensor(),
-          as = need_x ? saved(lora_a) : Tensor(), bs = need_x || need_a ? saved(lora_b) : Tensor(),
-          downs = need_b ? saved(down) : Tensor(), x_shape = x.shape(), rows, in_features, out_features, scale, need_x,
-          need_w, need_bias, need_a, need_b,
-          dtypes = std::array<DType, 5>{x.dtype(), weight.dtype(), bias.defined() ? bias.dtype() : dt, lora_a.dtype(),
-                                        lora_b.dtype()},
-          weight_transposed = weight.size(1) > 1 && weight.stride(0) == 1 && weight.stride(1) == weight.size(0)](
+         [backward, xs = backward.need_w || backward.need_a ? saved(x) : Tensor(), x_shape = x.shape(), x_dtype = x.dtype(),
+          rows, in_features, out_features,
+          dtypes = std::array<DType, 4>{weight.dtype(), bias.defined() ? bias.dtype() : dt, lora_a.dtype(),
+                                        lora_b.dtype()}](const TensorList& g) {
+           const Tensor g2 = g[0].reshape({rows, out_features});
+           const Tensor up = backward.adapter_grad(g2);
+           Tensor dx = backward.input_grad(g2, up);
+           const Tensor x2 = xs.defined() ? xs.to(g2.dtype()).reshape({rows, in_features}) : Tensor();
+           const std::array<Tensor, 4> p = backward.param_grads(g2, x2, up, dtypes);
+           if (dx.defined()) dx = dx.reshape(x_shape).to(x_dtype);
+           return TensorList{dx, p[0], p[1], p[2], p[3]};
+         });
+  return result;
+}
+
+// silu(gate) * up for contiguous gate and up of one dtype (ops/transformer.h's swiglu kernels).
+Tensor swiglu_values(const Tensor& gate, const Tensor& up) {
+  Tensor h = empty(gate.shape(), {.dtype = gate.dtype(), .device = gate.device()});
+  if (gate.device().is_cpu()) {
+    kernels::cpu::swiglu(gate.dtype(), gate.numel(), gate.data_ptr(), up.data_ptr(), h.data_ptr());
+  } else {
+    GENESIS_ON_CUDA(kernels::cuda::swiglu(gate.dtype(), gate.numel(), gate.data_ptr(), up.data_ptr(), h.data_ptr(),
+                                          cuda::current_stream()));
+  }
+  return h;
+}
+
+// swiglu_linear after the op prologue. The forward computes h = swiglu(gate, up) into a
+// temporary, then the adapted linear of h; the backward computes h again in the pass of SwiGLU's
+// gradients (one more write of h, no more reads) after x's gradient and before the parameters'.
+Tensor swiglu_linear_op(const Tensor& gate, const Tensor& up, const Tensor& weight, const Tensor& bias,
+                        const Tensor& lora_a, const Tensor& lora_b, double scale) {
+  const char* op = "swiglu_linear";
+  detail::check_defined(op, gate, "gate");
+  detail::check_defined(op, up, "up");
+  GENESIS_CHECK(gate.shape() == up.shape(), ShapeError, op, ": gate ", gate.shape(), " and up ", up.shape(),
+                " must have the same shape");
+  const LinearShapes shapes = check_linear(op, gate, weight, bias);
+  const bool adapted = check_adapter(op, weight, lora_a, lora_b);
+  DType dt = promote_types(shapes.dtype, up.dtype());
+  if (adapted) dt = promote_types(promote_types(dt, lora_a.dtype()), lora_b.dtype());
+  GENESIS_CHECK(is_floating(dt), DTypeError, op, ": expects floating tensors, got ", dtype_name(dt));
+  const int64_t rows = shapes.rows, in_features = weight.size(1), out_features = weight.size(0);
+  const bool grad = needs_grad({gate, up, weight, bias, lora_a, lora_b});
+  const Tensor gate2 = gate.to(dt).reshape({rows, in_features}).contiguous();
+  const Tensor up2 = up.to(dt).reshape({rows, in_features}).contiguous();
+  const Tensor w = weight.to(dt), a = adapted ? lora_a.to(dt) : Tensor(), b = adapted ? lora_b.to(dt) : Tensor();
+  const Tensor bias2 = bias.defined() ? bias.to(dt).contiguous() : Tensor();
+  Tensor out, down;
+  const TensorList kept = kept_or_computed(op, [&] {
+    NoGradGuard forward_only;
+    std::tie(out, down) = adapted_forward(op, swiglu_values(gate2, up2), w, bias2, a, b, scale);
+    return adapted ? TensorList{out, down} : TensorList{out};
+  });
+  if (!out.defined()) {  // taken back from a checkpoint's forward
+    out = kept[0];
+    if (adapted) down = kept[1];
+  }
+  Tensor result = out.view(shapes.out_shape);
+  if (!grad) return result;
+  const AdaptedBackward backward = adapted_backward(op, gate.requires_grad() || up.requires_grad(), weight, bias,
+                                                    lora_a, lora_b, down, scale);
+  record(op, {gate, up, weight, bias, lora_a, lora_b}, {result},
+         [backward, gs = saved(gate2), us = saved(up2), shape = gate.shape(),
+          in_dtypes = std::array<DType, 2>{gate.dtype(), up.dtype()}, rows, out_features,
+          dtypes = std::array<DType, 4>{weight.dtype(), bias.defined() ? bias.dtype() : dt,
+                                        adapted ? lora_a.dtype() : dt, adapted ? lora_b.dtype() : dt}](
              const TensorList& g) {
+           NoGradGuard no_graph;
            const Tensor g2 = g[0].reshape({rows, out_features});
            const DType gd = g2.dtype();
-           const Tensor x2 = xs.defined() ? xs.to(gd).reshape({rows, in_features}) : Tensor();
-           TensorList grads = linear_backward("lora_linear", g2, x2, ws.defined() ? ws.to(gd) : Tensor(), need_x,
-                                              need_w, need_bias, weight_transposed);
-           grads.resize(5);
-           if (need_x || need_a) {
-             NoGradGuard no_graph;
-             const Tensor up = matmul(g2, bs.to(gd));  // the gradient of x A^T B^T's middle factor, [rows, r]
-             if (need_x) run_gemm("lora_linear", up, as.to(gd), grads[0], 1.0, scale);
-             if (need_a) {
-               grads[3] = empty({up.size(1), in_features}, {.dtype = gd, .device = g2.device()});
-               run_gemm("lora_linear", up.t(), x2, grads[3], 0.0, scale);
+           const Tensor up = backward.adapter_grad(g2);
+           const Tensor dh = backward.input_grad(g2, up);
+           const Tensor gate2 = gs.to(gd).contiguous(), up2 = us.to(gd).contiguous();
+           // h again, written by the pass of SwiGLU's gradients, for the weight's and lora_a's.
+           Tensor h = backward.need_w || backward.need_a ? empty_like(gate2) : Tensor();
+           TensorList grads(6);
+           if (dh.defined()) {
+             grads[0] = empty_like(gate2);
+             grads[1] = empty_like(up2);
+             void* values = h.defined() ? h.data_ptr() : nullptr;
+             if (gate2.device().is_cpu()) {
+               kernels::cpu::swiglu_backward(gd, gate2.numel(), gate2.data_ptr(), up2.data_ptr(), dh.data_ptr(),
+                                             grads[0].data_ptr(), grads[1].data_ptr(), values);
+             } else {
+               GENESIS_ON_CUDA(kernels::cuda::swiglu_backward(gd, gate2.numel(), gate2.data_ptr(), up2.data_ptr(),
+                                                              dh.data_ptr(), grads[0].data_ptr(), grads[1].data_ptr(),
+                                                              values, cuda::current_stream()));
              }
+             for (size_t i = 0; i < 2; ++i) grads[i] = grads[i].reshape(shape).to(in_dtypes[i]);
+           } else if (h.defined()) {
+             h = swiglu_values(gate2, up2);
            }
-           if (need_b) grads[4] = matmul(g2.t(), downs.to(gd));
-           if (grads[0].defined()) grads[0] = grads[0].reshape(x_shape);
-           for (size_t i = 0; i < 5; ++i)
-             if (grads[i].defined()) grads[i] = grads[i].to(dtypes[i]);
+           const std::array<Tensor, 4> p = backward.param_grads(g2, h, up, dtypes);
+           std::copy(p.begin(), p.end(), grads.begin() + 2);
            return grads;
          });
   return result;
@@ -500,6 +653,13 @@ Tensor lora_linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& 
                    const Tensor& b_arg, double scale) {
   auto [x, weight, bias, lora_a, lora_b] = detail::op_prologue<OpId::lora_linear>(x_arg, weight_arg, bias_arg, a_arg, b_arg);
   return lora_linear_op(x, weight, bias, lora_a, lora_b, scale);
+}
+
+Tensor swiglu_linear(const Tensor& gate_arg, const Tensor& up_arg, const Tensor& weight_arg, const Tensor& bias_arg,
+                     const Tensor& a_arg, const Tensor& b_arg, double scale) {
+  auto [gate, up, weight, bias, lora_a, lora_b] =
+      detail::op_prologue<OpId::swiglu_linear>(gate_arg, up_arg, weight_arg, bias_arg, a_arg, b_arg);
+  return swiglu_linear_op(gate, up, weight, bias, lora_a, lora_b, scale);
 }
 
 Tensor linear(const Tensor& x_arg, const Tensor& weight_arg, const Tensor& bias_arg) {

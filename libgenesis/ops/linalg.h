@@ -1,6 +1,6 @@
 #pragma once
-// Linear algebra: matmul with NumPy batching/broadcasting rules, bmm, linear, linear_gelu and
-// lora_linear.
+// Linear algebra: matmul with NumPy batching/broadcasting rules, bmm, linear, linear_gelu,
+// lora_linear and swiglu_linear.
 // CPU through OpenBLAS (f16/bf16 computed in f32), CUDA through cuBLASLt (f64: cuBLAS).
 #include "libgenesis/core/tensor.h"
 
@@ -28,6 +28,16 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = T
 // [..., r] product x A^T (times scale), never the output. Gradients for every input that asks.
 Tensor lora_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& lora_a,
                    const Tensor& lora_b, double scale);
+
+// linear(swiglu(gate, up), weight, bias), or lora_linear of it when lora_a and lora_b are given
+// (both undefined: no adapter): the down projection of a SwiGLU MLP (Llama, Qwen) in one op.
+// gate and up [..., in], weight [out, in]. h = silu(gate) * up is a temporary of the forward,
+// never kept: the backward computes it again, bit for bit, in the pass that computes SwiGLU's
+// gradients, and the weight's and lora_a's gradients read it there. The MLP keeps gate and up
+// (which SwiGLU's gradients read anyway) and not h: [..., in] less per layer than composing
+// swiglu and linear. Gradients for every input that asks.
+Tensor swiglu_linear(const Tensor& gate, const Tensor& up, const Tensor& weight, const Tensor& bias = Tensor(),
+                     const Tensor& lora_a = Tensor(), const Tensor& lora_b = Tensor(), double scale = 1.0);
 
 // Lets CUDA f32 matmuls use TF32 tensor cores (10-bit mantissa inputs; several times faster
 // on Ampere and later). Process-wide, off by default; no effect without CUDA.

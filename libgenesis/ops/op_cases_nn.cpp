@@ -172,6 +172,55 @@ void append_nn_cases(std::vector<OpCase>& cases) {
        .row_inputs = {0},
        .parity_rtol = kProductRtol});
 
+  // gate and up [..., K], weight [N, K]; then lora_a [r, K] and lora_b [N, r] (an adapter, scale
+  // 2) and bias [N]; with four shapes the fourth is the bias of a plain down projection.
+  cases.push_back(
+      {.name = "swiglu_linear",
+       .op = OpId::swiglu_linear,
+       .test = {.shapes = {{2, 3, 6}, {2, 3, 6}, {5, 6}, {3, 6}, {5, 3}, {5}}},
+       .bench = {.shapes = {{8192, 8960}, {8192, 8960}, {1536, 8960}, {16, 8960}, {1536, 16}}},
+       .min_shapes = 3,
+       .max_shapes = 6,
+       .forward =
+           [](const OpArgs&, const X& x, const TensorOptions&) {
+             if (x.size() < 5) return swiglu_linear(x[0], x[1], x[2], x.size() > 3 ? x[3] : Tensor());
+             return swiglu_linear(x[0], x[1], x[2], x.size() > 5 ? x[5] : Tensor(), x[3], x[4], 2.0);
+           },
+       .cost =
+           [](const OpArgs& a, bool backward, double es) {
+             const Shape& w = a.shapes[2];
+             const int64_t rows = numel_of(a.shapes[0]) / a.shapes[0].back();
+             OpCost cost = matrix_product({rows, w[1]}, {w[1], w[0]}, backward, es);
+             // SwiGLU: gate and up read, h written (the backward: gate, up and dh read, their
+             // gradients and h written).
+             cost.bytes += (backward ? 6.0 : 3.0) * static_cast<double>(rows * w[1]) * es;
+             if (a.shapes.size() >= 5) {
+               const int64_t r = a.shapes[3][0];
+               const OpCost down = matrix_product({rows, w[1]}, {w[1], r}, backward, es);
+               const OpCost up = matrix_product({rows, r}, {r, w[0]}, backward, es);
+               cost.bytes += down.bytes;
+               cost.flops += down.flops + up.flops;
+             }
+             return cost;
+           },
+       .torch = "(lambda h: F.linear(h, x[2], x[5] if len(x) > 5 else (x[3] if len(x) == 4 else None)) + "
+                "(2.0 * F.linear(F.linear(h, x[3]), x[4]) if len(x) >= 5 else 0))(F.silu(x[0]) * x[1])",
+       .check_args =
+           [](const OpArgs& a) {
+             const std::vector<Shape>& s = a.shapes;
+             const bool base = s[0].size() >= 2 && s[0] == s[1] && s[2].size() == 2 && s[2][1] == s[0].back();
+             const bool bias = s.size() == 4 || s.size() == 6;
+             const bool adapter = s.size() < 5 || (s[3].size() == 2 && s[4].size() == 2 && s[3][1] == s[0].back() &&
+                                                   s[4][0] == s[2][0] && s[4][1] == s[3][0]);
+             const bool bias_fits = !bias || s.back() == Shape{s[2][0]};
+             return base && adapter && bias_fits
+                        ? std::string()
+                        : std::string("swiglu_linear operands are gate and up [..., K], weight [N, K], then lora_a "
+                                      "[r, K] and lora_b [N, r], then bias [N]");
+           },
+       .row_inputs = {0, 1},
+       .parity_rtol = kProductRtol});
+
   // --- softmax family and normalization ----------------------------------------------
   cases.push_back({.name = "softmax",
                    .op = OpId::softmax,

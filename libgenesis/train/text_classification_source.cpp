@@ -32,11 +32,7 @@ void fetch_missing(const RecipeSpec& spec, RunLog& log) {
     for (const std::string* p : {&d.val_path, &d.test_path}) any |= !p->empty() && !fs::exists(*p);
     return any;
   };
-  if (d.fetch.empty() || !missing()) return;
-  std::string targets;
-  for (const std::string& t : d.fetch) targets += " " + t;
-  recipe::fetch_data(spec, missing, "bash data/fetch.sh" + targets,
-                     [&log](const std::string& line) { log.note(line); });
+  recipe::fetch_missing_data(spec, missing, [&log](const std::string& line) { log.note(line); });
 }
 
 // The texts of one file, tokenized (through the cache), as rows of ids and class indices.

@@ -67,8 +67,10 @@ class TrainingRun {
   // run_summary.cpp
   void write_summary(double train_s, double wall_s);
 
+  // tokens_per_s counts every rank's tokens; peak_ is one device's rate, so the work is shared
+  // out over world_ devices (each rank runs the same model on its own share of the batch).
   double mfu(double tokens_per_s) const {
-    return peak_.flops_per_s > 0 ? tokens_per_s * flops_per_token_ / peak_.flops_per_s : 0.0;
+    return peak_.flops_per_s > 0 ? tokens_per_s * flops_per_token_ / (peak_.flops_per_s * world_) : 0.0;
   }
 
   const RecipeSpec& spec_;

@@ -198,6 +198,14 @@ if [ -n "$bpb1" ] && awk -v a="$bpb1" -v b="$bpb2" 'BEGIN { d = a - b; if (d < 0
 else
   fail "tiny GPT bits/byte: 1 process '$bpb1', 2 ranks '$bpb2'"
 fi
+# MFU is per device: the 2-rank run's tokens/s counts both ranks' tokens, over two devices' peak.
+python3 - "$work/lm2/summary.json" <<'PY' && ok "2 ranks: MFU = tokens/s x FLOPs per token / (2 x one device's peak)" \
+  || fail "2-rank MFU is not per device"
+import json, sys
+s = json.load(open(sys.argv[1]))
+want = s["tokens_per_s"] * s["flops_per_token"] / (2 * s["peak_flops_per_s"])
+assert s["world_size"] == 2 and want > 0 and abs(s["mfu"] - want) <= 1e-9 * want, (s["mfu"], want)
+PY
 
 # 5b. ZeRO-2 and ZeRO-3 on the tiny GPT: 2 tcp ranks of 4 give the per-step losses of 1 process of 8
 # within 1e-5 (ZeRO-3 under full activation checkpointing too), and on mpi ranks as well; with bf16
