@@ -38,12 +38,29 @@ std::string filesystem_message(const std::filesystem::filesystem_error& e) {
          " (check that the path exists, is writable by you and is not a symlink loop, and that the disk has room)";
 }
 
+// CLI11's parse errors read as the others do: one line after "genesis: error: ", the text from
+// the command line escaped (printable) and cut in the middle past 300 characters, then where the
+// usage is.
+std::string parse_failure(const CLI::App* app, const CLI::Error& e) {
+  std::string what = genesis::printable(e.what());
+  if (what.size() > 300)
+    what = what.substr(0, 146) + "[... " + std::to_string(what.size() - 292) + " characters ...]" +
+           what.substr(what.size() - 146);
+  std::string command = "genesis";
+  for (const CLI::App* sub = app; sub && !sub->get_subcommands().empty();) {
+    sub = sub->get_subcommands().front();
+    command += " " + sub->get_name();
+  }
+  return "genesis: error: " + what + " (" + command + " --help gives the usage)\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   genesis::reexec_for_blas_core(argv);  // before anything else: OpenBLAS's generic kernels on a newer CPU
   CLI::App app{"genesis: a C++/CUDA deep-learning training toolkit driven by TOML recipes"};
   app.require_subcommand(1);
+  app.failure_message(parse_failure);
   app.set_version_flag("--version", std::string(GENESIS_VERSION_STRING));
   // A rank that loses a peer prints its line and ends within seconds (libgenesis/dist/failure.h);
   // what fails after that line (an aborted NCCL kernel's CUDA fault, say) is its consequence.

@@ -32,6 +32,14 @@ for o in t:
 "$genesis" chat --model a --checkpoint b >/dev/null 2>&1; check "chat --model and --checkpoint together is a usage error" 2 $?
 err=$("$genesis" trian x.toml 2>&1); check "a mistyped command is a usage error" 2 $?
 echo "$err" | grep -q "did you mean 'train'" || { echo "FAIL: no suggestion for 'trian': $err"; failures=$((failures + 1)); }
+# A parse error of CLI11 reads as every error: one line, what came from the command line escaped.
+err=$("$genesis" train $'\x1b[31mred\x07' 2>&1); check "a recipe path that does not exist is a usage error" 2 $?
+if [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] && [[ "$err" == "genesis: error: "*'\x1b[31mred\x07'*"genesis train --help"* ]] \
+  && ! printf '%s' "$err" | grep -q $'\x1b'; then
+  ok "a parse error is one escaped line naming the command's --help"
+else
+  fail "parse error: $(printf '%q' "$err")"
+fi
 err=$("$genesis" eval --checkpoint nowhere --device gpu 2>&1); check "--device gpu is a usage error" 2 $?
 echo "$err" | grep -q -- "--device: 'gpu' is not a device" || { echo "FAIL: --device gpu: $err"; failures=$((failures + 1)); }
 
