@@ -12,6 +12,7 @@
 #include "apps/genesis/commands.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/data/shards.h"
+#include "libgenesis/data/text_pieces.h"
 #include "libgenesis/data/tokenizer.h"
 #include "libgenesis/io/dir_lock.h"
 #include "libgenesis/io/file_util.h"
@@ -74,15 +75,22 @@ void add_encode(CLI::App* data_cmd) {
     const bool from_stdin = input->empty() || *input == "-";
     GENESIS_CHECK(from_stdin || fs::exists(*input), UsageError, "data encode: --input ", *input, " does not exist");
     auto tok = data::Tokenizer::load(*tokenizer);
-    auto ids = tok.encode(from_stdin ? read_stdin() : io::read_file(*input));
-    std::string out;
-    out.reserve(ids.size() * 6);
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (i > 0) out += ' ';
-      out += std::to_string(ids[i]);
+    // The text is read and encoded in pieces (data/text_pieces.h): a file of any size in bounded
+    // memory, the ids those of the whole text.
+    data::TextPieces pieces(from_stdin ? fs::path("/dev/stdin") : fs::path(*input),
+                            tok.encodes_pieces() ? data::kTextPieceBytes : SIZE_MAX);
+    std::string piece, out;
+    bool first = true;
+    while (pieces.next(piece)) {
+      out.clear();
+      for (data::TokenId id : tok.encode(piece)) {
+        if (!first) out += ' ';
+        first = false;
+        out += std::to_string(id);
+      }
+      std::fwrite(out.data(), 1, out.size(), stdout);
     }
-    out += '\n';
-    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fputc('\n', stdout);
     return 0;
   });
 }

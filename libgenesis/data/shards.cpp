@@ -18,6 +18,7 @@
 #include "libgenesis/core/interrupt.h"
 #include "libgenesis/data/permutation.h"
 #include "libgenesis/data/sft_prepare.h"
+#include "libgenesis/data/text_pieces.h"
 #include "libgenesis/io/file_util.h"
 #include "libgenesis/io/json_text.h"
 
@@ -194,6 +195,54 @@ void write_token_shard(const fs::path& path, const std::vector<uint32_t>& tokens
   file.commit();
 }
 
+namespace {
+
+// A token shard written as its tokens come, through an AtomicFile (nothing replaces `path` before
+// commit), its header's count filled in at the end.
+class ShardWriter {
+ public:
+  ShardWriter(const fs::path& path, uint64_t vocab_size)
+      : file_(path), path_(path), vocab_size_(vocab_size), width_(vocab_size > 0 && vocab_size <= 65536 ? 2 : 4) {
+    std::string header;
+    header.append(kMagic, sizeof(kMagic));
+    put<uint32_t>(header, kVersion);
+    put<uint32_t>(header, width_);
+    put<uint64_t>(header, 0);  // the count, written by commit()
+    put<uint64_t>(header, vocab_size);
+    file_.write(header.data(), header.size());
+  }
+
+  void append(const TokenId* ids, size_t n) {
+    if (n == 0) return;
+    const TokenId max_token = *std::max_element(ids, ids + n);
+    GENESIS_CHECK(vocab_size_ == 0 || max_token < vocab_size_, ValueError, "write_token_shard ", path_.string(),
+                  ": token ", max_token, " is outside the vocabulary of ", vocab_size_);
+    if (width_ == 4) {
+      file_.write(ids, n * sizeof(TokenId));
+    } else {
+      narrow_.assign(ids, ids + n);
+      file_.write(narrow_.data(), n * sizeof(uint16_t));
+    }
+    count_ += n;
+  }
+  uint64_t count() const { return count_; }
+
+  void commit() {
+    file_.write_at(sizeof(kMagic) + 2 * sizeof(uint32_t), &count_, sizeof(count_));
+    file_.commit();
+  }
+
+ private:
+  io::AtomicFile file_;
+  fs::path path_;
+  uint64_t vocab_size_;
+  uint32_t width_;
+  uint64_t count_ = 0;
+  std::vector<uint16_t> narrow_;
+};
+
+}  // namespace
+
 TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector<fs::path>& documents,
                                    const fs::path& out_dir, const TokenizeOptions& options) {
   GENESIS_CHECK(options.val_fraction >= 0 && options.val_fraction < 1, ValueError, "tokenize: val_fraction ",
@@ -205,32 +254,77 @@ TokenizeSummary tokenize_to_shards(const Tokenizer& tokenizer, const std::vector
                   "' to start documents with; name another separator token (genesis data tokenize --separator TOKEN, "
                   "or '' for none)");
   }
-  std::vector<uint32_t> train, val;
-  TokenizeSummary summary;
-  for (const auto& path : documents) {
-    check_interrupt("tokenizing the shards (nothing was written; the next run prepares them again)");
-    std::string text = io::read_file(path);
-    std::vector<TokenId> doc;
-    if (separator) doc.push_back(*separator);
-    auto ids = tokenizer.encode_ordinary(text);
-    doc.insert(doc.end(), ids.begin(), ids.end());
-    auto cut = static_cast<std::ptrdiff_t>(static_cast<double>(doc.size()) * (1.0 - options.val_fraction) + 0.5);
-    train.insert(train.end(), doc.begin(), doc.begin() + cut);
-    val.insert(val.end(), doc.begin() + cut, doc.end());
-    summary.bytes += text.size();
-    if (options.on_document) options.on_document(path, text.size(), ids.size());
-  }
-  check_interrupt("tokenizing the shards (nothing was written; the next run prepares them again)");
+  const char* stopped = "tokenizing the shards (nothing was written; the next run prepares them again)";
   fs::create_directories(out_dir);
+  TokenizeSummary summary;
+  summary.train_path = out_dir / "train.bin";
+  if (options.val_fraction > 0) summary.val_path = out_dir / "val.bin";
+  // The shards are written as the documents are encoded (a document is read in pieces: memory
+  // holds a piece and its ids, never a whole document or corpus) and replace the old ones only
+  // when all is done. Each document's last val_fraction of tokens goes to val: for a document of
+  // several pieces that count comes from a first pass over it, the tokens from a second.
+  ShardWriter train(summary.train_path, tokenizer.vocab_size());
+  std::optional<ShardWriter> val;
+  if (options.val_fraction > 0) val.emplace(summary.val_path, tokenizer.vocab_size());
+  const size_t piece_bytes = tokenizer.encodes_pieces() ? options.piece_bytes : SIZE_MAX;
+  std::string piece;
+  for (const auto& path : documents) {
+    check_interrupt(stopped);
+    TextPieces pieces(path, piece_bytes);
+    std::vector<TokenId> ids;
+    if (separator) ids.push_back(*separator);
+    size_t encoded = 0;  // the document's own tokens (the separator not counted)
+    auto encode_piece = [&] {
+      std::vector<TokenId> more = tokenizer.encode_ordinary(piece);
+      encoded += more.size();
+      ids.insert(ids.end(), more.begin(), more.end());
+    };
+    pieces.next(piece);
+    encode_piece();
+    uint64_t total = ids.size();  // the document's tokens, the separator included
+    const bool several = pieces.next(piece);
+    if (several && val) {  // the first pass counts
+      do {
+        check_interrupt(stopped);
+        total += tokenizer.encode_ordinary(piece).size();
+      } while (pieces.next(piece));
+      pieces = TextPieces(path, piece_bytes);
+      pieces.next(piece);  // the first piece again: its ids are those already in `ids`
+    }
+    const uint64_t cut = val ? static_cast<uint64_t>(static_cast<double>(total) * (1.0 - options.val_fraction) + 0.5)
+                             : UINT64_MAX;
+    uint64_t position = 0;  // the document's tokens routed so far
+    auto route = [&] {
+      const uint64_t to_train = position < cut ? std::min<uint64_t>(cut - position, ids.size()) : 0;
+      train.append(ids.data(), to_train);
+      if (val) val->append(ids.data() + to_train, ids.size() - to_train);
+      position += ids.size();
+      ids.clear();
+    };
+    // Route what is encoded, then encode the next piece, to the end of the document.
+    if (several) {
+      if (!val) {  // `piece` holds the second piece
+        route();
+        encode_piece();
+      }
+      while (pieces.next(piece)) {
+        route();
+        check_interrupt(stopped);
+        encode_piece();
+      }
+    }
+    route();
+    summary.bytes += pieces.bytes_read();
+    if (options.on_document) options.on_document(path, pieces.bytes_read(), encoded);
+  }
+  check_interrupt(stopped);
+  summary.train_tokens = train.count();
+  train.commit();
   // source.json goes last: a process killed between the files leaves shards whose bytes differ
   // from what the old source.json says, which the next comparison takes for a change.
-  summary.train_path = out_dir / "train.bin";
-  summary.train_tokens = train.size();
-  write_token_shard(summary.train_path, train, tokenizer.vocab_size());
-  if (options.val_fraction > 0) {
-    summary.val_path = out_dir / "val.bin";
-    summary.val_tokens = val.size();
-    write_token_shard(summary.val_path, val, tokenizer.vocab_size());
+  if (val) {
+    summary.val_tokens = val->count();
+    val->commit();
   } else {
     fs::remove(out_dir / "val.bin");  // it would be taken for these shards' validation tokens
   }

@@ -49,6 +49,8 @@ inline constexpr const char* kShardSourcesFile = "source.json";
 struct TokenizeOptions {
   double val_fraction = 0.1;                // of each document's tokens, its last part
   std::string separator = "<|endoftext|>";  // token that starts every document; "" for none
+  // Documents are read in pieces of about this many bytes (data/text_pieces.h; tests set it small).
+  size_t piece_bytes = size_t{16} << 20;
   // Called after each document with its path, bytes and tokens (progress for the caller).
   std::function<void(const std::filesystem::path&, size_t, size_t)> on_document;
   // What the shards are made from (describe_shard_sources), written to out_dir/source.json after

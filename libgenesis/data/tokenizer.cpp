@@ -277,4 +277,6 @@ size_t Tokenizer::cached_words() const {
   return impl_->cache.size();
 }
 
+bool Tokenizer::encodes_pieces() const { return !impl_->add_prefix_space; }
+
 }  // namespace genesis::data

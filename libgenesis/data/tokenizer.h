@@ -61,6 +61,9 @@ class Tokenizer {
   const std::string& source() const;
   // Words memoized so far (the merge cache), for statistics.
   size_t cached_words() const;
+  // Whether text cut into data::TextPieces encodes piece by piece to the whole text's ids: true
+  // unless the pre-tokenizer puts a space before the text (add_prefix_space).
+  bool encodes_pieces() const;
 
   struct Impl;  // defined in tokenizer_impl.h, shared by the loaders and the encoder
 

@@ -86,6 +86,21 @@ void AtomicFile::write(const void* data, size_t nbytes) {
   }
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* data, size_t nbytes) {
+  GENESIS_CHECK(fd_ >= 0, IoError, "write to '", path_.string(), "' after commit");
+  const char* p = static_cast<const char*>(data);
+  while (nbytes > 0) {
+    ssize_t n = ::pwrite(fd_, p, nbytes, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_io_error("cannot write", temp_path_, errno);
+    }
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    nbytes -= static_cast<size_t>(n);
+  }
+}
+
 void AtomicFile::commit() {
   GENESIS_CHECK(fd_ >= 0, IoError, "'", path_.string(), "' was already committed");
   if (::fsync(fd_) != 0) throw_io_error("cannot fsync", temp_path_, errno);

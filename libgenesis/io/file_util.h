@@ -41,6 +41,8 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   void write(const void* data, size_t nbytes);
+  // Overwrites nbytes at `offset` of what was written (a header completed at the end).
+  void write_at(uint64_t offset, const void* data, size_t nbytes);
   void commit();
   const std::filesystem::path& temp_path() const { return temp_path_; }
 
