@@ -29,6 +29,7 @@ struct TensorTable {
   int64_t n[kMaxTensorsPerLaunch];
   int64_t chunk_start[kMaxTensorsPerLaunch + 1];  // first chunk of each tensor; [count] = all chunks
   int64_t* step[kMaxTensorsPerLaunch];            // applied-update counts (StepGate::step), or null
+  void* low[kMaxTensorsPerLaunch];                // bf16 copies of f32 parameters (OptimTensor::low), or null
   int count;
 };
 
@@ -42,6 +43,7 @@ void for_each_update_table(std::span<const OptimTensor> tensors, Visit&& visit) 
         table.grad[i] = t.grad;
         for (int s = 0; s < 3; ++s) table.slots[s][i] = t.slots[s];
         table.step[i] = t.step;
+        table.low[i] = t.low;
       },
       visit);
 }
@@ -69,6 +71,8 @@ __global__ void __launch_bounds__(kOptimBlock)
     const G* g = static_cast<const G*>(table.grad[t]);
     T* slot[3] = {static_cast<T*>(table.slots[0][t]), static_cast<T*>(table.slots[1][t]),
                   static_cast<T*>(table.slots[2][t])};
+    // The bf16 copy of an f32 parameter, written with the same rounding as Tensor::to's cast.
+    __nv_bfloat16* low = std::is_same_v<T, float> ? static_cast<__nv_bfloat16*>(table.low[t]) : nullptr;
     bool vectorized = aligned_to(p, 16) && aligned_to(g, sizeof(G) * kWidth);
 #pragma unroll
     for (T* s : slot) vectorized = vectorized && (!s || aligned_to(s, 16));
@@ -91,6 +95,10 @@ __global__ void __launch_bounds__(kOptimBlock)
 #pragma unroll
         for (int s = 0; s < 3; ++s)
           if (slot[s]) *reinterpret_cast<TPack*>(slot[s] + i) = sv[s];
+        if (low) {
+#pragma unroll
+          for (int l = 0; l < kWidth; ++l) low[i + l] = cast_value<__nv_bfloat16>(pv.v[l]);
+        }
       }
       scalar_begin = packed_end;
     }
@@ -101,6 +109,7 @@ __global__ void __launch_bounds__(kOptimBlock)
         if (slot[s]) sv[s] = slot[s][i];
       update(pv, cast_value<T>(g[i]) * coef, sv[0], sv[1], sv[2], slot[0] != nullptr);
       p[i] = pv;
+      if (low) low[i] = cast_value<__nv_bfloat16>(pv);
 #pragma unroll
       for (int s = 0; s < 3; ++s)
         if (slot[s]) slot[s][i] = sv[s];

@@ -26,6 +26,9 @@ struct OptimTensor {
   void* slots[3] = {nullptr, nullptr, nullptr};
   int64_t n = 0;
   int64_t* step = nullptr;
+  // f32 parameters: a bf16 copy written with the updated values (autocast's kept copy of the
+  // parameter, libgenesis/autograd/autocast_weights.h), or null.
+  void* low = nullptr;
 };
 
 // Gradient-norm clipping folded into an update: each gradient is multiplied by

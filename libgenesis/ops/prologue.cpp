@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "libgenesis/autograd/autocast.h"
+#include "libgenesis/autograd/autocast_weights.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/host_profile.h"
 #include "libgenesis/ops/dispatch.h"
@@ -47,7 +48,9 @@ void autocast_args(AutocastPolicy policy, DType low, std::span<Tensor> args) {
   }
   for (Tensor& t : args) {
     if (!t.defined()) continue;
-    if (std::optional<DType> to = autocast_target(policy, low, widest.value_or(low), t.dtype())) t = t.to(*to);
+    std::optional<DType> to = autocast_target(policy, low, widest.value_or(low), t.dtype());
+    // A matrix product's weight: its kept copy where it has one (autograd/autocast_weights.h).
+    if (to) t = policy == AutocastPolicy::lower ? autocast_weights::cast(t, *to) : t.to(*to);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/reduce.h"
+#include "libgenesis/autograd/autocast_weights.h"
 #include "libgenesis/autograd/grad_mode.h"
 #include "libgenesis/core/error.h"
 #include "libgenesis/core/storage.h"
@@ -69,6 +70,7 @@ void Optimizer::step(const Tensor& skip_if, const Tensor& clip_norm, double max_
     return;
   }
   size_t index = 0;
+  std::vector<autocast_weights::Refresh> copies;  // autocast copies the updates write
   for (ParamGroup& g : groups_) {
     // Consecutive parameters that one kernel launch can update together.
     std::vector<ParamUpdate> batch;
@@ -92,11 +94,18 @@ void Optimizer::step(const Tensor& skip_if, const Tensor& clip_norm, double max_
       }
       if (state.applied_steps.defined()) gate.step = state.applied_steps.data<int64_t>();
       ++state.steps;
+      const autocast_weights::Refresh copy =
+          writes_autocast_copies() && p.tensor.device().is_cuda() ? autocast_weights::refresh(p.tensor)
+                                                                   : autocast_weights::Refresh{};
       p.tensor.storage()->bump_version();  // an in-place update: graphs that saved it are stale
       const bool fold_clip = clip_norm.defined() && p.tensor.device().is_cuda() && grad.dtype() == p.tensor.dtype() &&
                              clip_norm.device() == p.tensor.device();
       if (clip_norm.defined() && !fold_clip) scale_grads_by_clip({grad}, clip_norm, max_norm);
       ParamUpdate u{p.tensor, gradient_for_update(p.tensor, grad), &state, gate};
+      if (copy.data) {
+        u.low = copy.data;
+        copies.push_back(copy);
+      }
       if (fold_clip) {
         u.clip_norm = clip_norm.data<float>();
         u.max_norm = static_cast<float>(max_norm);
@@ -112,6 +121,7 @@ void Optimizer::step(const Tensor& skip_if, const Tensor& clip_norm, double max_
     }
     flush();
   }
+  for (const autocast_weights::Refresh& copy : copies) copy.mark_written();
 }
 
 namespace {
@@ -242,7 +252,7 @@ std::vector<kernels::cuda::OptimTensor> cuda_tensors(const Batch& batch) {
   tensors.reserve(batch.size());
   for (const auto& u : batch) {
     kernels::cuda::OptimTensor t{
-        .param = u.param.data_ptr(), .grad = u.grad.data_ptr(), .n = u.param.numel(), .step = u.gate.step};
+        .param = u.param.data_ptr(), .grad = u.grad.data_ptr(), .n = u.param.numel(), .step = u.gate.step, .low = u.low};
     for (size_t s = 0; s < u.state->slots.size(); ++s) t.slots[s] = u.slot(s);
     tensors.push_back(t);
   }
@@ -298,6 +308,7 @@ class Adam final : public Optimizer {
   std::string_view name() const override { return o_.decoupled_weight_decay ? "adamw" : "adam"; }
 
  protected:
+  bool writes_autocast_copies() const override { return true; }
   std::vector<std::string> slot_names() const override {
     if (o_.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
     return {"exp_avg", "exp_avg_sq"};

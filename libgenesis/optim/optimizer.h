@@ -101,6 +101,9 @@ class Optimizer {
     // param and grad are elements [offset, offset + numel) of the parameter whose slots
     // state holds (an offloaded chunk); slot(s) points at the same elements of slot s.
     int64_t offset = 0;
+    // A CUDA f32 parameter's autocast copy (autograd/autocast_weights.h) to write with the update,
+    // or null; set only where writes_autocast_copies() says the update does.
+    void* low = nullptr;
     void* slot(size_t s) const {
       return static_cast<char*>(state->slots[s].data_ptr()) + offset * static_cast<int64_t>(dtype_size(param.dtype()));
     }
@@ -108,6 +111,8 @@ class Optimizer {
   // Updates parameters of one group that share a device, dtypes and a step count (state.steps
   // already counting this update).
   virtual void update(ParamGroup& group, std::span<ParamUpdate> batch) = 0;
+  // Whether update() writes ParamUpdate::low for CUDA f32 parameters (the fused AdamW step).
+  virtual bool writes_autocast_copies() const { return false; }
 
  private:
   // step() when offloaded: the gate read on the host, the update chunk by chunk on the CPU.

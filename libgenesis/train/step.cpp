@@ -33,7 +33,12 @@ TrainStep::TrainStep(nn::Module& model, Optimizer& optimizer, amp::GradScaler* s
       scaler_(scaler),
       settings_(settings),
       data_parallel_(data_parallel),
-      params_(model.parameters(nn::Params::trainable)) {}
+      params_(model.parameters(nn::Params::trainable)) {
+  // Data parallel writes parameters outside the optimizer (broadcasts, ZeRO's gathers): its
+  // runs cast every step, as does every run off CUDA or outside bf16 autocast.
+  const bool on_gpu = !params_.empty() && params_.front().device().is_cuda();
+  if (on_gpu && !data_parallel_ && settings_.autocast == DType::bf16) autocast_copies_.emplace(model.parameters());
+}
 
 void TrainStep::zero_grad() {
   // Under ZeRO-1 the optimizer holds only this rank's pieces: the model's gradients are the

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "libgenesis/amp/grad_scaler.h"
+#include "libgenesis/autograd/autocast_weights.h"
 #include "libgenesis/data/loader.h"
 #include "libgenesis/dist/data_parallel.h"
 #include "libgenesis/models/causal_lm.h"
@@ -95,6 +96,9 @@ class TrainStep {
   StepSettings settings_;
   dist::DataParallel* data_parallel_;
   std::vector<Tensor> params_;
+  // One process under bf16 autocast on CUDA: the parameters' bf16 copies kept across steps and
+  // written by the fused AdamW step (autograd/autocast_weights.h).
+  std::optional<autocast_weights::Registration> autocast_copies_;
 };
 
 // Counts the steps whose loss or gradient norm is inf/NaN on the device, and the first of them
