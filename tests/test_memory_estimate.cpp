@@ -198,7 +198,7 @@ TEST_CASE("memory estimate: a GPU step without data parallelism holds gradients 
   CHECK(e.none.saved < estimate(spec).none.saved);
 }
 
-TEST_CASE("memory estimate: activations within 35% of a CPU step's measured peak, full < selective < none",
+TEST_CASE("memory estimate: activations within 35% of a CPU step's measured peak, full below selective",
           "[cpu][memory]") {
   for (const std::string& path : {kGpt2, kLlama}) {
     for (const char* amp : {"f32", "bf16"}) {
@@ -215,7 +215,11 @@ TEST_CASE("memory estimate: activations within 35% of a CPU step's measured peak
         ++i;
       }
       CHECK(estimated[2] < estimated[1]);
-      CHECK(estimated[1] < estimated[0]);
+      // GPT-2 keeps its MLP's GELU output without checkpointing, which selective recomputes. Llama's
+      // MLP keeps no SwiGLU output in either mode (swiglu_linear), so at 2 layers selective's
+      // recomputed block outweighs what it saves; what each keeps per layer is checked in
+      // test_activation_checkpointing.cpp.
+      if (path == kGpt2) CHECK(estimated[1] < estimated[0]);
     }
   }
 }

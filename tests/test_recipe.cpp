@@ -329,6 +329,10 @@ TEST_CASE("recipe: required keys and rules across keys", "[cpu][recipe]") {
         "--set model.input_shape=[784]: model cnn needs input_shape = [channels, height, width], got 1 entries");
   CHECK(text_error(kMinimal, {"model.name=cnn", "model.channels=[]"}) ==
         "--set model.channels=[]: model cnn needs at least one entry in channels");
+  CHECK_THAT(text_error(kMinimal, {"model.name=gpt2", "dist.zero=3", "dist.bucket_mb=10"}),
+             Catch::StartsWith("--set dist.bucket_mb=10: dist.bucket_mb sizes gradient buckets, and dist.zero = 3") &&
+                 Catch::EndsWith("leave dist.bucket_mb out"));
+  CHECK(parse_recipe(kMinimal, "inline.toml", {"dist.zero=2", "dist.bucket_mb=10"}).dist.bucket_mb == 10);
   // The same keys are fine where the rules do not apply.
   RecipeSpec r = parse_recipe(kMinimal, "inline.toml",
                               {"model.input_shape=[784]", "optimizer.momentum=0.9", "optimizer.nesterov=true",

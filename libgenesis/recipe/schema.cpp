@@ -1174,6 +1174,16 @@ const std::vector<RecipeRule>& recipe_rules() {
                           "\" has none: use dist.zero = 2"
                     : "";
        }},
+      {{"dist.bucket_mb", "dist.zero"},
+       "dist.bucket_mb sizes the gradient buckets of dist.zero = 0, 1 and 2; under dist.zero = 3 each decoder "
+       "block is a bucket, so it must keep its default.",
+       [](const RecipeSpec& r) -> std::string {
+         return r.dist.zero == 3 && r.dist.bucket_mb != 25.0
+                    ? std::string("dist.bucket_mb sizes gradient buckets, and dist.zero = 3 makes each decoder "
+                                  "block a bucket (its gather, reduce-scatter and free go together): leave "
+                                  "dist.bucket_mb out")
+                    : "";
+       }},
       {{"dist.param_dtype", "dist.zero"},
        "dist.param_dtype = \"bf16\" narrows ZeRO-3's parameter gathers: it needs dist.zero = 3.",
        [](const RecipeSpec& r) -> std::string {

@@ -139,6 +139,11 @@ class Estimator {
                                            {p + "mlp.down_proj", c.intermediate_size, c.hidden_size}};
     const double keeps_normed = std::max({keeps(linears[0].name), keeps(linears[1].name), keeps(linears[2].name)});
     const double keeps_m = std::max(keeps(linears[4].name), keeps(linears[5].name));
+    // down_proj computes SwiGLU itself (ops/linalg.h's swiglu_linear) unless its base is NF4 or its
+    // adapter has dropout: then h is never kept, and its backward writes h again for a moment.
+    const LinearLayer down = in_.layer(linears[6].name);
+    const bool fused_swiglu = !down.nf4 && !(down.adapter_rank > 0 && in_.lora_dropout > 0);
+    const double keeps_swiglu_output = fused_swiglu ? 0.0 : keeps(linears[6].name);
     BlockBytes b;
     b.none = r_ * h + 4                                                     // x and the norm's statistic
              + keeps_normed * a_ * h                                        // the normed input of q, k, v
@@ -147,18 +152,18 @@ class Estimator {
              + extra + r_ * h + 4                                           // h and the norm's statistic
              + keeps_m * a_ * h                                             // the normed input of gate, up
              + 2 * a_ * I                                                   // gate and up, which SwiGLU reads
-             + keeps(linears[6].name) * a_ * I;                             // SwiGLU's output
+             + keeps_swiglu_output * a_ * I;                                // SwiGLU's output
     if (c.qk_norm())  // q_norm and k_norm keep their inputs and statistics
       b.none += a_ * (q + kv) + 4 * static_cast<double>(c.num_attention_heads + c.num_key_value_heads);
     // Selective: the input and the products of the GEMMs and the attention. The recomputation makes
     // the norms' outputs, q and k rotated (normed first in Qwen3), h, SwiGLU's output, and on the CPU
     // the attention's contiguous v and its output.
     b.selective = r_ * h + a_ * (q + 2 * kv) + a_ * q + extra + a_ * h + 2 * a_ * I + a_ * h;
-    b.selective_recompute = 2 * a_ * h + a_ * (q + kv) + r_ * h + 8 + a_ * I + (in_.cuda ? 0 : a_ * (kv + q)) +
-                            (c.qk_norm() ? a_ * (q + kv) : 0);
+    b.selective_recompute = 2 * a_ * h + a_ * (q + kv) + r_ * h + 8 + (fused_swiglu ? 0 : a_ * I) +
+                            (in_.cuda ? 0 : a_ * (kv + q)) + (c.qk_norm() ? a_ * (q + kv) : 0);
     b.full = r_ * h;
-    // The MLP's backward: the residual's gradient, and SwiGLU's two input gradients.
-    b.backward = r_ * h + 2 * a_ * I;
+    // The MLP's backward: the residual's gradient, SwiGLU's two input gradients, and h written again.
+    b.backward = r_ * h + 2 * a_ * I + (fused_swiglu ? a_ * I : 0);
     add_adapters(b, linears);
     add_weights(b, linears);
     return b;
