@@ -34,15 +34,9 @@ Entry* entry_of(const Tensor& t) {
   return &it->second;
 }
 
-int64_t numel_of_shape(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 // Whether t covers the whole parameter of `e`: the same first element and as many elements.
 bool covers(const Entry& e, const Tensor& t) {
-  return t.offset() == e.offset && t.numel() == numel_of_shape(e.shape);
+  return t.offset() == e.offset && t.numel() == numel_of(e.shape);
 }
 
 // Whether every element t views lies within the parameter of `e`.
@@ -53,7 +47,7 @@ bool within(const Entry& e, const Tensor& t) {
     if (t.strides()[d] < 0) return false;
     last += (t.shape()[d] - 1) * t.strides()[d];
   }
-  return t.offset() >= e.offset && last < e.offset + numel_of_shape(e.shape);
+  return t.offset() >= e.offset && last < e.offset + numel_of(e.shape);
 }
 
 }  // namespace

@@ -70,8 +70,7 @@ bool TextPieces::next(std::string& piece) {
                   max_piece_bytes_ >> 20, " MiB without a line break between two lines of text: genesis reads a "
                   "document in pieces cut at such line breaks, so break its lines (or split the file)");
     // Past piece_bytes_ the search goes on in blocks.
-    fill(pending_.size() + piece_bytes_);
-    if (pending_.size() == scanned_) at_end_ = true;
+    fill(pending_.size() + piece_bytes_);  // a short read marks the end
   }
   if (cut == 0) cut = pending_.size();  // the end of the file
   if (cut == pending_.size()) {
