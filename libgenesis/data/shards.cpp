@@ -173,17 +173,28 @@ std::optional<ShardSourcesChange> compare_shard_sources(const fs::path& dir, con
   return ShardSourcesChange{};
 }
 
+namespace {
+
+// The genesis shard header: magic, version, token width in bytes, token count, vocabulary size.
+std::string shard_header(uint32_t width, uint64_t count, uint64_t vocab_size) {
+  std::string header;
+  header.append(kMagic, sizeof(kMagic));
+  put<uint32_t>(header, kVersion);
+  put<uint32_t>(header, width);
+  put<uint64_t>(header, count);
+  put<uint64_t>(header, vocab_size);
+  return header;
+}
+constexpr size_t kCountOffset = sizeof(kMagic) + 2 * sizeof(uint32_t);  // where shard_header puts the count
+
+}  // namespace
+
 void write_token_shard(const fs::path& path, const std::vector<uint32_t>& tokens, uint64_t vocab_size) {
   uint32_t max_token = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
   GENESIS_CHECK(vocab_size == 0 || max_token < vocab_size, ValueError, "write_token_shard ", path.string(), ": token ",
                 max_token, " is outside the vocabulary of ", vocab_size);
   uint32_t width = (vocab_size > 0 ? vocab_size <= 65536 : max_token < 65536) ? 2 : 4;
-  std::string header;
-  header.append(kMagic, sizeof(kMagic));
-  put<uint32_t>(header, kVersion);
-  put<uint32_t>(header, width);
-  put<uint64_t>(header, tokens.size());
-  put<uint64_t>(header, vocab_size);
+  const std::string header = shard_header(width, tokens.size(), vocab_size);
   io::AtomicFile file(path);
   file.write(header.data(), header.size());
   if (width == 4) {
@@ -203,12 +214,7 @@ class ShardWriter {
  public:
   ShardWriter(const fs::path& path, uint64_t vocab_size)
       : file_(path), path_(path), vocab_size_(vocab_size), width_(vocab_size > 0 && vocab_size <= 65536 ? 2 : 4) {
-    std::string header;
-    header.append(kMagic, sizeof(kMagic));
-    put<uint32_t>(header, kVersion);
-    put<uint32_t>(header, width_);
-    put<uint64_t>(header, 0);  // the count, written by commit()
-    put<uint64_t>(header, vocab_size);
+    const std::string header = shard_header(width_, 0, vocab_size);  // the count: commit() writes it
     file_.write(header.data(), header.size());
   }
 
@@ -228,7 +234,7 @@ class ShardWriter {
   uint64_t count() const { return count_; }
 
   void commit() {
-    file_.write_at(sizeof(kMagic) + 2 * sizeof(uint32_t), &count_, sizeof(count_));
+    file_.write_at(kCountOffset, &count_, sizeof(count_));
     file_.commit();
   }
 
